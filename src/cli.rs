@@ -1,0 +1,226 @@
+//! The command line: `serve` runs the server, `convert` turns protocol
+//! messages between binary, JSON and text format.
+
+use std::{
+    io::{Read, Write},
+    path::PathBuf,
+    sync::Arc,
+};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    codec::{self, Format},
+    config::Config,
+    rules::logging,
+    scenarios,
+    server::{self, App},
+};
+
+/// A Megamind scenario server: hosts scenarios behind the dialog orchestrator.
+#[derive(Debug, Parser)]
+#[command(name = "megamind-scenario", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (defaults embedded; a TOML file, flags and environment override them).
+    Serve(Box<ServeArgs>),
+    /// Convert one protocol message between binary, JSON and text format (stdin to stdout).
+    Convert(ConvertArgs),
+}
+
+/// `serve`: every flag also reads the environment variable shown and
+/// overrides the same key of the TOML file.
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// TOML configuration file; keys as the flags below, with `[budget]` and `[cache]` tables.
+    #[arg(long, env = "MEGAMIND_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, HTTP/1.1 and h2c [default: 127.0.0.1:8080].
+    #[arg(long, env = "MEGAMIND_ADDR")]
+    pub addr: Option<std::net::SocketAddr>,
+    /// Scenario behind `POST /run` and the other un-prefixed paths [default: demo].
+    #[arg(long, env = "MEGAMIND_DEFAULT_SCENARIO")]
+    pub default_scenario: Option<String>,
+    /// Largest request body in bytes; larger ones get 413 [default: 4194304].
+    #[arg(long, env = "MEGAMIND_BODY_LIMIT")]
+    pub body_limit: Option<usize>,
+    /// Log filter: info, debug (adds redacted request and answer bodies), or tracing directives [default: info].
+    #[arg(long, env = "MEGAMIND_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// Budget of every handler in ms; `--*-budget-ms` set one handler [default: 300].
+    #[arg(long, env = "MEGAMIND_BUDGET_MS")]
+    pub budget_ms: Option<u64>,
+    /// Budget of `/run` in ms.
+    #[arg(long, env = "MEGAMIND_RUN_BUDGET_MS")]
+    pub run_budget_ms: Option<u64>,
+    /// Budget of `/continue` in ms.
+    #[arg(long, env = "MEGAMIND_CONTINUE_BUDGET_MS")]
+    pub continue_budget_ms: Option<u64>,
+    /// Budget of `/commit` in ms.
+    #[arg(long, env = "MEGAMIND_COMMIT_BUDGET_MS")]
+    pub commit_budget_ms: Option<u64>,
+    /// Budget of `/apply` in ms.
+    #[arg(long, env = "MEGAMIND_APPLY_BUDGET_MS")]
+    pub apply_budget_ms: Option<u64>,
+    /// Part of each budget kept for encoding and writing the answer, in ms [default: 10].
+    #[arg(long, env = "MEGAMIND_BUDGET_RESERVE_MS")]
+    pub budget_reserve_ms: Option<u64>,
+    /// Idempotency cache: answers kept at most [default: 100000].
+    #[arg(long, env = "MEGAMIND_CACHE_MAX_ENTRIES")]
+    pub cache_max_entries: Option<usize>,
+    /// Idempotency cache: bytes of answers kept at most [default: 33554432].
+    #[arg(long, env = "MEGAMIND_CACHE_MAX_BYTES")]
+    pub cache_max_bytes: Option<usize>,
+    /// Idempotency cache: seconds an answer is replayed [default: 300].
+    #[arg(long, env = "MEGAMIND_CACHE_TTL_SECS")]
+    pub cache_ttl_secs: Option<u64>,
+    /// Concurrent calls before `/run` gets 429 [default: 1024].
+    #[arg(long, env = "MEGAMIND_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
+    /// Extra concurrent calls kept for `/continue`, `/commit`, `/apply` [default: 256].
+    #[arg(long, env = "MEGAMIND_PRIORITY_RESERVE")]
+    pub priority_reserve: Option<usize>,
+    /// How long in-flight requests may finish after SIGTERM, in ms [default: 10000].
+    #[arg(long, env = "MEGAMIND_DRAIN_TIMEOUT_MS")]
+    pub drain_timeout_ms: Option<u64>,
+    /// How long work past its budget may go on in the background, in ms [default: 30000].
+    #[arg(long, env = "MEGAMIND_DETACH_LIMIT_MS")]
+    pub detach_limit_ms: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The configuration: defaults, then the file, then these flags; validated.
+    pub fn load(&self) -> Result<Config, crate::config::ConfigError> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        self.apply(&mut config);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply(&self, c: &mut Config) {
+        fn set<T: Clone>(target: &mut T, value: &Option<T>) {
+            if let Some(value) = value {
+                *target = value.clone();
+            }
+        }
+        set(&mut c.addr, &self.addr);
+        set(&mut c.default_scenario, &self.default_scenario);
+        set(&mut c.body_limit, &self.body_limit);
+        set(&mut c.log_level, &self.log_level);
+        for budget in [&mut c.budget.run_ms, &mut c.budget.continue_ms, &mut c.budget.commit_ms, &mut c.budget.apply_ms]
+        {
+            set(budget, &self.budget_ms);
+        }
+        set(&mut c.budget.run_ms, &self.run_budget_ms);
+        set(&mut c.budget.continue_ms, &self.continue_budget_ms);
+        set(&mut c.budget.commit_ms, &self.commit_budget_ms);
+        set(&mut c.budget.apply_ms, &self.apply_budget_ms);
+        set(&mut c.budget.reserve_ms, &self.budget_reserve_ms);
+        set(&mut c.cache.max_entries, &self.cache_max_entries);
+        set(&mut c.cache.max_bytes, &self.cache_max_bytes);
+        set(&mut c.cache.ttl_secs, &self.cache_ttl_secs);
+        set(&mut c.max_in_flight, &self.max_in_flight);
+        set(&mut c.priority_reserve, &self.priority_reserve);
+        set(&mut c.drain_timeout_ms, &self.drain_timeout_ms);
+        set(&mut c.detach_limit_ms, &self.detach_limit_ms);
+    }
+}
+
+/// `convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Message type, short (`TScenarioRunRequest`) or full (`NAlice.NScenarios.TScenarioRunRequest`).
+    #[arg(long = "type", short = 't')]
+    pub message_type: String,
+    /// Input format: binary, json or text.
+    #[arg(long, value_parser = parse_format)]
+    pub from: Format,
+    /// Output format: binary, json or text.
+    #[arg(long, value_parser = parse_format)]
+    pub to: Format,
+}
+
+fn parse_format(name: &str) -> Result<Format, String> {
+    Format::from_name(name).ok_or_else(|| format!("unknown format {name:?}: use binary, json or text"))
+}
+
+/// Runs the command line.
+pub fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve(args) => serve(&args),
+        Command::Convert(args) => convert(&args, std::io::stdin().lock(), std::io::stdout().lock()),
+    }
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = args.load()?;
+    let _log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
+    let app = App::new(&config, scenarios::builtin()?)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let scenarios: Vec<&str> = app.dispatcher.registry().names().collect();
+        tracing::info!(addr = %listener.local_addr()?, scenarios = ?scenarios, default = %config.default_scenario, "serving");
+        server::serve(listener, Arc::new(app), server::shutdown_signal()).await?;
+        tracing::info!("stopped");
+        anyhow::Ok(())
+    })
+}
+
+/// Reads one message from `input` and writes it to `output` in another format.
+pub fn convert(args: &ConvertArgs, mut input: impl Read, mut output: impl Write) -> anyhow::Result<()> {
+    let desc = codec::message_descriptor(&args.message_type)?;
+    let mut body = Vec::new();
+    input.read_to_end(&mut body).context("cannot read stdin")?;
+    let message = codec::decode_dynamic(desc, &body, args.from)?;
+    output.write_all(&codec::encode_dynamic(&message, args.to)?)?;
+    output.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_and_all_budgets_at_once() {
+        let args = ServeArgs { budget_ms: Some(500), commit_budget_ms: Some(900), ..Default::default() };
+        let config = args.load().unwrap();
+        assert_eq!(config.budget.run_ms, 500);
+        assert_eq!(config.budget.commit_ms, 900);
+    }
+
+    #[test]
+    fn convert_round_trips_text_through_binary() {
+        let text = "BaseRequest {\n  RequestId: \"r-1\"\n}\nInput {\n  Text {\n    Utterance: \"привет\"\n  }\n}\n";
+        let to_binary =
+            ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Text, to: Format::Binary };
+        let mut binary = Vec::new();
+        convert(&to_binary, text.as_bytes(), &mut binary).unwrap();
+        let to_text =
+            ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Binary, to: Format::Text };
+        let mut back = Vec::new();
+        convert(&to_text, &binary[..], &mut back).unwrap();
+        assert_eq!(String::from_utf8(back).unwrap(), text);
+    }
+
+    #[test]
+    fn convert_names_the_problem() {
+        let args = ConvertArgs { message_type: "TNope".into(), from: Format::Text, to: Format::Binary };
+        let error = convert(&args, &b""[..], Vec::new()).unwrap_err().to_string();
+        assert!(error.contains("TNope"), "{error}");
+    }
+}

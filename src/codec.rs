@@ -1,0 +1,228 @@
+//! Wire formats of the protocol: binary protobuf, proto3 JSON and Protobuf
+//! text format, chosen per request by `Content-Type` and `Accept`.
+//!
+//! Binary goes straight through prost; JSON and text format go through
+//! prost-reflect's `DynamicMessage` over the embedded descriptor pool.
+
+pub mod redact;
+pub mod text;
+
+use bytes::Bytes;
+use prost::Message;
+use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
+
+use crate::proto::DESCRIPTOR_POOL;
+
+/// A wire format of protocol messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Binary protobuf: what Megamind sends.
+    Binary,
+    /// Proto3 JSON mapping.
+    Json,
+    /// Protobuf text format, UTF-8 kept readable.
+    Text,
+}
+
+impl Format {
+    /// The format named by a media type (`Content-Type` or one `Accept` entry),
+    /// parameters such as `; charset=utf-8` ignored.
+    pub fn from_media_type(value: &str) -> Option<Format> {
+        let essence = value.split(';').next().unwrap_or("").trim();
+        let essence = essence.to_ascii_lowercase();
+        match essence.as_str() {
+            "application/protobuf" | "application/x-protobuf" | "application/octet-stream" => Some(Format::Binary),
+            "application/json" => Some(Format::Json),
+            "text/protobuf" | "text/x-protobuf" | "text/plain" => Some(Format::Text),
+            _ => None,
+        }
+    }
+
+    /// The format an `Accept` header asks for: its first entry we know, or
+    /// `None` when it names none of ours (`*/*`, absent).
+    pub fn from_accept(value: &str) -> Option<Format> {
+        value.split(',').find_map(Format::from_media_type)
+    }
+
+    /// The `Content-Type` this format is answered with.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Format::Binary => "application/protobuf",
+            Format::Json => "application/json",
+            Format::Text => "text/protobuf; charset=utf-8",
+        }
+    }
+
+    /// Parses a format name as given on the command line.
+    pub fn from_name(name: &str) -> Option<Format> {
+        match name {
+            "binary" | "bin" | "protobuf" | "pb" => Some(Format::Binary),
+            "json" => Some(Format::Json),
+            "text" | "txt" | "textproto" => Some(Format::Text),
+            _ => None,
+        }
+    }
+}
+
+/// Why a body could not be decoded or a message not rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The binary protobuf is malformed or truncated.
+    #[error("invalid binary protobuf for {message}: {source}")]
+    Binary {
+        /// The expected message type.
+        message: String,
+        /// The decoder's reason.
+        source: prost::DecodeError,
+    },
+    /// The JSON is malformed or does not match the message.
+    #[error("invalid JSON for {message}: {source}")]
+    Json {
+        /// The expected message type.
+        message: String,
+        /// The parser's reason.
+        source: serde_json::Error,
+    },
+    /// The text format is malformed or does not match the message.
+    #[error("invalid text format for {message}: {source}")]
+    Text {
+        /// The expected message type.
+        message: String,
+        /// The parser's reason.
+        source: prost_reflect::text_format::ParseError,
+    },
+    /// A JSON or text body that is not UTF-8.
+    #[error("body is not valid UTF-8: {0}")]
+    Utf8(#[from] std::str::Utf8Error),
+    /// The message holds something JSON cannot carry (an `Any` of an unknown type).
+    #[error("cannot render {message} as JSON: {reason}")]
+    Render {
+        /// The message type.
+        message: String,
+        /// Why.
+        reason: String,
+    },
+    /// No message of that name in the schema.
+    #[error("unknown message type {0:?}")]
+    UnknownType(String),
+}
+
+/// Looks a message type up by full name (`NAlice.NScenarios.TScenarioRunRequest`)
+/// or by its short name (`TScenarioRunRequest`) when that is unambiguous.
+pub fn message_descriptor(name: &str) -> Result<MessageDescriptor, CodecError> {
+    let name = name.trim_start_matches('.');
+    if let Some(desc) = DESCRIPTOR_POOL.get_message_by_name(name) {
+        return Ok(desc);
+    }
+    let mut matches = DESCRIPTOR_POOL.all_messages().filter(|m| m.name() == name && !m.is_map_entry());
+    match (matches.next(), matches.next()) {
+        (Some(desc), None) => Ok(desc),
+        _ => Err(CodecError::UnknownType(name.to_owned())),
+    }
+}
+
+/// Decodes a body of any format into a dynamic message of type `desc`.
+pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> Result<DynamicMessage, CodecError> {
+    let message = desc.full_name().to_owned();
+    match format {
+        Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| CodecError::Binary { message, source }),
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            let decoded = DynamicMessage::deserialize(desc, &mut de).and_then(|m| de.end().map(|()| m));
+            decoded.map_err(|source| CodecError::Json { message, source })
+        }
+        Format::Text => {
+            let text = std::str::from_utf8(body)?;
+            DynamicMessage::parse_text_format(desc, text).map_err(|source| CodecError::Text { message, source })
+        }
+    }
+}
+
+/// Decodes a body of any format into the typed message `T`.
+pub fn decode<T: Message + ReflectMessage + Default>(body: &[u8], format: Format) -> Result<T, CodecError> {
+    let binary_error =
+        |source| CodecError::Binary { message: T::default().descriptor().full_name().to_owned(), source };
+    match format {
+        Format::Binary => T::decode(body).map_err(binary_error),
+        Format::Json | Format::Text => {
+            decode_dynamic(T::default().descriptor(), body, format)?.transcode_to::<T>().map_err(binary_error)
+        }
+    }
+}
+
+/// Renders a dynamic message in `format`.
+pub fn encode_dynamic(message: &DynamicMessage, format: Format) -> Result<Bytes, CodecError> {
+    match format {
+        Format::Binary => Ok(message.encode_to_vec().into()),
+        Format::Text => Ok(text::print(message).into()),
+        Format::Json => {
+            // Through serde_json::Value: its maps are sorted, so repeats of one
+            // answer render byte for byte the same (prost-reflect maps are hashed).
+            let render_error = |e: serde_json::Error| CodecError::Render {
+                message: message.descriptor().full_name().to_owned(),
+                reason: e.to_string(),
+            };
+            let value = serde_json::to_value(message).map_err(render_error)?;
+            let mut out = serde_json::to_vec_pretty(&value).map_err(render_error)?;
+            out.push(b'\n');
+            Ok(out.into())
+        }
+    }
+}
+
+/// Converts a binary body of type `desc` into `format`: how a cached
+/// binary answer is served to a client that asked for JSON or text.
+pub fn transcode(desc: MessageDescriptor, binary: &Bytes, format: Format) -> Result<Bytes, CodecError> {
+    if format == Format::Binary {
+        return Ok(binary.clone());
+    }
+    let message = decode_dynamic(desc, binary, Format::Binary)?;
+    encode_dynamic(&message, format)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::n_alice::n_scenarios::TScenarioRunRequest;
+
+    #[test]
+    fn media_types_map_to_formats() {
+        assert_eq!(Format::from_media_type("application/protobuf"), Some(Format::Binary));
+        assert_eq!(Format::from_media_type("application/x-protobuf"), Some(Format::Binary));
+        assert_eq!(Format::from_media_type("Application/JSON; charset=utf-8"), Some(Format::Json));
+        assert_eq!(Format::from_media_type("text/protobuf"), Some(Format::Text));
+        assert_eq!(Format::from_media_type("text/plain"), Some(Format::Text));
+        assert_eq!(Format::from_media_type("image/png"), None);
+        assert_eq!(Format::from_accept("*/*, application/json;q=0.9"), Some(Format::Json));
+        assert_eq!(Format::from_accept("*/*"), None);
+    }
+
+    #[test]
+    fn short_and_full_names_resolve() {
+        assert_eq!(
+            message_descriptor("TScenarioRunRequest").unwrap().full_name(),
+            "NAlice.NScenarios.TScenarioRunRequest"
+        );
+        assert!(message_descriptor("NAlice.NScenarios.TScenarioApplyRequest").is_ok());
+        assert!(matches!(message_descriptor("TNoSuchThing"), Err(CodecError::UnknownType(_))));
+    }
+
+    #[test]
+    fn json_with_trailing_garbage_is_rejected() {
+        let body = br#"{"BaseRequest": {"RequestId": "r"}} trailing"#;
+        assert!(matches!(decode::<TScenarioRunRequest>(body, Format::Json), Err(CodecError::Json { .. })));
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_rejected() {
+        let body = b"BaseRequest { RequestId: \"\xff\" }";
+        assert!(matches!(decode::<TScenarioRunRequest>(body, Format::Text), Err(CodecError::Utf8(_))));
+    }
+
+    #[test]
+    fn string_field_with_bad_utf8_is_rejected_in_binary() {
+        // BaseRequest (field 1, len 3) { RequestId (field 1, len 1) 0xff }
+        let body = [0x0a, 0x03, 0x0a, 0x01, 0xff];
+        assert!(matches!(decode::<TScenarioRunRequest>(&body, Format::Binary), Err(CodecError::Binary { .. })));
+    }
+}

@@ -1,0 +1,245 @@
+//! Our Protobuf text-format printer: readable and deterministic.
+//!
+//! prost-reflect's printer escapes every non-ASCII byte and writes maps in
+//! hash order; logs of Russian utterances need neither. This one keeps UTF-8,
+//! writes fields in field-number order and map entries sorted by key, with the
+//! layout of protobuf's `Utf8DebugString`, and expands an `Any` whose type is
+//! in the pool. Its output parses back (prost-reflect, protobuf's own parser)
+//! to the same message. Unknown fields are not printed: they cannot be parsed back.
+
+use std::fmt::Write;
+
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, ReflectMessage, Value};
+
+const INDENT: &str = "  ";
+
+/// Prints a message as multi-line text format.
+pub fn print(message: &DynamicMessage) -> String {
+    let mut out = String::with_capacity(256);
+    print_fields(&mut out, message, 0);
+    out
+}
+
+fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
+    if message.descriptor().full_name() == "google.protobuf.Any" && print_expanded_any(out, message, depth) {
+        return;
+    }
+    let mut fields: Vec<(FieldDescriptor, &Value)> = message.fields().collect();
+    fields.sort_by_key(|(field, _)| field.number());
+    for (field, value) in fields {
+        let name = field_name(&field);
+        match value {
+            Value::List(items) => {
+                for item in items {
+                    print_field(out, &name, item, depth);
+                }
+            }
+            Value::Map(entries) => {
+                let mut entries: Vec<(&MapKey, &Value)> = entries.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                for (key, value) in entries {
+                    indent(out, depth);
+                    out.push_str(&name);
+                    out.push_str(" {\n");
+                    indent(out, depth + 1);
+                    out.push_str("key: ");
+                    write_map_key(out, key);
+                    out.push('\n');
+                    print_field(out, "value", value, depth + 1);
+                    indent(out, depth);
+                    out.push_str("}\n");
+                }
+            }
+            value => print_field(out, &name, value, depth),
+        }
+    }
+}
+
+/// `[type.googleapis.com/T] { ... }` when `T` is known and the bytes decode;
+/// otherwise the caller prints `type_url` and `value` as plain fields.
+fn print_expanded_any(out: &mut String, any: &DynamicMessage, depth: usize) -> bool {
+    let (Some(Value::String(type_url)), Some(Value::Bytes(bytes))) =
+        (any.get_field_by_number(1).as_deref().cloned(), any.get_field_by_number(2).as_deref().cloned())
+    else {
+        return false;
+    };
+    let Some((_, type_name)) = type_url.rsplit_once('/') else {
+        return false;
+    };
+    let Some(desc) = any.descriptor().parent_pool().get_message_by_name(type_name) else {
+        return false;
+    };
+    let Ok(inner) = DynamicMessage::decode(desc, bytes) else {
+        return false;
+    };
+    indent(out, depth);
+    out.push('[');
+    out.push_str(&type_url);
+    out.push_str("] {\n");
+    print_fields(out, &inner, depth + 1);
+    indent(out, depth);
+    out.push_str("}\n");
+    true
+}
+
+fn print_field(out: &mut String, name: &str, value: &Value, depth: usize) {
+    indent(out, depth);
+    out.push_str(name);
+    if let Value::Message(message) = value {
+        out.push_str(" {\n");
+        print_fields(out, message, depth + 1);
+        indent(out, depth);
+        out.push_str("}\n");
+        return;
+    }
+    out.push_str(": ");
+    write_scalar(out, value);
+    out.push('\n');
+}
+
+fn field_name(field: &FieldDescriptor) -> String {
+    // Groups print under their type name, as protobuf's own printer does.
+    if field.is_group() {
+        if let Kind::Message(message) = field.kind() {
+            return message.name().to_owned();
+        }
+    }
+    field.name().to_owned()
+}
+
+fn write_scalar(out: &mut String, value: &Value) {
+    match value {
+        Value::Bool(v) => out.push_str(if *v { "true" } else { "false" }),
+        Value::I32(v) => write!(out, "{v}").unwrap_or(()),
+        Value::I64(v) => write!(out, "{v}").unwrap_or(()),
+        Value::U32(v) => write!(out, "{v}").unwrap_or(()),
+        Value::U64(v) => write!(out, "{v}").unwrap_or(()),
+        Value::F32(v) => write_float(out, f64::from(*v), v.to_string(), format!("{v:e}")),
+        Value::F64(v) => write_float(out, *v, v.to_string(), format!("{v:e}")),
+        Value::String(s) => write_quoted(out, s.as_bytes(), true),
+        Value::Bytes(b) => write_quoted(out, b, false),
+        Value::EnumNumber(n) => write!(out, "{n}").unwrap_or(()),
+        // Lists, maps and messages are handled by the callers.
+        Value::List(_) | Value::Map(_) | Value::Message(_) => {}
+    }
+}
+
+/// Shortest round-trip digits; exponent form only for very large or small
+/// magnitudes, where plain digits would be unreadable.
+fn write_float(out: &mut String, v: f64, plain: String, exponent: String) {
+    if v.is_nan() {
+        out.push_str("nan");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
+    } else if v == 0.0 || (1e-5..1e16).contains(&v.abs()) {
+        out.push_str(&plain);
+    } else {
+        out.push_str(&exponent);
+    }
+}
+
+fn write_map_key(out: &mut String, key: &MapKey) {
+    match key {
+        MapKey::Bool(v) => out.push_str(if *v { "true" } else { "false" }),
+        MapKey::I32(v) => write!(out, "{v}").unwrap_or(()),
+        MapKey::I64(v) => write!(out, "{v}").unwrap_or(()),
+        MapKey::U32(v) => write!(out, "{v}").unwrap_or(()),
+        MapKey::U64(v) => write!(out, "{v}").unwrap_or(()),
+        MapKey::String(s) => write_quoted(out, s.as_bytes(), true),
+    }
+}
+
+/// A quoted literal. Strings keep their UTF-8 as is; bytes escape everything
+/// outside printable ASCII as octal. Control characters are always escaped.
+fn write_quoted(out: &mut String, bytes: &[u8], utf8: bool) {
+    out.push('"');
+    if utf8 {
+        if let Ok(s) = std::str::from_utf8(bytes) {
+            for c in s.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\'' => out.push_str("\\'"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if (c as u32) < 0x20 || c as u32 == 0x7f => write!(out, "\\{:03o}", c as u32).unwrap_or(()),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+            return;
+        }
+    }
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\'' => out.push_str("\\'"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x20..=0x7e => out.push(b as char),
+            b => write!(out, "\\{b:03o}").unwrap_or(()),
+        }
+    }
+    out.push('"');
+}
+
+fn indent(out: &mut String, depth: usize) {
+    for _ in 0..depth {
+        out.push_str(INDENT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::n_alice::n_scenarios::{TCard, TLayout, TScenarioResponseBody, t_card};
+
+    fn dynamic<T: ReflectMessage>(message: &T) -> DynamicMessage {
+        message.transcode_to_dynamic()
+    }
+
+    #[test]
+    fn keeps_cyrillic_readable_and_escapes_controls() {
+        let layout = TLayout {
+            cards: vec![TCard { card: Some(t_card::Card::Text("Привет, \"мир\"\n\u{1}".into())) }],
+            output_speech: "Привет".into(),
+            ..Default::default()
+        };
+        let text = print(&dynamic(&layout));
+        assert_eq!(text, "Cards {\n  Text: \"Привет, \\\"мир\\\"\\n\\001\"\n}\nOutputSpeech: \"Привет\"\n");
+        let back = DynamicMessage::parse_text_format(layout.descriptor(), &text).unwrap();
+        assert_eq!(back.transcode_to::<TLayout>().unwrap(), layout);
+    }
+
+    #[test]
+    fn maps_print_sorted_by_key() {
+        let mut body = TScenarioResponseBody::default();
+        for key in ["zeta", "alpha", "mid"] {
+            body.frame_actions.insert(key.into(), Default::default());
+        }
+        let text = print(&dynamic(&body));
+        let keys: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("key:")).collect();
+        assert_eq!(keys, ["  key: \"alpha\"", "  key: \"mid\"", "  key: \"zeta\""]);
+    }
+
+    #[test]
+    fn floats_round_trip() {
+        let mut out = String::new();
+        for v in [0.0, 1.0, 55.78805541992188, 1e300, -2.5e-9, f64::INFINITY] {
+            out.clear();
+            write_float(&mut out, v, v.to_string(), format!("{v:e}"));
+            let parsed: f64 = if out == "inf" { f64::INFINITY } else { out.parse().unwrap() };
+            assert_eq!(parsed, v, "{out}");
+        }
+    }
+
+    #[test]
+    fn bytes_escape_non_ascii_as_octal() {
+        let mut out = String::new();
+        write_quoted(&mut out, &[b'a', 0xff, b'"'], false);
+        assert_eq!(out, "\"a\\377\\\"\"");
+    }
+}

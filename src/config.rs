@@ -1,0 +1,216 @@
+//! Server configuration: embedded defaults, then a TOML file, then flags and
+//! environment variables (see `serve --help`). Loaded once and validated as a
+//! whole: every problem is reported together before the server starts.
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use crate::{
+    dispatch::DispatchLimits,
+    rules::{budget::Budgets, idempotency::Limits},
+};
+
+/// Everything `serve` can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where to listen (HTTP/1.1 and h2c on one port).
+    pub addr: SocketAddr,
+    /// The scenario behind the un-prefixed paths (`POST /run`, ...).
+    pub default_scenario: String,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    /// Log filter: `info`, `debug` (request and answer bodies), or directives.
+    pub log_level: String,
+    /// How long in-flight requests may finish after SIGTERM, in ms.
+    pub drain_timeout_ms: u64,
+    /// Concurrent calls before `/run` is refused with 429.
+    pub max_in_flight: usize,
+    /// Extra concurrent calls kept for `/continue`, `/commit` and `/apply`.
+    pub priority_reserve: usize,
+    /// How long work that overran its budget may go on in the background, in ms.
+    pub detach_limit_ms: u64,
+    /// Per-handler budgets.
+    pub budget: BudgetConfig,
+    /// The idempotency cache.
+    pub cache: CacheConfig,
+}
+
+/// `[budget]`: milliseconds per handler.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// `/run`.
+    pub run_ms: u64,
+    /// `/continue`.
+    pub continue_ms: u64,
+    /// `/commit`.
+    pub commit_ms: u64,
+    /// `/apply`.
+    pub apply_ms: u64,
+    /// Kept back from each budget for encoding and writing the answer.
+    pub reserve_ms: u64,
+}
+
+/// `[cache]`: the idempotency cache's bounds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Answers kept at most.
+    pub max_entries: usize,
+    /// Bytes of answers kept at most.
+    pub max_bytes: usize,
+    /// Seconds an answer is replayed.
+    pub ttl_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            default_scenario: "demo".into(),
+            body_limit: 4 << 20,
+            log_level: "info".into(),
+            drain_timeout_ms: 10_000,
+            max_in_flight: 1024,
+            priority_reserve: 256,
+            detach_limit_ms: 30_000,
+            budget: BudgetConfig::default(),
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+impl Default for BudgetConfig {
+    fn default() -> BudgetConfig {
+        BudgetConfig { run_ms: 300, continue_ms: 300, commit_ms: 300, apply_ms: 300, reserve_ms: 10 }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> CacheConfig {
+        let limits = Limits::default();
+        CacheConfig { max_entries: limits.max_entries, max_bytes: limits.max_bytes, ttl_secs: limits.ttl.as_secs() }
+    }
+}
+
+/// Why the configuration was refused: every problem found, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+pub struct ConfigError(pub Vec<String>);
+
+impl Config {
+    /// Parses a TOML document over the defaults.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
+        Config::from_toml(&text).map_err(|ConfigError(errors)| {
+            ConfigError(errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect())
+        })
+    }
+
+    /// Checks every value, reporting all problems at once.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, message: String| {
+            if !ok {
+                errors.push(message);
+            }
+        };
+        let b = &self.budget;
+        for (name, ms) in
+            [("run_ms", b.run_ms), ("continue_ms", b.continue_ms), ("commit_ms", b.commit_ms), ("apply_ms", b.apply_ms)]
+        {
+            check((1..=60_000).contains(&ms), format!("budget.{name} = {ms}: must be 1..=60000 ms"));
+            check(
+                b.reserve_ms < ms,
+                format!("budget.reserve_ms = {}: must be below budget.{name} ({ms})", b.reserve_ms),
+            );
+        }
+        check(self.body_limit > 0, "body_limit must be above 0 bytes".into());
+        check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
+        check(self.cache.max_entries > 0, "cache.max_entries must be above 0".into());
+        check(self.cache.max_bytes > 0, "cache.max_bytes must be above 0".into());
+        check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
+        check(!self.default_scenario.is_empty(), "default_scenario must name a scenario".into());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            errors.push(format!("log_level {:?}: {e}", self.log_level));
+        }
+        if errors.is_empty() { Ok(()) } else { Err(ConfigError(errors)) }
+    }
+
+    /// The per-handler budgets.
+    pub fn budgets(&self) -> Budgets {
+        let ms = Duration::from_millis;
+        let b = &self.budget;
+        Budgets {
+            run: ms(b.run_ms),
+            r#continue: ms(b.continue_ms),
+            commit: ms(b.commit_ms),
+            apply: ms(b.apply_ms),
+            reserve: ms(b.reserve_ms),
+        }
+    }
+
+    /// The dispatcher's limits.
+    pub fn dispatch_limits(&self) -> DispatchLimits {
+        DispatchLimits { budgets: self.budgets(), detach_limit: Duration::from_millis(self.detach_limit_ms) }
+    }
+
+    /// The idempotency cache's bounds.
+    pub fn cache_limits(&self) -> Limits {
+        Limits {
+            max_entries: self.cache.max_entries,
+            max_bytes: self.cache.max_bytes,
+            ttl: Duration::from_secs(self.cache.ttl_secs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_megamind_shaped() {
+        let config = Config::default();
+        config.validate().unwrap();
+        assert_eq!(config.budgets().run, Duration::from_millis(300));
+        assert_eq!(config.body_limit, 4 * 1024 * 1024);
+    }
+
+    #[test]
+    fn toml_overrides_defaults() {
+        let config =
+            Config::from_toml("addr = \"0.0.0.0:9000\"\n[budget]\ncommit_ms = 800\n[cache]\nttl_secs = 5\n").unwrap();
+        assert_eq!(config.addr.port(), 9000);
+        assert_eq!(config.budgets().commit, Duration::from_millis(800));
+        assert_eq!(config.budgets().run, Duration::from_millis(300));
+        assert_eq!(config.cache_limits().ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_types_fail_with_the_key_named() {
+        let error = Config::from_toml("adr = \"x\"").unwrap_err().to_string();
+        assert!(error.contains("adr"), "{error}");
+        let error = Config::from_toml("[budget]\nrun_ms = \"fast\"").unwrap_err().to_string();
+        assert!(error.contains("run_ms"), "{error}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_together() {
+        let mut config = Config::default();
+        config.budget.run_ms = 0;
+        config.max_in_flight = 0;
+        config.log_level = "info,[".into();
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.0.len(), 4, "{error}");
+        assert!(error.to_string().contains("budget.run_ms = 0"));
+    }
+}

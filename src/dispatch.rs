@@ -1,0 +1,401 @@
+//! The one implementation behind every transport: admit, decode, deduplicate,
+//! run the scenario inside its budget, encode, log.
+//!
+//! Transports hand over a [`Call`] (raw body, format, arrival time) and get a
+//! [`Reply`] holding the binary answer; they only frame it. Every answer is a
+//! well-formed response of the handler's type: failures inside a routed call
+//! become the protocol `Error`, never a transport error, except `/run` under
+//! overload, which the transport refuses (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
+
+use std::{
+    any::Any,
+    panic::AssertUnwindSafe,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use prost::Message;
+use prost_reflect::{MessageDescriptor, ReflectMessage};
+
+use crate::{
+    codec::{self, Format},
+    proto::n_alice::n_scenarios::{
+        TError, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+        TScenarioRunRequest, TScenarioRunResponse, t_scenario_apply_response, t_scenario_commit_response,
+        t_scenario_continue_response, t_scenario_run_response,
+    },
+    rules::{
+        budget::Budgets,
+        idempotency::{IdempotencyCache, Key, Lease, Lookup},
+        logging,
+        overload::{Admission, Permit},
+    },
+    scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
+};
+
+/// Which transport a call came by, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// HTTP/1.1 or h2c with binary, JSON or text bodies.
+    Http,
+    /// gRPC.
+    Grpc,
+}
+
+impl Transport {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Grpc => "grpc",
+        }
+    }
+}
+
+/// One handler call as a transport received it.
+#[derive(Debug)]
+pub struct Call {
+    /// The handler.
+    pub handler: Handler,
+    /// The request body as received.
+    pub body: Bytes,
+    /// The body's format.
+    pub format: Format,
+    /// When the request arrived: the budget counts from here.
+    pub started: Instant,
+    /// `X-Ya-User-Ticket`, when present.
+    pub user_ticket: Option<String>,
+    /// The transport.
+    pub transport: Transport,
+}
+
+/// What the transport sends back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The binary response message of the handler's type.
+    Answer(Bytes),
+    /// `/run` refused under overload.
+    Overloaded,
+}
+
+/// How a call ended, for the log line and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The scenario answered.
+    Ok,
+    /// A repeat answered with the first call's answer.
+    Replay,
+    /// A protocol `Error` (its `Type`), or `overloaded` for a refused `/run`.
+    Error(&'static str),
+}
+
+impl Outcome {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Replay => "replay",
+            Outcome::Error(kind) => kind,
+        }
+    }
+}
+
+/// Server-side limits the dispatcher applies.
+#[derive(Debug, Clone)]
+pub struct DispatchLimits {
+    /// Per-handler budgets.
+    pub budgets: Budgets,
+    /// How long work that overran its budget may go on in the background
+    /// before it is dropped (its answer then is not cached).
+    pub detach_limit: Duration,
+}
+
+impl Default for DispatchLimits {
+    fn default() -> DispatchLimits {
+        DispatchLimits { budgets: Budgets::default(), detach_limit: Duration::from_secs(30) }
+    }
+}
+
+/// Runs calls against the registered scenarios under the server's rules.
+#[derive(Debug)]
+pub struct Dispatcher {
+    registry: Registry,
+    default_scenario: Option<Arc<str>>,
+    limits: DispatchLimits,
+    cache: IdempotencyCache,
+    admission: Admission,
+}
+
+impl Dispatcher {
+    /// A dispatcher over `registry`; `default_scenario` serves `/run` and the
+    /// other un-prefixed paths.
+    pub fn new(
+        registry: Registry,
+        default_scenario: Option<&str>,
+        limits: DispatchLimits,
+        cache: IdempotencyCache,
+        admission: Admission,
+    ) -> Dispatcher {
+        let default_scenario = default_scenario.and_then(|name| registry.get(name)).map(|r| r.name.clone());
+        Dispatcher { registry, default_scenario, limits, cache, admission }
+    }
+
+    /// The scenario named `name`, or the default one for `None`.
+    pub fn scenario(&self, name: Option<&str>) -> Option<&Registered> {
+        self.registry.get(name.or(self.default_scenario.as_deref())?)
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The idempotency cache.
+    pub fn cache(&self) -> &IdempotencyCache {
+        &self.cache
+    }
+
+    /// The admission counter.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Answers one call of `scenario` and logs its summary line.
+    pub async fn dispatch(&self, scenario: &Registered, call: Call) -> Reply {
+        let mut request_id = String::new();
+        let (reply, outcome) = self.handle(scenario, &call, &mut request_id).await;
+        if let (Reply::Answer(body), true) = (&reply, logging::bodies_enabled()) {
+            log_body("answer", response_descriptor(call.handler), body);
+        }
+        logging::summary(
+            call.transport.as_str(),
+            &scenario.name,
+            call.handler.as_str(),
+            &request_id,
+            outcome.as_str(),
+            call.started.elapsed(),
+        );
+        reply
+    }
+
+    async fn handle(&self, registered: &Registered, call: &Call, request_id: &mut String) -> (Reply, Outcome) {
+        let handler = call.handler;
+        let scenario = &registered.scenario;
+        let failure = |kind: &'static str, message: String| {
+            (Reply::Answer(error_body(handler, scenario.version(), kind, message)), Outcome::Error(kind))
+        };
+        let Some(permit) = self.admission.try_admit(handler) else {
+            return match handler {
+                Handler::Run => (Reply::Overloaded, Outcome::Error("overloaded")),
+                _ => failure("overloaded", "the server is at its concurrency limit".into()),
+            };
+        };
+        let request = match Request::decode(handler, &call.body, call.format) {
+            Ok(request) => request,
+            Err(error) => return failure("bad_request", error.to_string()),
+        };
+        *request_id = request.request_id().to_owned();
+        if request_id.is_empty() {
+            return failure("bad_request", "BaseRequest.RequestId is missing or empty".into());
+        }
+        if logging::bodies_enabled() {
+            request.log();
+        }
+        let deadline = self.limits.budgets.deadline(handler, call.started);
+        let timeout = || {
+            let budget = self.limits.budgets.of(handler).as_millis();
+            failure("timeout", format!("the scenario did not answer within the {budget} ms budget of /{handler}"))
+        };
+        match self.cache.begin(Key::new(registered.name.clone(), handler, request_id)) {
+            Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
+            Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {
+                Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
+                Ok(None) => failure("internal", "the first call with this RequestId failed without an answer".into()),
+                Err(_) => timeout(),
+            },
+            Lookup::Lead(lease) => {
+                let ctx =
+                    CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
+                let mut work = Box::pin(run_scenario(scenario.clone(), handler, request, ctx, lease));
+                tokio::select! {
+                    biased;
+                    (body, outcome) = &mut work => (Reply::Answer(body), outcome),
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        detach(work, permit, self.limits.detach_limit);
+                        timeout()
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lets work that overran its budget finish in the background, holding its
+/// admission slot, so that its answer still completes the idempotency entry.
+fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit: Permit, limit: Duration) {
+    tokio::spawn(async move {
+        let _permit = permit;
+        // Past the limit the work is dropped; its lease then frees the entry.
+        let _ = tokio::time::timeout(limit, work).await;
+    });
+}
+
+/// A decoded request of either type.
+enum Request {
+    Run(TScenarioRunRequest),
+    Apply(TScenarioApplyRequest),
+}
+
+impl Request {
+    fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, codec::CodecError> {
+        Ok(match handler {
+            Handler::Run => Request::Run(codec::decode(body, format)?),
+            _ => Request::Apply(codec::decode(body, format)?),
+        })
+    }
+
+    fn request_id(&self) -> &str {
+        let base = match self {
+            Request::Run(r) => r.base_request.as_ref(),
+            Request::Apply(r) => r.base_request.as_ref(),
+        };
+        base.map_or("", |b| b.request_id.as_str())
+    }
+
+    fn log(&self) {
+        let text = match self {
+            Request::Run(r) => codec::redact::redacted_text(r),
+            Request::Apply(r) => codec::redact::redacted_text(r),
+        };
+        tracing::debug!(target: logging::ACCESS_TARGET, "request\n{text}");
+    }
+}
+
+/// Runs the scenario, encodes its answer and completes the lease with it.
+/// A panic becomes an `internal` error and leaves nothing in the cache.
+async fn run_scenario(
+    scenario: Arc<dyn Scenario>,
+    handler: Handler,
+    request: Request,
+    ctx: CallContext,
+    lease: Lease,
+) -> (Bytes, Outcome) {
+    let result = AssertUnwindSafe(call_handler(&*scenario, handler, request, ctx)).catch_unwind().await;
+    let (body, outcome) = match result {
+        Ok(Ok(body)) => (body, Outcome::Ok),
+        Ok(Err(error)) => {
+            let kind = error.error_type();
+            (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
+        }
+        Err(panic) => {
+            drop(lease);
+            let message = format!("the scenario panicked: {}", panic_message(&*panic));
+            tracing::error!(handler = handler.as_str(), "{message}");
+            return (error_body(handler, scenario.version(), "internal", message), Outcome::Error("internal"));
+        }
+    };
+    lease.complete(body.clone());
+    (body, outcome)
+}
+
+async fn call_handler(
+    scenario: &dyn Scenario,
+    handler: Handler,
+    request: Request,
+    ctx: CallContext,
+) -> Result<Bytes, ScenarioError> {
+    let version = |v: &mut String| {
+        if v.is_empty() {
+            scenario.version().clone_into(v);
+        }
+    };
+    let body = match (handler, request) {
+        (Handler::Run, Request::Run(request)) => {
+            let mut response = scenario.run(request, ctx).await?;
+            version(&mut response.version);
+            response.encode_to_vec()
+        }
+        (Handler::Continue, Request::Apply(request)) => {
+            let mut response = scenario.r#continue(request, ctx).await?;
+            version(&mut response.version);
+            response.encode_to_vec()
+        }
+        (Handler::Commit, Request::Apply(request)) => {
+            let mut response = scenario.commit(request, ctx).await?;
+            version(&mut response.version);
+            response.encode_to_vec()
+        }
+        (Handler::Apply, Request::Apply(request)) => {
+            let mut response = scenario.apply(request, ctx).await?;
+            version(&mut response.version);
+            response.encode_to_vec()
+        }
+        (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
+    };
+    Ok(body.into())
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// The binary protocol `Error` answer of `handler`'s response type.
+pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) -> Bytes {
+    let error = TError { message, r#type: kind.to_owned() };
+    let version = version.to_owned();
+    let body = match handler {
+        Handler::Run => TScenarioRunResponse {
+            response: Some(t_scenario_run_response::Response::Error(error)),
+            version,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Handler::Continue => {
+            TScenarioContinueResponse { response: Some(t_scenario_continue_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+        Handler::Commit => {
+            TScenarioCommitResponse { response: Some(t_scenario_commit_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+        Handler::Apply => {
+            TScenarioApplyResponse { response: Some(t_scenario_apply_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+    };
+    body.into()
+}
+
+/// The request message type of `handler`.
+pub fn request_descriptor(handler: Handler) -> MessageDescriptor {
+    match handler {
+        Handler::Run => TScenarioRunRequest::default().descriptor(),
+        _ => TScenarioApplyRequest::default().descriptor(),
+    }
+}
+
+/// The response message type of `handler`.
+pub fn response_descriptor(handler: Handler) -> MessageDescriptor {
+    match handler {
+        Handler::Run => TScenarioRunResponse::default().descriptor(),
+        Handler::Continue => TScenarioContinueResponse::default().descriptor(),
+        Handler::Commit => TScenarioCommitResponse::default().descriptor(),
+        Handler::Apply => TScenarioApplyResponse::default().descriptor(),
+    }
+}
+
+fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
+    match codec::decode_dynamic(desc, binary, Format::Binary) {
+        Ok(mut message) => {
+            codec::redact::redact(&mut message);
+            tracing::debug!(target: logging::ACCESS_TARGET, "{what}\n{}", codec::text::print(&message));
+        }
+        Err(error) => tracing::debug!(target: logging::ACCESS_TARGET, "{what} not printable: {error}"),
+    }
+}

@@ -1,0 +1,8 @@
+//! The rules the server enforces for every scenario, whatever the transport:
+//! the time budget, idempotency by `RequestId`, overload admission, and the
+//! request log.
+
+pub mod budget;
+pub mod idempotency;
+pub mod logging;
+pub mod overload;

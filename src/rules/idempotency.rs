@@ -1,0 +1,307 @@
+//! The idempotency cache: one answer per (scenario, handler, `RequestId`).
+//!
+//! The first call leads: it gets a [`Lease`] and runs the scenario. Repeats
+//! that arrive while it runs wait for it (single flight); repeats after it get
+//! its answer byte for byte. Only answers are cached: a lease dropped without
+//! an answer (a panic, an abandoned call) removes its entry so that a retry
+//! runs again. The lease belongs to the scenario's work, not to the request,
+//! so a call that outlives its budget still completes the entry.
+//!
+//! Bounded by entries and bytes; entries expire after a TTL. Completed entries
+//! sit in a FIFO in completion order, which with one TTL is also expiry order,
+//! so both eviction and expiry pop from its front. In-flight entries are
+//! never in the FIFO and so never evicted.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
+use tokio::sync::watch;
+
+use crate::scenario::Handler;
+
+/// What identifies one answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The scenario's registered name.
+    pub scenario: Arc<str>,
+    /// The handler called.
+    pub handler: Handler,
+    /// `BaseRequest.RequestId`.
+    pub request_id: Box<str>,
+}
+
+impl Key {
+    /// A key for one call.
+    pub fn new(scenario: Arc<str>, handler: Handler, request_id: &str) -> Key {
+        Key { scenario, handler, request_id: request_id.into() }
+    }
+
+    fn cost(&self, body: &Bytes) -> usize {
+        // The body plus the key and the bookkeeping around them.
+        body.len() + self.request_id.len() + 96
+    }
+}
+
+/// Bounds of the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Completed answers kept at most.
+    pub max_entries: usize,
+    /// Bytes of completed answers kept at most.
+    pub max_bytes: usize,
+    /// How long an answer is replayed.
+    pub ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_entries: 100_000, max_bytes: 32 << 20, ttl: Duration::from_secs(300) }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Repeats answered from a completed entry.
+    pub hits: AtomicU64,
+    /// First calls (leases granted).
+    pub misses: AtomicU64,
+    /// Repeats that waited for an in-flight first call.
+    pub waits: AtomicU64,
+    /// Completed entries dropped to stay within bounds (not expiry).
+    pub evictions: AtomicU64,
+}
+
+/// How a call proceeds.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The first answer, to replay.
+    Hit(Bytes),
+    /// The first call is still running: wait for it.
+    Wait(Waiter),
+    /// This call is the first: run the scenario and complete the lease.
+    Lead(Lease),
+}
+
+/// A cheap-clone handle to the cache.
+#[derive(Debug, Clone)]
+pub struct IdempotencyCache {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    map: DashMap<Key, Entry>,
+    // A std mutex: held for a few pointer moves, never across an await.
+    fifo: Mutex<VecDeque<Completed>>,
+    completed: AtomicUsize,
+    bytes: AtomicUsize,
+    next_seq: AtomicU64,
+    limits: Limits,
+    stats: Stats,
+}
+
+#[derive(Debug)]
+enum Entry {
+    InFlight(watch::Receiver<Option<Bytes>>),
+    Done { body: Bytes, seq: u64, expires: Instant },
+}
+
+#[derive(Debug)]
+struct Completed {
+    key: Key,
+    seq: u64,
+    expires: Instant,
+}
+
+impl IdempotencyCache {
+    /// An empty cache with these bounds.
+    pub fn new(limits: Limits) -> IdempotencyCache {
+        IdempotencyCache {
+            shared: Arc::new(Shared {
+                map: DashMap::new(),
+                fifo: Mutex::new(VecDeque::new()),
+                completed: AtomicUsize::new(0),
+                bytes: AtomicUsize::new(0),
+                next_seq: AtomicU64::new(0),
+                limits,
+                stats: Stats::default(),
+            }),
+        }
+    }
+
+    /// Finds the answer for `key`, or the call to wait for, or makes this call the first.
+    pub fn begin(&self, key: Key) -> Lookup {
+        let now = Instant::now();
+        let shared = &self.shared;
+        let lease = |shared: &Arc<Shared>, key: Key| {
+            let (tx, rx) = watch::channel(None);
+            shared.stats.misses.fetch_add(1, Ordering::Relaxed);
+            (Entry::InFlight(rx), Lease { shared: shared.clone(), key, tx: Some(tx) })
+        };
+        match shared.map.entry(key.clone()) {
+            MapEntry::Occupied(mut occupied) => match occupied.get() {
+                Entry::Done { body, expires, .. } if *expires > now => {
+                    shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    Lookup::Hit(body.clone())
+                }
+                Entry::Done { body, .. } => {
+                    shared.forget(&key, body);
+                    let (entry, lease) = lease(shared, key);
+                    occupied.insert(entry);
+                    Lookup::Lead(lease)
+                }
+                Entry::InFlight(rx) => {
+                    shared.stats.waits.fetch_add(1, Ordering::Relaxed);
+                    Lookup::Wait(Waiter { rx: rx.clone() })
+                }
+            },
+            MapEntry::Vacant(vacant) => {
+                let (entry, lease) = lease(shared, key);
+                vacant.insert(entry);
+                Lookup::Lead(lease)
+            }
+        }
+    }
+
+    /// Drops expired answers. Called on every completion and by [`IdempotencyCache::spawn_purger`].
+    pub fn purge_expired(&self) {
+        self.shared.trim(Instant::now());
+    }
+
+    /// Purges expired answers every `period` while the cache lives, so an
+    /// idle server gives their memory back too.
+    pub fn spawn_purger(&self, period: Duration) {
+        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(shared) => shared.trim(Instant::now()),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Completed answers held.
+    pub fn entries(&self) -> usize {
+        self.shared.completed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes held by completed answers.
+    pub fn bytes(&self) -> usize {
+        self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Calls running now whose repeats would wait.
+    pub fn in_flight(&self) -> usize {
+        self.shared.map.len().saturating_sub(self.entries())
+    }
+
+    /// Hit, miss, wait and eviction counters.
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+}
+
+impl Shared {
+    fn forget(&self, key: &Key, body: &Bytes) {
+        self.completed.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(key.cost(body), Ordering::Relaxed);
+    }
+
+    fn complete(&self, key: Key, body: Bytes) {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let expires = Instant::now() + self.limits.ttl;
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(key.cost(&body), Ordering::Relaxed);
+        self.map.insert(key.clone(), Entry::Done { body, seq, expires });
+        self.fifo.lock().unwrap_or_else(|p| p.into_inner()).push_back(Completed { key, seq, expires });
+        self.trim(Instant::now());
+    }
+
+    /// Pops the FIFO's front while it is expired or the cache is over a bound.
+    fn trim(&self, now: Instant) {
+        let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(front) = fifo.front() {
+            let expired = front.expires <= now;
+            let over = self.completed.load(Ordering::Relaxed) > self.limits.max_entries
+                || self.bytes.load(Ordering::Relaxed) > self.limits.max_bytes;
+            if !expired && !over {
+                break;
+            }
+            let Some(front) = fifo.pop_front() else { break };
+            // The entry may have been replaced since (expired, then led again):
+            // only the completion this FIFO slot records is removed.
+            let removed = self
+                .map
+                .remove_if(&front.key, |_, entry| matches!(entry, Entry::Done { seq, .. } if *seq == front.seq));
+            if let Some((key, Entry::Done { body, .. })) = removed {
+                self.forget(&key, &body);
+                if !expired {
+                    self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// The right and duty to produce the first answer for a key.
+///
+/// Dropped without [`Lease::complete`], it removes its entry and wakes the
+/// waiters with nothing, so a later retry runs the scenario again.
+#[derive(Debug)]
+pub struct Lease {
+    shared: Arc<Shared>,
+    key: Key,
+    tx: Option<watch::Sender<Option<Bytes>>>,
+}
+
+impl Lease {
+    /// Stores the answer and hands it to every waiter.
+    pub fn complete(mut self, body: Bytes) {
+        let key = self.key.clone();
+        self.shared.complete(key, body.clone());
+        if let Some(tx) = self.tx.take() {
+            tx.send_replace(Some(body));
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.tx.is_some() {
+            self.shared.map.remove_if(&self.key, |_, entry| matches!(entry, Entry::InFlight(_)));
+        }
+    }
+}
+
+/// A repeat waiting for the first call's answer.
+#[derive(Debug)]
+pub struct Waiter {
+    rx: watch::Receiver<Option<Bytes>>,
+}
+
+impl Waiter {
+    /// The first call's answer, or `None` if it ended without one.
+    pub async fn wait(mut self) -> Option<Bytes> {
+        match self.rx.wait_for(Option::is_some).await {
+            Ok(body) => body.clone(),
+            Err(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! The server: accepts connections (HTTP/1.1 keep-alive and h2c on one
+//! address), serves them, and drains them on shutdown.
+//!
+//! [`serve`] takes its listener and a shutdown future, so tests bind port 0
+//! and run as many servers as they like.
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use hyper::service::service_fn;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::{conn::auto, graceful::GracefulShutdown},
+};
+use tokio::net::TcpListener;
+
+use crate::{
+    config::{Config, ConfigError},
+    dispatch::Dispatcher,
+    rules::{idempotency::IdempotencyCache, overload::Admission},
+    scenario::Registry,
+    transport::http,
+};
+
+/// Everything a connection needs, shared by all of them.
+#[derive(Debug)]
+pub struct App {
+    /// Runs calls under the server's rules.
+    pub dispatcher: Dispatcher,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// How long in-flight requests may take to finish after shutdown starts.
+    pub drain_timeout: Duration,
+}
+
+impl App {
+    /// Builds the server state for `config` over the scenarios of `registry`.
+    pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
+        if registry.get(&config.default_scenario).is_none() {
+            let known: Vec<&str> = registry.names().collect();
+            return Err(ConfigError(vec![format!(
+                "default_scenario {:?} is not registered (scenarios: {})",
+                config.default_scenario,
+                known.join(", ")
+            )]));
+        }
+        let cache = IdempotencyCache::new(config.cache_limits());
+        let admission = Admission::new(config.max_in_flight, config.priority_reserve);
+        let dispatcher =
+            Dispatcher::new(registry, Some(&config.default_scenario), config.dispatch_limits(), cache, admission);
+        Ok(App {
+            dispatcher,
+            body_limit: config.body_limit,
+            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+        })
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// Serves `listener` until `shutdown` resolves, then stops accepting and
+/// waits up to `app.drain_timeout` for in-flight requests.
+pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        serve_connection(&builder, &graceful, stream, peer, app.clone());
+    }
+    drop(listener);
+    tracing::info!("shutting down: draining in-flight requests");
+    if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
+        tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
+    }
+    Ok(())
+}
+
+fn serve_connection(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Arc<App>,
+) {
+    // Small protobuf answers must not wait for Nagle.
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |request| http::handle(app.clone(), request));
+    let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+    let connection = graceful.watch(connection);
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+    });
+}

@@ -1,0 +1,3 @@
+//! Transports: thin adapters from the wire to the [`crate::dispatch::Dispatcher`].
+
+pub mod http;

@@ -1,0 +1,133 @@
+//! The HTTP transport: `POST /{scenario}/{handler}` and `POST /{handler}`
+//! for the default scenario, bodies in binary, JSON or text format.
+//!
+//! Routing problems get their HTTP status (404, 405, 413, 415) with a plain
+//! text reason; everything inside a routed call is a 200 with the protocol
+//! answer, except `/run` under overload (429).
+
+use std::{convert::Infallible, sync::Arc, time::Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Body;
+
+use crate::{
+    codec::{self, Format},
+    dispatch::{Call, Reply, Transport, response_descriptor},
+    scenario::Handler,
+    server::App,
+};
+
+/// The header Megamind puts the user's TVM ticket in.
+pub const USER_TICKET: &str = "x-ya-user-ticket";
+
+/// Answers one HTTP request.
+pub async fn handle<B>(app: Arc<App>, request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let started = Instant::now();
+    let path = request.uri().path();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (scenario_name, handler_name) = match segments.as_slice() {
+        ["healthz"] => return Ok(plain(StatusCode::OK, "ok\n")),
+        [handler] => (None, *handler),
+        [scenario, handler] => (Some(*scenario), *handler),
+        _ => return Ok(not_found(&app, path)),
+    };
+    let Some(handler) = Handler::from_name(handler_name) else {
+        return Ok(not_found(&app, path));
+    };
+    let Some(scenario) = app.dispatcher.scenario(scenario_name) else {
+        return Ok(not_found(&app, path));
+    };
+    if request.method() != Method::POST {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "scenario handlers take POST\n");
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Ok(response);
+    }
+    let headers = request.headers();
+    let format = match headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) {
+        None => Format::Binary,
+        Some(Ok(value)) => match Format::from_media_type(value) {
+            Some(format) => format,
+            None => return Ok(unsupported_media_type(value)),
+        },
+        Some(Err(_)) => return Ok(unsupported_media_type("(not ASCII)")),
+    };
+    let answer_format =
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
+    let user_ticket = header_string(headers, USER_TICKET);
+    if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
+        return Ok(too_large(app.body_limit));
+    }
+    let body = match Limited::new(request.into_body(), app.body_limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => return Ok(too_large(app.body_limit)),
+        Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, format!("cannot read the request body: {error}\n"))),
+    };
+    let call = Call { handler, body, format, started, user_ticket, transport: Transport::Http };
+    match app.dispatcher.dispatch(scenario, call).await {
+        Reply::Answer(binary) => Ok(render(handler, &binary, answer_format)),
+        Reply::Overloaded => Ok(plain(StatusCode::TOO_MANY_REQUESTS, "overloaded: /run is refused, retry later\n")),
+    }
+}
+
+fn render(handler: Handler, binary: &Bytes, format: Format) -> Response<Full<Bytes>> {
+    match codec::transcode(response_descriptor(handler), binary, format) {
+        Ok(body) => {
+            let mut response = Response::new(Full::new(body));
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(format.media_type()));
+            response
+        }
+        // The answer exists (and is cached); only this format cannot carry it.
+        Err(error) => plain(
+            StatusCode::NOT_ACCEPTABLE,
+            format!("{error}; ask for application/protobuf or text/protobuf instead\n"),
+        ),
+    }
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+fn header_string(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// A plain-text answer.
+pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(text.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn not_found(app: &App, path: &str) -> Response<Full<Bytes>> {
+    let scenarios: Vec<&str> = app.dispatcher.registry().names().collect();
+    plain(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such scenario handler: {path}\nroutes: POST /{{scenario}}/{{run|continue|commit|apply}} \
+             (scenarios: {}), POST /{{run|continue|commit|apply}} for the default scenario\n",
+            scenarios.join(", ")
+        ),
+    )
+}
+
+fn unsupported_media_type(value: &str) -> Response<Full<Bytes>> {
+    plain(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "unsupported Content-Type {value:?}: use application/protobuf (or application/x-protobuf), \
+             application/json, or text/protobuf (or text/plain)\n"
+        ),
+    )
+}
+
+fn too_large(limit: usize) -> Response<Full<Bytes>> {
+    plain(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is over the limit of {limit} bytes\n"))
+}
