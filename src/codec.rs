@@ -4,6 +4,7 @@
 //! Binary goes straight through prost; JSON and text format go through
 //! prost-reflect's `DynamicMessage` over the embedded descriptor pool.
 
+pub mod json;
 pub mod redact;
 pub mod text;
 
@@ -126,11 +127,7 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
     let message = desc.full_name().to_owned();
     match format {
         Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| CodecError::Binary { message, source }),
-        Format::Json => {
-            let mut de = serde_json::Deserializer::from_slice(body);
-            let decoded = DynamicMessage::deserialize(desc, &mut de).and_then(|m| de.end().map(|()| m));
-            decoded.map_err(|source| CodecError::Json { message, source })
-        }
+        Format::Json => json::from_slice(desc, body).map_err(|source| CodecError::Json { message, source }),
         Format::Text => {
             let text = std::str::from_utf8(body)?;
             DynamicMessage::parse_text_format(desc, text).map_err(|source| CodecError::Text { message, source })
@@ -162,7 +159,7 @@ pub fn encode_dynamic(message: &DynamicMessage, format: Format) -> Result<Bytes,
                 message: message.descriptor().full_name().to_owned(),
                 reason: e.to_string(),
             };
-            let value = serde_json::to_value(message).map_err(render_error)?;
+            let value = json::to_value(message).map_err(render_error)?;
             let mut out = serde_json::to_vec_pretty(&value).map_err(render_error)?;
             out.push(b'\n');
             Ok(out.into())

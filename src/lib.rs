@@ -9,3 +9,4 @@ pub mod scenario;
 pub mod scenarios;
 pub mod server;
 pub mod transport;
+pub mod upstream;

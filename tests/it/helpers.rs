@@ -1,0 +1,115 @@
+//! Starting the real server on port 0 and talking to it.
+
+#![allow(dead_code)]
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+
+use megamind_scenario::{
+    codec::{self, Format},
+    config::Config,
+    scenario::Registry,
+    scenarios::demo::Demo,
+    server::{self, App},
+};
+use prost_reflect::{DynamicMessage, ReflectMessage};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+
+/// A running server.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// POSTs `body` with `content_type`, asking for `accept` when given.
+    pub async fn post(&self, path: &str, content_type: &str, accept: Option<&str>, body: Vec<u8>) -> reqwest::Response {
+        let mut request = self.http.post(self.url(path)).header("content-type", content_type).body(body);
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        request.send().await.expect("request reaches the server")
+    }
+
+    /// POSTs a binary body and returns status and body bytes.
+    pub async fn post_binary(&self, path: &str, body: Vec<u8>) -> (reqwest::StatusCode, bytes::Bytes) {
+        let response = self.post(path, "application/protobuf", None, body).await;
+        let status = response.status();
+        (status, response.bytes().await.expect("body"))
+    }
+
+    /// Asks the server to stop and waits for it to drain and exit.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.server.take().expect("server task").await.expect("server task does not panic")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Starts the server with `config` (its address ignored) over `registry`.
+/// When `config` names no registered default scenario, the first one serves.
+pub async fn spawn_app(mut config: Config, registry: Registry) -> TestApp {
+    if registry.get(&config.default_scenario).is_none() {
+        config.default_scenario = registry.names().next().expect("a scenario").to_owned();
+    }
+    let app = Arc::new(App::new(&config, registry).expect("valid test configuration"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+    let addr = listener.local_addr().expect("local addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(server::serve(listener, app, async move {
+        let _ = rx.await;
+    }));
+    let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
+    TestApp { addr, http, shutdown: Some(tx), server: Some(server) }
+}
+
+/// Starts the server with the default configuration hosting `demo`.
+pub async fn spawn_demo() -> (TestApp, Arc<Demo>) {
+    let demo = Arc::new(Demo::new());
+    let mut registry = Registry::new();
+    registry.register("demo", demo.clone()).expect("register demo");
+    (spawn_app(Config::default(), registry).await, demo)
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/megamind").join(format!("{name}.pb.txt"))
+}
+
+/// The text of `tests/fixtures/megamind/{name}.pb.txt`.
+pub fn fixture_text(name: &str) -> String {
+    std::fs::read_to_string(fixture_path(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// A fixture parsed into `T`.
+pub fn fixture<T: ReflectMessage + Default>(name: &str) -> T {
+    DynamicMessage::parse_text_format(T::default().descriptor(), &fixture_text(name))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+        .transcode_to()
+        .expect("transcode")
+}
+
+/// A fixture encoded in `format`.
+pub fn fixture_body<T: ReflectMessage + Default>(name: &str, format: Format) -> Vec<u8> {
+    let desc = T::default().descriptor();
+    let message = codec::decode_dynamic(desc, fixture_text(name).as_bytes(), Format::Text).expect("fixture parses");
+    codec::encode_dynamic(&message, format).expect("fixture encodes").to_vec()
+}
+
+/// Decodes an answer of any format into `T`.
+pub fn decode_answer<T: prost::Message + ReflectMessage + Default>(body: &[u8], format: Format) -> T {
+    codec::decode(body, format).unwrap_or_else(|e| panic!("answer decodes: {e}\n{}", String::from_utf8_lossy(body)))
+}

@@ -1,0 +1,10 @@
+//! Black-box tests: the real server on an ephemeral port, real sockets.
+
+mod helpers;
+mod scenarios;
+
+mod bad_input;
+mod budget;
+mod dialogs;
+mod fixtures;
+mod idempotency;
