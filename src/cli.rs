@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     codec::{self, Format},
     config::Config,
-    rules::logging,
+    rules::{logging, metrics::Metrics},
     scenarios,
     server::{self, App},
 };
@@ -88,7 +88,10 @@ pub struct ServeArgs {
     /// Extra concurrent calls kept for `/continue`, `/commit`, `/apply` [default: 256].
     #[arg(long, env = "MEGAMIND_PRIORITY_RESERVE")]
     pub priority_reserve: Option<usize>,
-    /// How long in-flight requests may finish after SIGTERM, in ms [default: 10000].
+    /// After SIGTERM, how long `/readyz` answers 503 while the server still serves, in ms [default: 0].
+    #[arg(long, env = "MEGAMIND_SHUTDOWN_DELAY_MS")]
+    pub shutdown_delay_ms: Option<u64>,
+    /// How long in-flight requests may finish once accepting stopped, in ms [default: 10000].
     #[arg(long, env = "MEGAMIND_DRAIN_TIMEOUT_MS")]
     pub drain_timeout_ms: Option<u64>,
     /// How long work past its budget may go on in the background, in ms [default: 30000].
@@ -132,6 +135,7 @@ impl ServeArgs {
         set(&mut c.cache.ttl_secs, &self.cache_ttl_secs);
         set(&mut c.max_in_flight, &self.max_in_flight);
         set(&mut c.priority_reserve, &self.priority_reserve);
+        set(&mut c.shutdown_delay_ms, &self.shutdown_delay_ms);
         set(&mut c.drain_timeout_ms, &self.drain_timeout_ms);
         set(&mut c.detach_limit_ms, &self.detach_limit_ms);
     }
@@ -166,7 +170,8 @@ pub fn main() -> anyhow::Result<()> {
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = args.load()?;
     let _log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
-    let app = App::new(&config, scenarios::builtin()?)?;
+    let metrics = Metrics::new();
+    let app = App::with_metrics(&config, scenarios::builtin()?, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.addr)

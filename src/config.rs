@@ -23,7 +23,9 @@ pub struct Config {
     pub body_limit: usize,
     /// Log filter: `info`, `debug` (request and answer bodies), or directives.
     pub log_level: String,
-    /// How long in-flight requests may finish after SIGTERM, in ms.
+    /// After SIGTERM, how long `/readyz` says 503 while still serving, in ms.
+    pub shutdown_delay_ms: u64,
+    /// How long in-flight requests may finish once accepting stopped, in ms.
     pub drain_timeout_ms: u64,
     /// Concurrent calls before `/run` is refused with 429.
     pub max_in_flight: usize,
@@ -72,6 +74,7 @@ impl Default for Config {
             default_scenario: "demo".into(),
             body_limit: 4 << 20,
             log_level: "info".into(),
+            shutdown_delay_ms: 0,
             drain_timeout_ms: 10_000,
             max_in_flight: 1024,
             priority_reserve: 256,

@@ -30,6 +30,7 @@ use crate::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Key, Lease, Lookup},
         logging,
+        metrics::Metrics,
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
@@ -126,6 +127,7 @@ pub struct Dispatcher {
     limits: DispatchLimits,
     cache: IdempotencyCache,
     admission: Admission,
+    metrics: Metrics,
 }
 
 impl Dispatcher {
@@ -137,9 +139,17 @@ impl Dispatcher {
         limits: DispatchLimits,
         cache: IdempotencyCache,
         admission: Admission,
+        metrics: Metrics,
     ) -> Dispatcher {
         let default_scenario = default_scenario.and_then(|name| registry.get(name)).map(|r| r.name.clone());
-        Dispatcher { registry, default_scenario, limits, cache, admission }
+        metrics.watch_cache(&cache);
+        metrics.watch_admission(&admission);
+        Dispatcher { registry, default_scenario, limits, cache, admission, metrics }
+    }
+
+    /// The metrics calls are recorded in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The scenario named `name`, or the default one for `None`.
@@ -169,14 +179,10 @@ impl Dispatcher {
         if let (Reply::Answer(body), true) = (&reply, logging::bodies_enabled()) {
             log_body("answer", response_descriptor(call.handler), body);
         }
-        logging::summary(
-            call.transport.as_str(),
-            &scenario.name,
-            call.handler.as_str(),
-            &request_id,
-            outcome.as_str(),
-            call.started.elapsed(),
-        );
+        let latency = call.started.elapsed();
+        let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
+        self.metrics.observe(&scenario.name, handler, transport, outcome, latency);
+        logging::summary(transport, &scenario.name, handler, &request_id, outcome, latency);
         reply
     }
 

@@ -5,4 +5,5 @@
 pub mod budget;
 pub mod idempotency;
 pub mod logging;
+pub mod metrics;
 pub mod overload;

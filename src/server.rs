@@ -4,7 +4,15 @@
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use hyper::service::service_fn;
 use hyper_util::{
@@ -16,7 +24,7 @@ use tokio::net::TcpListener;
 use crate::{
     config::{Config, ConfigError},
     dispatch::Dispatcher,
-    rules::{idempotency::IdempotencyCache, overload::Admission},
+    rules::{idempotency::IdempotencyCache, metrics::Metrics, overload::Admission},
     scenario::Registry,
     transport::http,
 };
@@ -28,13 +36,23 @@ pub struct App {
     pub dispatcher: Dispatcher,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
-    /// How long in-flight requests may take to finish after shutdown starts.
+    /// How long `/readyz` says "draining" while the server still serves,
+    /// before it stops accepting: time for load balancers to notice.
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests may take to finish once accepting stopped.
     pub drain_timeout: Duration,
+    draining: AtomicBool,
 }
 
 impl App {
     /// Builds the server state for `config` over the scenarios of `registry`.
     pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
+        App::with_metrics(config, registry, Metrics::new())
+    }
+
+    /// As [`App::new`], recording into `metrics` (whose registry the
+    /// scenarios may already have registered their own collectors in).
+    pub fn with_metrics(config: &Config, registry: Registry, metrics: Metrics) -> Result<App, ConfigError> {
         if registry.get(&config.default_scenario).is_none() {
             let known: Vec<&str> = registry.names().collect();
             return Err(ConfigError(vec![format!(
@@ -45,13 +63,20 @@ impl App {
         }
         let cache = IdempotencyCache::new(config.cache_limits());
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
-        let dispatcher =
-            Dispatcher::new(registry, Some(&config.default_scenario), config.dispatch_limits(), cache, admission);
+        let limits = config.dispatch_limits();
+        let dispatcher = Dispatcher::new(registry, Some(&config.default_scenario), limits, cache, admission, metrics);
         Ok(App {
             dispatcher,
             body_limit: config.body_limit,
+            shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+            draining: AtomicBool::new(false),
         })
+    }
+
+    /// Whether shutdown has started (`/readyz` answers 503 then).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 }
 
@@ -77,7 +102,8 @@ pub async fn shutdown_signal() {
     let _ = interrupt.await;
 }
 
-/// Serves `listener` until `shutdown` resolves, then stops accepting and
+/// Serves `listener` until `shutdown` resolves; then `/readyz` turns 503,
+/// the server goes on serving for `app.shutdown_delay`, stops accepting, and
 /// waits up to `app.drain_timeout` for in-flight requests.
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
@@ -98,6 +124,20 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             () = &mut shutdown => break,
         };
         serve_connection(&builder, &graceful, stream, peer, app.clone());
+    }
+    app.draining.store(true, Ordering::Release);
+    if !app.shutdown_delay.is_zero() {
+        tracing::info!(delay_ms = app.shutdown_delay.as_millis() as u64, "draining: /readyz is 503, still serving");
+        let delay = tokio::time::sleep(app.shutdown_delay);
+        tokio::pin!(delay);
+        loop {
+            tokio::select! {
+                () = &mut delay => break,
+                accepted = listener.accept() => if let Ok((stream, peer)) = accepted {
+                    serve_connection(&builder, &graceful, stream, peer, app.clone());
+                },
+            }
+        }
     }
     drop(listener);
     tracing::info!("shutting down: draining in-flight requests");

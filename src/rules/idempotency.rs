@@ -25,6 +25,7 @@ use bytes::Bytes;
 use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
 use tokio::sync::watch;
 
+use super::metrics::CacheCounters;
 use crate::scenario::Handler;
 
 /// What identifies one answer.
@@ -67,19 +68,6 @@ impl Default for Limits {
     }
 }
 
-/// Counters for metrics.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Repeats answered from a completed entry.
-    pub hits: AtomicU64,
-    /// First calls (leases granted).
-    pub misses: AtomicU64,
-    /// Repeats that waited for an in-flight first call.
-    pub waits: AtomicU64,
-    /// Completed entries dropped to stay within bounds (not expiry).
-    pub evictions: AtomicU64,
-}
-
 /// How a call proceeds.
 #[derive(Debug)]
 pub enum Lookup {
@@ -106,7 +94,7 @@ struct Shared {
     bytes: AtomicUsize,
     next_seq: AtomicU64,
     limits: Limits,
-    stats: Stats,
+    counters: CacheCounters,
 }
 
 #[derive(Debug)]
@@ -133,7 +121,7 @@ impl IdempotencyCache {
                 bytes: AtomicUsize::new(0),
                 next_seq: AtomicU64::new(0),
                 limits,
-                stats: Stats::default(),
+                counters: CacheCounters::default(),
             }),
         }
     }
@@ -144,13 +132,13 @@ impl IdempotencyCache {
         let shared = &self.shared;
         let lease = |shared: &Arc<Shared>, key: Key| {
             let (tx, rx) = watch::channel(None);
-            shared.stats.misses.fetch_add(1, Ordering::Relaxed);
+            shared.counters.misses.inc();
             (Entry::InFlight(rx), Lease { shared: shared.clone(), key, tx: Some(tx) })
         };
         match shared.map.entry(key.clone()) {
             MapEntry::Occupied(mut occupied) => match occupied.get() {
                 Entry::Done { body, expires, .. } if *expires > now => {
-                    shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.hits.inc();
                     Lookup::Hit(body.clone())
                 }
                 Entry::Done { body, .. } => {
@@ -160,7 +148,7 @@ impl IdempotencyCache {
                     Lookup::Lead(lease)
                 }
                 Entry::InFlight(rx) => {
-                    shared.stats.waits.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.waits.inc();
                     Lookup::Wait(Waiter { rx: rx.clone() })
                 }
             },
@@ -210,8 +198,8 @@ impl IdempotencyCache {
     }
 
     /// Hit, miss, wait and eviction counters.
-    pub fn stats(&self) -> &Stats {
-        &self.shared.stats
+    pub fn counters(&self) -> &CacheCounters {
+        &self.shared.counters
     }
 }
 
@@ -250,7 +238,7 @@ impl Shared {
             if let Some((key, Entry::Done { body, .. })) = removed {
                 self.forget(&key, &body);
                 if !expired {
-                    self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+                    self.counters.evictions.inc();
                 }
             }
         }

@@ -33,6 +33,14 @@ where
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (scenario_name, handler_name) = match segments.as_slice() {
         ["healthz"] => return Ok(plain(StatusCode::OK, "ok\n")),
+        ["readyz"] if app.is_draining() => return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n")),
+        ["readyz"] => return Ok(plain(StatusCode::OK, "ready\n")),
+        ["metrics"] => {
+            let mut response = plain(StatusCode::OK, app.dispatcher.metrics().render());
+            let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+            response.headers_mut().insert(header::CONTENT_TYPE, content_type);
+            return Ok(response);
+        }
         [handler] => (None, *handler),
         [scenario, handler] => (Some(*scenario), *handler),
         _ => return Ok(not_found(&app, path)),

@@ -43,6 +43,24 @@ impl TestApp {
         (status, response.bytes().await.expect("body"))
     }
 
+    /// Asks the server to stop without waiting for it.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits for the server to finish (after [`TestApp::begin_shutdown`]).
+    pub async fn join(mut self) -> std::io::Result<()> {
+        self.server.take().expect("server task").await.expect("server task does not panic")
+    }
+
+    /// GETs `path` and returns status and text.
+    pub async fn get(&self, path: &str) -> (reqwest::StatusCode, String) {
+        let response = self.http.get(self.url(path)).send().await.expect("request reaches the server");
+        (response.status(), response.text().await.expect("text body"))
+    }
+
     /// Asks the server to stop and waits for it to drain and exit.
     pub async fn stop(mut self) -> std::io::Result<()> {
         if let Some(tx) = self.shutdown.take() {

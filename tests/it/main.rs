@@ -8,3 +8,5 @@ mod budget;
 mod dialogs;
 mod fixtures;
 mod idempotency;
+mod lifecycle;
+mod metrics;

@@ -25,8 +25,8 @@ fn first_call_leads_and_repeats_replay_its_bytes() {
             other => panic!("expected a hit, got {other:?}"),
         }
     }
-    assert_eq!(cache.stats().hits.load(Ordering::Relaxed), 3);
-    assert_eq!(cache.stats().misses.load(Ordering::Relaxed), 1);
+    assert_eq!(cache.counters().hits.get(), 3);
+    assert_eq!(cache.counters().misses.get(), 1);
     assert_eq!(cache.entries(), 1);
 }
 
@@ -53,7 +53,7 @@ async fn concurrent_repeats_wait_for_the_first() {
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap().as_deref(), Some(&b"one"[..]));
     }
-    assert_eq!(cache.stats().waits.load(Ordering::Relaxed), 10);
+    assert_eq!(cache.counters().waits.get(), 10);
 }
 
 #[tokio::test]
@@ -78,7 +78,7 @@ fn entry_bound_evicts_oldest_completed_only() {
     assert!(matches!(cache.begin(key("a")), Lookup::Lead(_)), "oldest evicted");
     assert!(matches!(cache.begin(key("c")), Lookup::Hit(_)));
     assert!(matches!(cache.begin(key("in-flight")), Lookup::Wait(_)), "in-flight never evicted");
-    assert_eq!(cache.stats().evictions.load(Ordering::Relaxed), 1);
+    assert_eq!(cache.counters().evictions.get(), 1);
     drop(running);
 }
 
@@ -104,7 +104,7 @@ fn expired_answers_are_led_again_and_accounted() {
     assert_eq!(cache.bytes(), 0);
     let lease = lead(&cache, "a");
     lease.complete(Bytes::from_static(b"y"));
-    assert_eq!(cache.stats().evictions.load(Ordering::Relaxed), 0, "expiry is not eviction");
+    assert_eq!(cache.counters().evictions.get(), 0, "expiry is not eviction");
 }
 
 #[test]

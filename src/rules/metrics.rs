@@ -1,0 +1,187 @@
+//! Prometheus metrics of the server: every name in one place, labels bounded
+//! to scenario, handler, transport and outcome (never a RequestId or a path).
+//!
+//! Each [`Metrics`] owns its own registry, so several servers in one process
+//! (tests, benches) never mix their numbers; scenarios register their own
+//! collectors into [`Metrics::registry`].
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, PullingGauge, Registry, TextEncoder,
+};
+
+use super::{idempotency::IdempotencyCache, overload::Admission};
+
+/// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
+const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
+
+/// The server's metrics and the registry `/metrics` renders.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    budget_overruns: IntCounterVec,
+}
+
+/// Counters of the idempotency cache, shared with the cache that bumps them.
+#[derive(Debug, Clone)]
+pub struct CacheCounters {
+    /// Repeats answered from a completed entry.
+    pub hits: IntCounter,
+    /// First calls.
+    pub misses: IntCounter,
+    /// Repeats that waited for an in-flight first call.
+    pub waits: IntCounter,
+    /// Answers dropped to stay within bounds (expiry is not eviction).
+    pub evictions: IntCounter,
+}
+
+impl Default for CacheCounters {
+    fn default() -> CacheCounters {
+        let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric name");
+        CacheCounters {
+            hits: counter("megamind_idempotency_hits_total", "Repeats answered with the first call's answer."),
+            misses: counter("megamind_idempotency_misses_total", "First calls for a (scenario, handler, RequestId)."),
+            waits: counter("megamind_idempotency_waits_total", "Repeats that waited for the first call in flight."),
+            evictions: counter(
+                "megamind_idempotency_evictions_total",
+                "Answers evicted to stay within the cache bounds.",
+            ),
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Fresh metrics in a fresh registry.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("megamind_requests_total", "Scenario handler calls by outcome (ok, replay, or the Error type)."),
+            &["scenario", "handler", "transport", "outcome"],
+        )
+        .expect("valid metric");
+        let latency = HistogramVec::new(
+            HistogramOpts::new("megamind_request_duration_seconds", "Time from arrival to answer of handler calls.")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            &["scenario", "handler", "transport"],
+        )
+        .expect("valid metric");
+        let budget_overruns = IntCounterVec::new(
+            Opts::new(
+                "megamind_budget_overruns_total",
+                "Calls answered `timeout` because the scenario overran its budget.",
+            ),
+            &["scenario", "handler"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(latency.clone()),
+            Box::new(budget_overruns.clone()),
+        ] {
+            registry.register(collector).expect("metric names are unique");
+        }
+        Metrics { registry, requests, latency, budget_overruns }
+    }
+
+    /// The registry: scenarios add their own collectors here.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Records one answered call.
+    pub fn observe(&self, scenario: &str, handler: &str, transport: &str, outcome: &str, latency: Duration) {
+        self.requests.with_label_values(&[scenario, handler, transport, outcome]).inc();
+        self.latency.with_label_values(&[scenario, handler, transport]).observe(latency.as_secs_f64());
+        if outcome == "timeout" {
+            self.budget_overruns.with_label_values(&[scenario, handler]).inc();
+        }
+    }
+
+    /// Exposes the cache's counters and its size.
+    pub fn watch_cache(&self, cache: &IdempotencyCache) {
+        let counters = cache.counters();
+        for counter in [&counters.hits, &counters.misses, &counters.waits, &counters.evictions] {
+            self.register(Box::new(counter.clone()));
+        }
+        let pulled: [(&str, &str, Box<dyn Fn(&IdempotencyCache) -> usize + Send + Sync>); 3] = [
+            (
+                "megamind_idempotency_entries",
+                "Answers held by the idempotency cache.",
+                Box::new(IdempotencyCache::entries),
+            ),
+            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", Box::new(IdempotencyCache::bytes)),
+            (
+                "megamind_idempotency_in_flight",
+                "First calls running whose repeats would wait.",
+                Box::new(IdempotencyCache::in_flight),
+            ),
+        ];
+        for (name, help, read) in pulled {
+            let cache = cache.clone();
+            let gauge = PullingGauge::new(name, help, Box::new(move || read(&cache) as f64)).expect("valid metric");
+            self.register(Box::new(gauge));
+        }
+    }
+
+    /// Exposes the number of calls in flight.
+    pub fn watch_admission(&self, admission: &Admission) {
+        let admission = admission.clone();
+        let gauge = PullingGauge::new(
+            "megamind_requests_in_flight",
+            "Handler calls being answered now.",
+            Box::new(move || admission.in_flight() as f64),
+        )
+        .expect("valid metric");
+        self.register(Box::new(gauge));
+    }
+
+    fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        if let Err(error) = self.registry.register(collector) {
+            tracing::warn!(%error, "metric not registered");
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::with_capacity(8 * 1024);
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(%error, "cannot render metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_render_with_bounded_labels() {
+        let metrics = Metrics::new();
+        metrics.observe("demo", "run", "http", "ok", Duration::from_micros(700));
+        metrics.observe("demo", "commit", "grpc", "timeout", Duration::from_millis(300));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"megamind_requests_total{handler="run",outcome="ok",scenario="demo",transport="http"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="commit",scenario="demo"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.001"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.0005"} 0"#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! Health, readiness, graceful drain, and the real binary's SIGTERM.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use megamind_scenario::{
+    codec::Format,
+    config::Config,
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioCommitResponse, t_scenario_commit_response},
+    scenario::Registry,
+};
+use tokio::sync::Semaphore;
+
+use crate::{
+    helpers::{decode_answer, fixture_body, spawn_app, spawn_demo},
+    scenarios::Counting,
+};
+
+#[tokio::test]
+async fn healthz_and_readyz_answer() {
+    let (app, _) = spawn_demo().await;
+    assert_eq!(app.get("/healthz").await, (reqwest::StatusCode::OK, "ok\n".to_owned()));
+    assert_eq!(app.get("/readyz").await, (reqwest::StatusCode::OK, "ready\n".to_owned()));
+}
+
+#[tokio::test]
+async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_refused() {
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let mut registry = Registry::new();
+    registry.register("counting", counting.clone()).unwrap();
+    let config = Config { drain_timeout_ms: 5_000, ..Config::default() };
+    let mut config = config;
+    config.budget.commit_ms = 5_000;
+    let mut app = spawn_app(config, registry).await;
+    let (addr, http) = (app.addr, app.http.clone());
+
+    let entered = counting.entered.notified();
+    let in_flight = tokio::spawn(async move {
+        let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+        let response = http
+            .post(format!("http://{addr}/counting/commit"))
+            .header("content-type", "application/protobuf")
+            .body(body)
+            .send()
+            .await
+            .expect("the in-flight request is answered");
+        (response.status(), response.bytes().await.expect("body"))
+    });
+    entered.await;
+    app.begin_shutdown();
+
+    // The accept loop stops soon after the signal; until then a connect may still succeed.
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(refused, "new connections are refused while draining");
+
+    gate.add_permits(1);
+    let (status, body) = in_flight.await.unwrap();
+    assert_eq!(status, 200);
+    let answer: TScenarioCommitResponse = decode_answer(&body, Format::Binary);
+    assert!(matches!(answer.response, Some(t_scenario_commit_response::Response::Success(_))));
+    app.join().await.expect("serve returns Ok after draining");
+}
+
+#[tokio::test]
+async fn readyz_turns_503_during_the_shutdown_delay() {
+    let mut registry = Registry::new();
+    registry.register("demo", Arc::new(megamind_scenario::scenarios::demo::Demo::new())).unwrap();
+    let config = Config { shutdown_delay_ms: 1_000, ..Config::default() };
+    let mut app = spawn_app(config, registry).await;
+    assert_eq!(app.get("/readyz").await.0, 200);
+    app.begin_shutdown();
+    let mut draining = false;
+    for _ in 0..100 {
+        if app.get("/readyz").await.0 == 503 {
+            draining = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(draining, "/readyz says 503 while the server still serves");
+    assert_eq!(app.get("/healthz").await.0, 200, "still alive and serving during the delay");
+    app.join().await.unwrap();
+}
+
+#[test]
+fn the_binary_exits_0_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
+    let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).expect("addr in the line");
+
+    let health = std::net::TcpStream::connect(addr);
+    assert!(health.is_ok(), "listening on {addr}");
+    drop(health);
+
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0), "exit code after SIGTERM");
+    assert!(lines.map_while(Result::ok).any(|l| l.contains("stopped")), "logs that it stopped");
+}
