@@ -112,17 +112,13 @@ impl Metrics {
         for counter in [&counters.hits, &counters.misses, &counters.waits, &counters.evictions] {
             self.register(Box::new(counter.clone()));
         }
-        let pulled: [(&str, &str, Box<dyn Fn(&IdempotencyCache) -> usize + Send + Sync>); 3] = [
-            (
-                "megamind_idempotency_entries",
-                "Answers held by the idempotency cache.",
-                Box::new(IdempotencyCache::entries),
-            ),
-            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", Box::new(IdempotencyCache::bytes)),
+        let pulled: [(&str, &str, fn(&IdempotencyCache) -> usize); 3] = [
+            ("megamind_idempotency_entries", "Answers held by the idempotency cache.", IdempotencyCache::entries),
+            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", IdempotencyCache::bytes),
             (
                 "megamind_idempotency_in_flight",
                 "First calls running whose repeats would wait.",
-                Box::new(IdempotencyCache::in_flight),
+                IdempotencyCache::in_flight,
             ),
         ];
         for (name, help, read) in pulled {
