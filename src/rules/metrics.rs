@@ -16,6 +16,9 @@ use super::{idempotency::IdempotencyCache, overload::Admission};
 /// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
 
+/// A gauge read from the cache at scrape time: name, help, reader.
+type PulledGauge = (&'static str, &'static str, fn(&IdempotencyCache) -> usize);
+
 /// The server's metrics and the registry `/metrics` renders.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -112,7 +115,7 @@ impl Metrics {
         for counter in [&counters.hits, &counters.misses, &counters.waits, &counters.evictions] {
             self.register(Box::new(counter.clone()));
         }
-        let pulled: [(&str, &str, fn(&IdempotencyCache) -> usize); 3] = [
+        let pulled: [PulledGauge; 3] = [
             ("megamind_idempotency_entries", "Answers held by the idempotency cache.", IdempotencyCache::entries),
             ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", IdempotencyCache::bytes),
             (
