@@ -33,7 +33,7 @@ use crate::{
         metrics::Metrics,
         overload::{Admission, Permit},
     },
-    scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
+    scenario::{Answer, CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
 };
 
 /// Which transport a call came by, for logs and metrics.
@@ -225,6 +225,10 @@ impl Dispatcher {
                 let ctx =
                     CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
                 let mut work = Box::pin(run_scenario(scenario.clone(), handler, request, ctx, lease));
+                // Most scenarios answer on the first poll: no timer for them.
+                if let Some((body, outcome)) = (&mut work).now_or_never() {
+                    return (Reply::Answer(body), outcome);
+                }
                 tokio::select! {
                     biased;
                     (body, outcome) = &mut work => (Reply::Answer(body), outcome),
@@ -312,35 +316,46 @@ async fn call_handler(
     request: Request,
     ctx: CallContext,
 ) -> Result<Bytes, ScenarioError> {
-    let version = |v: &mut String| {
-        if v.is_empty() {
-            scenario.version().clone_into(v);
-        }
-    };
     let body = match (handler, request) {
-        (Handler::Run, Request::Run(request)) => {
-            let mut response = scenario.run(request, ctx).await?;
-            version(&mut response.version);
-            response.encode_to_vec()
-        }
-        (Handler::Continue, Request::Apply(request)) => {
-            let mut response = scenario.r#continue(request, ctx).await?;
-            version(&mut response.version);
-            response.encode_to_vec()
-        }
-        (Handler::Commit, Request::Apply(request)) => {
-            let mut response = scenario.commit(request, ctx).await?;
-            version(&mut response.version);
-            response.encode_to_vec()
-        }
-        (Handler::Apply, Request::Apply(request)) => {
-            let mut response = scenario.apply(request, ctx).await?;
-            version(&mut response.version);
-            response.encode_to_vec()
-        }
+        (Handler::Run, Request::Run(request)) => encode(scenario, scenario.run(request, ctx).await?),
+        (Handler::Continue, Request::Apply(request)) => encode(scenario, scenario.r#continue(request, ctx).await?),
+        (Handler::Commit, Request::Apply(request)) => encode(scenario, scenario.commit(request, ctx).await?),
+        (Handler::Apply, Request::Apply(request)) => encode(scenario, scenario.apply(request, ctx).await?),
         (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
     };
     Ok(body.into())
+}
+
+/// A response message with a `Version` field.
+trait Versioned: Message + Clone {
+    fn version(&self) -> &str;
+    fn version_mut(&mut self) -> &mut String;
+}
+
+macro_rules! versioned {
+    ($($response:ty),*) => {$(
+        impl Versioned for $response {
+            fn version(&self) -> &str {
+                &self.version
+            }
+            fn version_mut(&mut self) -> &mut String {
+                &mut self.version
+            }
+        }
+    )*};
+}
+
+versioned!(TScenarioRunResponse, TScenarioContinueResponse, TScenarioCommitResponse, TScenarioApplyResponse);
+
+/// Encodes an answer, writing the scenario's version into an empty `Version`
+/// (which copies a shared answer only in that case).
+fn encode<T: Versioned>(scenario: &dyn Scenario, answer: Answer<T>) -> Vec<u8> {
+    if !answer.version().is_empty() {
+        return answer.encode_to_vec();
+    }
+    let mut message = answer.into_owned();
+    scenario.version().clone_into(message.version_mut());
+    message.encode_to_vec()
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> &str {

@@ -6,7 +6,7 @@
 
 pub mod registry;
 
-use std::{fmt, time::Instant};
+use std::{fmt, sync::Arc, time::Instant};
 
 use async_trait::async_trait;
 
@@ -98,7 +98,51 @@ impl ScenarioError {
 }
 
 /// What a handler of a scenario returns.
-pub type ScenarioResult<T> = Result<T, ScenarioError>;
+pub type ScenarioResult<T> = Result<Answer<T>, ScenarioError>;
+
+/// A handler's answer: a message built for this call, or a canned one shared
+/// between calls so that answering it copies nothing. `Ok(message.into())`
+/// makes either.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer<T> {
+    /// Built for this call.
+    Owned(T),
+    /// Shared between calls.
+    Shared(Arc<T>),
+}
+
+impl<T> From<T> for Answer<T> {
+    fn from(message: T) -> Answer<T> {
+        Answer::Owned(message)
+    }
+}
+
+impl<T> From<Arc<T>> for Answer<T> {
+    fn from(message: Arc<T>) -> Answer<T> {
+        Answer::Shared(message)
+    }
+}
+
+impl<T: Clone> Answer<T> {
+    /// The message, copied only if it is shared.
+    pub fn into_owned(self) -> T {
+        match self {
+            Answer::Owned(message) => message,
+            Answer::Shared(message) => Arc::unwrap_or_clone(message),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Answer<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match self {
+            Answer::Owned(message) => message,
+            Answer::Shared(message) => message,
+        }
+    }
+}
 
 /// A scenario: `run` is required, the other handlers answer `unsupported`
 /// unless the scenario overrides them.

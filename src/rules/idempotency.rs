@@ -15,7 +15,7 @@
 use std::{
     collections::VecDeque,
     sync::{
-        Arc, Mutex, Weak,
+        Arc, Mutex, OnceLock, Weak,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -23,7 +23,7 @@ use std::{
 
 use bytes::Bytes;
 use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use super::metrics::CacheCounters;
 use crate::scenario::Handler;
@@ -99,7 +99,7 @@ struct Shared {
 
 #[derive(Debug)]
 enum Entry {
-    InFlight(watch::Receiver<Option<Bytes>>),
+    InFlight(Arc<Slot>),
     Done { body: Bytes, seq: u64, expires: Instant },
 }
 
@@ -131,9 +131,9 @@ impl IdempotencyCache {
         let now = Instant::now();
         let shared = &self.shared;
         let lease = |shared: &Arc<Shared>, key: Key| {
-            let (tx, rx) = watch::channel(None);
+            let slot = Arc::new(Slot::default());
             shared.counters.misses.inc();
-            (Entry::InFlight(rx), Lease { shared: shared.clone(), key, tx: Some(tx) })
+            (Entry::InFlight(slot.clone()), Lease { shared: shared.clone(), key, slot: Some(slot) })
         };
         match shared.map.entry(key.clone()) {
             MapEntry::Occupied(mut occupied) => match occupied.get() {
@@ -147,9 +147,9 @@ impl IdempotencyCache {
                     occupied.insert(entry);
                     Lookup::Lead(lease)
                 }
-                Entry::InFlight(rx) => {
+                Entry::InFlight(slot) => {
                     shared.counters.waits.inc();
-                    Lookup::Wait(Waiter { rx: rx.clone() })
+                    Lookup::Wait(Waiter { slot: slot.clone() })
                 }
             },
             MapEntry::Vacant(vacant) => {
@@ -245,6 +245,21 @@ impl Shared {
     }
 }
 
+/// Where the first call's outcome is published to its waiters.
+#[derive(Debug, Default)]
+struct Slot {
+    /// `Some(answer)`, or `None` when the first call ended without one.
+    outcome: OnceLock<Option<Bytes>>,
+    ready: Notify,
+}
+
+impl Slot {
+    fn publish(&self, outcome: Option<Bytes>) {
+        let _ = self.outcome.set(outcome);
+        self.ready.notify_waiters();
+    }
+}
+
 /// The right and duty to produce the first answer for a key.
 ///
 /// Dropped without [`Lease::complete`], it removes its entry and wakes the
@@ -253,24 +268,30 @@ impl Shared {
 pub struct Lease {
     shared: Arc<Shared>,
     key: Key,
-    tx: Option<watch::Sender<Option<Bytes>>>,
+    /// `Some` until the lease is completed or abandoned.
+    slot: Option<Arc<Slot>>,
 }
 
 impl Lease {
     /// Stores the answer and hands it to every waiter.
     pub fn complete(mut self, body: Bytes) {
-        let key = self.key.clone();
+        let key = Key {
+            scenario: self.key.scenario.clone(),
+            handler: self.key.handler,
+            request_id: std::mem::take(&mut self.key.request_id),
+        };
         self.shared.complete(key, body.clone());
-        if let Some(tx) = self.tx.take() {
-            tx.send_replace(Some(body));
+        if let Some(slot) = self.slot.take() {
+            slot.publish(Some(body));
         }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.tx.is_some() {
+        if let Some(slot) = self.slot.take() {
             self.shared.map.remove_if(&self.key, |_, entry| matches!(entry, Entry::InFlight(_)));
+            slot.publish(None);
         }
     }
 }
@@ -278,15 +299,21 @@ impl Drop for Lease {
 /// A repeat waiting for the first call's answer.
 #[derive(Debug)]
 pub struct Waiter {
-    rx: watch::Receiver<Option<Bytes>>,
+    slot: Arc<Slot>,
 }
 
 impl Waiter {
     /// The first call's answer, or `None` if it ended without one.
-    pub async fn wait(mut self) -> Option<Bytes> {
-        match self.rx.wait_for(Option::is_some).await {
-            Ok(body) => body.clone(),
-            Err(_) => None,
+    pub async fn wait(self) -> Option<Bytes> {
+        loop {
+            // Registered before the check, so a publish in between is not missed.
+            let notified = self.slot.ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(outcome) = self.slot.outcome.get() {
+                return outcome.clone();
+            }
+            notified.await;
         }
     }
 }

@@ -1,13 +1,17 @@
 //! The request log: one summary line per call at `info`, and at `debug` the
 //! request and the answer in text format with personal data redacted.
 //!
-//! Lines go through a non-blocking writer so that a slow terminal or pipe
-//! never stalls a handler; debug rendering runs only when debug is enabled.
+//! Lines go through a batching writer ([`batch`]) so that neither a slow
+//! terminal nor per-line wake-ups stall a handler; debug rendering runs only
+//! when debug is enabled.
+
+pub mod batch;
 
 use std::{io::Write, time::Duration};
 
-use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::{EnvFilter, fmt};
+
+pub use batch::FlushGuard;
 
 /// Target of the per-request summary lines, for filtering.
 pub const ACCESS_TARGET: &str = "megamind_scenario::access";
@@ -15,12 +19,9 @@ pub const ACCESS_TARGET: &str = "megamind_scenario::access";
 /// Installs the global subscriber writing to `writer` with `filter`
 /// (`info`, `debug`, or a full `RUST_LOG`-style directive). Keep the guard
 /// alive: dropping it flushes and stops the writer.
-pub fn init<W: Write + Send + 'static>(filter: &str, writer: W) -> Result<WorkerGuard, String> {
+pub fn init<W: Write + Send + 'static>(filter: &str, writer: W) -> Result<FlushGuard, String> {
     let filter = EnvFilter::try_new(filter).map_err(|e| format!("invalid log level {filter:?}: {e}"))?;
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(64 * 1024)
-        .finish(writer);
+    let (writer, guard) = batch::BatchWriter::new(writer);
     fmt()
         .with_env_filter(filter)
         .with_writer(writer)

@@ -88,7 +88,7 @@ mod tests {
     #[async_trait::async_trait]
     impl Scenario for Nop {
         async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
-            Ok(TScenarioRunResponse::default())
+            Ok(TScenarioRunResponse::default().into())
         }
     }
 

@@ -11,7 +11,10 @@
 //!
 //! Anything else is declined with `IsIrrelevant` and a spoken reason.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use async_trait::async_trait;
 use prost_reflect::{DynamicMessage, ReflectMessage};
@@ -22,7 +25,7 @@ use crate::{
         TScenarioContinueResponse, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse,
         t_card, t_input, t_scenario_run_response,
     },
-    scenario::{CallContext, Scenario, ScenarioError, ScenarioResult},
+    scenario::{Answer, CallContext, Scenario, ScenarioError, ScenarioResult},
 };
 
 const MUSIC_PLAY: &str = "personal_assistant.scenarios.music_play";
@@ -34,20 +37,20 @@ const VIDEO_ARGUMENTS: &str = "type.googleapis.com/google.protobuf.StringValue";
 /// The canned answers, parsed once from the text format beside this file.
 #[derive(Debug)]
 struct Answers {
-    poi: TScenarioRunResponse,
-    poi_phone: TScenarioRunResponse,
-    music_run: TScenarioRunResponse,
-    music_continue: TScenarioContinueResponse,
-    video_commit_run: TScenarioRunResponse,
-    video_commit: TScenarioCommitResponse,
-    video_apply_run: TScenarioRunResponse,
-    video_apply: TScenarioApplyResponse,
+    poi: Arc<TScenarioRunResponse>,
+    poi_phone: Arc<TScenarioRunResponse>,
+    music_run: Arc<TScenarioRunResponse>,
+    music_continue: Arc<TScenarioContinueResponse>,
+    video_commit_run: Arc<TScenarioRunResponse>,
+    video_commit: Arc<TScenarioCommitResponse>,
+    video_apply_run: Arc<TScenarioRunResponse>,
+    video_apply: Arc<TScenarioApplyResponse>,
 }
 
-fn parse<T: ReflectMessage + Default>(name: &str, text: &str) -> T {
-    DynamicMessage::parse_text_format(T::default().descriptor(), text)
-        .and_then(|m| m.transcode_to::<T>().map_err(|e| panic!("{name}: {e}")))
-        .unwrap_or_else(|e| panic!("embedded answer {name} is not valid text format: {e}"))
+fn parse<T: ReflectMessage + Default>(name: &str, text: &str) -> Arc<T> {
+    let message = DynamicMessage::parse_text_format(T::default().descriptor(), text)
+        .unwrap_or_else(|e| panic!("embedded answer {name} is not valid text format: {e}"));
+    Arc::new(message.transcode_to::<T>().unwrap_or_else(|e| panic!("embedded answer {name}: {e}")))
 }
 
 macro_rules! answer {
@@ -99,7 +102,7 @@ impl Demo {
     }
 }
 
-fn expect_arguments(request: &TScenarioApplyRequest, type_url: &str) -> ScenarioResult<()> {
+fn expect_arguments(request: &TScenarioApplyRequest, type_url: &str) -> Result<(), ScenarioError> {
     match &request.arguments {
         Some(any) if any.type_url == type_url => Ok(()),
         Some(any) => Err(ScenarioError::BadRequest(format!("expected Arguments of {type_url}, got {}", any.type_url))),
@@ -107,7 +110,7 @@ fn expect_arguments(request: &TScenarioApplyRequest, type_url: &str) -> Scenario
     }
 }
 
-fn irrelevant(reason: &str) -> TScenarioRunResponse {
+fn irrelevant(reason: &str) -> Answer<TScenarioRunResponse> {
     TScenarioRunResponse {
         features: Some(TScenarioFeatures { is_irrelevant: true, ..Default::default() }),
         response: Some(t_scenario_run_response::Response::ResponseBody(TScenarioResponseBody {
@@ -120,6 +123,7 @@ fn irrelevant(reason: &str) -> TScenarioRunResponse {
         })),
         ..Default::default()
     }
+    .into()
 }
 
 #[async_trait]
@@ -128,17 +132,17 @@ impl Scenario for Demo {
         let input = request.input.unwrap_or_default();
         let has_frame = |name: &str| input.semantic_frames.iter().any(|f| f.name == name);
         if has_frame(MUSIC_PLAY) {
-            return Ok(self.answers.music_run.clone());
+            return Ok(self.answers.music_run.clone().into());
         }
         if has_frame(PAYMENT_CONFIRMED) {
-            return Ok(self.answers.video_apply_run.clone());
+            return Ok(self.answers.video_apply_run.clone().into());
         }
         if has_frame(OPEN_CURRENT_VIDEO) {
-            return Ok(self.answers.video_commit_run.clone());
+            return Ok(self.answers.video_commit_run.clone().into());
         }
         Ok(match input.event {
             Some(t_input::Event::Text(text)) if text.utterance.trim().to_lowercase() == "кафе пушкин" => {
-                self.answers.poi.clone()
+                self.answers.poi.clone().into()
             }
             Some(t_input::Event::Callback(callback)) if callback.name == "request_url" => {
                 let url = callback.payload.as_ref().and_then(|p| p.fields.get("url"));
@@ -146,7 +150,7 @@ impl Scenario for Demo {
                     |v| matches!(&v.kind, Some(prost_types::value::Kind::StringValue(s)) if s.contains("action=phone")),
                 );
                 if phone {
-                    self.answers.poi_phone.clone()
+                    self.answers.poi_phone.clone().into()
                 } else {
                     irrelevant("В демо я знаю только телефон этого кафе.")
                 }
@@ -161,7 +165,7 @@ impl Scenario for Demo {
         _ctx: CallContext,
     ) -> ScenarioResult<TScenarioContinueResponse> {
         expect_arguments(&request, MUSIC_ARGUMENTS)?;
-        Ok(self.answers.music_continue.clone())
+        Ok(self.answers.music_continue.clone().into())
     }
 
     async fn commit(
@@ -171,13 +175,13 @@ impl Scenario for Demo {
     ) -> ScenarioResult<TScenarioCommitResponse> {
         expect_arguments(&request, VIDEO_ARGUMENTS)?;
         self.send_payment_push(&ctx);
-        Ok(self.answers.video_commit.clone())
+        Ok(self.answers.video_commit.clone().into())
     }
 
     async fn apply(&self, request: TScenarioApplyRequest, ctx: CallContext) -> ScenarioResult<TScenarioApplyResponse> {
         expect_arguments(&request, VIDEO_ARGUMENTS)?;
         self.send_payment_push(&ctx);
-        Ok(self.answers.video_apply.clone())
+        Ok(self.answers.video_apply.clone().into())
     }
 }
 
@@ -199,7 +203,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_requests_are_declined_with_a_reason() {
         let ctx = CallContext { request_id: "r".into(), deadline: std::time::Instant::now(), user_ticket: None };
-        let answer = Demo::new().run(TScenarioRunRequest::default(), ctx).await.unwrap();
+        let answer = Demo::new().run(TScenarioRunRequest::default(), ctx).await.unwrap().into_owned();
         assert!(answer.features.unwrap().is_irrelevant);
         let Some(t_scenario_run_response::Response::ResponseBody(body)) = answer.response else { panic!("no body") };
         assert!(!body.layout.unwrap().output_speech.is_empty());

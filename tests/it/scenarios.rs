@@ -49,7 +49,7 @@ impl Scenario for Counting {
     async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         self.pass_gate().await;
-        Ok(TScenarioRunResponse { version: "counting".into(), ..Default::default() })
+        Ok(TScenarioRunResponse { version: "counting".into(), ..Default::default() }.into())
     }
 
     async fn commit(&self, _: TScenarioApplyRequest, _: CallContext) -> ScenarioResult<TScenarioCommitResponse> {
@@ -58,7 +58,8 @@ impl Scenario for Counting {
         Ok(TScenarioCommitResponse {
             response: Some(t_scenario_commit_response::Response::Success(TCommitSuccess {})),
             version: "counting".into(),
-        })
+        }
+        .into())
     }
 }
 
@@ -79,7 +80,7 @@ impl Sleepy {
 impl Scenario for Sleepy {
     async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
         tokio::time::sleep(self.delay).await;
-        Ok(TScenarioRunResponse::default())
+        Ok(TScenarioRunResponse::default().into())
     }
 
     async fn commit(&self, _: TScenarioApplyRequest, _: CallContext) -> ScenarioResult<TScenarioCommitResponse> {
@@ -89,7 +90,8 @@ impl Scenario for Sleepy {
         Ok(TScenarioCommitResponse {
             response: Some(t_scenario_commit_response::Response::Success(TCommitSuccess {})),
             version: "sleepy".into(),
-        })
+        }
+        .into())
     }
 }
 

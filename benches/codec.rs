@@ -1,0 +1,87 @@
+//! Codec and idempotency-cache hot paths: binary decode/encode, our text
+//! printer, proto3 JSON, the redacted debug text, cache hits and misses.
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use megamind_scenario::{
+    codec::{self, Format, redact, text},
+    proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
+    rules::idempotency::{IdempotencyCache, Key, Limits, Lookup},
+    scenario::Handler,
+};
+use prost::Message;
+use prost_reflect::ReflectMessage;
+
+#[path = "support/bodies.rs"]
+mod bodies;
+
+fn codecs(c: &mut Criterion) {
+    let request_bin = bodies::fixture_body("poi_run_request", "TScenarioRunRequest", Format::Binary);
+    let request_text = bodies::fixture_text("poi_run_request");
+    let request_json = bodies::fixture_body("poi_run_request", "TScenarioRunRequest", Format::Json);
+    let request = TScenarioRunRequest::decode(&request_bin[..]).unwrap();
+    let response_bin = bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary);
+    let response = TScenarioRunResponse::decode(&response_bin[..]).unwrap();
+    let response_dynamic = response.transcode_to_dynamic();
+    let response_desc = response.descriptor();
+
+    let mut group = c.benchmark_group("codec");
+    group.bench_function("decode_binary_run_request", |b| {
+        b.iter(|| TScenarioRunRequest::decode(black_box(&request_bin[..])).unwrap())
+    });
+    group.bench_function("encode_binary_run_response", |b| b.iter(|| black_box(&response).encode_to_vec()));
+    group.bench_function("clone_run_response", |b| b.iter(|| black_box(&response).clone()));
+    group.bench_function("parse_text_run_request", |b| {
+        b.iter(|| codec::decode::<TScenarioRunRequest>(black_box(request_text.as_bytes()), Format::Text).unwrap())
+    });
+    group.bench_function("parse_json_run_request", |b| {
+        b.iter(|| codec::decode::<TScenarioRunRequest>(black_box(&request_json), Format::Json).unwrap())
+    });
+    group.bench_function("print_text_run_response", |b| b.iter(|| text::print(black_box(&response_dynamic))));
+    group.bench_function("render_json_run_response", |b| {
+        b.iter(|| codec::encode_dynamic(black_box(&response_dynamic), Format::Json).unwrap())
+    });
+    group.bench_function("transcode_binary_to_text_run_response", |b| {
+        let binary = Bytes::from(response_bin.clone());
+        b.iter(|| codec::transcode(response_desc.clone(), black_box(&binary), Format::Text).unwrap())
+    });
+    group.bench_function("redacted_text_run_request", |b| b.iter(|| redact::redacted_text(black_box(&request))));
+    group.finish();
+}
+
+fn cache(c: &mut Criterion) {
+    let answer = Bytes::from(bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary));
+    let scenario: std::sync::Arc<str> = "demo".into();
+    let mut group = c.benchmark_group("idempotency");
+
+    let cache = IdempotencyCache::new(Limits::default());
+    match cache.begin(Key::new(scenario.clone(), Handler::Run, "hit")) {
+        Lookup::Lead(lease) => lease.complete(answer.clone()),
+        _ => unreachable!("a fresh cache leads"),
+    }
+    group.bench_function("hit", |b| {
+        b.iter(|| match cache.begin(Key::new(scenario.clone(), Handler::Run, black_box("hit"))) {
+            Lookup::Hit(body) => body,
+            _ => unreachable!("completed above"),
+        })
+    });
+
+    // Misses at the steady state of a full cache: every completion evicts the oldest.
+    let bounded = IdempotencyCache::new(Limits { max_entries: 10_000, ..Limits::default() });
+    let mut n = 0u64;
+    group.bench_function("miss_and_complete", |b| {
+        b.iter(|| {
+            n += 1;
+            let id = format!("{n:036}");
+            if let Lookup::Lead(lease) = bounded.begin(Key::new(scenario.clone(), Handler::Run, &id)) {
+                lease.complete(answer.clone());
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, codecs, cache);
+criterion_main!(benches);
