@@ -10,7 +10,9 @@
 //! (default 5), `LOAD_CONNS` (64), `LOAD_RATE` total req/s for an open-loop
 //! run measured from each request's scheduled start, without coordinated
 //! omission (default 0: closed loop), `LOAD_REQUESTS` to stop each run after
-//! that many requests instead (e.g. 1000000 for the RSS check).
+//! that many requests instead (e.g. 1000000 for the RSS check), `LOAD_ROUNDS`
+//! (default 3): baseline and ours alternate round by round and the median
+//! round of each is reported, so a noisy neighbour skews both alike.
 
 use std::{
     io::{BufRead, BufReader},
@@ -28,7 +30,6 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use megamind_scenario::codec::Format;
 
 #[path = "support/baseline.rs"]
 mod baseline;
@@ -47,6 +48,7 @@ struct Settings {
     conns: usize,
     rate: u64,
     requests: u64,
+    rounds: usize,
 }
 
 /// What one run measured.
@@ -212,6 +214,13 @@ fn replayed_ids(
     }
 }
 
+/// The round with the median throughput.
+fn median(mut rounds: Vec<Outcome>) -> Outcome {
+    rounds.sort_by(|a, b| a.rps().total_cmp(&b.rps()));
+    let middle = rounds.len() / 2;
+    rounds.swap_remove(middle)
+}
+
 fn print(outcomes: &[(Outcome, Option<f64>)]) {
     println!(
         "\n{:<34} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
@@ -249,41 +258,31 @@ fn main() {
         conns: env_or("LOAD_CONNS", 64),
         rate: env_or("LOAD_RATE", 0),
         requests: env_or("LOAD_REQUESTS", 0),
+        rounds: env_or("LOAD_ROUNDS", 3).max(1),
     };
     let mode = if settings.rate > 0 { format!("open loop at {} req/s", settings.rate) } else { "closed loop".into() };
-    println!("load: {} connections, {mode}, {} s per run", settings.conns, settings.secs);
+    println!(
+        "load: {} connections, {mode}, {} s per run, median of {} alternating rounds",
+        settings.conns, settings.secs, settings.rounds
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let base = baseline_http();
         let server = ours();
-        let warm = Settings { secs: 1, requests: 0, rate: 0, ..settings };
+        let warm = Settings { secs: 1, requests: 0, rate: 0, rounds: 1, ..settings };
         drive("warm-up", base.addr, "/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
 
-        let baseline = drive(
-            "baseline http /run (bare hyper)",
-            base.addr,
-            "/run",
-            &settings,
-            fresh_ids("poi_run_request", "TScenarioRunRequest"),
-        )
-        .await;
-        let run = drive(
-            "http /demo/run, fresh RequestIds",
-            server.addr,
-            "/demo/run",
-            &settings,
-            fresh_ids("poi_run_request", "TScenarioRunRequest"),
-        )
-        .await;
-        let replay = drive(
-            "http /demo/commit, replays",
-            server.addr,
-            "/demo/commit",
-            &settings,
-            replayed_ids("video_commit_request", "TScenarioApplyRequest", 100),
-        )
-        .await;
+        let mut rounds: [Vec<Outcome>; 3] = Default::default();
+        for _ in 0..settings.rounds {
+            let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+            rounds[0].push(drive("baseline http /run (bare hyper)", base.addr, "/run", &settings, run).await);
+            let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+            rounds[1].push(drive("http /demo/run, fresh RequestIds", server.addr, "/demo/run", &settings, run).await);
+            let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
+            rounds[2].push(drive("http /demo/commit, replays", server.addr, "/demo/commit", &settings, replay).await);
+        }
+        let [baseline, run, replay] = rounds.map(median);
         let base_rps = Some(baseline.rps());
         print(&[(baseline, None), (run, base_rps), (replay, base_rps)]);
         match server.peak_rss_mib() {
@@ -291,5 +290,4 @@ fn main() {
             None => println!("\nour server's peak RSS: unknown (no /proc)"),
         }
     });
-    let _ = Format::Binary;
 }

@@ -87,7 +87,8 @@ pub struct IdempotencyCache {
 
 #[derive(Debug)]
 struct Shared {
-    map: DashMap<Key, Entry>,
+    // foldhash: fast, and seeded per process, so RequestIds cannot be chosen to collide.
+    map: DashMap<Key, Entry, foldhash::fast::RandomState>,
     // A std mutex: held for a few pointer moves, never across an await.
     fifo: Mutex<VecDeque<Completed>>,
     completed: AtomicUsize,
@@ -115,7 +116,7 @@ impl IdempotencyCache {
     pub fn new(limits: Limits) -> IdempotencyCache {
         IdempotencyCache {
             shared: Arc::new(Shared {
-                map: DashMap::new(),
+                map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
                 fifo: Mutex::new(VecDeque::new()),
                 completed: AtomicUsize::new(0),
                 bytes: AtomicUsize::new(0),
@@ -128,7 +129,6 @@ impl IdempotencyCache {
 
     /// Finds the answer for `key`, or the call to wait for, or makes this call the first.
     pub fn begin(&self, key: Key) -> Lookup {
-        let now = Instant::now();
         let shared = &self.shared;
         let lease = |shared: &Arc<Shared>, key: Key| {
             let slot = Arc::new(Slot::default());
@@ -137,7 +137,7 @@ impl IdempotencyCache {
         };
         match shared.map.entry(key.clone()) {
             MapEntry::Occupied(mut occupied) => match occupied.get() {
-                Entry::Done { body, expires, .. } if *expires > now => {
+                Entry::Done { body, expires, .. } if *expires > Instant::now() => {
                     shared.counters.hits.inc();
                     Lookup::Hit(body.clone())
                 }
@@ -211,12 +211,13 @@ impl Shared {
 
     fn complete(&self, key: Key, body: Bytes) {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let expires = Instant::now() + self.limits.ttl;
+        let now = Instant::now();
+        let expires = now + self.limits.ttl;
         self.completed.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(key.cost(&body), Ordering::Relaxed);
         self.map.insert(key.clone(), Entry::Done { body, seq, expires });
         self.fifo.lock().unwrap_or_else(|p| p.into_inner()).push_back(Completed { key, seq, expires });
-        self.trim(Instant::now());
+        self.trim(now);
     }
 
     /// Pops the FIFO's front while it is expired or the cache is over a bound.

@@ -141,7 +141,8 @@ impl Scenario for Demo {
             return Ok(self.answers.video_commit_run.clone().into());
         }
         Ok(match input.event {
-            Some(t_input::Event::Text(text)) if text.utterance.trim().to_lowercase() == "кафе пушкин" => {
+            // `Utterance` is Megamind's normalized (lower-case) form of `RawUtterance`.
+            Some(t_input::Event::Text(text)) if text.utterance.trim() == "кафе пушкин" => {
                 self.answers.poi.clone().into()
             }
             Some(t_input::Event::Callback(callback)) if callback.name == "request_url" => {
