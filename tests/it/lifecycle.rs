@@ -117,3 +117,59 @@ fn the_binary_exits_0_on_sigterm() {
     assert_eq!(exit.code(), Some(0), "exit code after SIGTERM");
     assert!(lines.map_while(Result::ok).any(|l| l.contains("stopped")), "logs that it stopped");
 }
+
+#[test]
+fn bad_configuration_fails_at_start_with_every_problem_named() {
+    let dir = std::env::temp_dir().join(format!("megamind-bad-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[budget]\nrun_ms = 0\n[cache]\nttl_secs = 0\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .expect("the binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("budget.run_ms = 0") && stderr.contains("cache.ttl_secs"), "{stderr}");
+
+    std::fs::write(&path, "adrr = \"0.0.0.0:1\"\n").unwrap();
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_megamind-scenario")).args(["serve", "--config"]).arg(&path).output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("adrr"));
+
+    let output = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--default-scenario", "nope"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("\"nope\" is not registered"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn convert_turns_a_fixture_into_a_request_body_and_back() {
+    use std::io::Write;
+    let convert = |args: &[&str], input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+            .arg("convert")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let text = crate::helpers::fixture_text("poi_run_request");
+    let binary = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], text.as_bytes());
+    assert!(binary.status.success(), "{}", String::from_utf8_lossy(&binary.stderr));
+    let json = convert(&["--type", "TScenarioRunRequest", "--from", "binary", "--to", "json"], &binary.stdout);
+    let json = String::from_utf8(json.stdout).unwrap();
+    assert!(json.contains("\"RequestId\": \"95EB38D6-FA1C-4835-8B21-0023522AF013\""), "{json}");
+    let bad = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], b"BaseRequest {");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid text format"));
+}
