@@ -111,10 +111,76 @@ fn ours() -> Server {
     Server::start(command)
 }
 
-fn baseline_http() -> Server {
+fn baseline(role: &str) -> Server {
     let mut command = Command::new(std::env::current_exe().expect("own path"));
-    command.env(ROLE, "baseline-http");
+    command.env(ROLE, role);
     Server::start(command)
+}
+
+/// Drives gRPC `Run` of `addr` with `settings.conns` calls in flight over a
+/// few HTTP/2 connections (as ghz does), a fresh RequestId per call.
+async fn drive_grpc(name: &str, addr: SocketAddr, settings: &Settings) -> Outcome {
+    use megamind_scenario::proto::{
+        megamind_scenario::v1::scenario_client::ScenarioClient, n_alice::n_scenarios::TScenarioRunRequest,
+    };
+    let template: TScenarioRunRequest = megamind_scenario::codec::decode(
+        bodies::fixture_text("poi_run_request").as_bytes(),
+        megamind_scenario::codec::Format::Text,
+    )
+    .expect("fixture parses");
+    let channels: usize = env_or("LOAD_GRPC_CHANNELS", 4);
+    let mut clients = Vec::new();
+    for _ in 0..channels.max(1) {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .expect("connect");
+        clients.push(ScenarioClient::new(channel));
+    }
+    let deadline = Instant::now() + Duration::from_secs(settings.secs);
+    let sent = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..settings.conns {
+        let mut client = clients[worker % clients.len()].clone();
+        let mut request = template.clone();
+        let (sent, limit) = (sent.clone(), settings.requests);
+        tasks.push(tokio::spawn(async move {
+            let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+            let mut errors = 0u64;
+            let mut n = 0u64;
+            loop {
+                if (limit == 0 && Instant::now() >= deadline)
+                    || (limit > 0 && sent.fetch_add(1, Ordering::Relaxed) >= limit)
+                {
+                    break;
+                }
+                n += 1;
+                if let Some(base) = request.base_request.as_mut() {
+                    base.request_id = format!("{worker:08x}-0000-0000-0000-{n:012x}");
+                }
+                let begun = Instant::now();
+                let mut call = tonic::Request::new(request.clone());
+                call.metadata_mut().insert("x-scenario", "demo".parse().expect("ascii"));
+                match client.run(call).await {
+                    Ok(response) if response.get_ref().response.is_some() => {}
+                    _ => errors += 1,
+                }
+                latency.saturating_record(begun.elapsed().as_micros() as u64);
+            }
+            (latency, errors)
+        }));
+    }
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let mut errors = 0;
+    for task in tasks {
+        let (histogram, task_errors) = task.await.expect("worker");
+        latency.add(histogram).expect("same bounds");
+        errors += task_errors;
+    }
+    Outcome { name: name.to_owned(), requests: latency.len(), errors, elapsed: started.elapsed(), latency }
 }
 
 /// Drives `path` of `addr` with `conns` keep-alive connections; `body(worker, n)` makes each request body.
@@ -246,6 +312,7 @@ fn print(outcomes: &[(Outcome, Option<f64>)]) {
 fn main() {
     match std::env::var(ROLE).as_deref() {
         Ok("baseline-http") => return baseline::serve_http(),
+        Ok("baseline-grpc") => return baseline::serve_grpc(),
         Ok(other) => panic!("unknown {ROLE} {other:?}"),
         Err(_) => {}
     }
@@ -267,13 +334,16 @@ fn main() {
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let base = baseline_http();
+        let base = baseline("baseline-http");
+        let base_grpc = baseline("baseline-grpc");
         let server = ours();
         let warm = Settings { secs: 1, requests: 0, rate: 0, rounds: 1, ..settings };
         drive("warm-up", base.addr, "/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
 
-        let mut rounds: [Vec<Outcome>; 3] = Default::default();
+        drive_grpc("warm-up", base_grpc.addr, &warm).await;
+        drive_grpc("warm-up", server.addr, &warm).await;
+        let mut rounds: [Vec<Outcome>; 5] = Default::default();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
             rounds[0].push(drive("baseline http /run (bare hyper)", base.addr, "/run", &settings, run).await);
@@ -281,10 +351,13 @@ fn main() {
             rounds[1].push(drive("http /demo/run, fresh RequestIds", server.addr, "/demo/run", &settings, run).await);
             let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
             rounds[2].push(drive("http /demo/commit, replays", server.addr, "/demo/commit", &settings, replay).await);
+            rounds[3].push(drive_grpc("baseline grpc Run (bare tonic)", base_grpc.addr, &settings).await);
+            rounds[4].push(drive_grpc("grpc Run demo, fresh RequestIds", server.addr, &settings).await);
         }
-        let [baseline, run, replay] = rounds.map(median);
+        let [baseline, run, replay, baseline_grpc, run_grpc] = rounds.map(median);
+        let grpc_base = Some(baseline_grpc.rps());
         let base_rps = Some(baseline.rps());
-        print(&[(baseline, None), (run, base_rps), (replay, base_rps)]);
+        print(&[(baseline, None), (run, base_rps), (replay, base_rps), (baseline_grpc, None), (run_grpc, grpc_base)]);
         match server.peak_rss_mib() {
             Some(rss) => println!("\nour server's peak RSS: {rss:.1} MiB"),
             None => println!("\nour server's peak RSS: unknown (no /proc)"),

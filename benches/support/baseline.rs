@@ -45,3 +45,59 @@ pub fn serve_http() {
         }
     });
 }
+
+/// The bare gRPC baseline: tonic's own server, `Run` decodes and answers a
+/// fixed response; prints `addr=...` and serves until killed.
+pub fn serve_grpc() {
+    use megamind_scenario::proto::{
+        megamind_scenario::v1::scenario_server::{Scenario, ScenarioServer},
+        n_alice::n_scenarios::{
+            TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+        },
+    };
+    use tonic::{Request as GrpcRequest, Response as GrpcResponse, Status};
+
+    struct Bare(TScenarioRunResponse);
+
+    #[tonic::async_trait]
+    impl Scenario for Bare {
+        async fn run(&self, _: GrpcRequest<TScenarioRunRequest>) -> Result<GrpcResponse<TScenarioRunResponse>, Status> {
+            Ok(GrpcResponse::new(self.0.clone()))
+        }
+        async fn r#continue(
+            &self,
+            _: GrpcRequest<TScenarioApplyRequest>,
+        ) -> Result<GrpcResponse<TScenarioContinueResponse>, Status> {
+            Err(Status::unimplemented("baseline"))
+        }
+        async fn commit(
+            &self,
+            _: GrpcRequest<TScenarioApplyRequest>,
+        ) -> Result<GrpcResponse<TScenarioCommitResponse>, Status> {
+            Err(Status::unimplemented("baseline"))
+        }
+        async fn apply(
+            &self,
+            _: GrpcRequest<TScenarioApplyRequest>,
+        ) -> Result<GrpcResponse<TScenarioApplyResponse>, Status> {
+            Err(Status::unimplemented("baseline"))
+        }
+    }
+
+    let answer: TScenarioRunResponse = megamind_scenario::codec::decode(
+        &super::bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary),
+        Format::Binary,
+    )
+    .expect("fixture decodes");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        println!("baseline addr={}", listener.local_addr().expect("addr"));
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(ScenarioServer::new(Bare(answer)))
+            .serve_with_incoming(incoming)
+            .await
+            .expect("serve");
+    });
+}
