@@ -113,6 +113,13 @@ impl Assistant {
     /// the offline one without it; metrics registered into `registry`.
     pub fn from_config(config: &AssistantConfig, registry: &prometheus::Registry) -> Result<Assistant, AssistantError> {
         let metrics = Metrics::new(registry)?;
+        if config.is_offline() {
+            tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
+        } else if config.base_url.contains('@') {
+            tracing::info!(model = %config.model, "assistant: OpenAI-compatible backend (URL with credentials not logged)");
+        } else {
+            tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
+        }
         let backend: Arc<dyn ModelBackend> = if config.is_offline() {
             Arc::new(offline::Offline)
         } else {

@@ -358,3 +358,29 @@ async fn serve_hosts_the_offline_assistant_out_of_the_box() {
     let directive = &body.layout.as_ref().unwrap().directives[0].directive;
     assert!(matches!(directive, Some(t_directive::Directive::CloseAppDirective(d)) if d.app_name == "Calculator"));
 }
+
+#[tokio::test]
+async fn the_call_timeout_ends_a_hanging_call_and_the_user_hears_why() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let h = spawn(&mock, |c| c.call_timeout_ms = 200).await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), apology(), "the call ended before /continue gave up, so no fallback");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
+    assert!(text.contains("assistant_model_calls_in_flight 0"), "{text}");
+}
+
+#[tokio::test]
+async fn the_first_token_timeout_ends_a_silent_stream() {
+    let Reply::Sse { mut chunks } = Reply::stream(&["поздно"], Duration::ZERO) else { unreachable!() };
+    chunks[0].0 = Duration::from_secs(5);
+    let mock = MockLlm::start(Reply::Sse { chunks }).await;
+    let h = spawn(&mock, |c| {
+        c.stream = true;
+        c.first_token_timeout_ms = 100;
+    })
+    .await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), apology());
+    assert_eq!(mock.calls(), 1, "a timeout is not retried");
+}
