@@ -146,8 +146,12 @@ impl Assistant {
                 text.trim().into()
             }
         };
-        let calls =
-            Calls::new(config.max_in_flight, config.max_retained, config.result_ttl(), metrics.in_flight.clone());
+        let retention = calls::Retention {
+            ttl: config.result_ttl(),
+            max_entries: config.max_retained,
+            max_bytes: config.max_retained_bytes,
+        };
+        let calls = Calls::new(config.max_in_flight, retention, metrics.in_flight.clone());
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
         Ok(Assistant { backend, calls, metrics, system_prompt, config: config.clone(), caps })
     }

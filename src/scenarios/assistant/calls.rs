@@ -7,7 +7,8 @@
 //! the model call timeout. Its outcome is kept for `ttl` after it finishes so
 //! that `/continue` and a follow-up turn get it instead of paying again;
 //! finished entries sit in a FIFO in finishing order, which with one TTL is
-//! also expiry order. In-flight calls are capped and never evicted.
+//! also expiry order, and the oldest go first when the count or bytes bound
+//! is reached. In-flight calls are capped and never evicted.
 //!
 //! A std mutex guards the map: it is held for a few map operations and never
 //! across an await.
@@ -38,11 +39,21 @@ pub(crate) struct Calls {
     shared: Arc<Shared>,
 }
 
+/// How finished calls are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Retention {
+    /// How long after finishing.
+    pub(crate) ttl: Duration,
+    /// Finished calls kept at most.
+    pub(crate) max_entries: usize,
+    /// Bytes of answers kept at most.
+    pub(crate) max_bytes: usize,
+}
+
 #[derive(Debug)]
 struct Shared {
     max_in_flight: usize,
-    max_retained: usize,
-    ttl: Duration,
+    retention: Retention,
     in_flight_gauge: IntGauge,
     state: Mutex<State>,
 }
@@ -50,10 +61,19 @@ struct Shared {
 #[derive(Debug, Default)]
 struct State {
     entries: HashMap<Box<str>, Entry>,
-    // (expiry, id, generation) of finished calls, oldest first.
-    finished: VecDeque<(Instant, Box<str>, u64)>,
+    finished: VecDeque<Finished>,
+    finished_bytes: usize,
     in_flight: usize,
     generation: u64,
+}
+
+/// A finished call in the FIFO.
+#[derive(Debug)]
+struct Finished {
+    expiry: Instant,
+    id: Box<str>,
+    generation: u64,
+    bytes: usize,
 }
 
 #[derive(Debug)]
@@ -91,9 +111,9 @@ impl Handle {
 }
 
 impl Calls {
-    /// At most `max_in_flight` calls at once; finished ones kept `ttl`, at most `max_retained`.
-    pub(crate) fn new(max_in_flight: usize, max_retained: usize, ttl: Duration, in_flight_gauge: IntGauge) -> Calls {
-        let shared = Shared { max_in_flight, max_retained, ttl, in_flight_gauge, state: Mutex::default() };
+    /// At most `max_in_flight` calls at once; finished ones kept as `retention` says.
+    pub(crate) fn new(max_in_flight: usize, retention: Retention, in_flight_gauge: IntGauge) -> Calls {
+        let shared = Shared { max_in_flight, retention, in_flight_gauge, state: Mutex::default() };
         Calls { shared: Arc::new(shared) }
     }
 
@@ -126,13 +146,13 @@ impl Calls {
         self.shared.in_flight_gauge.inc();
         drop(state);
 
-        let guard = Finish { shared: self.shared.clone(), id: id.into(), generation, finished: false };
+        let guard = Finish { shared: self.shared.clone(), id: id.into(), generation, finished: None };
         let call = call();
         tokio::spawn(async move {
             let mut guard = guard;
             let outcome = call.await;
+            guard.finished = Some(cost(&outcome));
             tx.send_replace(Some(Arc::new(outcome)));
-            guard.finished = true;
         });
         Ok((Handle { slot }, true))
     }
@@ -155,16 +175,27 @@ impl Shared {
     }
 
     fn purge(&self, state: &mut State, now: Instant) {
-        while let Some((expiry, _, _)) = state.finished.front() {
-            if *expiry > now && state.finished.len() <= self.max_retained {
+        let limits = self.retention;
+        while let Some(oldest) = state.finished.front() {
+            let over = state.finished.len() > limits.max_entries || state.finished_bytes > limits.max_bytes;
+            if oldest.expiry > now && !over {
                 break;
             }
-            if let Some((_, id, generation)) = state.finished.pop_front() {
+            if let Some(Finished { id, generation, bytes, .. }) = state.finished.pop_front() {
+                state.finished_bytes -= bytes;
                 if state.entries.get(&id).is_some_and(|e| e.generation == generation) {
                     state.entries.remove(&id);
                 }
             }
         }
+    }
+}
+
+/// What keeping an outcome costs: its text plus the bookkeeping around it.
+fn cost(outcome: &Outcome) -> usize {
+    128 + match outcome {
+        Ok(completion) => completion.text.len(),
+        Err(error) => error.to_string().len(),
     }
 }
 
@@ -174,7 +205,8 @@ struct Finish {
     shared: Arc<Shared>,
     id: Box<str>,
     generation: u64,
-    finished: bool,
+    // The outcome's cost once there is one.
+    finished: Option<usize>,
 }
 
 impl Drop for Finish {
@@ -183,9 +215,11 @@ impl Drop for Finish {
         let mut state = shared.lock();
         state.in_flight -= 1;
         shared.in_flight_gauge.dec();
-        if self.finished {
+        if let Some(bytes) = self.finished {
             let id = std::mem::take(&mut self.id);
-            state.finished.push_back((Instant::now() + shared.ttl, id, self.generation));
+            let expiry = Instant::now() + shared.retention.ttl;
+            state.finished.push_back(Finished { expiry, id, generation: self.generation, bytes });
+            state.finished_bytes += bytes;
             shared.purge(&mut state, Instant::now());
         } else if state.entries.get(&self.id).is_some_and(|e| e.generation == self.generation) {
             state.entries.remove(&self.id);
@@ -200,8 +234,9 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(60);
 
-    fn calls(max_in_flight: usize, max_retained: usize) -> Calls {
-        Calls::new(max_in_flight, max_retained, TTL, IntGauge::new("g", "g").unwrap())
+    fn calls(max_in_flight: usize, max_entries: usize) -> Calls {
+        let retention = Retention { ttl: TTL, max_entries, max_bytes: 1 << 20 };
+        Calls::new(max_in_flight, retention, IntGauge::new("g", "g").unwrap())
     }
 
     fn done(text: &str) -> Outcome {
@@ -269,6 +304,20 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(calls.len(), 2, "max_retained 1 evicted finished 'a', kept running 'b' and finished 'c'");
         assert!(calls.get("a").is_none() && calls.get("b").is_some() && calls.get("c").is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_answers_are_bounded_by_bytes() {
+        let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 3 * (128 + 1000) };
+        let calls = Calls::new(10, retention, IntGauge::new("g", "g").unwrap());
+        for id in ["a", "b", "c", "d"] {
+            let (mut handle, _) = calls.begin(id, || async { done(&"x".repeat(1000)) }).unwrap();
+            handle.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        assert!(calls.get("a").is_none(), "the oldest answer went first");
+        assert!(["b", "c", "d"].iter().all(|id| calls.get(id).is_some()));
+        assert_eq!(calls.shared.lock().finished_bytes, 3 * 1128);
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct AssistantConfig {
     pub result_ttl_secs: u64,
     /// Finished answers kept at most.
     pub max_retained: usize,
+    /// Bytes of finished answers kept at most.
+    pub max_retained_bytes: usize,
     /// Dialog turns kept in the state.
     pub history_turns: usize,
     /// Bytes of dialog turns kept in the state.
@@ -86,6 +88,7 @@ impl Default for AssistantConfig {
             max_in_flight: 256,
             result_ttl_secs: 120,
             max_retained: 10_000,
+            max_retained_bytes: 64 << 20,
             history_turns: 6,
             history_max_bytes: 8 * 1024,
             fallback_text: "Секунду, ещё думаю — спросите меня ещё раз.".into(),
@@ -132,6 +135,7 @@ impl AssistantConfig {
         check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
         check(self.result_ttl_secs > 0, "result_ttl_secs must be above 0".into());
         check(self.max_retained > 0, "max_retained must be above 0".into());
+        check(self.max_retained_bytes > 0, "max_retained_bytes must be above 0".into());
         check(self.history_turns > 0, "history_turns must be above 0".into());
         check(self.history_max_bytes >= 256, "history_max_bytes must be at least 256".into());
         check(!self.fallback_text.trim().is_empty(), "fallback_text must not be empty".into());
