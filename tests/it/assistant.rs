@@ -384,3 +384,12 @@ async fn the_first_token_timeout_ends_a_silent_stream() {
     assert_eq!(speech(&body), apology());
     assert_eq!(mock.calls(), 1, "a timeout is not retried");
 }
+
+#[tokio::test]
+async fn a_server_that_ignores_stream_is_read_as_json() {
+    let mock = MockLlm::start(Reply::content("Без потока.")).await;
+    let h = spawn(&mock, |c| c.stream = true).await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), "Без потока.");
+    assert_eq!(mock.received()[0].body["stream"], true);
+}

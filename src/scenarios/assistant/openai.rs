@@ -37,7 +37,6 @@ pub struct OpenAi {
     url: String,
     api_key: Secret,
     body: Map<String, Value>,
-    stream: bool,
     first_token_timeout: Duration,
     max_retries: u32,
     retry_backoff: Duration,
@@ -84,7 +83,6 @@ impl OpenAi {
             url,
             api_key: config.api_key.clone(),
             body,
-            stream: config.stream,
             first_token_timeout: Duration::from_millis(config.first_token_timeout_ms),
             max_retries: config.max_retries,
             retry_backoff: Duration::from_millis(config.retry_backoff_ms),
@@ -118,7 +116,9 @@ impl OpenAi {
             let retry_after = backoff::retry_after(
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()),
             );
-            let body = read_body(&mut response, MAX_ERROR_BODY, request.deadline).await.unwrap_or_default();
+            let body = read_body(&mut response, MAX_ERROR_BODY, error_body_deadline(request.deadline))
+                .await
+                .unwrap_or_default();
             let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
             return Err(Failure {
                 error: BackendError::Status { status: status.as_u16(), message },
@@ -142,9 +142,8 @@ impl OpenAi {
             Err(error) => return Err(error.into()),
         };
         let text = parse_completion(&body)?;
-        if self.stream {
-            deltas.delta(&text);
-        }
+        // Not streamed (by choice or by the server): the whole text is one piece.
+        deltas.delta(&text);
         Ok(Completion { text, first_token: None, attempts: 1 })
     }
 }
@@ -191,6 +190,12 @@ impl ModelBackend for OpenAi {
     fn breaker_state(&self) -> i64 {
         self.breaker.state() as i64
     }
+}
+
+/// An error body is only for the log: a backend that sends the status and
+/// then stalls must not hold the retry back.
+fn error_body_deadline(deadline: Instant) -> Instant {
+    (Instant::now() + Duration::from_millis(500)).min(deadline)
 }
 
 fn classify(error: &reqwest::Error) -> BackendError {
