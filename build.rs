@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "alice/megamind/response.proto",
     "alice/hollywood/music.proto",
     "megamind_scenario/service.proto",
+    "megamind_scenario/assistant.proto",
 ];
 
 /// Well-known types that appear inside `Any` values of the protocol's

@@ -22,7 +22,10 @@ mod bodies;
 
 fn dispatch(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let app = Arc::new(App::new(&Config::default(), scenarios::builtin().unwrap()).unwrap());
+    let config = Config::default();
+    let metrics = megamind_scenario::rules::metrics::Metrics::new();
+    let registry = scenarios::builtin(&config, metrics.registry()).unwrap();
+    let app = Arc::new(App::with_metrics(&config, registry, metrics).unwrap());
     let mut stamped = bodies::Stamped::new("poi_run_request", "TScenarioRunRequest");
     let mut n = 0u64;
     let mut group = c.benchmark_group("dispatch_demo_run");

@@ -14,7 +14,7 @@ use crate::{
     codec::{self, Format},
     config::Config,
     rules::{logging, metrics::Metrics},
-    scenarios,
+    scenarios::{self, assistant::config::Secret},
     server::{self, App},
 };
 
@@ -40,7 +40,7 @@ pub enum Command {
 /// overrides the same key of the TOML file.
 #[derive(Debug, Args, Default)]
 pub struct ServeArgs {
-    /// TOML configuration file; keys as the flags below, with `[budget]` and `[cache]` tables.
+    /// TOML configuration file; keys as the flags below, with `[budget]`, `[cache]` and `[assistant]` tables.
     #[arg(long, env = "MEGAMIND_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address to listen on, HTTP/1.1 and h2c [default: 127.0.0.1:8080].
@@ -97,6 +97,39 @@ pub struct ServeArgs {
     /// How long work past its budget may go on in the background, in ms [default: 30000].
     #[arg(long, env = "MEGAMIND_DETACH_LIMIT_MS")]
     pub detach_limit_ms: Option<u64>,
+    /// Assistant: OpenAI-compatible base URL, e.g. http://localhost:11434/v1; none runs the offline backend.
+    #[arg(long, env = "MEGAMIND_LLM_BASE_URL", help_heading = "Assistant")]
+    pub llm_base_url: Option<String>,
+    /// Assistant: API key, sent as `Authorization: Bearer`; never logged.
+    #[arg(long, env = "MEGAMIND_LLM_API_KEY", hide_env_values = true, help_heading = "Assistant")]
+    pub llm_api_key: Option<Secret>,
+    /// Assistant: the `model` of the request [default: default].
+    #[arg(long, env = "MEGAMIND_LLM_MODEL", help_heading = "Assistant")]
+    pub llm_model: Option<String>,
+    /// Assistant: a file with the system prompt [default: built in].
+    #[arg(long, env = "MEGAMIND_LLM_SYSTEM_PROMPT_FILE", help_heading = "Assistant")]
+    pub llm_system_prompt_file: Option<PathBuf>,
+    /// Assistant: stream the answer over SSE (true/false) [default: true].
+    #[arg(long, env = "MEGAMIND_LLM_STREAM", help_heading = "Assistant")]
+    pub llm_stream: Option<bool>,
+    /// Assistant: how long `/run` waits for the model before handing over to `/continue`, in ms [default: 150].
+    #[arg(long, env = "MEGAMIND_LLM_RUN_WAIT_MS", help_heading = "Assistant")]
+    pub llm_run_wait_ms: Option<u64>,
+    /// Assistant: a whole model call, retries included, in ms [default: 30000].
+    #[arg(long, env = "MEGAMIND_LLM_CALL_TIMEOUT_MS", help_heading = "Assistant")]
+    pub llm_call_timeout_ms: Option<u64>,
+    /// Assistant: connecting to the model server, in ms [default: 2000].
+    #[arg(long, env = "MEGAMIND_LLM_CONNECT_TIMEOUT_MS", help_heading = "Assistant")]
+    pub llm_connect_timeout_ms: Option<u64>,
+    /// Assistant: from the request to the first token, in ms [default: 15000].
+    #[arg(long, env = "MEGAMIND_LLM_FIRST_TOKEN_TIMEOUT_MS", help_heading = "Assistant")]
+    pub llm_first_token_timeout_ms: Option<u64>,
+    /// Assistant: model calls in flight before `/run` declines [default: 256].
+    #[arg(long, env = "MEGAMIND_LLM_MAX_IN_FLIGHT", help_heading = "Assistant")]
+    pub llm_max_in_flight: Option<usize>,
+    /// Assistant: seconds a finished answer is kept for `/continue` and the user's repeat [default: 120].
+    #[arg(long, env = "MEGAMIND_LLM_RESULT_TTL_SECS", help_heading = "Assistant")]
+    pub llm_result_ttl_secs: Option<u64>,
 }
 
 impl ServeArgs {
@@ -138,6 +171,20 @@ impl ServeArgs {
         set(&mut c.shutdown_delay_ms, &self.shutdown_delay_ms);
         set(&mut c.drain_timeout_ms, &self.drain_timeout_ms);
         set(&mut c.detach_limit_ms, &self.detach_limit_ms);
+        let a = &mut c.assistant;
+        set(&mut a.base_url, &self.llm_base_url);
+        set(&mut a.api_key, &self.llm_api_key);
+        set(&mut a.model, &self.llm_model);
+        if self.llm_system_prompt_file.is_some() {
+            a.system_prompt_file.clone_from(&self.llm_system_prompt_file);
+        }
+        set(&mut a.stream, &self.llm_stream);
+        set(&mut a.run_wait_ms, &self.llm_run_wait_ms);
+        set(&mut a.call_timeout_ms, &self.llm_call_timeout_ms);
+        set(&mut a.connect_timeout_ms, &self.llm_connect_timeout_ms);
+        set(&mut a.first_token_timeout_ms, &self.llm_first_token_timeout_ms);
+        set(&mut a.max_in_flight, &self.llm_max_in_flight);
+        set(&mut a.result_ttl_secs, &self.llm_result_ttl_secs);
     }
 }
 
@@ -170,8 +217,9 @@ pub fn main() -> anyhow::Result<()> {
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = args.load()?;
     let _log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
+    // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = Metrics::new();
-    let app = App::with_metrics(&config, scenarios::builtin()?, metrics)?;
+    let app = App::with_metrics(&config, scenarios::builtin(&config, metrics.registry())?, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.addr)
@@ -206,6 +254,22 @@ mod tests {
         let config = args.load().unwrap();
         assert_eq!(config.budget.run_ms, 500);
         assert_eq!(config.budget.commit_ms, 900);
+    }
+
+    #[test]
+    fn llm_flags_configure_the_assistant() {
+        let args = ServeArgs {
+            llm_base_url: Some("http://localhost:11434/v1".into()),
+            llm_api_key: Some("sk-1".into()),
+            llm_model: Some("qwen2.5".into()),
+            llm_run_wait_ms: Some(120),
+            ..Default::default()
+        };
+        let config = args.load().unwrap();
+        assert_eq!(config.assistant.base_url, "http://localhost:11434/v1");
+        assert_eq!(config.assistant.api_key.expose(), "sk-1");
+        assert_eq!((config.assistant.model.as_str(), config.assistant.run_wait_ms), ("qwen2.5", 120));
+        assert!(!format!("{args:?}").contains("sk-1"), "the key stays out of Debug output");
     }
 
     #[test]

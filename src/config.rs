@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::{
     dispatch::DispatchLimits,
     rules::{budget::Budgets, idempotency::Limits},
+    scenarios::assistant::config::AssistantConfig,
 };
 
 /// Everything `serve` can be told.
@@ -37,6 +38,8 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// The idempotency cache.
     pub cache: CacheConfig,
+    /// The assistant scenario: model backend, timing, phrases.
+    pub assistant: AssistantConfig,
 }
 
 /// `[budget]`: milliseconds per handler.
@@ -81,6 +84,7 @@ impl Default for Config {
             detach_limit_ms: 30_000,
             budget: BudgetConfig::default(),
             cache: CacheConfig::default(),
+            assistant: AssistantConfig::default(),
         }
     }
 }
@@ -145,6 +149,7 @@ impl Config {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
+        self.assistant.validate(&mut errors);
         if errors.is_empty() { Ok(()) } else { Err(ConfigError(errors)) }
     }
 
@@ -215,5 +220,19 @@ mod tests {
         let error = config.validate().unwrap_err();
         assert_eq!(error.0.len(), 4, "{error}");
         assert!(error.to_string().contains("budget.run_ms = 0"));
+    }
+
+    #[test]
+    fn the_assistant_table_is_read_and_validated() {
+        let config =
+            Config::from_toml("[assistant]\nbase_url = \"http://llm:8000/v1\"\nmodel = \"qwen\"\nrun_wait_ms = 100\n")
+                .unwrap();
+        assert_eq!((config.assistant.base_url.as_str(), config.assistant.run_wait_ms), ("http://llm:8000/v1", 100));
+        config.validate().unwrap();
+        let error = Config::from_toml("[assistant]\nbase_ur = \"x\"").unwrap_err().to_string();
+        assert!(error.contains("base_ur"), "{error}");
+        let mut config = Config::default();
+        config.assistant.base_url = "ftp://x".into();
+        assert!(config.validate().unwrap_err().to_string().contains("assistant.base_url"));
     }
 }

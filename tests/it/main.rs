@@ -1,8 +1,10 @@
 //! Black-box tests: the real server on an ephemeral port, real sockets.
 
 mod helpers;
+mod mock_llm;
 mod scenarios;
 
+mod assistant;
 mod bad_input;
 mod budget;
 mod dialogs;

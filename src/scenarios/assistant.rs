@@ -1,0 +1,372 @@
+//! `assistant`: a voice assistant backed by a chat model (any
+//! OpenAI-compatible server, or the embedded offline backend) that answers
+//! in words and opens or closes apps on the client (seed 000).
+//!
+//! # Timing
+//! A model takes 0.3-10 s; Megamind gives each handler 300 ms. So:
+//! - `/run` starts the model call in a task of its own, once per `RequestId`
+//!   ([`calls`]; however often Megamind retries, and on top of the server's
+//!   idempotency cache), waits `run_wait_ms` (150 ms) and answers the model's
+//!   answer if it is there; otherwise it hands over at once with
+//!   `ContinueArguments` (`TAssistantContinueArguments`) and `Features`.
+//! - `/continue` waits for the same call until its own deadline minus
+//!   `answer_margin_ms` and answers. If the model is still thinking it
+//!   speaks the fallback ("Секунду, ещё думаю — спросите меня ещё раз") with
+//!   the microphone open, and records the call as pending in the state.
+//! - The call goes on, bounded by `call_timeout_ms` (30 s), and its answer is
+//!   kept `result_ttl_secs`. The user's repeat of the same question (same
+//!   words, case and punctuation aside) in the next turn gets that answer
+//!   instead of a new call; a different question starts a new one.
+//! - `ContinueArguments` carry the words and the state, so a `/continue`
+//!   that lands on another instance (or after the answer expired) starts the
+//!   call itself instead of failing.
+//!
+//! # Decisions
+//! - Past `max_in_flight` model calls, `/run` declines with `IsIrrelevant`
+//!   and a spoken reason: the `Scenario` trait cannot answer HTTP 429, the
+//!   cap is this scenario's own resource (the server-wide 429 stays the
+//!   server's), and declining lets Megamind answer with another scenario.
+//!   `/continue` at the cap (the call was lost) speaks the apology.
+//! - A failed model call (connection, timeout, HTTP error, garbage, open
+//!   breaker) is answered with the spoken apology and counted in
+//!   `assistant_model_calls_total{outcome}`: the user asked and deserves an
+//!   answer. So is a model answer with nothing to say (empty, or JSON that
+//!   does not parse). A protocol `Error` is kept for requests that make no
+//!   sense: `/continue` without our arguments (`bad_request`).
+//! - The session id the model echoes in commands: see [`prompt`].
+//!
+//! # Layout
+//! [`config`] the `[assistant]` table; [`backend`] the model trait;
+//! [`openai`] with [`sse`], [`backoff`] and [`breaker`] the HTTP backend;
+//! [`offline`] the embedded one; [`prompt`] the messages; [`answer`] the
+//! seed-000 parser; [`reply`] the protocol answers; [`calls`] single flight;
+//! [`state`] the history; [`metrics`].
+
+pub mod answer;
+pub mod backend;
+mod backoff;
+mod breaker;
+pub(crate) mod calls;
+pub mod config;
+pub mod metrics;
+pub mod offline;
+pub mod openai;
+pub mod prompt;
+mod reply;
+mod sse;
+pub(crate) mod state;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use prost::Message;
+use prost_types::Any;
+use tokio::time::{Instant, timeout_at};
+
+use self::{
+    backend::{BackendError, ModelBackend, ModelRequest, NoDeltas},
+    calls::{AtCapacity, Calls, Handle, Outcome},
+    config::AssistantConfig,
+    metrics::Metrics,
+    state::Caps,
+};
+use crate::{
+    proto::{
+        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState, TAssistantTurn},
+        n_alice::n_scenarios::{
+            TInput, TScenarioApplyRequest, TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunRequest,
+            TScenarioRunResponse, t_input, t_scenario_continue_response, t_scenario_run_response,
+        },
+    },
+    scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
+};
+
+/// The user's words are cut to this many bytes before they reach the model.
+const MAX_UTTERANCE_BYTES: usize = 4096;
+const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
+const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
+
+/// Why the assistant could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AssistantError {
+    /// A configuration value that passed validation but cannot be used.
+    #[error("assistant: {0}")]
+    Setup(String),
+    /// Metrics could not be registered.
+    #[error("assistant metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The assistant scenario.
+#[derive(Debug)]
+pub struct Assistant {
+    backend: Arc<dyn ModelBackend>,
+    calls: Calls,
+    metrics: Metrics,
+    system_prompt: Arc<str>,
+    config: AssistantConfig,
+    caps: Caps,
+}
+
+impl Assistant {
+    /// The assistant of `config`: the HTTP backend at `config.base_url`, or
+    /// the offline one without it; metrics registered into `registry`.
+    pub fn from_config(config: &AssistantConfig, registry: &prometheus::Registry) -> Result<Assistant, AssistantError> {
+        let metrics = Metrics::new(registry)?;
+        if config.is_offline() {
+            tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
+        } else if config.base_url.contains('@') {
+            tracing::info!(model = %config.model, "assistant: OpenAI-compatible backend (URL with credentials not logged)");
+        } else {
+            tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
+        }
+        let backend: Arc<dyn ModelBackend> = if config.is_offline() {
+            Arc::new(offline::Offline)
+        } else {
+            Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?)
+        };
+        Assistant::with_backend(config, backend, metrics)
+    }
+
+    /// The assistant over any backend (tests, benchmarks, other backends).
+    pub fn with_backend(
+        config: &AssistantConfig,
+        backend: Arc<dyn ModelBackend>,
+        metrics: Metrics,
+    ) -> Result<Assistant, AssistantError> {
+        let system_prompt: Arc<str> = match &config.system_prompt_file {
+            None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    AssistantError::Setup(format!("cannot read system_prompt_file {}: {e}", path.display()))
+                })?;
+                if text.trim().is_empty() {
+                    return Err(AssistantError::Setup(format!("system_prompt_file {} is empty", path.display())));
+                }
+                text.trim().into()
+            }
+        };
+        let retention = calls::Retention {
+            ttl: config.result_ttl(),
+            max_entries: config.max_retained,
+            max_bytes: config.max_retained_bytes,
+        };
+        let calls = Calls::new(config.max_in_flight, retention, metrics.in_flight.clone());
+        let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
+        Ok(Assistant { backend, calls, metrics, system_prompt, config: config.clone(), caps })
+    }
+
+    /// The backend's name: `openai` or `offline`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// Model calls running now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.calls.in_flight()
+    }
+
+    /// The call `args.call_id`: the running or kept one, else a new one.
+    fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
+        let (handle, _) = self.calls.begin(&args.call_id, || {
+            let state = args.state.clone().unwrap_or_default();
+            let messages = prompt::messages(&self.system_prompt, &state.session_id, &state.turns, &args.utterance);
+            let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
+            let timeout = self.config.call_timeout();
+            let session_id = state.session_id;
+            async move {
+                let started = Instant::now();
+                let request = ModelRequest { messages, session_id, deadline: started + timeout };
+                let outcome = timeout_at(request.deadline, backend.complete(&request, &NoDeltas))
+                    .await
+                    .unwrap_or(Err(BackendError::Timeout("call")));
+                record(&metrics, &*backend, &outcome, started.elapsed());
+                outcome
+            }
+        })?;
+        Ok(handle)
+    }
+
+    /// The answer body of a finished call.
+    fn finish(&self, handler: Handler, args: &TAssistantContinueArguments, outcome: &Outcome) -> TScenarioResponseBody {
+        let mut state = args.state.clone().unwrap_or_default();
+        state.pending = None;
+        let completion = match outcome {
+            Ok(completion) => completion,
+            Err(error) => {
+                tracing::warn!(call_id = %args.call_id, %error, "assistant: the model call failed; apologizing");
+                return self.apology(handler, &state);
+            }
+        };
+        let answer = answer::parse(&completion.text);
+        match (&answer.command, answer.dropped) {
+            (Some(command), _) => self.metrics.commands.with_label_values(&[command.name(), "accepted"]).inc(),
+            (None, Some(reason)) => self.metrics.commands.with_label_values(&["any", reason.as_str()]).inc(),
+            (None, None) => {}
+        }
+        if answer.text.is_empty() && answer.command.is_none() {
+            tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+            return self.apology(handler, &state);
+        }
+        let turn = TAssistantTurn { user: args.utterance.clone(), assistant: completion.text.clone() };
+        state::push_turn(&mut state.turns, turn, self.caps);
+        self.metrics.answer(handler.as_str(), "model");
+        reply::answer(&answer, &state)
+    }
+
+    fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
+        self.metrics.answer(handler.as_str(), "apology");
+        reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
+    }
+
+    /// Where waiting must stop to answer by `deadline`.
+    fn stop_by(&self, deadline: std::time::Instant) -> Instant {
+        let deadline = Instant::from_std(deadline);
+        deadline.checked_sub(self.config.answer_margin()).unwrap_or(deadline)
+    }
+
+    /// The pending call the user's `utterance` repeats, if it can still answer.
+    fn repeated_call(&self, pending: Option<TAssistantPending>, utterance: &str) -> Option<String> {
+        let pending = pending?;
+        if prompt::normalize(&pending.utterance) != prompt::normalize(utterance) {
+            return None;
+        }
+        // A failed call is not worth repeating: the repeat calls again.
+        let handle = self.calls.get(&pending.call_id)?;
+        if handle.ready().is_some_and(|outcome| outcome.is_err()) {
+            return None;
+        }
+        Some(pending.call_id)
+    }
+}
+
+fn record(metrics: &Metrics, backend: &dyn ModelBackend, outcome: &Outcome, elapsed: Duration) {
+    let name = backend.name();
+    let label = match outcome {
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    };
+    metrics.model_calls.with_label_values(&[name, label]).inc();
+    metrics.model_seconds.with_label_values(&[name]).observe(elapsed.as_secs_f64());
+    if let Ok(completion) = outcome {
+        if let Some(first) = completion.first_token {
+            metrics.first_token_seconds.with_label_values(&[name]).observe(first.as_secs_f64());
+        }
+    }
+    metrics.breaker.set(backend.breaker_state());
+}
+
+/// The user's words: `Input.Text.Utterance`, else `Input.Voice.Utterance`.
+fn utterance(input: &TInput) -> Option<String> {
+    let words = match &input.event {
+        Some(t_input::Event::Text(text)) if !text.utterance.trim().is_empty() => &text.utterance,
+        Some(t_input::Event::Text(text)) => &text.raw_utterance,
+        Some(t_input::Event::Voice(voice)) => &voice.utterance,
+        _ => return None,
+    };
+    let words = clip(words.trim(), MAX_UTTERANCE_BYTES);
+    (!words.is_empty()).then(|| words.to_owned())
+}
+
+/// The longest prefix of `text` of at most `max_bytes` that ends on a
+/// character boundary.
+pub(crate) fn clip(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinueArguments, ScenarioError> {
+    let expected = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
+    let any = any.ok_or_else(|| ScenarioError::BadRequest(format!("expected Arguments of {expected}, got none")))?;
+    if any.type_url != expected {
+        return Err(ScenarioError::BadRequest(format!("expected Arguments of {expected}, got {}", any.type_url)));
+    }
+    let args = TAssistantContinueArguments::decode(any.value.as_slice())
+        .map_err(|e| ScenarioError::BadRequest(format!("undecodable Arguments: {e}")))?;
+    if args.call_id.is_empty() || args.utterance.trim().is_empty() {
+        return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
+    }
+    Ok(args)
+}
+
+#[async_trait]
+impl Scenario for Assistant {
+    async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        let stop_by = (Instant::now() + self.config.run_wait()).min(self.stop_by(ctx.deadline));
+        let base = request.base_request.unwrap_or_default();
+        let Some(utterance) = request.input.as_ref().and_then(utterance) else {
+            self.metrics.answer("run", "irrelevant");
+            return Ok(reply::irrelevant(NO_WORDS).into());
+        };
+        let mut state = if base.is_session_reset || base.is_new_session {
+            TAssistantState::default()
+        } else {
+            state::decode(base.state.as_ref(), self.caps)
+        };
+        if state.session_id.is_empty() {
+            state.session_id = prompt::new_session_id(base.server_time_ms, &ctx.request_id);
+        }
+        let pending = state.pending.take();
+        let call_id = self.repeated_call(pending, &utterance).unwrap_or_else(|| ctx.request_id.clone());
+        let args = TAssistantContinueArguments { call_id, utterance, state: Some(state) };
+        let Ok(mut handle) = self.start(&args) else {
+            tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
+            self.metrics.answer("run", "refused");
+            return Ok(reply::irrelevant(BUSY).into());
+        };
+        let response = match handle.wait_until(stop_by).await {
+            Some(outcome) => {
+                t_scenario_run_response::Response::ResponseBody(self.finish(Handler::Run, &args, &outcome))
+            }
+            None => {
+                self.metrics.answer("run", "handover");
+                let any = Any::from_msg(&args).map_err(|e| ScenarioError::Internal(e.to_string()))?;
+                t_scenario_run_response::Response::ContinueArguments(any)
+            }
+        };
+        Ok(TScenarioRunResponse { response: Some(response), features: Some(reply::features()), ..Default::default() }
+            .into())
+    }
+
+    async fn r#continue(
+        &self,
+        request: TScenarioApplyRequest,
+        ctx: CallContext,
+    ) -> ScenarioResult<TScenarioContinueResponse> {
+        let stop_by = self.stop_by(ctx.deadline);
+        let args = continue_arguments(request.arguments.as_ref())?;
+        let body = match self.start(&args) {
+            Err(AtCapacity) => {
+                tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");
+                let mut state = args.state.clone().unwrap_or_default();
+                state.pending = None;
+                self.metrics.answer("continue", "refused");
+                reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
+            }
+            Ok(mut handle) => match handle.wait_until(stop_by).await {
+                Some(outcome) => self.finish(Handler::Continue, &args, &outcome),
+                None => {
+                    let mut state = args.state.clone().unwrap_or_default();
+                    state.pending =
+                        Some(TAssistantPending { call_id: args.call_id.clone(), utterance: args.utterance });
+                    self.metrics.answer("continue", "fallback");
+                    reply::spoken(&self.config.fallback_text, true, &state, "assistant.fallback")
+                }
+            },
+        };
+        Ok(TScenarioContinueResponse {
+            response: Some(t_scenario_continue_response::Response::ResponseBody(body)),
+            ..Default::default()
+        }
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,206 @@
+//! Reading the model's answer (seed 000): plain text, or a JSON object
+//! `{session_id, command, args, text}`, also inside a Markdown code fence or
+//! with prose around it.
+//!
+//! The rules: `text` (a string, possibly empty) is spoken; `open_app` needs a
+//! non-empty `args.app_name` or `args.app_path`, `close_app` a non-empty
+//! `args.app_name`; a command without a `session_id` or its app name is
+//! dropped and only `text` is kept; an unknown command is dropped too. When
+//! JSON is found, it decides: prose around it is not spoken. A JSON object
+//! with neither `text` nor `command` is not an answer object, and the whole
+//! answer is spoken as plain text, unless it is JSON that does not parse (a
+//! truncated object, a fence around garbage): that is never read aloud, the
+//! text is empty. Parsing never fails: any input is an [`Answer`].
+
+use prost_types::{ListValue, Struct, Value as ProtoValue, value::Kind};
+use serde_json::{Map, Value};
+
+/// How many `{` positions are tried when looking for JSON inside prose:
+/// bounds the work on long garbage.
+const MAX_OBJECT_STARTS: usize = 32;
+
+/// The model's answer, understood.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What to say (and show); may be empty when a command speaks for itself.
+    pub text: String,
+    /// A valid command for the client.
+    pub command: Option<Command>,
+    /// Why a command the model gave was not kept.
+    pub dropped: Option<Dropped>,
+}
+
+/// A command for the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `open_app`.
+    OpenApp {
+        /// `args.app_name`, possibly empty when `app_path` is set.
+        app_name: String,
+        /// `args.app_path`, possibly empty.
+        app_path: String,
+        /// The model's whole object, for clients that forward it.
+        payload: Struct,
+    },
+    /// `close_app`.
+    CloseApp {
+        /// `args.app_name`.
+        app_name: String,
+        /// The model's whole object.
+        payload: Struct,
+    },
+}
+
+impl Command {
+    /// The command's name as the model gives it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::OpenApp { .. } => "open_app",
+            Command::CloseApp { .. } => "close_app",
+        }
+    }
+}
+
+/// Why a command was dropped; also the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// `session_id` missing, empty or not a string.
+    NoSessionId,
+    /// The app name (or, for `open_app`, path) missing, empty or not a string.
+    NoAppName,
+    /// A command this scenario does not know.
+    UnknownCommand,
+    /// `command` is not a string.
+    BadCommand,
+}
+
+impl Dropped {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::NoSessionId => "no_session_id",
+            Dropped::NoAppName => "no_app_name",
+            Dropped::UnknownCommand => "unknown_command",
+            Dropped::BadCommand => "bad_command",
+        }
+    }
+}
+
+/// Understands `raw`, whatever it is.
+pub fn parse(raw: &str) -> Answer {
+    let raw = raw.trim();
+    match find_object(raw) {
+        Some(object) if object.contains_key("text") || object.contains_key("command") => from_object(object),
+        None if raw.starts_with('{') || raw.starts_with("```") => {
+            Answer { text: String::new(), command: None, dropped: None }
+        }
+        _ => Answer { text: raw.to_owned(), command: None, dropped: None },
+    }
+}
+
+fn find_object(raw: &str) -> Option<Map<String, Value>> {
+    if let Ok(value) = serde_json::from_str::<Value>(raw) {
+        return match value {
+            Value::Object(object) => Some(object),
+            // A JSON string is a plain answer in quotes.
+            Value::String(text) => Some(Map::from_iter([("text".to_owned(), Value::String(text))])),
+            _ => None,
+        };
+    }
+    if let Some(Value::Object(object)) = fenced(raw).and_then(|inner| serde_json::from_str::<Value>(inner).ok()) {
+        return Some(object);
+    }
+    // Prose around the object: the first `{` that starts a whole object.
+    raw.match_indices('{').take(MAX_OBJECT_STARTS).find_map(|(start, _)| {
+        match serde_json::Deserializer::from_str(&raw[start..]).into_iter::<Value>().next() {
+            Some(Ok(Value::Object(object))) => Some(object),
+            _ => None,
+        }
+    })
+}
+
+/// The inside of the first Markdown code fence: after the opening line
+/// (which may name a language), up to the closing fence or the end.
+fn fenced(raw: &str) -> Option<&str> {
+    let open = raw.find("```")?;
+    let after = &raw[open + 3..];
+    let body = &after[after.find('\n')? + 1..];
+    Some(body.find("```").map_or(body, |close| &body[..close]).trim())
+}
+
+fn from_object(object: Map<String, Value>) -> Answer {
+    let text = match object.get("text") {
+        Some(Value::String(text)) => text.trim().to_owned(),
+        _ => String::new(),
+    };
+    let (command, dropped) = match command(&object) {
+        Ok(command) => (command, None),
+        Err(reason) => (None, Some(reason)),
+    };
+    let command = command.map(|c| c.with_payload(to_struct(object)));
+    Answer { text, command, dropped }
+}
+
+fn command(object: &Map<String, Value>) -> Result<Option<Command>, Dropped> {
+    let name = match object.get("command") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(name)) if name.trim().is_empty() => return Ok(None),
+        Some(Value::String(name)) => name.trim(),
+        Some(_) => return Err(Dropped::BadCommand),
+    };
+    if name != "open_app" && name != "close_app" {
+        return Err(Dropped::UnknownCommand);
+    }
+    if non_empty(object.get("session_id")).is_none() {
+        return Err(Dropped::NoSessionId);
+    }
+    let args = object.get("args").and_then(Value::as_object);
+    let arg = |key: &str| non_empty(args.and_then(|a| a.get(key))).unwrap_or_default().to_owned();
+    let (app_name, app_path) = (arg("app_name"), arg("app_path"));
+    let empty = Struct::default();
+    match name {
+        "open_app" if !app_name.is_empty() || !app_path.is_empty() => {
+            Ok(Some(Command::OpenApp { app_name, app_path, payload: empty }))
+        }
+        // close_app takes only the name: a path alone does not say which app.
+        "close_app" if !app_name.is_empty() => Ok(Some(Command::CloseApp { app_name, payload: empty })),
+        _ => Err(Dropped::NoAppName),
+    }
+}
+
+impl Command {
+    fn with_payload(self, object: Struct) -> Command {
+        match self {
+            Command::OpenApp { app_name, app_path, .. } => Command::OpenApp { app_name, app_path, payload: object },
+            Command::CloseApp { app_name, .. } => Command::CloseApp { app_name, payload: object },
+        }
+    }
+}
+
+fn non_empty(value: Option<&Value>) -> Option<&str> {
+    match value {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim()),
+        _ => None,
+    }
+}
+
+/// A JSON object as a `google.protobuf.Struct` (numbers become doubles).
+pub(crate) fn to_struct(object: Map<String, Value>) -> Struct {
+    Struct { fields: object.into_iter().map(|(k, v)| (k, to_proto_value(v))).collect() }
+}
+
+fn to_proto_value(value: Value) -> ProtoValue {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s),
+        Value::Array(items) => Kind::ListValue(ListValue { values: items.into_iter().map(to_proto_value).collect() }),
+        Value::Object(object) => Kind::StructValue(to_struct(object)),
+    };
+    ProtoValue { kind: Some(kind) }
+}
+
+#[cfg(test)]
+#[path = "answer_tests.rs"]
+mod tests;

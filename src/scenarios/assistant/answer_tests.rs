@@ -1,0 +1,215 @@
+//! The seed-000 rules, one row each.
+
+use serde_json::json;
+
+use super::*;
+
+/// What a row expects: speech, then the command as (name, app_name, app_path)
+/// or the reason it was dropped.
+#[derive(Debug)]
+enum Want {
+    Text(&'static str),
+    Command(&'static str, &'static str, &'static str, &'static str),
+    Drop(&'static str, Dropped),
+}
+
+const SAFARI: &str = r#"{"session_id": "session_1764210832.530743", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
+
+fn table() -> Vec<(&'static str, String, Want)> {
+    use Want::*;
+    vec![
+        // The seed's examples.
+        ("seed: plain JSON text", r#"{"text": "Привет! Как дела? Чем могу помочь?"}"#.into(), Text("Привет! Как дела? Чем могу помочь?")),
+        ("seed: plain string", "Привет! Как дела? Чем могу помочь?".into(), Text("Привет! Как дела? Чем могу помочь?")),
+        ("seed: open Safari", SAFARI.into(), Command("open_app", "Safari", "", "Открываю Safari.")),
+        (
+            "seed example 1: open Calculator",
+            r#"{"session_id":"session_1764210832.530743","command":"open_app","args":{"app_name":"Calculator"},"text":"Открываю калькулятор."}"#.into(),
+            Command("open_app", "Calculator", "", "Открываю калькулятор."),
+        ),
+        (
+            "seed example 1.1: close Safari",
+            r#"{"session_id":"session_123","command":"close_app","args":{"app_name":"Safari"},"text":"Закрываю Safari."}"#.into(),
+            Command("close_app", "Safari", "", "Закрываю Safari."),
+        ),
+        (
+            "seed example 2: text only",
+            r#"{"text": "Калькулятор уже открыт. Что вы хотите вычислить?"}"#.into(),
+            Text("Калькулятор уже открыт. Что вы хотите вычислить?"),
+        ),
+        (
+            "seed example 3: empty text, action only",
+            r#"{"session_id":"session_1764210832.530743","command":"open_app","args":{"app_name":"Safari"},"text":""}"#.into(),
+            Command("open_app", "Safari", "", ""),
+        ),
+        // The validation rules.
+        (
+            "open_app by path",
+            r#"{"session_id":"s","command":"open_app","args":{"app_path":"/Applications/Safari.app"},"text":"Ок."}"#.into(),
+            Command("open_app", "", "/Applications/Safari.app", "Ок."),
+        ),
+        (
+            "open_app with both",
+            r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari","app_path":"/A/S.app"},"text":""}"#.into(),
+            Command("open_app", "Safari", "/A/S.app", ""),
+        ),
+        (
+            "close_app by path only is dropped",
+            r#"{"session_id":"s","command":"close_app","args":{"app_path":"/A/S.app"},"text":"Закрываю."}"#.into(),
+            Drop("Закрываю.", Dropped::NoAppName),
+        ),
+        (
+            "missing session_id",
+            r#"{"command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#.into(),
+            Drop("Открываю Safari.", Dropped::NoSessionId),
+        ),
+        (
+            "empty session_id",
+            r#"{"session_id":" ","command":"open_app","args":{"app_name":"Safari"},"text":"Т"}"#.into(),
+            Drop("Т", Dropped::NoSessionId),
+        ),
+        (
+            "session_id not a string",
+            r#"{"session_id":17,"command":"close_app","args":{"app_name":"Safari"},"text":"Т"}"#.into(),
+            Drop("Т", Dropped::NoSessionId),
+        ),
+        ("missing args", r#"{"session_id":"s","command":"open_app","text":"Т"}"#.into(), Drop("Т", Dropped::NoAppName)),
+        (
+            "args not an object",
+            r#"{"session_id":"s","command":"open_app","args":"Safari","text":"Т"}"#.into(),
+            Drop("Т", Dropped::NoAppName),
+        ),
+        (
+            "empty app_name",
+            r#"{"session_id":"s","command":"close_app","args":{"app_name":""},"text":"Т"}"#.into(),
+            Drop("Т", Dropped::NoAppName),
+        ),
+        (
+            "app_name not a string",
+            r#"{"session_id":"s","command":"open_app","args":{"app_name":42},"text":"Т"}"#.into(),
+            Drop("Т", Dropped::NoAppName),
+        ),
+        (
+            "unknown command",
+            r#"{"session_id":"s","command":"delete_everything","args":{"app_name":"Safari"},"text":"Не могу."}"#.into(),
+            Drop("Не могу.", Dropped::UnknownCommand),
+        ),
+        (
+            "command not a string",
+            r#"{"session_id":"s","command":{"name":"open_app"},"args":{"app_name":"Safari"},"text":"Т"}"#.into(),
+            Drop("Т", Dropped::BadCommand),
+        ),
+        ("null command is no command", r#"{"command":null,"text":"Просто текст."}"#.into(), Text("Просто текст.")),
+        ("empty command is no command", r#"{"command":"","text":"Просто текст."}"#.into(), Text("Просто текст.")),
+        // Types and emptiness of text.
+        (
+            "missing text with a command",
+            r#"{"session_id":"s","command":"open_app","args":{"app_name":"Notes"}}"#.into(),
+            Command("open_app", "Notes", "", ""),
+        ),
+        ("text not a string", r#"{"text": 42}"#.into(), Text("")),
+        ("text null", r#"{"text": null}"#.into(), Text("")),
+        ("empty text", r#"{"text": ""}"#.into(), Text("")),
+        ("text is trimmed", "{\"text\": \"  Да.\\n\"}".into(), Text("Да.")),
+        // Wrappers the models add.
+        ("fenced json", format!("```json\n{SAFARI}\n```"), Command("open_app", "Safari", "", "Открываю Safari.")),
+        ("fenced without language", format!("```\n{SAFARI}\n```"), Command("open_app", "Safari", "", "Открываю Safari.")),
+        ("unclosed fence", format!("```json\n{SAFARI}"), Command("open_app", "Safari", "", "Открываю Safari.")),
+        (
+            "prose around a fence",
+            format!("Конечно! Вот ответ:\n```json\n{SAFARI}\n```\nГотово."),
+            Command("open_app", "Safari", "", "Открываю Safari."),
+        ),
+        ("prose around bare json", format!("Sure: {SAFARI} Hope it helps."), Command("open_app", "Safari", "", "Открываю Safari.")),
+        (
+            "a stray brace before the object",
+            format!("Use {{braces}} like this: {SAFARI}"),
+            Command("open_app", "Safari", "", "Открываю Safari."),
+        ),
+        ("a JSON string", r#""Привет!""#.into(), Text("Привет!")),
+        // Not an answer object: spoken as the plain text it is.
+        ("other JSON object", r#"{"answer": 42}"#.into(), Text(r#"{"answer": 42}"#)),
+        ("prose with braces", "Множество {1, 2} пусто?".into(), Text("Множество {1, 2} пусто?")),
+        ("a JSON array", "[1, 2]".into(), Text("[1, 2]")),
+        ("a number", "42".into(), Text("42")),
+        // Broken JSON is never read aloud.
+        ("truncated object", SAFARI[..60].into(), Text("")),
+        ("fence around garbage", "```json\n{oops\n```".into(), Text("")),
+        ("empty", "".into(), Text("")),
+        ("whitespace", " \n\t ".into(), Text("")),
+    ]
+}
+
+#[test]
+fn every_rule_of_seed_000() {
+    for (name, raw, want) in table() {
+        let got = parse(&raw);
+        match want {
+            Want::Text(text) => {
+                assert_eq!(got.text, text, "{name}");
+                assert_eq!((&got.command, got.dropped), (&None, None), "{name}");
+            }
+            Want::Drop(text, reason) => {
+                assert_eq!(got.text, text, "{name}");
+                assert_eq!((&got.command, got.dropped), (&None, Some(reason)), "{name}");
+            }
+            Want::Command(command, name_, path, text) => {
+                assert_eq!(got.text, text, "{name}");
+                assert_eq!(got.dropped, None, "{name}");
+                let command_got = got.command.as_ref().unwrap_or_else(|| panic!("{name}: no command in {got:?}"));
+                assert_eq!(command_got.name(), command, "{name}");
+                let (app_name, app_path) = match command_got {
+                    Command::OpenApp { app_name, app_path, .. } => (app_name.as_str(), app_path.as_str()),
+                    Command::CloseApp { app_name, .. } => (app_name.as_str(), ""),
+                };
+                assert_eq!((app_name, app_path), (name_, path), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_payload_is_the_models_whole_object() {
+    let Some(Command::OpenApp { payload, .. }) = parse(&format!("```json\n{SAFARI}\n```")).command else {
+        panic!("a command")
+    };
+    let mut keys: Vec<&str> = payload.fields.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["args", "command", "session_id", "text"]);
+    let Some(Kind::StructValue(args)) = &payload.fields["args"].kind else { panic!("args is an object") };
+    assert_eq!(args.fields["app_name"].kind, Some(Kind::StringValue("Safari".into())));
+    assert_eq!(payload.fields["session_id"].kind, Some(Kind::StringValue("session_1764210832.530743".into())));
+}
+
+#[test]
+fn every_json_type_converts() {
+    let object = json!({"n": 1.5, "b": true, "z": null, "l": [1, "a"], "o": {"k": "v"}});
+    let Value::Object(object) = object else { unreachable!() };
+    let s = to_struct(object);
+    assert_eq!(s.fields["n"].kind, Some(Kind::NumberValue(1.5)));
+    assert_eq!(s.fields["b"].kind, Some(Kind::BoolValue(true)));
+    assert_eq!(s.fields["z"].kind, Some(Kind::NullValue(0)));
+    assert!(matches!(&s.fields["l"].kind, Some(Kind::ListValue(l)) if l.values.len() == 2));
+    assert!(matches!(&s.fields["o"].kind, Some(Kind::StructValue(o)) if o.fields.contains_key("k")));
+}
+
+#[test]
+fn hostile_input_neither_panics_nor_takes_long() {
+    let long_braces = "{".repeat(200_000);
+    let started = std::time::Instant::now();
+    for raw in [
+        long_braces.as_str(),
+        "```",
+        "```\n",
+        "{\"text\":",
+        "\u{0}\u{1}",
+        "}{",
+        "```json\n```",
+        "{\"text\": \"\\ud800\"}",
+    ] {
+        let _ = parse(raw);
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    let huge = format!("{{\"text\": \"{}\"}}", "а".repeat(1 << 20));
+    assert_eq!(parse(&huge).text.chars().count(), 1 << 20);
+}

@@ -1,0 +1,158 @@
+//! The model backend seam: one chat completion per call, its text delivered
+//! whole at the end and, where the backend streams, piece by piece on the way.
+//!
+//! Implementations: [`super::openai::OpenAi`] (any OpenAI-compatible server)
+//! and [`super::offline::Offline`] (embedded, no network). Errors are tagged
+//! by cause so that metrics, retries and the breaker agree on what happened.
+
+use std::{fmt, time::Duration};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The instructions.
+    System,
+    /// The user.
+    User,
+    /// The model, in earlier turns.
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message of `role`.
+    pub fn new(role: Role, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role, content: content.into() }
+    }
+}
+
+/// One completion to make.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    /// System prompt, history, then the user's words.
+    pub messages: Vec<ChatMessage>,
+    /// The session id the model is told to echo in commands; backends that
+    /// do not read the prompt (the offline one) take it from here.
+    pub session_id: String,
+    /// When the whole call, retries included, must be over.
+    pub deadline: Instant,
+}
+
+impl ModelRequest {
+    /// The last user message: what this call answers.
+    pub fn utterance(&self) -> &str {
+        self.messages.iter().rev().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str())
+    }
+}
+
+/// A finished completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The model's whole answer.
+    pub text: String,
+    /// From the request to the first token, when the backend streamed.
+    pub first_token: Option<Duration>,
+    /// Attempts made, 1 without retries.
+    pub attempts: u32,
+}
+
+/// Receives pieces of the answer while the model streams it.
+pub trait DeltaSink: Send + Sync {
+    /// One more piece of the answer's text.
+    fn delta(&self, text: &str);
+}
+
+/// Ignores the pieces.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoDeltas;
+
+impl DeltaSink for NoDeltas {
+    fn delta(&self, _text: &str) {}
+}
+
+/// Why a model call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// No connection, or it broke before a whole answer arrived.
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// A timeout: `connect`, `first_token` or `call`.
+    #[error("no answer in time ({0} timeout)")]
+    Timeout(&'static str),
+    /// The backend answered an HTTP error status.
+    #[error("the backend answered HTTP {status}: {message}")]
+    Status {
+        /// The status code.
+        status: u16,
+        /// The start of the body, for the log.
+        message: String,
+    },
+    /// The answer was not a chat completion.
+    #[error("malformed answer: {0}")]
+    BadResponse(String),
+    /// The circuit breaker is open: the backend failed too often lately.
+    #[error("the backend is failing; calls are paused")]
+    CircuitOpen,
+}
+
+impl BackendError {
+    /// The stable label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendError::Connect(_) => "connect",
+            BackendError::Timeout(_) => "timeout",
+            BackendError::Status { status: 429, .. } => "rate_limited",
+            BackendError::Status { .. } => "status",
+            BackendError::BadResponse(_) => "bad_response",
+            BackendError::CircuitOpen => "circuit_open",
+        }
+    }
+
+    /// Worth another attempt: the backend may answer the same request next time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            BackendError::Connect(_) => true,
+            BackendError::Status { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+
+    /// Says the backend is unwell (not that our request was wrong): counts
+    /// towards opening the breaker.
+    pub fn is_backend_failure(&self) -> bool {
+        match self {
+            BackendError::Connect(_) | BackendError::Timeout(_) => true,
+            BackendError::Status { status, .. } => *status == 429 || *status >= 500,
+            BackendError::BadResponse(_) | BackendError::CircuitOpen => false,
+        }
+    }
+}
+
+/// A chat model.
+#[async_trait]
+pub trait ModelBackend: Send + Sync + fmt::Debug + 'static {
+    /// The label of metrics: `openai`, `offline`.
+    fn name(&self) -> &'static str;
+
+    /// Completes `request`, handing streamed pieces to `deltas` as they come.
+    /// Must return by `request.deadline` (the caller enforces it as well).
+    async fn complete(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, BackendError>;
+
+    /// The circuit breaker's state for the metric: 0 closed, 1 half-open, 2 open.
+    fn breaker_state(&self) -> i64 {
+        0
+    }
+}

@@ -1,0 +1,240 @@
+//! `[assistant]`: the model backend, the timing of the handlers and the
+//! phrases spoken when the model cannot answer. Every field has a default, so
+//! an empty table (or none) runs the embedded offline backend.
+
+use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr, time::Duration};
+
+use serde::Deserialize;
+
+/// The `[assistant]` table of the server configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AssistantConfig {
+    /// OpenAI-compatible base URL (`http://localhost:8000/v1`); empty runs
+    /// the embedded offline backend.
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer ...` when non-empty.
+    pub api_key: Secret,
+    /// The `model` of the request body.
+    pub model: String,
+    /// `temperature` of the request body.
+    pub temperature: f64,
+    /// `max_tokens` of the request body.
+    pub max_tokens: u32,
+    /// More request body fields (`top_p`, `stop`, ...), merged in as given.
+    pub extra_body: BTreeMap<String, serde_json::Value>,
+    /// Ask for an SSE stream (time to first token, first-token timeout).
+    pub stream: bool,
+    /// A file holding the system prompt; empty uses the built-in one.
+    pub system_prompt_file: Option<PathBuf>,
+    /// How long `/run` waits for the model before handing over to `/continue`, in ms.
+    pub run_wait_ms: u64,
+    /// Kept before each handler's deadline for building the answer, in ms.
+    pub answer_margin_ms: u64,
+    /// A whole model call, retries included, in ms (the seed's 30 s).
+    pub call_timeout_ms: u64,
+    /// Connecting to the backend, in ms.
+    pub connect_timeout_ms: u64,
+    /// From sending the request to the first token (or the whole answer when
+    /// not streaming), in ms.
+    pub first_token_timeout_ms: u64,
+    /// Retries after the first attempt (connection errors, 429, 5xx).
+    pub max_retries: u32,
+    /// The first retry's backoff, in ms; doubles per retry, with jitter.
+    pub retry_backoff_ms: u64,
+    /// Consecutive failures that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long the open breaker fails calls fast before one probe, in ms.
+    pub breaker_cooldown_ms: u64,
+    /// Model calls in flight at most; past it `/run` declines (`IsIrrelevant`).
+    pub max_in_flight: usize,
+    /// How long a finished call's answer is kept for `/continue` and the
+    /// user's repeated question, in seconds.
+    pub result_ttl_secs: u64,
+    /// Finished answers kept at most.
+    pub max_retained: usize,
+    /// Bytes of finished answers kept at most.
+    pub max_retained_bytes: usize,
+    /// Dialog turns kept in the state.
+    pub history_turns: usize,
+    /// Bytes of dialog turns kept in the state.
+    pub history_max_bytes: usize,
+    /// Spoken by `/continue` when the model is still thinking.
+    pub fallback_text: String,
+    /// Spoken when the model failed.
+    pub apology_text: String,
+}
+
+impl Default for AssistantConfig {
+    fn default() -> AssistantConfig {
+        AssistantConfig {
+            base_url: String::new(),
+            api_key: Secret::default(),
+            model: "default".into(),
+            temperature: 0.3,
+            max_tokens: 512,
+            extra_body: BTreeMap::new(),
+            stream: true,
+            system_prompt_file: None,
+            run_wait_ms: 150,
+            answer_margin_ms: 15,
+            call_timeout_ms: 30_000,
+            connect_timeout_ms: 2_000,
+            first_token_timeout_ms: 15_000,
+            max_retries: 2,
+            retry_backoff_ms: 100,
+            breaker_failures: 5,
+            breaker_cooldown_ms: 10_000,
+            max_in_flight: 256,
+            result_ttl_secs: 120,
+            max_retained: 10_000,
+            max_retained_bytes: 64 << 20,
+            history_turns: 6,
+            history_max_bytes: 8 * 1024,
+            fallback_text: "Секунду, ещё думаю — спросите меня ещё раз.".into(),
+            apology_text: "Извините, сейчас не получается ответить. Попробуйте ещё раз чуть позже.".into(),
+        }
+    }
+}
+
+/// Body fields the scenario sets itself; `extra_body` must not replace them.
+const OWN_FIELDS: &[&str] = &["model", "messages", "stream", "temperature", "max_tokens"];
+
+impl AssistantConfig {
+    /// The offline configuration pointed at `base_url` instead: what tests and
+    /// benchmarks use with a mock backend.
+    pub fn with_base_url(base_url: impl Into<String>) -> AssistantConfig {
+        AssistantConfig { base_url: base_url.into(), ..AssistantConfig::default() }
+    }
+
+    /// Adds a message per problem to `errors`, keys prefixed `assistant.`.
+    pub fn validate(&self, errors: &mut Vec<String>) {
+        let mut check = |ok: bool, message: String| {
+            if !ok {
+                errors.push(format!("assistant.{message}"));
+            }
+        };
+        let url = self.base_url.trim();
+        check(
+            url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+            format!("base_url = {url:?}: must start with http:// or https:// (or be empty for the offline backend)"),
+        );
+        check(url.is_empty() || !self.model.trim().is_empty(), "model must be set when base_url is".into());
+        check(
+            (0.0..=2.0).contains(&self.temperature),
+            format!("temperature = {}: must be 0.0..=2.0", self.temperature),
+        );
+        check(self.max_tokens > 0, "max_tokens must be above 0".into());
+        for key in self.extra_body.keys() {
+            check(!OWN_FIELDS.contains(&key.as_str()), format!("extra_body.{key}: set by the scenario itself"));
+        }
+        check(self.call_timeout_ms > 0, "call_timeout_ms must be above 0".into());
+        check(self.connect_timeout_ms > 0, "connect_timeout_ms must be above 0".into());
+        check(self.first_token_timeout_ms > 0, "first_token_timeout_ms must be above 0".into());
+        check(self.breaker_failures > 0, "breaker_failures must be above 0".into());
+        check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
+        check(self.result_ttl_secs > 0, "result_ttl_secs must be above 0".into());
+        check(self.max_retained > 0, "max_retained must be above 0".into());
+        check(self.max_retained_bytes > 0, "max_retained_bytes must be above 0".into());
+        check(self.history_turns > 0, "history_turns must be above 0".into());
+        check(self.history_max_bytes >= 256, "history_max_bytes must be at least 256".into());
+        check(!self.fallback_text.trim().is_empty(), "fallback_text must not be empty".into());
+        check(!self.apology_text.trim().is_empty(), "apology_text must not be empty".into());
+    }
+
+    /// True when no backend URL is configured.
+    pub fn is_offline(&self) -> bool {
+        self.base_url.trim().is_empty()
+    }
+
+    pub(crate) fn run_wait(&self) -> Duration {
+        Duration::from_millis(self.run_wait_ms)
+    }
+
+    pub(crate) fn answer_margin(&self) -> Duration {
+        Duration::from_millis(self.answer_margin_ms)
+    }
+
+    pub(crate) fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+
+    pub(crate) fn result_ttl(&self) -> Duration {
+        Duration::from_secs(self.result_ttl_secs)
+    }
+}
+
+/// A credential: deserialized and parsed like a string, never printed.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// True when no secret is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret(value.to_owned())
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(value: &str) -> Result<Secret, Self::Err> {
+        Ok(Secret(value.to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"<redacted>\"" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_offline() {
+        let config = AssistantConfig::default();
+        let mut errors = Vec::new();
+        config.validate(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(config.is_offline());
+        assert_eq!((config.temperature, config.max_tokens, config.call_timeout_ms), (0.3, 512, 30_000));
+    }
+
+    #[test]
+    fn problems_name_their_key() {
+        let mut config = AssistantConfig::with_base_url("localhost:8000");
+        config.model = " ".into();
+        config.extra_body.insert("messages".into(), serde_json::Value::Null);
+        config.max_in_flight = 0;
+        let mut errors = Vec::new();
+        config.validate(&mut errors);
+        let all = errors.join("\n");
+        assert_eq!(errors.len(), 4, "{all}");
+        for key in ["assistant.base_url", "assistant.model", "assistant.extra_body.messages", "assistant.max_in_flight"]
+        {
+            assert!(all.contains(key), "{key} missing from {all}");
+        }
+    }
+
+    #[test]
+    fn the_api_key_is_never_printed() {
+        let config = AssistantConfig { api_key: "sk-very-secret".into(), ..AssistantConfig::default() };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("sk-very-secret") && printed.contains("<redacted>"), "{printed}");
+    }
+}

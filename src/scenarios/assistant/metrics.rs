@@ -1,0 +1,100 @@
+//! The assistant's metrics, registered into the registry the server renders
+//! (never the process-global one: tests run many servers in one process).
+//! Every name is here; labels are bounded (backend, outcome, handler, kind,
+//! command), never request ids or user text.
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
+pub const MODEL_CALLS: &str = "assistant_model_calls_total";
+/// Seconds per model call, retries included, by `backend`.
+pub const MODEL_SECONDS: &str = "assistant_model_call_seconds";
+/// Seconds to the first streamed token, by `backend`.
+pub const FIRST_TOKEN_SECONDS: &str = "assistant_model_first_token_seconds";
+/// Model calls running now.
+pub const IN_FLIGHT: &str = "assistant_model_calls_in_flight";
+/// Retried attempts.
+pub const RETRIES: &str = "assistant_model_retries_total";
+/// The breaker: 0 closed, 1 half-open, 2 open.
+pub const BREAKER: &str = "assistant_breaker_state";
+/// Answers by `handler` and `kind`: `model` (the model's answer), `handover`
+/// (`/run` passed to `/continue`), `fallback` (still thinking), `apology`
+/// (the model failed), `refused` (the in-flight cap), `irrelevant` (nothing to answer).
+pub const ANSWERS: &str = "assistant_answers_total";
+/// Commands of model answers by `command` and `outcome` (`accepted` or why dropped).
+pub const COMMANDS: &str = "assistant_commands_total";
+
+/// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
+const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+
+/// The collectors, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub(crate) model_calls: IntCounterVec,
+    pub(crate) model_seconds: HistogramVec,
+    pub(crate) first_token_seconds: HistogramVec,
+    pub(crate) in_flight: IntGauge,
+    pub(crate) retries: IntCounter,
+    pub(crate) breaker: IntGauge,
+    pub(crate) answers: IntCounterVec,
+    pub(crate) commands: IntCounterVec,
+}
+
+impl Metrics {
+    /// Creates the collectors and registers them into `registry`.
+    pub fn new(registry: &Registry) -> Result<Metrics, prometheus::Error> {
+        let histogram = |name: &str, help: &str| {
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(BUCKETS.to_vec()), &["backend"])
+        };
+        let metrics = Metrics {
+            model_calls: IntCounterVec::new(
+                Opts::new(MODEL_CALLS, "Model calls by outcome."),
+                &["backend", "outcome"],
+            )?,
+            model_seconds: histogram(MODEL_SECONDS, "Seconds per model call, retries included.")?,
+            first_token_seconds: histogram(
+                FIRST_TOKEN_SECONDS,
+                "Seconds from the request to the first streamed token.",
+            )?,
+            in_flight: IntGauge::new(IN_FLIGHT, "Model calls running now.")?,
+            retries: IntCounter::new(RETRIES, "Model call attempts that were retries.")?,
+            breaker: IntGauge::new(BREAKER, "Circuit breaker of the model backend: 0 closed, 1 half-open, 2 open.")?,
+            answers: IntCounterVec::new(Opts::new(ANSWERS, "Answers by handler and kind."), &["handler", "kind"])?,
+            commands: IntCounterVec::new(
+                Opts::new(COMMANDS, "Commands of model answers, accepted or dropped."),
+                &["command", "outcome"],
+            )?,
+        };
+        registry.register(Box::new(metrics.model_calls.clone()))?;
+        registry.register(Box::new(metrics.model_seconds.clone()))?;
+        registry.register(Box::new(metrics.first_token_seconds.clone()))?;
+        registry.register(Box::new(metrics.in_flight.clone()))?;
+        registry.register(Box::new(metrics.retries.clone()))?;
+        registry.register(Box::new(metrics.breaker.clone()))?;
+        registry.register(Box::new(metrics.answers.clone()))?;
+        registry.register(Box::new(metrics.commands.clone()))?;
+        Ok(metrics)
+    }
+
+    pub(crate) fn answer(&self, handler: &str, kind: &str) {
+        self.answers.with_label_values(&[handler, kind]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_into_the_given_registry_once() {
+        let registry = Registry::new();
+        let metrics = Metrics::new(&registry).unwrap();
+        metrics.answer("run", "handover");
+        metrics.model_calls.with_label_values(&["openai", "ok"]).inc();
+        let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
+        assert!(text.contains("assistant_answers_total{handler=\"run\",kind=\"handover\"} 1"), "{text}");
+        assert!(text.contains("assistant_model_calls_total{backend=\"openai\",outcome=\"ok\"} 1"), "{text}");
+        assert!(Metrics::new(&registry).is_err(), "a second set in the same registry is refused");
+        assert!(Metrics::new(&Registry::new()).is_ok(), "another registry is independent");
+    }
+}

@@ -1,0 +1,343 @@
+//! The OpenAI-compatible HTTP backend: `POST {base_url}/chat/completions`
+//! on vLLM, Ollama, llama.cpp's server, OpenAI and the like.
+//!
+//! One call is a few attempts inside its deadline: connection errors, 429 and
+//! 5xx are retried after a jittered backoff when the backoff still fits; the
+//! breaker fails calls fast while the backend keeps failing. With `stream` on
+//! the answer comes as SSE and each piece goes to the [`DeltaSink`]; a server
+//! that ignores `stream` and answers plain JSON is read as such.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use prometheus::IntCounter;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::time::{Instant, timeout_at};
+
+use super::{
+    AssistantError,
+    backend::{BackendError, Completion, DeltaSink, ModelBackend, ModelRequest},
+    backoff,
+    breaker::Breaker,
+    clip,
+    config::{AssistantConfig, Secret},
+    sse::{SseDecoder, StreamEvent},
+};
+
+/// Largest answer body (or stream event) read from the backend.
+const MAX_BODY: usize = 1 << 20;
+/// How much of an error body goes into the error message.
+const MAX_ERROR_BODY: usize = 300;
+
+/// The OpenAI-compatible backend.
+#[derive(Debug)]
+pub struct OpenAi {
+    client: reqwest::Client,
+    url: String,
+    api_key: Secret,
+    body: Map<String, Value>,
+    first_token_timeout: Duration,
+    max_retries: u32,
+    retry_backoff: Duration,
+    breaker: Breaker,
+    retries: IntCounter,
+}
+
+/// One failed attempt and what it tells about retrying.
+#[derive(Debug)]
+struct Failure {
+    error: BackendError,
+    retry_after: Option<Duration>,
+    // Pieces already went to the sink: a retry would repeat them.
+    streamed: bool,
+}
+
+impl From<BackendError> for Failure {
+    fn from(error: BackendError) -> Failure {
+        Failure { error, retry_after: None, streamed: false }
+    }
+}
+
+impl OpenAi {
+    /// A client for `config.base_url`; counts retries in `retries`.
+    pub fn new(config: &AssistantConfig, retries: IntCounter) -> Result<OpenAi, AssistantError> {
+        let client = crate::upstream::client_builder()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| AssistantError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        let base = config.base_url.trim().trim_end_matches('/');
+        let url =
+            if base.ends_with("/chat/completions") { base.to_owned() } else { format!("{base}/chat/completions") };
+        let mut body = Map::new();
+        body.insert("model".into(), json!(config.model));
+        body.insert("temperature".into(), json!(config.temperature));
+        body.insert("max_tokens".into(), json!(config.max_tokens));
+        body.insert("stream".into(), json!(config.stream));
+        for (key, value) in &config.extra_body {
+            body.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        Ok(OpenAi {
+            client,
+            url,
+            api_key: config.api_key.clone(),
+            body,
+            first_token_timeout: Duration::from_millis(config.first_token_timeout_ms),
+            max_retries: config.max_retries,
+            retry_backoff: Duration::from_millis(config.retry_backoff_ms),
+            breaker: Breaker::new(config.breaker_failures, Duration::from_millis(config.breaker_cooldown_ms)),
+            retries,
+        })
+    }
+
+    /// The endpoint called.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn attempt(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, Failure> {
+        let started = Instant::now();
+        let first_deadline = (started + self.first_token_timeout).min(request.deadline);
+        let first_timeout = if first_deadline < request.deadline { "first_token" } else { "call" };
+        let mut body = self.body.clone();
+        body.insert("messages".into(), json!(request.messages));
+        let mut call = self.client.post(&self.url).json(&body);
+        if !self.api_key.is_empty() {
+            call = call.bearer_auth(self.api_key.expose());
+        }
+        let mut response = match timeout_at(first_deadline, call.send()).await {
+            Err(_) => return Err(BackendError::Timeout(first_timeout).into()),
+            Ok(Err(error)) => return Err(classify(&error).into()),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = backoff::retry_after(
+                response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()),
+            );
+            let body = read_body(&mut response, MAX_ERROR_BODY, error_body_deadline(request.deadline))
+                .await
+                .unwrap_or_default();
+            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
+            return Err(Failure {
+                error: BackendError::Status { status: status.as_u16(), message },
+                retry_after,
+                streamed: false,
+            });
+        }
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if is_sse {
+            return read_stream(response, started, (first_deadline, first_timeout), request.deadline, deltas).await;
+        }
+        let body = match read_body(&mut response, MAX_BODY, request.deadline).await {
+            Ok(body) if body.len() > MAX_BODY => {
+                return Err(BackendError::BadResponse(format!("answer larger than {MAX_BODY} bytes")).into());
+            }
+            Ok(body) => body,
+            Err(error) => return Err(error.into()),
+        };
+        let text = parse_completion(&body)?;
+        // Not streamed (by choice or by the server): the whole text is one piece.
+        deltas.delta(&text);
+        Ok(Completion { text, first_token: None, attempts: 1 })
+    }
+}
+
+#[async_trait]
+impl ModelBackend for OpenAi {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    async fn complete(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, BackendError> {
+        let mut retry = 0;
+        loop {
+            if !self.breaker.admit() {
+                return Err(BackendError::CircuitOpen);
+            }
+            let failure = match self.attempt(request, deltas).await {
+                Ok(completion) => {
+                    self.breaker.success();
+                    return Ok(Completion { attempts: retry + 1, ..completion });
+                }
+                Err(failure) => failure,
+            };
+            if failure.error.is_backend_failure() {
+                self.breaker.failure();
+            } else {
+                self.breaker.success();
+            }
+            if !failure.error.is_retryable() || failure.streamed || retry >= self.max_retries {
+                return Err(failure.error);
+            }
+            let wait = backoff::delay(self.retry_backoff, retry, backoff::random())
+                .max(failure.retry_after.unwrap_or_default());
+            if Instant::now() + wait >= request.deadline {
+                return Err(failure.error);
+            }
+            tracing::debug!(error = %failure.error, wait_ms = wait.as_millis() as u64, "assistant: retrying the model call");
+            self.retries.inc();
+            tokio::time::sleep(wait).await;
+            retry += 1;
+        }
+    }
+
+    fn breaker_state(&self) -> i64 {
+        self.breaker.state() as i64
+    }
+}
+
+/// An error body is only for the log: a backend that sends the status and
+/// then stalls must not hold the retry back.
+fn error_body_deadline(deadline: Instant) -> Instant {
+    (Instant::now() + Duration::from_millis(500)).min(deadline)
+}
+
+fn classify(error: &reqwest::Error) -> BackendError {
+    if error.is_timeout() {
+        BackendError::Timeout("connect")
+    } else if error.is_decode() {
+        BackendError::BadResponse(error.to_string())
+    } else {
+        // Refused, reset, closed early, or not HTTP at all: the wire failed.
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        BackendError::Connect(message)
+    }
+}
+
+/// Reads the body up to `limit + 1` bytes (one more tells the caller it was
+/// too large) before `deadline`.
+async fn read_body(response: &mut reqwest::Response, limit: usize, deadline: Instant) -> Result<Vec<u8>, BackendError> {
+    let mut body = Vec::new();
+    loop {
+        match timeout_at(deadline, response.chunk()).await {
+            Err(_) => return Err(BackendError::Timeout("call")),
+            Ok(Err(error)) => return Err(classify(&error)),
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Ok(Some(bytes))) => {
+                let room = (limit + 1).saturating_sub(body.len());
+                body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                if body.len() > limit {
+                    return Ok(body);
+                }
+            }
+        }
+    }
+}
+
+async fn read_stream(
+    mut response: reqwest::Response,
+    started: Instant,
+    (first_deadline, first_timeout): (Instant, &'static str),
+    deadline: Instant,
+    deltas: &dyn DeltaSink,
+) -> Result<Completion, Failure> {
+    let mut decoder = SseDecoder::new(MAX_BODY);
+    let mut text = String::new();
+    let mut first_token = None;
+    let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
+    loop {
+        let (until, which) = if first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
+        let streamed = first_token.is_some();
+        let (events, ended) = match timeout_at(until, response.chunk()).await {
+            Err(_) => return Err(fail(BackendError::Timeout(which), streamed)),
+            Ok(Err(error)) => return Err(fail(classify(&error), streamed)),
+            Ok(Ok(None)) => (decoder.finish(), true),
+            Ok(Ok(Some(bytes))) => (decoder.push(&bytes), false),
+        };
+        let events = events.map_err(|e| fail(BackendError::BadResponse(e.to_string()), streamed))?;
+        let mut done = ended;
+        for event in events {
+            match event {
+                StreamEvent::Delta(piece) if piece.is_empty() => {}
+                StreamEvent::Delta(piece) => {
+                    first_token.get_or_insert_with(|| started.elapsed());
+                    deltas.delta(&piece);
+                    text.push_str(&piece);
+                    if text.len() > MAX_BODY {
+                        let error = BackendError::BadResponse(format!("answer larger than {MAX_BODY} bytes"));
+                        return Err(fail(error, true));
+                    }
+                }
+                StreamEvent::Done => done = true,
+            }
+        }
+        if done {
+            break;
+        }
+    }
+    if text.trim().is_empty() {
+        return Err(fail(BackendError::BadResponse("the stream carried no text".into()), first_token.is_some()));
+    }
+    Ok(Completion { text, first_token, attempts: 1 })
+}
+
+#[derive(Deserialize)]
+struct ChatCompletion {
+    #[serde(default)]
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Option<AnswerMessage>,
+}
+
+#[derive(Deserialize)]
+struct AnswerMessage {
+    content: Option<String>,
+}
+
+fn parse_completion(body: &[u8]) -> Result<String, BackendError> {
+    let completion: ChatCompletion = serde_json::from_slice(body).map_err(|e| {
+        let start = clip(&String::from_utf8_lossy(body), 80).to_owned();
+        BackendError::BadResponse(format!("not a chat completion ({e}): {start:?}"))
+    })?;
+    let text = completion.choices.into_iter().next().and_then(|c| c.message).and_then(|m| m.content);
+    match text {
+        Some(text) if !text.trim().is_empty() => Ok(text),
+        _ => Err(BackendError::BadResponse("the answer carried no text".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_parse_and_garbage_does_not() {
+        let ok = br#"{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}]}"#;
+        assert_eq!(parse_completion(ok).unwrap(), "Hi");
+        for bad in [&b"<html>"[..], b"{}", br#"{"choices":[]}"#, br#"{"choices":[{"message":{"content":null}}]}"#] {
+            assert!(matches!(parse_completion(bad), Err(BackendError::BadResponse(_))), "{bad:?}");
+        }
+        assert!(parse_completion(b"\xff\xfe{").is_err());
+    }
+
+    #[test]
+    fn the_url_and_body_follow_the_config() {
+        let mut config = AssistantConfig::with_base_url("http://llm:8000/v1/");
+        config.model = "qwen".into();
+        config.extra_body.insert("top_p".into(), json!(0.9));
+        let backend = OpenAi::new(&config, IntCounter::new("r", "r").unwrap()).unwrap();
+        assert_eq!(backend.url(), "http://llm:8000/v1/chat/completions");
+        assert_eq!(backend.body["model"], "qwen");
+        assert_eq!(backend.body["temperature"], 0.3);
+        assert_eq!(backend.body["max_tokens"], 512);
+        assert_eq!(backend.body["top_p"], 0.9);
+        let config = AssistantConfig::with_base_url("http://llm/v1/chat/completions");
+        let backend = OpenAi::new(&config, IntCounter::new("r", "r").unwrap()).unwrap();
+        assert_eq!(backend.url(), "http://llm/v1/chat/completions");
+    }
+}

@@ -1,0 +1,108 @@
+//! What the model is sent: the system prompt (built in, or a file), the
+//! session id it must echo in commands, the dialog history, then the user's
+//! words, in the message order of seed 001.
+//!
+//! The session id is derived from the request, never from personal data:
+//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the seed's
+//! shape), the sub-millisecond digits taken from a hash of the `RequestId` so
+//! that two dialogs started in the same millisecond differ. It is made on the
+//! first turn of a dialog session (no state, `IsNewSession`, or
+//! `IsSessionReset`) and carried in the state afterwards, so it is stable over
+//! the session and the same for every retry of a request.
+
+use super::backend::{ChatMessage, Role};
+use crate::proto::megamind_scenario::v1::TAssistantTurn;
+
+/// The built-in system prompt: the seed-000 format and the two commands.
+pub const DEFAULT_SYSTEM_PROMPT: &str = r#"You are a voice assistant on the user's computer. Answer briefly, in the language of the user's request: your text is spoken aloud, so no Markdown, lists or links.
+
+When the user asks to open or close an application, answer with exactly one JSON object and nothing else:
+{"session_id": "<the session id below>", "command": "open_app", "args": {"app_name": "<application name>"}, "text": "<short confirmation>"}
+{"session_id": "<the session id below>", "command": "close_app", "args": {"app_name": "<application name>"}, "text": "<short confirmation>"}
+Use the application's real name as the operating system knows it ("Safari", "Calculator", "Telegram", "System Settings"). For open_app you may give "app_path" (the full path) instead of "app_name". "text" may be empty.
+
+For anything else, answer with plain text, or with {"text": "<your answer>"}.
+
+Examples:
+User: открой Safari
+{"session_id": "session_1764210832.530743", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}
+User: закрой калькулятор
+{"session_id": "session_1764210832.530743", "command": "close_app", "args": {"app_name": "Calculator"}, "text": "Закрываю калькулятор."}
+User: привет
+Привет! Чем могу помочь?"#;
+
+/// The system prompt, with the line naming the session.
+pub(crate) fn system_message(prompt: &str, session_id: &str) -> ChatMessage {
+    ChatMessage::new(Role::System, format!("{prompt}\n\nThe session id is: {session_id}"))
+}
+
+/// System prompt, history (oldest first), then `utterance`.
+pub(crate) fn messages(
+    prompt: &str,
+    session_id: &str,
+    history: &[TAssistantTurn],
+    utterance: &str,
+) -> Vec<ChatMessage> {
+    let mut messages = Vec::with_capacity(2 + 2 * history.len());
+    messages.push(system_message(prompt, session_id));
+    for turn in history {
+        messages.push(ChatMessage::new(Role::User, turn.user.clone()));
+        messages.push(ChatMessage::new(Role::Assistant, turn.assistant.clone()));
+    }
+    messages.push(ChatMessage::new(Role::User, utterance));
+    messages
+}
+
+/// A new session id for a request (see the module docs).
+pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let hash =
+        request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let micros = (server_time_ms % 1000) * 1000 + hash % 1000;
+    format!("session_{}.{micros:06}", server_time_ms / 1000)
+}
+
+/// A question reduced to its words, to tell a repeated question from a new one.
+pub(crate) fn normalize(utterance: &str) -> String {
+    let lower = utterance.to_lowercase().replace('ё', "е");
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_follow_seed_001_order() {
+        let history = [TAssistantTurn { user: "привет".into(), assistant: "Привет!".into() }];
+        let messages = messages("PROMPT", "session_1.000001", &history, "открой Safari");
+        let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::User]);
+        assert!(messages[0].content.starts_with("PROMPT") && messages[0].content.ends_with("session_1.000001"));
+        assert_eq!(messages[3].content, "открой Safari");
+        let json = serde_json::to_value(&messages[1]).unwrap();
+        assert_eq!(json, serde_json::json!({"role": "user", "content": "привет"}));
+    }
+
+    #[test]
+    fn session_ids_have_the_seed_shape_and_are_deterministic() {
+        let id = new_session_id(1_764_210_832_530, "req-1");
+        assert!(id.starts_with("session_1764210832.530"), "{id}");
+        assert_eq!(id.len(), "session_1764210832.530743".len(), "{id}");
+        assert_eq!(id, new_session_id(1_764_210_832_530, "req-1"));
+        let other: std::collections::HashSet<String> =
+            (0..20).map(|i| new_session_id(1_764_210_832_530, &format!("req-{i}"))).collect();
+        assert!(other.len() > 1, "the RequestId changes the id");
+        let zero = new_session_id(0, "");
+        assert!(zero.starts_with("session_0.000") && zero.len() == "session_0.000000".len(), "{zero}");
+    }
+
+    #[test]
+    fn normalize_ignores_case_punctuation_and_spacing() {
+        assert_eq!(normalize("  Открой, Safari!  "), "открой safari");
+        assert_eq!(normalize("Который ЧАС?"), normalize("который час"));
+        assert_eq!(normalize("ещё"), "еще");
+        assert_ne!(normalize("открой Safari"), normalize("закрой Safari"));
+    }
+}

@@ -1,0 +1,224 @@
+//! Server-sent events of an OpenAI-compatible stream: `data:` lines with
+//! `choices[].delta` chunks, ended by `data: [DONE]`.
+//!
+//! The network cuts the stream anywhere (inside a line, inside a UTF-8
+//! character), so [`SseDecoder`] keeps the partial line until its end arrives
+//! and hands out whole events only. It is bounded: a line or event past
+//! `max_bytes` is an error, not an ever-growing buffer.
+
+use serde::Deserialize;
+
+/// What one complete event means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StreamEvent {
+    /// More text of the answer (possibly empty: a role-only first chunk).
+    Delta(String),
+    /// `[DONE]`: the answer is complete.
+    Done,
+}
+
+/// A stream that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SseError {
+    /// A line or event larger than the limit.
+    #[error("stream event larger than {0} bytes")]
+    TooLarge(usize),
+    /// Bytes that are not UTF-8.
+    #[error("stream is not UTF-8")]
+    NotUtf8,
+    /// A `data:` that is neither `[DONE]` nor a chat completion chunk.
+    #[error("stream chunk is not a chat completion chunk: {0}")]
+    BadChunk(String),
+    /// The backend reported an error inside the stream.
+    #[error("the backend reported an error in the stream: {0}")]
+    Backend(String),
+}
+
+/// Splits bytes into events, whatever the chunking.
+#[derive(Debug)]
+pub(crate) struct SseDecoder {
+    partial: Vec<u8>,
+    data: String,
+    has_data: bool,
+    max_bytes: usize,
+}
+
+impl SseDecoder {
+    /// A decoder refusing lines and events past `max_bytes`.
+    pub(crate) fn new(max_bytes: usize) -> SseDecoder {
+        SseDecoder { partial: Vec::new(), data: String::new(), has_data: false, max_bytes }
+    }
+
+    /// Feeds received bytes; returns the events they complete, in order.
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, SseError> {
+        let mut events = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let (line, tail) = rest.split_at(end);
+            rest = &tail[1..];
+            if self.partial.is_empty() {
+                self.line(line, &mut events)?;
+            } else {
+                self.partial.extend_from_slice(line);
+                let whole = std::mem::take(&mut self.partial);
+                self.line(&whole, &mut events)?;
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > self.max_bytes {
+            return Err(SseError::TooLarge(self.max_bytes));
+        }
+        Ok(events)
+    }
+
+    /// The stream ended: an event not closed by a blank line still counts
+    /// (some servers close right after the last `data:` line).
+    pub(crate) fn finish(&mut self) -> Result<Vec<StreamEvent>, SseError> {
+        let mut events = Vec::new();
+        let last = std::mem::take(&mut self.partial);
+        if !last.is_empty() {
+            self.line(&last, &mut events)?;
+        }
+        self.line(b"", &mut events)?;
+        Ok(events)
+    }
+
+    fn line(&mut self, line: &[u8], events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if std::mem::take(&mut self.has_data) {
+                let data = std::mem::take(&mut self.data);
+                events.push(interpret(&data)?);
+            }
+            return Ok(());
+        }
+        let line = std::str::from_utf8(line).map_err(|_| SseError::NotUtf8)?;
+        // Only `data` matters; `event`, `id`, `retry` and `:` comments
+        // (keep-alives) are skipped.
+        let Some(value) = line.strip_prefix("data:") else { return Ok(()) };
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        if self.has_data {
+            self.data.push('\n');
+        }
+        self.data.push_str(value);
+        self.has_data = true;
+        if self.data.len() > self.max_bytes {
+            return Err(SseError::TooLarge(self.max_bytes));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: Option<Delta>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+fn interpret(data: &str) -> Result<StreamEvent, SseError> {
+    if data.trim() == "[DONE]" {
+        return Ok(StreamEvent::Done);
+    }
+    let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(e.to_string()))?;
+    if let Some(error) = chunk.error {
+        return Err(SseError::Backend(super::clip(&error.to_string(), 200).to_owned()));
+    }
+    let text = chunk.choices.into_iter().next().and_then(|c| c.delta).and_then(|d| d.content).unwrap_or_default();
+    Ok(StreamEvent::Delta(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> String {
+        format!("data: {}\n\n", serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]}))
+    }
+
+    fn stream() -> Vec<u8> {
+        let mut all = String::from(": keep-alive\n\n");
+        all.push_str("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n");
+        for piece in ["При", "вет, ", "мир! 👋"] {
+            all.push_str(&chunk(piece));
+        }
+        all.push_str("data: [DONE]\n\n");
+        all.into_bytes()
+    }
+
+    fn text_of(events: &[StreamEvent]) -> (String, bool) {
+        let mut text = String::new();
+        let mut done = false;
+        for event in events {
+            match event {
+                StreamEvent::Delta(piece) => text.push_str(piece),
+                StreamEvent::Done => done = true,
+            }
+        }
+        (text, done)
+    }
+
+    #[test]
+    fn any_split_of_the_bytes_gives_the_same_events() {
+        let bytes = stream();
+        let whole = SseDecoder::new(1 << 20).push(&bytes).unwrap();
+        assert_eq!(text_of(&whole), ("Привет, мир! 👋".to_owned(), true));
+        // Every cut point, including inside multi-byte characters and "\n\n".
+        for cut in 0..bytes.len() {
+            let mut decoder = SseDecoder::new(1 << 20);
+            let mut events = decoder.push(&bytes[..cut]).unwrap();
+            events.extend(decoder.push(&bytes[cut..]).unwrap());
+            assert_eq!(events, whole, "cut at {cut}");
+        }
+        // And byte by byte.
+        let mut decoder = SseDecoder::new(1 << 20);
+        let events: Vec<_> = bytes.iter().flat_map(|b| decoder.push(&[*b]).unwrap()).collect();
+        assert_eq!(events, whole);
+    }
+
+    #[test]
+    fn crlf_lines_and_multi_line_data() {
+        let mut decoder = SseDecoder::new(1024);
+        let events = decoder.push(b"event: message\r\nid: 7\r\ndata: [DONE]\r\n\r\n").unwrap();
+        assert_eq!(events, [StreamEvent::Done]);
+        let mut decoder = SseDecoder::new(1024);
+        let events = decoder.push(b"data: {\"choices\":\r\ndata: [{\"delta\":{\"content\":\"a\"}}]}\r\n\r\n").unwrap();
+        assert_eq!(events, [StreamEvent::Delta("a".into())]);
+    }
+
+    #[test]
+    fn a_stream_cut_before_the_blank_line_still_yields_its_last_event() {
+        let mut decoder = SseDecoder::new(1024);
+        assert!(decoder.push(b"data: [DONE]").unwrap().is_empty());
+        assert_eq!(decoder.finish().unwrap(), [StreamEvent::Done]);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(matches!(SseDecoder::new(1024).push(b"data: {not json\n\n"), Err(SseError::BadChunk(_))));
+        assert!(matches!(SseDecoder::new(1024).push(b"data: \xff\xfe\n\n"), Err(SseError::NotUtf8)));
+        let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
+        assert!(matches!(error, Err(SseError::Backend(ref m)) if m.contains("overloaded")), "{error:?}");
+    }
+
+    #[test]
+    fn bounded_by_max_bytes() {
+        let mut decoder = SseDecoder::new(64);
+        assert_eq!(decoder.push(&[b'x'; 65]), Err(SseError::TooLarge(64)), "a line without an end");
+        let mut decoder = SseDecoder::new(64);
+        let many_lines = "data: 0123456789\n".repeat(8);
+        assert_eq!(decoder.push(many_lines.as_bytes()), Err(SseError::TooLarge(64)), "an event without an end");
+    }
+}

@@ -1,0 +1,395 @@
+//! The assistant over HTTP, against the mock model server: answers inside
+//! the budget whatever the model does, one model call per request, app
+//! directives, history across turns.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use megamind_scenario::{
+    codec::Format,
+    config::Config,
+    proto::{
+        megamind_scenario::v1::TAssistantState,
+        n_alice::n_scenarios::{
+            TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
+            TScenarioRunRequest, TScenarioRunResponse, TTextInput, t_directive, t_input, t_scenario_continue_response,
+            t_scenario_run_response,
+        },
+    },
+    scenario::Registry,
+    scenarios::assistant::{Assistant, config::AssistantConfig},
+};
+use prost::Message;
+use prost_types::Any;
+
+use crate::{
+    helpers::{TestApp, decode_answer, spawn_app},
+    mock_llm::{MockLlm, Reply},
+};
+
+/// Allowed lateness past the budget: scheduling on a shared 2-core machine.
+const MARGIN: Duration = Duration::from_millis(60);
+const BUDGET: Duration = Duration::from_millis(300);
+const OPEN_SAFARI: &str = r#"{"session_id": "session_1.000001", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
+
+struct Harness {
+    app: TestApp,
+    metrics: prometheus::Registry,
+}
+
+/// The server hosting only the assistant, pointed at `mock`.
+async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> Harness {
+    let mut config = AssistantConfig::with_base_url(mock.base_url());
+    config.api_key = "sk-test".into();
+    config.stream = false;
+    tweak(&mut config);
+    let metrics = prometheus::Registry::new();
+    let mut registry = Registry::new();
+    registry.register("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant"))).unwrap();
+    Harness { app: spawn_app(Config::default(), registry).await, metrics }
+}
+
+fn base(request_id: &str, state: Option<Any>) -> TScenarioBaseRequest {
+    TScenarioBaseRequest {
+        request_id: request_id.into(),
+        server_time_ms: 1_764_210_832_530,
+        state,
+        ..Default::default()
+    }
+}
+
+fn run_request(request_id: &str, words: &str, state: Option<Any>) -> Vec<u8> {
+    TScenarioRunRequest {
+        base_request: Some(base(request_id, state)),
+        input: Some(TInput {
+            event: Some(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() })),
+            ..Default::default()
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// What a handler answered and how long it took.
+struct Timed<T> {
+    answer: T,
+    took: Duration,
+}
+
+async fn run(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -> Timed<TScenarioRunResponse> {
+    let started = Instant::now();
+    let (status, body) = app.post_binary("/assistant/run", run_request(request_id, words, state)).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    Timed { answer: decode_answer(&body, Format::Binary), took }
+}
+
+async fn r#continue(app: &TestApp, request_id: &str, arguments: Any) -> Timed<TScenarioContinueResponse> {
+    let request = TScenarioApplyRequest {
+        arguments: Some(arguments),
+        base_request: Some(base(request_id, None)),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let (status, body) = app.post_binary("/assistant/continue", request.encode_to_vec()).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    Timed { answer: decode_answer(&body, Format::Binary), took }
+}
+
+fn assert_in_budget(handler: &str, took: Duration) {
+    assert!(took < BUDGET + MARGIN, "/{handler} answered after {took:?}");
+}
+
+/// `/run`, then `/continue` when `/run` handed over: the user's answer.
+async fn ask(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -> TScenarioResponseBody {
+    let run = run(app, request_id, words, state).await;
+    assert_in_budget("run", run.took);
+    match run.answer.response {
+        Some(t_scenario_run_response::Response::ResponseBody(body)) => body,
+        Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
+            let answer = r#continue(app, request_id, arguments).await;
+            assert_in_budget("continue", answer.took);
+            continue_body(answer.answer)
+        }
+        other => panic!("/run answered {other:?}"),
+    }
+}
+
+fn continue_body(response: TScenarioContinueResponse) -> TScenarioResponseBody {
+    match response.response {
+        Some(t_scenario_continue_response::Response::ResponseBody(body)) => body,
+        other => panic!("/continue answered {other:?}"),
+    }
+}
+
+fn speech(body: &TScenarioResponseBody) -> &str {
+    &body.layout.as_ref().expect("layout").output_speech
+}
+
+fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
+    TAssistantState::decode(body.state.as_ref().expect("state").value.as_slice()).expect("our state")
+}
+
+fn metrics_text(metrics: &prometheus::Registry) -> String {
+    prometheus::TextEncoder::new().encode_to_string(&metrics.gather()).unwrap()
+}
+
+fn fallback() -> String {
+    AssistantConfig::default().fallback_text
+}
+
+fn apology() -> String {
+    AssistantConfig::default().apology_text
+}
+
+#[tokio::test]
+async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(250), OPEN_SAFARI)).await;
+    let h = spawn(&mock, |_| {}).await;
+
+    let run = run(&h.app, "req-1", "открой Safari", None).await;
+    assert_in_budget("run", run.took);
+    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = run.answer.response else {
+        panic!("a 250 ms model hands over: {:?}", run.answer)
+    };
+    assert!(arguments.type_url.ends_with("megamind_scenario.v1.TAssistantContinueArguments"));
+    assert!(!run.answer.features.expect("features").is_irrelevant);
+
+    let answer = r#continue(&h.app, "req-1", arguments).await;
+    assert_in_budget("continue", answer.took);
+    let body = continue_body(answer.answer);
+    assert_eq!(speech(&body), "Открываю Safari.");
+    let layout = body.layout.as_ref().unwrap();
+    let Some(t_directive::Directive::OpenAppDirective(open)) = &layout.directives[0].directive else {
+        panic!("{:?}", layout.directives)
+    };
+    assert_eq!((open.name.as_str(), open.app_name.as_str()), ("open_app", "Safari"));
+    assert!(open.payload.as_ref().is_some_and(|p| p.fields.contains_key("session_id")));
+
+    assert_eq!(mock.calls(), 1);
+    let request = &mock.received()[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(request.authorization.as_deref(), Some("Bearer sk-test"));
+    assert_eq!(request.body["temperature"], 0.3);
+    assert_eq!(request.body["max_tokens"], 512);
+    assert_eq!(request.body["messages"][0]["role"], "system");
+    assert_eq!(request.body["messages"][1]["content"], "открой Safari");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
+    assert!(text.contains(r#"assistant_answers_total{handler="continue",kind="model"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_model_at_50_ms_is_answered_inside_run() {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(50), "Привет!")).await;
+    let h = spawn(&mock, |_| {}).await;
+    let run = run(&h.app, "req-1", "привет", None).await;
+    assert_in_budget("run", run.took);
+    let Some(t_scenario_run_response::Response::ResponseBody(body)) = run.answer.response else {
+        panic!("answered inside /run: {:?}", run.answer)
+    };
+    assert_eq!(speech(&body), "Привет!");
+}
+
+#[tokio::test]
+async fn a_model_at_2_s_gets_both_handlers_answered_in_budget_and_the_repeat_gets_its_answer() {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_secs(2), "Сейчас полдень.")).await;
+    let h = spawn(&mock, |_| {}).await;
+
+    let run = run(&h.app, "req-1", "Который час?", None).await;
+    assert_in_budget("run", run.took);
+    assert!(run.took >= Duration::from_millis(140), "waited run_wait_ms first: {:?}", run.took);
+    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = run.answer.response else {
+        panic!("{:?}", run.answer)
+    };
+    let answer = r#continue(&h.app, "req-1", arguments).await;
+    assert_in_budget("continue", answer.took);
+    assert!(answer.took >= Duration::from_millis(250), "waited for the model first: {:?}", answer.took);
+    let body = continue_body(answer.answer);
+    assert_eq!(speech(&body), fallback());
+
+    // The model finishes; the user repeats the question and gets its answer.
+    mock.wait_for_served(1).await;
+    let body = ask(&h.app, "req-2", "который час", body.state.clone()).await;
+    assert_eq!(speech(&body), "Сейчас полдень.");
+    assert_eq!(mock.calls(), 1, "the repeat was not a second model call");
+    assert!(metrics_text(&h.metrics).contains(r#"assistant_answers_total{handler="continue",kind="fallback"} 1"#));
+}
+
+#[tokio::test]
+async fn a_500_then_ok_is_retried() {
+    let mock = MockLlm::start(Reply::content("Готово.")).await;
+    mock.push(Reply::status(500));
+    let h = spawn(&mock, |c| c.retry_backoff_ms = 20).await;
+    let body = ask(&h.app, "req-1", "сделай", None).await;
+    assert_eq!(speech(&body), "Готово.");
+    assert_eq!(mock.calls(), 2);
+    assert!(metrics_text(&h.metrics).contains("assistant_model_retries_total 1"));
+}
+
+#[tokio::test]
+async fn a_hanging_model_is_answered_in_budget_with_the_fallback() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let h = spawn(&mock, |_| {}).await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), fallback());
+}
+
+#[tokio::test]
+async fn garbage_and_resets_are_retried_then_apologized_for_in_budget() {
+    let cases = [
+        ("garbage", Reply::Garbage { delay: Duration::ZERO, bytes: b"\x00\xffSSH-2.0-nonsense\r\n\r\n".to_vec() }),
+        ("reset", Reply::Reset { delay: Duration::ZERO }),
+        ("not json", Reply::Json { delay: Duration::ZERO, status: 200, body: "<html>oops</html>".into() }),
+    ];
+    for (name, reply) in cases {
+        let mock = MockLlm::start(reply).await;
+        let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
+        let body = ask(&h.app, "req-1", "вопрос", None).await;
+        assert_eq!(speech(&body), apology(), "{name}");
+        let calls = if name == "not json" { 1 } else { 3 };
+        assert_eq!(mock.calls(), calls, "{name}: retried only what may pass next time");
+    }
+}
+
+#[tokio::test]
+async fn megamind_retrying_run_makes_exactly_one_model_call() {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(400), "Один ответ.")).await;
+    let h = spawn(&mock, |_| {}).await;
+    let app = &h.app;
+    // Five at once while the first is in flight, then five after it answered.
+    let answers = futures_util::future::join_all((0..5).map(|_| run(app, "req-1", "вопрос", None))).await;
+    for answer in &answers {
+        assert_in_budget("run", answer.took);
+    }
+    for _ in 0..5 {
+        run(app, "req-1", "вопрос", None).await;
+    }
+    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = answers[0].answer.response.clone()
+    else {
+        panic!("{:?}", answers[0].answer)
+    };
+    let body = continue_body(r#continue(app, "req-1", arguments).await.answer);
+    assert_eq!(speech(&body), "Один ответ.");
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test]
+async fn the_history_in_state_carries_over_two_turns() {
+    let mock = MockLlm::start(Reply::content("Закрываю.")).await;
+    mock.push(Reply::content(OPEN_SAFARI));
+    let h = spawn(&mock, |_| {}).await;
+    let first = ask(&h.app, "req-1", "открой Safari", None).await;
+    let session = state_of(&first).session_id;
+    let second = ask(&h.app, "req-2", "а теперь закрой", first.state.clone()).await;
+    assert_eq!(speech(&second), "Закрываю.");
+
+    let state = state_of(&second);
+    assert_eq!(state.session_id, session);
+    let turns: Vec<(&str, &str)> = state.turns.iter().map(|t| (t.user.as_str(), t.assistant.as_str())).collect();
+    assert_eq!(turns, [("открой Safari", OPEN_SAFARI), ("а теперь закрой", "Закрываю.")]);
+
+    let messages = &mock.received()[1].body["messages"];
+    let sent: Vec<(&str, &str)> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(sent[0].0, "system");
+    assert!(sent[0].1.contains(&session), "the model is told the session id");
+    assert_eq!(&sent[1..], [("user", "открой Safari"), ("assistant", OPEN_SAFARI), ("user", "а теперь закрой")]);
+}
+
+#[tokio::test]
+async fn a_stream_cut_anywhere_is_read_whole() {
+    let mock = MockLlm::start(Reply::stream_cut(OPEN_SAFARI, 7, Duration::from_millis(2))).await;
+    let h = spawn(&mock, |c| c.stream = true).await;
+    let body = ask(&h.app, "req-1", "открой Safari", None).await;
+    assert_eq!(speech(&body), "Открываю Safari.");
+    assert_eq!(mock.received()[0].body["stream"], true);
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains("assistant_model_first_token_seconds_count{backend=\"openai\"} 1"), "{text}");
+}
+
+#[tokio::test]
+async fn the_breaker_stops_calling_a_failing_backend() {
+    let mock = MockLlm::start(Reply::status(503)).await;
+    let h = spawn(&mock, |c| {
+        c.max_retries = 0;
+        c.breaker_failures = 2;
+    })
+    .await;
+    for (i, request_id) in ["req-1", "req-2", "req-3", "req-4"].into_iter().enumerate() {
+        let body = ask(&h.app, request_id, &format!("вопрос {i}"), None).await;
+        assert_eq!(speech(&body), apology(), "{request_id}");
+    }
+    assert_eq!(mock.calls(), 2, "calls after the breaker opened failed fast");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"outcome="circuit_open"} 2"#), "{text}");
+    assert!(text.contains("assistant_breaker_state 2"), "{text}");
+}
+
+#[tokio::test]
+async fn continue_arguments_print_as_json_for_debugging() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let h = spawn(&mock, |_| {}).await;
+    let answer = h
+        .app
+        .post("/assistant/run", "application/protobuf", Some("application/json"), run_request("req-1", "вопрос", None))
+        .await;
+    let json: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+    let arguments = &json["ContinueArguments"];
+    assert_eq!(arguments["@type"], "type.googleapis.com/megamind_scenario.v1.TAssistantContinueArguments");
+    assert_eq!(arguments["CallId"], "req-1");
+    assert_eq!(arguments["Utterance"], "вопрос");
+}
+
+#[tokio::test]
+async fn serve_hosts_the_offline_assistant_out_of_the_box() {
+    let metrics = prometheus::Registry::new();
+    let registry = megamind_scenario::scenarios::builtin(&Config::default(), &metrics).unwrap();
+    assert_eq!(registry.names().collect::<Vec<_>>(), ["assistant", "demo"]);
+    let app = spawn_app(Config::default(), registry).await;
+    let body = ask(&app, "req-1", "закрой калькулятор", None).await;
+    assert_eq!(speech(&body), "Закрываю Calculator.");
+    let directive = &body.layout.as_ref().unwrap().directives[0].directive;
+    assert!(matches!(directive, Some(t_directive::Directive::CloseAppDirective(d)) if d.app_name == "Calculator"));
+}
+
+#[tokio::test]
+async fn the_call_timeout_ends_a_hanging_call_and_the_user_hears_why() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let h = spawn(&mock, |c| c.call_timeout_ms = 200).await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), apology(), "the call ended before /continue gave up, so no fallback");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
+    assert!(text.contains("assistant_model_calls_in_flight 0"), "{text}");
+}
+
+#[tokio::test]
+async fn the_first_token_timeout_ends_a_silent_stream() {
+    let Reply::Sse { mut chunks } = Reply::stream(&["поздно"], Duration::ZERO) else { unreachable!() };
+    chunks[0].0 = Duration::from_secs(5);
+    let mock = MockLlm::start(Reply::Sse { chunks }).await;
+    let h = spawn(&mock, |c| {
+        c.stream = true;
+        c.first_token_timeout_ms = 100;
+    })
+    .await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), apology());
+    assert_eq!(mock.calls(), 1, "a timeout is not retried");
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_stream_is_read_as_json() {
+    let mock = MockLlm::start(Reply::content("Без потока.")).await;
+    let h = spawn(&mock, |c| c.stream = true).await;
+    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    assert_eq!(speech(&body), "Без потока.");
+    assert_eq!(mock.received()[0].body["stream"], true);
+}
