@@ -29,7 +29,7 @@
 //!   `/continue` at the cap (the call was lost) speaks the apology.
 //! - A failed model call (connection, timeout, HTTP error, garbage, open
 //!   breaker) is answered with the spoken apology and counted in
-//!   `assistant_model_calls_total{outcome}`: the user asked and deserves an
+//!   `megamind_assistant_model_calls_total{outcome}`: the user asked and deserves an
 //!   answer. So is a model answer with nothing to say (empty, or JSON that
 //!   does not parse). A protocol `Error` is kept for requests that make no
 //!   sense: `/continue` without our arguments (`bad_request`).

@@ -177,8 +177,8 @@ async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
     assert_eq!(request.body["messages"][0]["role"], "system");
     assert_eq!(request.body["messages"][1]["content"], "открой Safari");
     let text = metrics_text(&h.metrics);
-    assert!(text.contains(r#"assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
-    assert!(text.contains(r#"assistant_answers_total{handler="continue",kind="model"} 1"#), "{text}");
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
+    assert!(text.contains(r#"megamind_assistant_answers_total{handler="continue",kind="model"} 1"#), "{text}");
 }
 
 #[tokio::test]
@@ -215,7 +215,9 @@ async fn a_model_at_2_s_gets_both_handlers_answered_in_budget_and_the_repeat_get
     let body = ask(&h.app, "req-2", "который час", body.state.clone()).await;
     assert_eq!(speech(&body), "Сейчас полдень.");
     assert_eq!(mock.calls(), 1, "the repeat was not a second model call");
-    assert!(metrics_text(&h.metrics).contains(r#"assistant_answers_total{handler="continue",kind="fallback"} 1"#));
+    assert!(
+        metrics_text(&h.metrics).contains(r#"megamind_assistant_answers_total{handler="continue",kind="fallback"} 1"#)
+    );
 }
 
 #[tokio::test]
@@ -226,7 +228,7 @@ async fn a_500_then_ok_is_retried() {
     let body = ask(&h.app, "req-1", "сделай", None).await;
     assert_eq!(speech(&body), "Готово.");
     assert_eq!(mock.calls(), 2);
-    assert!(metrics_text(&h.metrics).contains("assistant_model_retries_total 1"));
+    assert!(metrics_text(&h.metrics).contains("megamind_assistant_model_retries_total 1"));
 }
 
 #[tokio::test]
@@ -311,7 +313,7 @@ async fn a_stream_cut_anywhere_is_read_whole() {
     assert_eq!(speech(&body), "Открываю Safari.");
     assert_eq!(mock.received()[0].body["stream"], true);
     let text = metrics_text(&h.metrics);
-    assert!(text.contains("assistant_model_first_token_seconds_count{backend=\"openai\"} 1"), "{text}");
+    assert!(text.contains("megamind_assistant_model_first_token_seconds_count{backend=\"openai\"} 1"), "{text}");
 }
 
 #[tokio::test]
@@ -329,7 +331,7 @@ async fn the_breaker_stops_calling_a_failing_backend() {
     assert_eq!(mock.calls(), 2, "calls after the breaker opened failed fast");
     let text = metrics_text(&h.metrics);
     assert!(text.contains(r#"outcome="circuit_open"} 2"#), "{text}");
-    assert!(text.contains("assistant_breaker_state 2"), "{text}");
+    assert!(text.contains("megamind_assistant_breaker_state 2"), "{text}");
 }
 
 #[tokio::test]
@@ -366,8 +368,8 @@ async fn the_call_timeout_ends_a_hanging_call_and_the_user_hears_why() {
     let body = ask(&h.app, "req-1", "вопрос", None).await;
     assert_eq!(speech(&body), apology(), "the call ended before /continue gave up, so no fallback");
     let text = metrics_text(&h.metrics);
-    assert!(text.contains(r#"assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
-    assert!(text.contains("assistant_model_calls_in_flight 0"), "{text}");
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
+    assert!(text.contains("megamind_assistant_model_calls_in_flight 0"), "{text}");
 }
 
 #[tokio::test]

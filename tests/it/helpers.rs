@@ -7,6 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 use megamind_scenario::{
     codec::{self, Format},
     config::Config,
+    rules::metrics::Metrics,
     scenario::Registry,
     scenarios::demo::Demo,
     server::{self, App},
@@ -80,11 +81,22 @@ impl Drop for TestApp {
 
 /// Starts the server with `config` (its address ignored) over `registry`.
 /// When `config` names no registered default scenario, the first one serves.
-pub async fn spawn_app(mut config: Config, registry: Registry) -> TestApp {
+pub async fn spawn_app(config: Config, registry: Registry) -> TestApp {
+    spawn_with_metrics(config, registry, Metrics::new()).await
+}
+
+/// Starts the server as `serve` does: the built-in scenarios, their metrics in the server's registry.
+pub async fn spawn_builtin(config: Config) -> TestApp {
+    let metrics = Metrics::new();
+    let registry = megamind_scenario::scenarios::builtin(&config, metrics.registry()).expect("built-in scenarios");
+    spawn_with_metrics(config, registry, metrics).await
+}
+
+async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Metrics) -> TestApp {
     if registry.get(&config.default_scenario).is_none() {
         config.default_scenario = registry.names().next().expect("a scenario").to_owned();
     }
-    let app = Arc::new(App::new(&config, registry).expect("valid test configuration"));
+    let app = Arc::new(App::with_metrics(&config, registry, metrics).expect("valid test configuration"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");
     let (tx, rx) = oneshot::channel::<()>();

@@ -5,7 +5,9 @@ use megamind_scenario::{
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
 };
 
-use crate::helpers::{fixture_body, spawn_demo};
+use megamind_scenario::config::Config;
+
+use crate::helpers::{fixture_body, spawn_builtin, spawn_demo};
 
 /// The value of the sample line starting with `series` (labels in sorted order).
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -46,4 +48,17 @@ async fn metrics_count_known_traffic() {
     assert!(sample(&text, "megamind_idempotency_bytes").is_some_and(|b| b > 1000.0), "{text}");
     assert_eq!(sample(&text, "megamind_requests_in_flight"), Some(0.0));
     assert!(!text.contains("95EB38D6"), "no RequestId in labels");
+}
+
+#[tokio::test]
+async fn scenario_metrics_render_beside_the_server_metrics() {
+    let app = spawn_builtin(Config::default()).await;
+    let text = "BaseRequest { RequestId: \"m-1\" ServerTimeMs: 1 }\nInput { Text { Utterance: \"открой Safari\" } }";
+    let answer = app.post("/assistant/run", "text/protobuf", None, text.as_bytes().to_vec()).await;
+    assert_eq!(answer.status(), 200);
+    let (_, text) = app.get("/metrics").await;
+    assert_eq!(sample(&text, "megamind_assistant_breaker_state"), Some(0.0), "{text}");
+    assert!(
+        text.contains(r#"megamind_requests_total{handler="run",outcome="ok",scenario="assistant",transport="http"} 1"#)
+    );
 }

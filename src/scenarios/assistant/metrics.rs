@@ -6,23 +6,23 @@
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
-pub const MODEL_CALLS: &str = "assistant_model_calls_total";
+pub const MODEL_CALLS: &str = "megamind_assistant_model_calls_total";
 /// Seconds per model call, retries included, by `backend`.
-pub const MODEL_SECONDS: &str = "assistant_model_call_seconds";
+pub const MODEL_SECONDS: &str = "megamind_assistant_model_call_seconds";
 /// Seconds to the first streamed token, by `backend`.
-pub const FIRST_TOKEN_SECONDS: &str = "assistant_model_first_token_seconds";
+pub const FIRST_TOKEN_SECONDS: &str = "megamind_assistant_model_first_token_seconds";
 /// Model calls running now.
-pub const IN_FLIGHT: &str = "assistant_model_calls_in_flight";
+pub const IN_FLIGHT: &str = "megamind_assistant_model_calls_in_flight";
 /// Retried attempts.
-pub const RETRIES: &str = "assistant_model_retries_total";
+pub const RETRIES: &str = "megamind_assistant_model_retries_total";
 /// The breaker: 0 closed, 1 half-open, 2 open.
-pub const BREAKER: &str = "assistant_breaker_state";
+pub const BREAKER: &str = "megamind_assistant_breaker_state";
 /// Answers by `handler` and `kind`: `model` (the model's answer), `handover`
 /// (`/run` passed to `/continue`), `fallback` (still thinking), `apology`
 /// (the model failed), `refused` (the in-flight cap), `irrelevant` (nothing to answer).
-pub const ANSWERS: &str = "assistant_answers_total";
+pub const ANSWERS: &str = "megamind_assistant_answers_total";
 /// Commands of model answers by `command` and `outcome` (`accepted` or why dropped).
-pub const COMMANDS: &str = "assistant_commands_total";
+pub const COMMANDS: &str = "megamind_assistant_commands_total";
 
 /// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
 const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
@@ -92,8 +92,8 @@ mod tests {
         metrics.answer("run", "handover");
         metrics.model_calls.with_label_values(&["openai", "ok"]).inc();
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
-        assert!(text.contains("assistant_answers_total{handler=\"run\",kind=\"handover\"} 1"), "{text}");
-        assert!(text.contains("assistant_model_calls_total{backend=\"openai\",outcome=\"ok\"} 1"), "{text}");
+        assert!(text.contains("megamind_assistant_answers_total{handler=\"run\",kind=\"handover\"} 1"), "{text}");
+        assert!(text.contains("megamind_assistant_model_calls_total{backend=\"openai\",outcome=\"ok\"} 1"), "{text}");
         assert!(Metrics::new(&registry).is_err(), "a second set in the same registry is refused");
         assert!(Metrics::new(&Registry::new()).is_ok(), "another registry is independent");
     }

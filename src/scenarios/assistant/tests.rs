@@ -135,8 +135,8 @@ async fn a_fast_model_is_answered_inside_run() {
     let state = state_of(&body);
     assert_eq!(state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: OPEN_SAFARI.into() }]);
     assert!(state.session_id.starts_with("session_1764210832.530"), "{}", state.session_id);
-    assert!(metric(&registry, r#"assistant_answers_total{handler="run",kind="model"} 1"#));
-    assert!(metric(&registry, r#"assistant_model_calls_total{backend="scripted",outcome="ok"} 1"#));
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="model"} 1"#));
+    assert!(metric(&registry, r#"megamind_assistant_model_calls_total{backend="scripted",outcome="ok"} 1"#));
 }
 
 #[tokio::test(start_paused = true)]
@@ -169,7 +169,7 @@ async fn a_slow_model_hands_over_then_falls_back_then_answers_the_repeat() {
     assert!(state.pending.is_none());
     assert_eq!(state.turns.len(), 1);
     assert_eq!(backend.calls(), 1, "the repeat got the first call's answer");
-    assert!(metric(&registry, r#"assistant_answers_total{handler="continue",kind="fallback"} 1"#));
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="continue",kind="fallback"} 1"#));
 }
 
 #[tokio::test(start_paused = true)]
@@ -249,7 +249,7 @@ async fn model_failures_are_spoken_apologies() {
         assert_eq!(speech(&body), AssistantConfig::default().apology_text, "{kind}");
         assert!(state_of(&body).turns.is_empty(), "{kind}: a failure is not history");
         assert!(metric(&registry, &format!(r#"outcome="{kind}"}} 1"#)), "{kind}");
-        assert!(metric(&registry, r#"assistant_answers_total{handler="run",kind="apology"} 1"#));
+        assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="apology"} 1"#));
     }
     // An answer with nothing to say is apologized for as well.
     let (assistant, _) = assistant(Scripted::new(10, Ok("{\"text\": \"")), AssistantConfig::default());
@@ -267,7 +267,7 @@ async fn past_the_in_flight_cap_run_declines_and_says_why() {
     assert!(refused.features.as_ref().unwrap().is_irrelevant);
     assert_eq!(speech(&body_of(refused)), BUSY);
     assert_eq!(backend.calls(), 1);
-    assert!(metric(&registry, r#"assistant_answers_total{handler="run",kind="refused"} 1"#));
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="refused"} 1"#));
     // The running call is still served.
     handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
 }
