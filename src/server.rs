@@ -1,12 +1,13 @@
 //! The server: accepts connections (HTTP/1.1 keep-alive and h2c on one
-//! address), serves them, and drains them on shutdown.
+//! address), serves them, and drains them on shutdown. gRPC requests
+//! (`application/grpc*`) go to [`GrpcRoutes`], everything else to HTTP.
 //!
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{convert::Infallible, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
-use hyper::service::service_fn;
+use hyper::{Request, Response, body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::{conn::auto, graceful::GracefulShutdown},
@@ -18,7 +19,10 @@ use crate::{
     dispatch::Dispatcher,
     rules::{idempotency::IdempotencyCache, overload::Admission},
     scenario::Registry,
-    transport::http,
+    transport::{
+        grpc::{self, GrpcRoutes},
+        http,
+    },
 };
 
 /// Everything a connection needs, shared by all of them.
@@ -81,6 +85,7 @@ pub async fn shutdown_signal() {
 /// waits up to `app.drain_timeout` for in-flight requests.
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
+    let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -97,9 +102,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             },
             () = &mut shutdown => break,
         };
-        serve_connection(&builder, &graceful, stream, peer, app.clone());
+        serve_connection(&builder, &graceful, stream, peer, app.clone(), grpc.clone());
     }
     drop(listener);
+    grpc.set_serving(false).await;
     tracing::info!("shutting down: draining in-flight requests");
     if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
@@ -113,10 +119,11 @@ fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
+    grpc: GrpcRoutes,
 ) {
     // Small protobuf answers must not wait for Nagle.
     let _ = stream.set_nodelay(true);
-    let service = service_fn(move |request| http::handle(app.clone(), request));
+    let service = service_fn(move |request| route(app.clone(), grpc.clone(), request));
     let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
@@ -124,4 +131,16 @@ fn serve_connection(
             tracing::debug!(%peer, %error, "connection ended with an error");
         }
     });
+}
+
+/// Sends gRPC to its routes and everything else to the HTTP handler.
+async fn route(
+    app: Arc<App>,
+    grpc: GrpcRoutes,
+    request: Request<Incoming>,
+) -> Result<Response<tonic::body::Body>, Infallible> {
+    if grpc::is_grpc(&request) {
+        return Ok(grpc.handle(request).await);
+    }
+    Ok(http::handle(app, request).await?.map(tonic::body::Body::new))
 }

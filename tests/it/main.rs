@@ -7,4 +7,5 @@ mod bad_input;
 mod budget;
 mod dialogs;
 mod fixtures;
+mod grpc;
 mod idempotency;
