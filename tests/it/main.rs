@@ -9,3 +9,4 @@ mod dialogs;
 mod fixtures;
 mod grpc;
 mod idempotency;
+mod interop;
