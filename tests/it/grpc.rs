@@ -259,3 +259,21 @@ async fn the_standard_health_service_reports_serving() {
     let status = health.check(HealthCheckRequest { service: "no.such.Service".into() }).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
+
+#[tokio::test]
+async fn health_watchers_see_not_serving_when_shutdown_starts() {
+    let (app, _) = spawn_demo().await;
+    let mut health = HealthClient::new(channel(&app).await);
+    let mut updates = health.watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let first = updates.message().await.unwrap().expect("the current status");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    // Dropping the app starts its shutdown; the open watch is drained, not cut.
+    drop(app);
+    // A bound, not a wait: without the update the stream would stay open.
+    let next = tokio::time::timeout(Duration::from_secs(5), updates.message())
+        .await
+        .expect("an update soon after shutdown starts")
+        .unwrap()
+        .expect("an update before the stream ends");
+    assert_eq!(next.status(), ServingStatus::NotServing);
+}
