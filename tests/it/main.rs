@@ -9,4 +9,5 @@ mod dialogs;
 mod fixtures;
 mod grpc;
 mod idempotency;
+#[cfg(unix)]
 mod interop;
