@@ -1,10 +1,12 @@
 //! The server: accepts connections (HTTP/1.1 keep-alive and h2c on one
-//! address), serves them, and drains them on shutdown.
+//! address), serves them, and drains them on shutdown. gRPC requests
+//! (`application/grpc*`) go to [`GrpcRoutes`], everything else to HTTP.
 //!
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
 
 use std::{
+    convert::Infallible,
     future::Future,
     net::SocketAddr,
     sync::{
@@ -14,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use hyper::service::service_fn;
+use hyper::{Request, Response, body::Incoming, service::service_fn};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::{conn::auto, graceful::GracefulShutdown},
@@ -26,7 +28,10 @@ use crate::{
     dispatch::Dispatcher,
     rules::{idempotency::IdempotencyCache, metrics::Metrics, overload::Admission},
     scenario::Registry,
-    transport::http,
+    transport::{
+        grpc::{self, GrpcRoutes},
+        http,
+    },
 };
 
 /// Everything a connection needs, shared by all of them.
@@ -107,6 +112,7 @@ pub async fn shutdown_signal() {
 /// waits up to `app.drain_timeout` for in-flight requests.
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
+    let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -123,9 +129,10 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             },
             () = &mut shutdown => break,
         };
-        serve_connection(&builder, &graceful, stream, peer, app.clone());
+        serve_connection(&builder, &graceful, stream, peer, app.clone(), grpc.clone());
     }
     app.draining.store(true, Ordering::Release);
+    grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {
         tracing::info!(delay_ms = app.shutdown_delay.as_millis() as u64, "draining: /readyz is 503, still serving");
         let delay = tokio::time::sleep(app.shutdown_delay);
@@ -134,7 +141,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             tokio::select! {
                 () = &mut delay => break,
                 accepted = listener.accept() => if let Ok((stream, peer)) = accepted {
-                    serve_connection(&builder, &graceful, stream, peer, app.clone());
+                    serve_connection(&builder, &graceful, stream, peer, app.clone(), grpc.clone());
                 },
             }
         }
@@ -153,10 +160,11 @@ fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     app: Arc<App>,
+    grpc: GrpcRoutes,
 ) {
     // Small protobuf answers must not wait for Nagle.
     let _ = stream.set_nodelay(true);
-    let service = service_fn(move |request| http::handle(app.clone(), request));
+    let service = service_fn(move |request| route(app.clone(), grpc.clone(), request));
     let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
@@ -164,4 +172,16 @@ fn serve_connection(
             tracing::debug!(%peer, %error, "connection ended with an error");
         }
     });
+}
+
+/// Sends gRPC to its routes and everything else to the HTTP handler.
+async fn route(
+    app: Arc<App>,
+    grpc: GrpcRoutes,
+    request: Request<Incoming>,
+) -> Result<Response<tonic::body::Body>, Infallible> {
+    if grpc::is_grpc(&request) {
+        return Ok(grpc.handle(request).await);
+    }
+    Ok(http::handle(app, request).await?.map(tonic::body::Body::new))
 }

@@ -9,6 +9,9 @@ mod bad_input;
 mod budget;
 mod dialogs;
 mod fixtures;
+mod grpc;
 mod idempotency;
+#[cfg(unix)]
+mod interop;
 mod lifecycle;
 mod metrics;

@@ -108,3 +108,17 @@ impl Scenario for Panicking {
         Err(ScenarioError::Upstream("payment service said 503".into()))
     }
 }
+
+/// Answers `/run` with the user ticket it was given as `Version`.
+pub struct TicketEcho;
+
+#[async_trait]
+impl Scenario for TicketEcho {
+    async fn run(&self, _: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        Ok(TScenarioRunResponse {
+            version: ctx.user_ticket.unwrap_or_else(|| "no ticket".into()),
+            ..Default::default()
+        }
+        .into())
+    }
+}

@@ -1,0 +1,271 @@
+//! The gRPC transport: service `megamind_scenario.v1.Scenario` (unary `Run`,
+//! `Continue`, `Commit`, `Apply`) next to the standard health and reflection
+//! services, all in one [`GrpcRoutes`] that the server mounts beside HTTP.
+//!
+//! Message bytes pass through untouched ([`BytesCodec`]): the request goes to
+//! the [`crate::dispatch::Dispatcher`] as binary protobuf and its binary answer
+//! goes back as is, so budget, idempotency, overload and logs are exactly
+//! HTTP's. The scenario is chosen by the `x-scenario` metadata key (the default
+//! scenario when absent). Like HTTP's 200, protocol failures (bad body, missing
+//! `RequestId`, timeout, scenario error) are OK responses carrying the protocol
+//! `Error`; gRPC statuses are kept for what the protocol cannot answer: an
+//! unknown scenario (`NOT_FOUND`), an unknown method (`UNIMPLEMENTED`), `Run`
+//! under overload (`RESOURCE_EXHAUSTED`) and a message over the body limit
+//! (`OUT_OF_RANGE`, from tonic's decoder).
+
+use std::{
+    convert::Infallible,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Instant,
+};
+
+use bytes::{Buf, BufMut, Bytes};
+use futures_util::future::BoxFuture;
+use http::{Request, Response, header};
+use tonic::{
+    Status,
+    body::Body,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    server::{Grpc, NamedService, UnaryService},
+    service::Routes,
+};
+use tonic_health::{ServingStatus, server::HealthReporter};
+
+use crate::{
+    codec::Format,
+    dispatch::{Call, Reply, Transport},
+    proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
+    scenario::{Handler, registry::Registered},
+    server::App,
+    transport::http::USER_TICKET,
+};
+
+/// The metadata key naming the scenario to call.
+pub const SCENARIO_KEY: &str = "x-scenario";
+
+/// Whether `request` is gRPC (`application/grpc`, `application/grpc+proto`, ...).
+pub fn is_grpc<B>(request: &Request<B>) -> bool {
+    request.headers().get(header::CONTENT_TYPE).is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Why the gRPC services could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the gRPC reflection service: {0}")]
+pub struct GrpcError(#[from] tonic_reflection::server::Error);
+
+/// Every gRPC service of one server: built once, cloned cheaply per request.
+#[derive(Debug, Clone)]
+pub struct GrpcRoutes {
+    routes: Routes,
+    health: HealthReporter,
+}
+
+impl GrpcRoutes {
+    /// The scenario service over `app`'s dispatcher, `grpc.health.v1.Health`
+    /// (SERVING for the server and for the scenario service), and server
+    /// reflection `v1` and `v1alpha` describing all of them.
+    pub async fn new(app: Arc<App>) -> Result<GrpcRoutes, GrpcError> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_service_status(SERVICE_NAME, ServingStatus::Serving).await;
+        // Older grpcurl, ghz and Python's grpcio-reflection speak only v1alpha.
+        // Reflection lists only services whose descriptors are registered, so
+        // every version lists every service, both reflections included.
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
+        };
+        let routes = Routes::new(ScenarioService { app })
+            .add_service(health_service)
+            .add_service(reflection().build_v1()?)
+            .add_service(reflection().build_v1alpha()?)
+            .prepare();
+        Ok(GrpcRoutes { routes, health })
+    }
+
+    /// Reports the serving status of the whole server (service `""`) and of
+    /// the scenario service, for health checks that should see a drain.
+    pub async fn set_serving(&self, serving: bool) {
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        for service in ["", SERVICE_NAME] {
+            self.health.set_service_status(service, status).await;
+        }
+    }
+
+    /// Answers one gRPC request (on a clone: the routes are shared behind `Arc`s).
+    pub async fn handle<B>(mut self, request: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        use tonic::codegen::Service;
+        // axum's router, under the routes, is always ready: no `poll_ready` needed.
+        match self.routes.call(request).await {
+            Ok(response) => response,
+            Err(infallible) => match infallible {},
+        }
+    }
+}
+
+/// `megamind_scenario.v1.Scenario` over the dispatcher.
+#[derive(Debug, Clone)]
+pub struct ScenarioService {
+    app: Arc<App>,
+}
+
+impl NamedService for ScenarioService {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl tonic::codegen::Service<Request<Body>> for ScenarioService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // The budget counts from arrival, before the body is read.
+        let started = Instant::now();
+        let app = self.app.clone();
+        Box::pin(async move { Ok(serve_call(app, started, request).await) })
+    }
+}
+
+async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> Response<Body> {
+    let path = request.uri().path();
+    let Some(handler) = method_handler(path) else {
+        return Status::unimplemented(format!("no method {path}: {SERVICE_NAME} has Run, Continue, Commit, Apply"))
+            .into_http();
+    };
+    let name = match request.headers().get(SCENARIO_KEY).map(|value| value.to_str()) {
+        None => None,
+        Some(Ok(name)) => Some(name),
+        Some(Err(_)) => return unknown_scenario(&app, "(not ASCII)"),
+    };
+    let Some(scenario) = app.dispatcher.scenario(name).cloned() else {
+        return unknown_scenario(&app, name.unwrap_or_default());
+    };
+    let method = Method { app: app.clone(), scenario, handler, started };
+    Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await
+}
+
+/// The handler behind a method path such as `/megamind_scenario.v1.Scenario/Run`.
+fn method_handler(path: &str) -> Option<Handler> {
+    let method = path.strip_prefix('/')?.strip_prefix(SERVICE_NAME)?.strip_prefix('/')?;
+    match method {
+        "Run" => Some(Handler::Run),
+        "Continue" => Some(Handler::Continue),
+        "Commit" => Some(Handler::Commit),
+        "Apply" => Some(Handler::Apply),
+        _ => None,
+    }
+}
+
+fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
+    let known: Vec<&str> = app.dispatcher.registry().names().collect();
+    Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {}", known.join(", "))).into_http()
+}
+
+/// One unary call of one scenario handler.
+struct Method {
+    app: Arc<App>,
+    scenario: Registered,
+    handler: Handler,
+    started: Instant,
+}
+
+impl UnaryService<Bytes> for Method {
+    type Response = Bytes;
+    type Future = BoxFuture<'static, Result<tonic::Response<Bytes>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let user_ticket = request.metadata().get(USER_TICKET).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let call = Call {
+            handler: self.handler,
+            body: request.into_inner(),
+            format: Format::Binary,
+            started: self.started,
+            user_ticket,
+            transport: Transport::Grpc,
+        };
+        let (app, scenario) = (self.app.clone(), self.scenario.clone());
+        Box::pin(async move {
+            match app.dispatcher.dispatch(&scenario, call).await {
+                Reply::Answer(body) => Ok(tonic::Response::new(body)),
+                Reply::Overloaded => Err(Status::resource_exhausted("overloaded: Run is refused, retry later")),
+            }
+        })
+    }
+}
+
+/// A gRPC codec that hands over message bytes as they are: the dispatcher
+/// decodes requests and its answers are already encoded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BytesCodec;
+
+impl Codec for BytesCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = BytesCodec;
+    type Decoder = BytesCodec;
+
+    fn encoder(&mut self) -> BytesCodec {
+        BytesCodec
+    }
+
+    fn decoder(&mut self) -> BytesCodec {
+        BytesCodec
+    }
+}
+
+impl Encoder for BytesCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.len());
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for BytesCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        // Splits the frame off tonic's buffer: no copy.
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_paths_map_to_handlers() {
+        assert_eq!(method_handler("/megamind_scenario.v1.Scenario/Run"), Some(Handler::Run));
+        assert_eq!(method_handler("/megamind_scenario.v1.Scenario/Continue"), Some(Handler::Continue));
+        assert_eq!(method_handler("/megamind_scenario.v1.Scenario/Commit"), Some(Handler::Commit));
+        assert_eq!(method_handler("/megamind_scenario.v1.Scenario/Apply"), Some(Handler::Apply));
+        assert_eq!(method_handler("/megamind_scenario.v1.Scenario/run"), None);
+        assert_eq!(method_handler("/megamind_scenario.v1.ScenarioX/Run"), None);
+        assert_eq!(method_handler("/other.Service/Run"), None);
+    }
+
+    #[test]
+    fn grpc_is_told_by_content_type() {
+        let request = |content_type: &str| Request::builder().header("content-type", content_type).body(()).unwrap();
+        assert!(is_grpc(&request("application/grpc")));
+        assert!(is_grpc(&request("application/grpc+proto")));
+        assert!(!is_grpc(&request("application/protobuf")));
+        assert!(!is_grpc(&Request::new(())));
+    }
+}

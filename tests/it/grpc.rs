@@ -1,0 +1,279 @@
+//! gRPC on the HTTP port: the four dialogs through the generated tonic
+//! client, the same rules as HTTP (idempotency across transports, budget,
+//! overload, protocol errors), and the statuses only gRPC has.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use megamind_scenario::{
+    codec::Format,
+    config::Config,
+    proto::{
+        megamind_scenario::v1::scenario_client::ScenarioClient,
+        n_alice::n_scenarios::{
+            TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+            TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
+        },
+    },
+    scenario::Registry,
+    scenarios::demo::Demo,
+    transport::grpc::BytesCodec,
+};
+use prost::Message;
+use tokio::sync::Semaphore;
+use tonic::{Code, Status, transport::Channel};
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+
+use crate::{
+    helpers::{TestApp, decode_answer, fixture, fixture_body, spawn_app, spawn_demo},
+    scenarios::{Counting, Panicking, Sleepy, TicketEcho},
+};
+
+/// Allowed lateness past the budget: scheduling on a shared 2-core machine.
+const MARGIN: Duration = Duration::from_millis(60);
+
+async fn channel(app: &TestApp) -> Channel {
+    Channel::from_shared(app.url("")).expect("valid URI").connect().await.expect("gRPC connects")
+}
+
+async fn client(app: &TestApp) -> ScenarioClient<Channel> {
+    ScenarioClient::new(channel(app).await)
+}
+
+/// A request naming `scenario` in `x-scenario`, or the default one for `None`.
+fn request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(name) = scenario {
+        request.metadata_mut().insert("x-scenario", name.parse().expect("ASCII scenario name"));
+    }
+    request
+}
+
+/// Calls `method` with raw message bytes, as a client with its own encoder would.
+async fn raw_call(app: &TestApp, method: &str, scenario: Option<&str>, body: Vec<u8>) -> Result<Bytes, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel(app).await);
+    grpc.ready().await.expect("channel ready");
+    let path = format!("/megamind_scenario.v1.Scenario/{method}").try_into().expect("valid path");
+    grpc.unary(request(Bytes::from(body), scenario), path, BytesCodec).await.map(tonic::Response::into_inner)
+}
+
+fn run_error(answer: &TScenarioRunResponse) -> &str {
+    match &answer.response {
+        Some(t_scenario_run_response::Response::Error(error)) => &error.r#type,
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_four_dialogs_answer_the_fixture_responses() {
+    let (app, demo) = spawn_demo().await;
+    let mut client = client(&app).await;
+    let run = |name: &str, scenario| request(fixture::<TScenarioRunRequest>(name), scenario);
+    let apply = |name: &str, scenario| request(fixture::<TScenarioApplyRequest>(name), scenario);
+
+    let got = client.run(run("poi_run_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioRunResponse>("poi_run_response"), "{got:?}");
+    let got = client.run(run("poi_callback_run_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioRunResponse>("poi_callback_run_response"), "{got:?}");
+
+    // Without x-scenario the default scenario answers.
+    let got = client.run(run("music_run_request", None)).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioRunResponse>("music_run_response"), "{got:?}");
+    let got = client.r#continue(apply("music_continue_request", None)).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioContinueResponse>("music_continue_response"), "{got:?}");
+
+    let got = client.run(run("video_commit_run_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioRunResponse>("video_commit_run_response"), "{got:?}");
+    let got = client.commit(apply("video_commit_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioCommitResponse>("video_commit_response"), "{got:?}");
+    assert_eq!(demo.payment_pushes(), 1);
+
+    let got = client.run(run("video_apply_run_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioRunResponse>("video_apply_run_response"), "{got:?}");
+    let got = client.apply(apply("video_apply_request", Some("demo"))).await.unwrap().into_inner();
+    assert!(got == fixture::<TScenarioApplyResponse>("video_apply_response"), "{got:?}");
+    assert_eq!(demo.payment_pushes(), 2);
+}
+
+#[tokio::test]
+async fn a_commit_repeated_over_grpc_after_http_replays_the_same_bytes() {
+    let (app, demo) = spawn_demo().await;
+    let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+    let (status, over_http) = app.post_binary("/demo/commit", body.clone()).await;
+    assert_eq!(status, 200);
+
+    let over_grpc = raw_call(&app, "Commit", Some("demo"), body).await.unwrap();
+    assert_eq!(over_grpc, over_http, "byte-identical replay");
+    let typed = client(&app)
+        .await
+        .commit(request(fixture::<TScenarioApplyRequest>("video_commit_request"), Some("demo")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(typed.encode_to_vec(), over_http);
+    assert!(matches!(typed.response, Some(t_scenario_commit_response::Response::Success(_))));
+    assert_eq!(demo.payment_pushes(), 1, "the side effect ran once across transports");
+
+    // Plain HTTP keeps working on the port after gRPC used it.
+    let health = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let (status, answer) =
+        app.post_binary("/demo/run", fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary)).await;
+    assert_eq!(status, 200);
+    let answer: TScenarioRunResponse = decode_answer(&answer, Format::Binary);
+    assert!(answer == fixture::<TScenarioRunResponse>("poi_run_response"));
+}
+
+#[tokio::test]
+async fn an_overrun_is_answered_timeout_within_the_budget() {
+    let mut registry = Registry::new();
+    registry.register("sleepy", Arc::new(Sleepy::new(Duration::from_secs(5)))).unwrap();
+    let app = spawn_app(Config::default(), registry).await;
+    let mut client = client(&app).await;
+    let started = Instant::now();
+    let answer = client.run(request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("sleepy"))).await;
+    let elapsed = started.elapsed();
+    let answer = answer.expect("a timeout is an OK response").into_inner();
+    assert_eq!(run_error(&answer), "timeout");
+    assert!(elapsed < Duration::from_millis(300) + MARGIN, "answered after {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(280), "waited for the budget: {elapsed:?}");
+}
+
+#[tokio::test]
+async fn under_overload_run_gets_resource_exhausted_while_commit_keeps_priority() {
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let mut registry = Registry::new();
+    registry.register("counting", counting.clone()).unwrap();
+    let config = Config { max_in_flight: 1, priority_reserve: 1, ..Config::default() };
+    let app = spawn_app(config, registry).await;
+    let client = client(&app).await;
+
+    let entered = counting.entered.notified();
+    let held = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.run(request(fixture::<TScenarioRunRequest>("poi_run_request"), None)).await }
+    });
+    entered.await;
+    let refused = client.clone().run(request(fixture::<TScenarioRunRequest>("music_run_request"), None)).await;
+    let status = refused.expect_err("Run is refused at the limit");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+
+    let entered = counting.entered.notified();
+    let commit = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.commit(request(fixture::<TScenarioApplyRequest>("video_commit_request"), None)).await }
+    });
+    entered.await;
+    gate.add_permits(2);
+    let commit = commit.await.unwrap().expect("Commit is admitted from the reserve").into_inner();
+    assert!(matches!(commit.response, Some(t_scenario_commit_response::Response::Success(_))));
+    assert!(held.await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn unknown_scenarios_and_methods_get_their_statuses() {
+    let (app, _) = spawn_demo().await;
+    let mut client = client(&app).await;
+    let status = client
+        .run(request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("nope")))
+        .await
+        .expect_err("no such scenario");
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().contains("\"nope\"") && status.message().contains("demo"), "{}", status.message());
+
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let status = raw_call(&app, "Launch", None, body).await.expect_err("no such method");
+    assert_eq!(status.code(), Code::Unimplemented);
+}
+
+#[tokio::test]
+async fn protocol_errors_are_ok_responses_carrying_the_error() {
+    let mut registry = Registry::new();
+    registry.register("demo", Arc::new(Demo::new())).unwrap();
+    registry.register("panicking", Arc::new(Panicking)).unwrap();
+    let app = spawn_app(Config::default(), registry).await;
+
+    let garbage = raw_call(&app, "Run", None, b"\xff\xff\xff\xff garbage".to_vec()).await.unwrap();
+    let garbage: TScenarioRunResponse = decode_answer(&garbage, Format::Binary);
+    assert_eq!(run_error(&garbage), "bad_request");
+
+    let mut client = client(&app).await;
+    let no_id = client.run(request(TScenarioRunRequest::default(), None)).await.unwrap().into_inner();
+    assert_eq!(run_error(&no_id), "bad_request");
+
+    let panicked = client
+        .run(request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("panicking")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(run_error(&panicked), "internal");
+    let failed = client
+        .commit(request(fixture::<TScenarioApplyRequest>("video_commit_request"), Some("panicking")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        matches!(failed.response, Some(t_scenario_commit_response::Response::Error(ref e)) if e.r#type == "upstream")
+    );
+}
+
+#[tokio::test]
+async fn messages_over_the_body_limit_are_refused() {
+    let mut registry = Registry::new();
+    registry.register("demo", Arc::new(Demo::new())).unwrap();
+    let app = spawn_app(Config { body_limit: 1024, ..Config::default() }, registry).await;
+    let status = raw_call(&app, "Run", None, vec![0u8; 4096]).await.expect_err("over the limit");
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    let valid = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    assert!(valid.len() < 1024);
+    let answer: TScenarioRunResponse =
+        decode_answer(&raw_call(&app, "Run", None, valid).await.unwrap(), Format::Binary);
+    assert!(answer == fixture::<TScenarioRunResponse>("poi_run_response"));
+}
+
+#[tokio::test]
+async fn the_user_ticket_metadata_reaches_the_scenario() {
+    let mut registry = Registry::new();
+    registry.register("echo", Arc::new(TicketEcho)).unwrap();
+    let app = spawn_app(Config::default(), registry).await;
+    let mut client = client(&app).await;
+    let mut with_ticket = request(fixture::<TScenarioRunRequest>("poi_run_request"), None);
+    with_ticket.metadata_mut().insert("x-ya-user-ticket", "3:user:ticket".parse().unwrap());
+    assert_eq!(client.run(with_ticket).await.unwrap().into_inner().version, "3:user:ticket");
+    let without = request(fixture::<TScenarioRunRequest>("music_run_request"), None);
+    assert_eq!(client.run(without).await.unwrap().into_inner().version, "no ticket");
+}
+
+#[tokio::test]
+async fn the_standard_health_service_reports_serving() {
+    let (app, _) = spawn_demo().await;
+    let mut health = HealthClient::new(channel(&app).await);
+    for service in ["", "megamind_scenario.v1.Scenario"] {
+        let answer = health.check(HealthCheckRequest { service: service.into() }).await.unwrap().into_inner();
+        assert_eq!(answer.status(), ServingStatus::Serving, "{service:?}");
+    }
+    let status = health.check(HealthCheckRequest { service: "no.such.Service".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn health_watchers_see_not_serving_when_shutdown_starts() {
+    let (app, _) = spawn_demo().await;
+    let mut health = HealthClient::new(channel(&app).await);
+    let mut updates = health.watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let first = updates.message().await.unwrap().expect("the current status");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    // Dropping the app starts its shutdown; the open watch is drained, not cut.
+    drop(app);
+    // A bound, not a wait: without the update the stream would stay open.
+    let next = tokio::time::timeout(Duration::from_secs(5), updates.message())
+        .await
+        .expect("an update soon after shutdown starts")
+        .unwrap()
+        .expect("an update before the stream ends");
+    assert_eq!(next.status(), ServingStatus::NotServing);
+}
