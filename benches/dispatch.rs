@@ -31,7 +31,11 @@ fn dispatch(c: &mut Criterion) {
     let mut group = c.benchmark_group("dispatch_demo_run");
     for level in ["off", "info", "debug"] {
         let (writer, _guard) = megamind_scenario::rules::logging::batch::BatchWriter::new(std::io::sink());
-        let subscriber = fmt().with_env_filter(EnvFilter::new(level)).with_writer(writer).with_ansi(false).finish();
+        let subscriber = fmt()
+            .with_env_filter(EnvFilter::new(level))
+            .event_format(megamind_scenario::rules::logging::line::LineFormat)
+            .with_writer(writer)
+            .finish();
         tracing::subscriber::with_default(subscriber, || {
             group.bench_function(format!("log_{level}"), |b| {
                 b.iter(|| {

@@ -226,7 +226,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
         let scenarios: Vec<&str> = app.dispatcher.registry().names().collect();
-        tracing::info!(addr = %listener.local_addr()?, scenarios = ?scenarios, default = %config.default_scenario, "serving");
+        tracing::info!(addr = %listener.local_addr()?, scenarios = %scenarios.join(","), default = %config.default_scenario, "serving");
         server::serve(listener, Arc::new(app), server::shutdown_signal()).await?;
         tracing::info!("stopped");
         anyhow::Ok(())

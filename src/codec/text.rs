@@ -30,8 +30,9 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
         let name = field_name(&field);
         match value {
             Value::List(items) => {
+                let kind = field.kind();
                 for item in items {
-                    print_field(out, &name, item, depth);
+                    print_field(out, &name, item, &kind, depth);
                 }
             }
             Value::Map(entries) => {
@@ -45,12 +46,16 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
                     out.push_str("key: ");
                     write_map_key(out, key);
                     out.push('\n');
-                    print_field(out, "value", value, depth + 1);
+                    let value_kind = match field.kind() {
+                        Kind::Message(entry) => entry.map_entry_value_field().kind(),
+                        kind => kind,
+                    };
+                    print_field(out, "value", value, &value_kind, depth + 1);
                     indent(out, depth);
                     out.push_str("}\n");
                 }
             }
-            value => print_field(out, &name, value, depth),
+            value => print_field(out, &name, value, &field.kind(), depth),
         }
     }
 }
@@ -82,7 +87,7 @@ fn print_expanded_any(out: &mut String, any: &DynamicMessage, depth: usize) -> b
     true
 }
 
-fn print_field(out: &mut String, name: &str, value: &Value, depth: usize) {
+fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: usize) {
     indent(out, depth);
     out.push_str(name);
     if let Value::Message(message) = value {
@@ -93,7 +98,14 @@ fn print_field(out: &mut String, name: &str, value: &Value, depth: usize) {
         return;
     }
     out.push_str(": ");
-    write_scalar(out, value);
+    match (value, kind) {
+        // Enum values print by name when the schema knows the number.
+        (Value::EnumNumber(n), Kind::Enum(enumeration)) => match enumeration.get_value(*n) {
+            Some(known) => out.push_str(known.name()),
+            None => write_scalar(out, value),
+        },
+        _ => write_scalar(out, value),
+    }
     out.push('\n');
 }
 

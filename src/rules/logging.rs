@@ -6,6 +6,7 @@
 //! when debug is enabled.
 
 pub mod batch;
+pub mod line;
 
 use std::{io::Write, time::Duration};
 
@@ -24,8 +25,8 @@ pub fn init<W: Write + Send + 'static>(filter: &str, writer: W) -> Result<FlushG
     let (writer, guard) = batch::BatchWriter::new(writer);
     fmt()
         .with_env_filter(filter)
+        .event_format(line::LineFormat)
         .with_writer(writer)
-        .with_ansi(false)
         .try_init()
         .map_err(|e| format!("cannot install the logger: {e}"))?;
     Ok(guard)

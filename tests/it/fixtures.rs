@@ -100,6 +100,7 @@ fn the_printer_keeps_cyrillic_and_field_order() {
     assert!(printed.contains("RawUtterance: \"Кафе пушкин\""), "{printed}");
     assert!(printed.starts_with("BaseRequest {\n  RequestId: \"95EB38D6-FA1C-4835-8B21-0023522AF013\"\n"), "{printed}");
     assert!(printed.contains("RandomSeed: 15838288000971308028\n"), "uint64 beyond int64: {printed}");
+    assert!(printed.contains("\n  UserLanguage: L_RUS\n"), "enums print by name: {printed}");
     let base = printed.find("BaseRequest {").unwrap();
     let input = printed.find("\nInput {").unwrap();
     assert!(base < input);

@@ -1,0 +1,157 @@
+//! The log line format: `2026-11-23T11:45:57.144282Z INFO target: message key=value ...`.
+//!
+//! tracing-subscriber's default format quotes every string through `Debug`
+//! and builds its timestamp generically; the request log writes one line per
+//! call, so this one writes plain values as they are and quotes only those
+//! that need it (spaces, quotes, `=`, control characters), keeping each line
+//! one unambiguous line whatever a client puts in a RequestId.
+
+use std::{
+    fmt::{self, Write},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use tracing::{Event, Subscriber, field::Field};
+use tracing_subscriber::{
+    fmt::{FmtContext, FormatEvent, FormatFields, format::Writer},
+    registry::LookupSpan,
+};
+
+/// The event formatter of our logs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LineFormat;
+
+impl<S, N> FormatEvent<S, N> for LineFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, _ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        write_timestamp(&mut writer, SystemTime::now())?;
+        let metadata = event.metadata();
+        write!(writer, " {:>5} {}:", metadata.level(), metadata.target())?;
+        let mut visitor = Visitor { writer: &mut writer, result: Ok(()) };
+        event.record(&mut visitor);
+        visitor.result?;
+        writer.write_char('\n')
+    }
+}
+
+struct Visitor<'a, 'w> {
+    writer: &'a mut Writer<'w>,
+    result: fmt::Result,
+}
+
+impl tracing::field::Visit for Visitor<'_, '_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if self.result.is_ok() {
+            self.result = write_field(self.writer, field.name(), value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if self.result.is_err() {
+            return;
+        }
+        self.result = if field.name() == "message" {
+            // `format_args!` messages: written as the text they are, newlines kept
+            // for the multi-line debug bodies.
+            write!(self.writer, " {value:?}")
+        } else {
+            let mut text = String::new();
+            let _ = write!(text, "{value:?}");
+            write_field(self.writer, field.name(), &text)
+        };
+    }
+}
+
+fn write_field(writer: &mut Writer<'_>, name: &str, value: &str) -> fmt::Result {
+    if name == "message" {
+        return write!(writer, " {value}");
+    }
+    let plain = !value.is_empty() && value.chars().all(|c| !c.is_control() && !matches!(c, ' ' | '"' | '=' | '\\'));
+    if plain { write!(writer, " {name}={value}") } else { write!(writer, " {name}={value:?}") }
+}
+
+/// RFC 3339 in UTC with microseconds.
+fn write_timestamp(writer: &mut impl Write, now: SystemTime) -> fmt::Result {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let rest = secs % 86_400;
+    write!(
+        writer,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day): Howard Hinnant's algorithm.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let mut out = String::new();
+        write_timestamp(&mut out, UNIX_EPOCH + Duration::from_micros(1_795_434_357_144_282)).unwrap();
+        assert_eq!(out, "2026-11-23T11:45:57.144282Z");
+        out.clear();
+        write_timestamp(&mut out, UNIX_EPOCH + Duration::from_secs(951_782_400)).unwrap();
+        assert_eq!(out, "2000-02-29T00:00:00.000000Z");
+        out.clear();
+        write_timestamp(&mut out, UNIX_EPOCH).unwrap();
+        assert_eq!(out, "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn lines_are_formatted_and_hostile_values_quoted() {
+        let sink = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = {
+            let sink = sink.clone();
+            move || Sink(sink.clone())
+        };
+        let subscriber = tracing_subscriber::fmt().event_format(LineFormat).with_writer(writer).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "megamind_scenario::access", transport = "http", request_id = "a b\n\"c", latency_us = 42u64, "served");
+        });
+        let text = String::from_utf8(sink.lock().unwrap().clone()).unwrap();
+        let line = text.strip_suffix('\n').expect("one line");
+        assert!(!line.contains('\n'), "{line}");
+        let (_, rest) = line.split_once('Z').unwrap();
+        assert_eq!(
+            rest,
+            r#"  INFO megamind_scenario::access: served transport=http request_id="a b\n\"c" latency_us=42"#
+        );
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
