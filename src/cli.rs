@@ -76,7 +76,7 @@ pub struct ServeArgs {
     /// Idempotency cache: answers kept at most [default: 100000].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_ENTRIES")]
     pub cache_max_entries: Option<usize>,
-    /// Idempotency cache: bytes of answers kept at most [default: 33554432].
+    /// Idempotency cache: bytes of answers kept at most [default: 16777216].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_BYTES")]
     pub cache_max_bytes: Option<usize>,
     /// Idempotency cache: seconds an answer is replayed [default: 300].

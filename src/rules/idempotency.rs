@@ -64,7 +64,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_entries: 100_000, max_bytes: 32 << 20, ttl: Duration::from_secs(300) }
+        Limits { max_entries: 100_000, max_bytes: 16 << 20, ttl: Duration::from_secs(300) }
     }
 }
 
