@@ -10,7 +10,7 @@
 //! - [`scenarios`]: the built-in scenarios, one module each (`demo`, ...).
 //! - [`dispatch`]: the one implementation behind every transport.
 //! - [`rules`]: budget, idempotency cache, overload, logging, metrics.
-//! - [`transport`]: HTTP (and gRPC) adapters onto the dispatcher.
+//! - [`transport`]: HTTP and gRPC adapters onto the dispatcher.
 //! - [`server`]: the accept loop, health, readiness and graceful drain.
 //! - [`config`] and [`cli`]: configuration and the command line.
 //! - [`upstream`]: outbound HTTP clients.
