@@ -30,19 +30,21 @@ where
 {
     let started = Instant::now();
     let path = request.uri().path();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (scenario_name, handler_name) = match segments.as_slice() {
-        ["healthz"] => return Ok(plain(StatusCode::OK, "ok\n")),
-        ["readyz"] if app.is_draining() => return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n")),
-        ["readyz"] => return Ok(plain(StatusCode::OK, "ready\n")),
-        ["metrics"] => {
+    let mut parts = path.trim_matches('/').splitn(3, '/');
+    let (scenario_name, handler_name) = match [parts.next(), parts.next(), parts.next()] {
+        [Some("healthz"), None, None] => return Ok(plain(StatusCode::OK, "ok\n")),
+        [Some("readyz"), None, None] if app.is_draining() => {
+            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n"));
+        }
+        [Some("readyz"), None, None] => return Ok(plain(StatusCode::OK, "ready\n")),
+        [Some("metrics"), None, None] => {
             let mut response = plain(StatusCode::OK, app.dispatcher.metrics().render());
             let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
             response.headers_mut().insert(header::CONTENT_TYPE, content_type);
             return Ok(response);
         }
-        [handler] => (None, *handler),
-        [scenario, handler] => (Some(*scenario), *handler),
+        [Some(handler), None, None] => (None, handler),
+        [Some(scenario), Some(handler), None] => (Some(scenario), handler),
         _ => return Ok(not_found(&app, path)),
     };
     let Some(handler) = Handler::from_name(handler_name) else {
