@@ -42,9 +42,9 @@ impl Stamped {
         Stamped { body, at }
     }
 
-    /// The body with RequestId `{worker:08x}-0000-0000-0000-{n:012x}`.
-    pub fn with_id(&mut self, worker: u32, n: u64) -> &[u8] {
-        let id = format!("{worker:08x}-0000-0000-0000-{:012x}", n & 0xffff_ffff_ffff);
+    /// The body with RequestId `{prefix:08x}-0000-0000-0000-{n:012x}`.
+    pub fn with_id(&mut self, prefix: u32, n: u64) -> &[u8] {
+        let id = format!("{prefix:08x}-0000-0000-0000-{:012x}", n & 0xffff_ffff_ffff);
         self.body[self.at..self.at + PLACEHOLDER.len()].copy_from_slice(id.as_bytes());
         &self.body
     }

@@ -9,7 +9,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU32, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -21,6 +21,18 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::{bodies, env_or};
+
+/// The next run's number: part of every fresh RequestId, so that no
+/// run repeats an id an earlier one sent (the server would replay its answer
+/// from the idempotency cache instead of doing the work). Run 0 is left to
+/// [`replayed_ids`].
+static RUNS: AtomicU32 = AtomicU32::new(1);
+
+/// The first field of the RequestIds of the next run's `worker`: the run in
+/// the upper half, the worker in the lower.
+fn id_prefix(run: u32, worker: usize) -> u32 {
+    (run & 0xffff) << 16 | (worker as u32 & 0xffff)
+}
 
 /// How hard and how long each run drives.
 #[derive(Debug, Clone, Copy)]
@@ -74,11 +86,13 @@ pub async fn drive_grpc(name: &str, addr: SocketAddr, settings: &Settings) -> Ou
             .expect("connect");
         clients.push(ScenarioClient::new(channel));
     }
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(settings.secs);
     let sent = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for worker in 0..settings.conns {
+        let prefix = id_prefix(run, worker);
         let mut client = clients[worker % clients.len()].clone();
         let mut request = template.clone();
         let (sent, limit) = (sent.clone(), settings.requests);
@@ -94,7 +108,7 @@ pub async fn drive_grpc(name: &str, addr: SocketAddr, settings: &Settings) -> Ou
                 }
                 n += 1;
                 if let Some(base) = request.base_request.as_mut() {
-                    base.request_id = format!("{worker:08x}-0000-0000-0000-{n:012x}");
+                    base.request_id = format!("{prefix:08x}-0000-0000-0000-{n:012x}");
                 }
                 let begun = Instant::now();
                 let mut call = tonic::Request::new(request.clone());
@@ -220,11 +234,14 @@ pub async fn drive_classified(
     Outcome { name: name.to_owned(), requests: latency.len(), errors, elapsed: started.elapsed(), latency, kinds }
 }
 
+/// Bodies of fixture `name` with a RequestId never sent before in this process.
 pub fn fresh_ids(name: &'static str, type_name: &'static str) -> impl Fn(u32) -> Box<dyn FnMut(u64) -> Bytes + Send> {
     let stamped = bodies::Stamped::new(name, type_name);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
     move |worker| {
         let mut stamped = stamped.clone();
-        Box::new(move |n| Bytes::copy_from_slice(stamped.with_id(worker, n)))
+        let prefix = id_prefix(run, worker as usize);
+        Box::new(move |n| Bytes::copy_from_slice(stamped.with_id(prefix, n)))
     }
 }
 
