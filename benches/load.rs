@@ -13,6 +13,11 @@
 //! that many requests instead (e.g. 1000000 for the RSS check), `LOAD_ROUNDS`
 //! (default 3): baseline and ours alternate round by round and the median
 //! round of each is reported, so a noisy neighbour skews both alike.
+//!
+//! The assistant's row (`support/assistant.rs`; `LOAD_ASSISTANT=0` skips it)
+//! drives `/assistant/run` of a second server whose model, a mock in this
+//! process, takes 2 s: its latency minus the `/run` wait is the scenario's
+//! own overhead. It is always closed loop and bounded by time.
 
 use std::{
     io::{BufRead, BufReader},
@@ -20,14 +25,19 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
+use assistant::AssistantLoad;
 use drive::{Outcome, Settings, drive, drive_grpc, fresh_ids, replayed_ids};
 
+#[path = "support/assistant.rs"]
+mod assistant;
 #[path = "support/baseline.rs"]
 mod baseline;
 #[path = "support/bodies.rs"]
 mod bodies;
 #[path = "support/drive.rs"]
 mod drive;
+#[path = "../tests/it/mock_llm.rs"]
+mod mock_llm;
 
 /// Which process this is: the client (default) or a baseline server.
 const ROLE: &str = "MEGAMIND_BENCH_ROLE";
@@ -75,9 +85,10 @@ impl Server {
     }
 }
 
-fn ours() -> Server {
+/// Our binary's `serve` with `extra` flags.
+fn ours(extra: &[&str]) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
-    command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]);
+    command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]).args(extra);
     Server::start(command)
 }
 
@@ -143,14 +154,22 @@ fn main() {
     runtime.block_on(async {
         let base = baseline("baseline-http");
         let base_grpc = baseline("baseline-grpc");
-        let server = ours();
+        let server = ours(&[]);
+        let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
+            0 => None,
+            _ => Some(AssistantLoad::start().await),
+        };
         let warm = Settings { secs: 1, requests: 0, rate: 0, rounds: 1, ..settings };
         drive("warm-up", base.addr, "/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
 
         drive_grpc("warm-up", base_grpc.addr, &warm).await;
         drive_grpc("warm-up", server.addr, &warm).await;
+        if let Some(assistant) = assistant.as_mut() {
+            assistant.run("warm-up", &warm).await;
+        }
         let mut rounds: [Vec<Outcome>; 5] = Default::default();
+        let mut assistant_rounds = Vec::new();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
             rounds[0].push(drive("baseline http /run (bare hyper)", base.addr, "/run", &settings, run).await);
@@ -160,14 +179,25 @@ fn main() {
             rounds[2].push(drive("http /demo/commit, replays", server.addr, "/demo/commit", &settings, replay).await);
             rounds[3].push(drive_grpc("baseline grpc Run (bare tonic)", base_grpc.addr, &settings).await);
             rounds[4].push(drive_grpc("grpc Run demo, fresh RequestIds", server.addr, &settings).await);
+            if let Some(assistant) = assistant.as_mut() {
+                assistant_rounds.push(assistant.run(&AssistantLoad::row(), &settings).await);
+            }
         }
         let [baseline, run, replay, baseline_grpc, run_grpc] = rounds.map(median);
         let grpc_base = Some(baseline_grpc.rps());
         let base_rps = Some(baseline.rps());
-        print(&[(baseline, None), (run, base_rps), (replay, base_rps), (baseline_grpc, None), (run_grpc, grpc_base)]);
+        let mut rows =
+            vec![(baseline, None), (run, base_rps), (replay, base_rps), (baseline_grpc, None), (run_grpc, grpc_base)];
+        if !assistant_rounds.is_empty() {
+            rows.push((median(assistant_rounds), None));
+        }
+        print(&rows);
         match server.peak_rss_mib() {
             Some(rss) => println!("\nour server's peak RSS: {rss:.1} MiB"),
             None => println!("\nour server's peak RSS: unknown (no /proc)"),
+        }
+        if let (Some(assistant), Some((outcome, _))) = (&assistant, rows.get(5)) {
+            assistant.report(outcome);
         }
     });
 }

@@ -31,7 +31,12 @@ pub struct Stamped {
 impl Stamped {
     /// The binary fixture `name` of `type_name` with its RequestId replaced by a placeholder.
     pub fn new(name: &str, type_name: &str) -> Stamped {
-        let text = fixture_text(name);
+        Stamped::from_text(&fixture_text(name), type_name)
+    }
+
+    /// The message `text` (text format, with a RequestId) of `type_name`,
+    /// binary, its RequestId replaced by a placeholder.
+    pub fn from_text(text: &str, type_name: &str) -> Stamped {
         let start = text.find("RequestId: \"").expect("fixture has a RequestId") + "RequestId: \"".len();
         let end = start + text[start..].find('"').expect("closing quote");
         let text = format!("{}{PLACEHOLDER}{}", &text[..start], &text[end..]);

@@ -236,7 +236,11 @@ pub async fn drive_classified(
 
 /// Bodies of fixture `name` with a RequestId never sent before in this process.
 pub fn fresh_ids(name: &'static str, type_name: &'static str) -> impl Fn(u32) -> Box<dyn FnMut(u64) -> Bytes + Send> {
-    let stamped = bodies::Stamped::new(name, type_name);
+    fresh_bodies(bodies::Stamped::new(name, type_name))
+}
+
+/// `stamped` with a RequestId never sent before in this process.
+pub fn fresh_bodies(stamped: bodies::Stamped) -> impl Fn(u32) -> Box<dyn FnMut(u64) -> Bytes + Send> {
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
     move |worker| {
         let mut stamped = stamped.clone();
