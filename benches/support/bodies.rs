@@ -31,7 +31,12 @@ pub struct Stamped {
 impl Stamped {
     /// The binary fixture `name` of `type_name` with its RequestId replaced by a placeholder.
     pub fn new(name: &str, type_name: &str) -> Stamped {
-        let text = fixture_text(name);
+        Stamped::from_text(&fixture_text(name), type_name)
+    }
+
+    /// The message `text` (text format, with a RequestId) of `type_name`,
+    /// binary, its RequestId replaced by a placeholder.
+    pub fn from_text(text: &str, type_name: &str) -> Stamped {
         let start = text.find("RequestId: \"").expect("fixture has a RequestId") + "RequestId: \"".len();
         let end = start + text[start..].find('"').expect("closing quote");
         let text = format!("{}{PLACEHOLDER}{}", &text[..start], &text[end..]);
@@ -42,9 +47,9 @@ impl Stamped {
         Stamped { body, at }
     }
 
-    /// The body with RequestId `{worker:08x}-0000-0000-0000-{n:012x}`.
-    pub fn with_id(&mut self, worker: u32, n: u64) -> &[u8] {
-        let id = format!("{worker:08x}-0000-0000-0000-{:012x}", n & 0xffff_ffff_ffff);
+    /// The body with RequestId `{prefix:08x}-0000-0000-0000-{n:012x}`.
+    pub fn with_id(&mut self, prefix: u32, n: u64) -> &[u8] {
+        let id = format!("{prefix:08x}-0000-0000-0000-{:012x}", n & 0xffff_ffff_ffff);
         self.body[self.at..self.at + PLACEHOLDER.len()].copy_from_slice(id.as_bytes());
         &self.body
     }

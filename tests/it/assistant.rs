@@ -2,104 +2,43 @@
 //! the budget whatever the model does, one model call per request, app
 //! directives, history across turns.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use megamind_scenario::{
     codec::Format,
     config::Config,
-    proto::{
-        megamind_scenario::v1::TAssistantState,
-        n_alice::n_scenarios::{
-            TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
-            TScenarioRunRequest, TScenarioRunResponse, TTextInput, t_directive, t_input, t_scenario_continue_response,
-            t_scenario_run_response,
-        },
+    proto::n_alice::n_scenarios::{
+        TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunResponse, t_directive, t_scenario_run_response,
     },
-    scenario::Registry,
-    scenarios::assistant::{Assistant, config::AssistantConfig},
 };
 use prost::Message;
 use prost_types::Any;
 
 use crate::{
+    assistant_harness::{
+        OPEN_SAFARI, Timed, apology, assert_in_budget, continue_body, continue_request, fallback, metrics_text,
+        run_request, spawn, speech, state_of,
+    },
     helpers::{TestApp, decode_answer, spawn_app},
     mock_llm::{MockLlm, Reply},
 };
 
-/// Allowed lateness past the budget: scheduling on a shared 2-core machine.
-const MARGIN: Duration = Duration::from_millis(60);
-const BUDGET: Duration = Duration::from_millis(300);
-const OPEN_SAFARI: &str = r#"{"session_id": "session_1.000001", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
-
-struct Harness {
-    app: TestApp,
-    metrics: prometheus::Registry,
-}
-
-/// The server hosting only the assistant, pointed at `mock`.
-async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> Harness {
-    let mut config = AssistantConfig::with_base_url(mock.base_url());
-    config.api_key = "sk-test".into();
-    config.stream = false;
-    tweak(&mut config);
-    let metrics = prometheus::Registry::new();
-    let mut registry = Registry::new();
-    registry.register("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant"))).unwrap();
-    Harness { app: spawn_app(Config::default(), registry).await, metrics }
-}
-
-fn base(request_id: &str, state: Option<Any>) -> TScenarioBaseRequest {
-    TScenarioBaseRequest {
-        request_id: request_id.into(),
-        server_time_ms: 1_764_210_832_530,
-        state,
-        ..Default::default()
-    }
-}
-
-fn run_request(request_id: &str, words: &str, state: Option<Any>) -> Vec<u8> {
-    TScenarioRunRequest {
-        base_request: Some(base(request_id, state)),
-        input: Some(TInput {
-            event: Some(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() })),
-            ..Default::default()
-        }),
-    }
-    .encode_to_vec()
-}
-
-/// What a handler answered and how long it took.
-struct Timed<T> {
-    answer: T,
-    took: Duration,
-}
-
 async fn run(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -> Timed<TScenarioRunResponse> {
     let started = Instant::now();
-    let (status, body) = app.post_binary("/assistant/run", run_request(request_id, words, state)).await;
+    let body = run_request(request_id, words, state).encode_to_vec();
+    let (status, body) = app.post_binary("/assistant/run", body).await;
     let took = started.elapsed();
     assert_eq!(status, 200);
     Timed { answer: decode_answer(&body, Format::Binary), took }
 }
 
 async fn r#continue(app: &TestApp, request_id: &str, arguments: Any) -> Timed<TScenarioContinueResponse> {
-    let request = TScenarioApplyRequest {
-        arguments: Some(arguments),
-        base_request: Some(base(request_id, None)),
-        ..Default::default()
-    };
     let started = Instant::now();
-    let (status, body) = app.post_binary("/assistant/continue", request.encode_to_vec()).await;
+    let body = continue_request(request_id, arguments).encode_to_vec();
+    let (status, body) = app.post_binary("/assistant/continue", body).await;
     let took = started.elapsed();
     assert_eq!(status, 200);
     Timed { answer: decode_answer(&body, Format::Binary), took }
-}
-
-fn assert_in_budget(handler: &str, took: Duration) {
-    assert!(took < BUDGET + MARGIN, "/{handler} answered after {took:?}");
 }
 
 /// `/run`, then `/continue` when `/run` handed over: the user's answer.
@@ -115,33 +54,6 @@ async fn ask(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -
         }
         other => panic!("/run answered {other:?}"),
     }
-}
-
-fn continue_body(response: TScenarioContinueResponse) -> TScenarioResponseBody {
-    match response.response {
-        Some(t_scenario_continue_response::Response::ResponseBody(body)) => body,
-        other => panic!("/continue answered {other:?}"),
-    }
-}
-
-fn speech(body: &TScenarioResponseBody) -> &str {
-    &body.layout.as_ref().expect("layout").output_speech
-}
-
-fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
-    TAssistantState::decode(body.state.as_ref().expect("state").value.as_slice()).expect("our state")
-}
-
-fn metrics_text(metrics: &prometheus::Registry) -> String {
-    prometheus::TextEncoder::new().encode_to_string(&metrics.gather()).unwrap()
-}
-
-fn fallback() -> String {
-    AssistantConfig::default().fallback_text
-}
-
-fn apology() -> String {
-    AssistantConfig::default().apology_text
 }
 
 #[tokio::test]
@@ -340,7 +252,12 @@ async fn continue_arguments_print_as_json_for_debugging() {
     let h = spawn(&mock, |_| {}).await;
     let answer = h
         .app
-        .post("/assistant/run", "application/protobuf", Some("application/json"), run_request("req-1", "вопрос", None))
+        .post(
+            "/assistant/run",
+            "application/protobuf",
+            Some("application/json"),
+            run_request("req-1", "вопрос", None).encode_to_vec(),
+        )
         .await;
     let json: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
     let arguments = &json["ContinueArguments"];

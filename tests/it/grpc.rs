@@ -11,12 +11,9 @@ use bytes::Bytes;
 use megamind_scenario::{
     codec::Format,
     config::Config,
-    proto::{
-        megamind_scenario::v1::scenario_client::ScenarioClient,
-        n_alice::n_scenarios::{
-            TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
-            TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
-        },
+    proto::n_alice::n_scenarios::{
+        TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+        TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
     },
     scenario::Registry,
     scenarios::demo::Demo,
@@ -24,33 +21,19 @@ use megamind_scenario::{
 };
 use prost::Message;
 use tokio::sync::Semaphore;
-use tonic::{Code, Status, transport::Channel};
+use tonic::{Code, Status};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture, fixture_body, spawn_app, spawn_demo},
+    helpers::{
+        TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_client as client,
+        grpc_request as request, spawn_app, spawn_demo,
+    },
     scenarios::{Counting, Panicking, Sleepy, TicketEcho},
 };
 
 /// Allowed lateness past the budget: scheduling on a shared 2-core machine.
 const MARGIN: Duration = Duration::from_millis(60);
-
-async fn channel(app: &TestApp) -> Channel {
-    Channel::from_shared(app.url("")).expect("valid URI").connect().await.expect("gRPC connects")
-}
-
-async fn client(app: &TestApp) -> ScenarioClient<Channel> {
-    ScenarioClient::new(channel(app).await)
-}
-
-/// A request naming `scenario` in `x-scenario`, or the default one for `None`.
-fn request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(name) = scenario {
-        request.metadata_mut().insert("x-scenario", name.parse().expect("ASCII scenario name"));
-    }
-    request
-}
 
 /// Calls `method` with raw message bytes, as a client with its own encoder would.
 async fn raw_call(app: &TestApp, method: &str, scenario: Option<&str>, body: Vec<u8>) -> Result<Bytes, Status> {

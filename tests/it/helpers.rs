@@ -7,6 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 use megamind_scenario::{
     codec::{self, Format},
     config::Config,
+    proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::Metrics,
     scenario::Registry,
     scenarios::demo::Demo,
@@ -14,6 +15,7 @@ use megamind_scenario::{
 };
 use prost_reflect::{DynamicMessage, ReflectMessage};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::transport::Channel;
 
 /// A running server.
 pub struct TestApp {
@@ -77,6 +79,25 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
     }
+}
+
+/// An HTTP/2 channel to the server's gRPC services.
+pub async fn grpc_channel(app: &TestApp) -> Channel {
+    Channel::from_shared(app.url("")).expect("valid URI").connect().await.expect("gRPC connects")
+}
+
+/// The generated client of `megamind_scenario.v1.Scenario`.
+pub async fn grpc_client(app: &TestApp) -> ScenarioClient<Channel> {
+    ScenarioClient::new(grpc_channel(app).await)
+}
+
+/// A gRPC request naming `scenario` in `x-scenario`, or the default one for `None`.
+pub fn grpc_request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(name) = scenario {
+        request.metadata_mut().insert("x-scenario", name.parse().expect("ASCII scenario name"));
+    }
+    request
 }
 
 /// Starts the server with `config` (its address ignored) over `registry`.

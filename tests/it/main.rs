@@ -5,6 +5,8 @@ mod mock_llm;
 mod scenarios;
 
 mod assistant;
+mod assistant_grpc;
+mod assistant_harness;
 mod bad_input;
 mod budget;
 mod dialogs;
