@@ -16,7 +16,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Mutex, OnceLock, Weak,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -36,7 +36,7 @@ pub struct Key {
     /// The handler called.
     pub handler: Handler,
     /// `BaseRequest.RequestId`.
-    pub request_id: Box<str>,
+    pub request_id: Arc<str>,
 }
 
 impl Key {
@@ -47,7 +47,7 @@ impl Key {
 
     fn cost(&self, body: &Bytes) -> usize {
         // The body plus the key and the bookkeeping around them.
-        body.len() + self.request_id.len() + 96
+        body.len() + self.request_id.len() + 160
     }
 }
 
@@ -88,26 +88,39 @@ pub struct IdempotencyCache {
 #[derive(Debug)]
 struct Shared {
     // foldhash: fast, and seeded per process, so RequestIds cannot be chosen to collide.
-    map: DashMap<Key, Entry, foldhash::fast::RandomState>,
+    map: DashMap<Key, Arc<Slot>, foldhash::fast::RandomState>,
     // A std mutex: held for a few pointer moves, never across an await.
     fifo: Mutex<VecDeque<Completed>>,
     completed: AtomicUsize,
     bytes: AtomicUsize,
-    next_seq: AtomicU64,
     limits: Limits,
     counters: CacheCounters,
 }
 
-#[derive(Debug)]
-enum Entry {
-    InFlight(Arc<Slot>),
-    Done { body: Bytes, seq: u64, expires: Instant },
+/// One entry: in flight until its outcome is set, then an answer until it
+/// expires. The map and the FIFO share it, so completing an entry touches
+/// the map not at all.
+#[derive(Debug, Default)]
+struct Slot {
+    /// `Some(answer)`, or `None` when the first call ended without one.
+    outcome: OnceLock<Option<Bytes>>,
+    /// Set just before the answer.
+    expires: OnceLock<Instant>,
+    ready: Notify,
 }
 
+impl Slot {
+    fn publish(&self, outcome: Option<Bytes>) {
+        let _ = self.outcome.set(outcome);
+        self.ready.notify_waiters();
+    }
+}
+
+/// A completed entry, oldest first.
 #[derive(Debug)]
 struct Completed {
     key: Key,
-    seq: u64,
+    slot: Arc<Slot>,
     expires: Instant,
 }
 
@@ -120,7 +133,6 @@ impl IdempotencyCache {
                 fifo: Mutex::new(VecDeque::new()),
                 completed: AtomicUsize::new(0),
                 bytes: AtomicUsize::new(0),
-                next_seq: AtomicU64::new(0),
                 limits,
                 counters: CacheCounters::default(),
             }),
@@ -130,39 +142,43 @@ impl IdempotencyCache {
     /// Finds the answer for `key`, or the call to wait for, or makes this call the first.
     pub fn begin(&self, key: Key) -> Lookup {
         let shared = &self.shared;
-        let lease = |shared: &Arc<Shared>, key: Key| {
-            let slot = Arc::new(Slot::default());
+        let lead = |key: Key, slot: Arc<Slot>| {
             shared.counters.misses.inc();
-            (Entry::InFlight(slot.clone()), Lease { shared: shared.clone(), key, slot: Some(slot) })
+            Lookup::Lead(Lease { shared: shared.clone(), key, slot: Some(slot) })
         };
         match shared.map.entry(key.clone()) {
-            MapEntry::Occupied(mut occupied) => match occupied.get() {
-                Entry::Done { body, expires, .. } if *expires > Instant::now() => {
+            MapEntry::Occupied(mut occupied) => match occupied.get().outcome.get() {
+                None => {
+                    shared.counters.waits.inc();
+                    Lookup::Wait(Waiter { slot: occupied.get().clone() })
+                }
+                Some(Some(body)) if occupied.get().expires.get().is_some_and(|e| *e > Instant::now()) => {
                     shared.counters.hits.inc();
                     Lookup::Hit(body.clone())
                 }
-                Entry::Done { body, .. } => {
-                    shared.forget(&key, body);
-                    let (entry, lease) = lease(shared, key);
-                    occupied.insert(entry);
-                    Lookup::Lead(lease)
-                }
-                Entry::InFlight(slot) => {
-                    shared.counters.waits.inc();
-                    Lookup::Wait(Waiter { slot: slot.clone() })
+                done => {
+                    // Expired (not yet purged): its FIFO record no longer matches the
+                    // new slot, so the purge will leave the new entry alone.
+                    if let Some(Some(body)) = done {
+                        shared.forget(&key, body);
+                    }
+                    let slot = Arc::new(Slot::default());
+                    occupied.insert(slot.clone());
+                    lead(key, slot)
                 }
             },
             MapEntry::Vacant(vacant) => {
-                let (entry, lease) = lease(shared, key);
-                vacant.insert(entry);
-                Lookup::Lead(lease)
+                let slot = Arc::new(Slot::default());
+                vacant.insert(slot.clone());
+                lead(key, slot)
             }
         }
     }
 
     /// Drops expired answers. Called on every completion and by [`IdempotencyCache::spawn_purger`].
     pub fn purge_expired(&self) {
-        self.shared.trim(Instant::now());
+        let mut fifo = self.shared.fifo.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.trim(&mut fifo, Instant::now());
     }
 
     /// Purges expired answers every `period` while the cache lives, so an
@@ -175,7 +191,7 @@ impl IdempotencyCache {
             loop {
                 tick.tick().await;
                 match weak.upgrade() {
-                    Some(shared) => shared.trim(Instant::now()),
+                    Some(shared) => IdempotencyCache { shared }.purge_expired(),
                     None => return,
                 }
             }
@@ -209,20 +225,20 @@ impl Shared {
         self.bytes.fetch_sub(key.cost(body), Ordering::Relaxed);
     }
 
-    fn complete(&self, key: Key, body: Bytes) {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+    fn complete(&self, key: Key, slot: Arc<Slot>, body: Bytes) {
         let now = Instant::now();
         let expires = now + self.limits.ttl;
         self.completed.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(key.cost(&body), Ordering::Relaxed);
-        self.map.insert(key.clone(), Entry::Done { body, seq, expires });
-        self.fifo.lock().unwrap_or_else(|p| p.into_inner()).push_back(Completed { key, seq, expires });
-        self.trim(now);
+        let _ = slot.expires.set(expires);
+        slot.publish(Some(body));
+        let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
+        fifo.push_back(Completed { key, slot, expires });
+        self.trim(&mut fifo, now);
     }
 
     /// Pops the FIFO's front while it is expired or the cache is over a bound.
-    fn trim(&self, now: Instant) {
-        let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
+    fn trim(&self, fifo: &mut VecDeque<Completed>, now: Instant) {
         while let Some(front) = fifo.front() {
             let expired = front.expires <= now;
             let over = self.completed.load(Ordering::Relaxed) > self.limits.max_entries
@@ -232,32 +248,16 @@ impl Shared {
             }
             let Some(front) = fifo.pop_front() else { break };
             // The entry may have been replaced since (expired, then led again):
-            // only the completion this FIFO slot records is removed.
-            let removed = self
-                .map
-                .remove_if(&front.key, |_, entry| matches!(entry, Entry::Done { seq, .. } if *seq == front.seq));
-            if let Some((key, Entry::Done { body, .. })) = removed {
-                self.forget(&key, &body);
+            // only the slot this record holds is removed.
+            if let Some((key, slot)) = self.map.remove_if(&front.key, |_, slot| Arc::ptr_eq(slot, &front.slot)) {
+                if let Some(Some(body)) = slot.outcome.get() {
+                    self.forget(&key, body);
+                }
                 if !expired {
                     self.counters.evictions.inc();
                 }
             }
         }
-    }
-}
-
-/// Where the first call's outcome is published to its waiters.
-#[derive(Debug, Default)]
-struct Slot {
-    /// `Some(answer)`, or `None` when the first call ended without one.
-    outcome: OnceLock<Option<Bytes>>,
-    ready: Notify,
-}
-
-impl Slot {
-    fn publish(&self, outcome: Option<Bytes>) {
-        let _ = self.outcome.set(outcome);
-        self.ready.notify_waiters();
     }
 }
 
@@ -276,14 +276,8 @@ pub struct Lease {
 impl Lease {
     /// Stores the answer and hands it to every waiter.
     pub fn complete(mut self, body: Bytes) {
-        let key = Key {
-            scenario: self.key.scenario.clone(),
-            handler: self.key.handler,
-            request_id: std::mem::take(&mut self.key.request_id),
-        };
-        self.shared.complete(key, body.clone());
         if let Some(slot) = self.slot.take() {
-            slot.publish(Some(body));
+            self.shared.complete(self.key.clone(), slot, body);
         }
     }
 }
@@ -291,7 +285,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            self.shared.map.remove_if(&self.key, |_, entry| matches!(entry, Entry::InFlight(_)));
+            self.shared.map.remove_if(&self.key, |_, entry| Arc::ptr_eq(entry, &slot));
             slot.publish(None);
         }
     }
