@@ -177,8 +177,11 @@ impl IdempotencyCache {
 
     /// Drops expired answers. Called on every completion and by [`IdempotencyCache::spawn_purger`].
     pub fn purge_expired(&self) {
-        let mut fifo = self.shared.fifo.lock().unwrap_or_else(|p| p.into_inner());
-        self.shared.trim(&mut fifo, Instant::now());
+        let dropped = {
+            let mut fifo = self.shared.fifo.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.take_stale(&mut fifo, Instant::now())
+        };
+        self.shared.drop_stale(dropped);
     }
 
     /// Purges expired answers every `period` while the cache lives, so an
@@ -232,13 +235,20 @@ impl Shared {
         self.bytes.fetch_add(key.cost(&body), Ordering::Relaxed);
         let _ = slot.expires.set(expires);
         slot.publish(Some(body));
-        let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
-        fifo.push_back(Completed { key, slot, expires });
-        self.trim(&mut fifo, now);
+        let stale = {
+            let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
+            fifo.push_back(Completed { key, slot, expires });
+            self.take_stale(&mut fifo, now)
+        };
+        self.drop_stale(stale);
     }
 
-    /// Pops the FIFO's front while it is expired or the cache is over a bound.
-    fn trim(&self, fifo: &mut VecDeque<Completed>, now: Instant) {
+    /// Pops the FIFO's front records while they are expired or the cache is
+    /// over a bound, counting them out at once so that concurrent completions
+    /// do not pop more than needed. The map work happens in `drop_stale`,
+    /// outside the FIFO's lock.
+    fn take_stale(&self, fifo: &mut VecDeque<Completed>, now: Instant) -> Vec<(Completed, bool)> {
+        let mut stale = Vec::new();
         while let Some(front) = fifo.front() {
             let expired = front.expires <= now;
             let over = self.completed.load(Ordering::Relaxed) > self.limits.max_entries
@@ -247,15 +257,30 @@ impl Shared {
                 break;
             }
             let Some(front) = fifo.pop_front() else { break };
+            if let Some(Some(body)) = front.slot.outcome.get() {
+                // Counted out now; `drop_stale` counts back in what turns out
+                // to have been replaced already (and so counted out before).
+                self.forget(&front.key, body);
+            }
+            stale.push((front, expired));
+        }
+        stale
+    }
+
+    fn drop_stale(&self, stale: Vec<(Completed, bool)>) {
+        for (record, expired) in stale {
             // The entry may have been replaced since (expired, then led again):
             // only the slot this record holds is removed.
-            if let Some((key, slot)) = self.map.remove_if(&front.key, |_, slot| Arc::ptr_eq(slot, &front.slot)) {
-                if let Some(Some(body)) = slot.outcome.get() {
-                    self.forget(&key, body);
+            let removed = self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot));
+            match (removed, record.slot.outcome.get()) {
+                (Some(_), _) if !expired => self.counters.evictions.inc(),
+                (Some(_), _) => {}
+                // Already replaced: `begin` counted it out when it replaced it.
+                (None, Some(Some(body))) => {
+                    self.completed.fetch_add(1, Ordering::Relaxed);
+                    self.bytes.fetch_add(record.key.cost(body), Ordering::Relaxed);
                 }
-                if !expired {
-                    self.counters.evictions.inc();
-                }
+                (None, _) => {}
             }
         }
     }
