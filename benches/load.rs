@@ -12,7 +12,8 @@
 //! omission (default 0: closed loop), `LOAD_REQUESTS` to stop each run after
 //! that many requests instead (e.g. 1000000 for the RSS check), `LOAD_ROUNDS`
 //! (default 3): baseline and ours alternate round by round and the median
-//! round of each is reported, so a noisy neighbour skews both alike.
+//! round of each is reported, so a noisy neighbour skews both alike;
+//! `LOAD_SERVER_BIN` to measure another build of the server binary.
 //!
 //! The assistant's row (`support/assistant.rs`; `LOAD_ASSISTANT=0` skips it)
 //! drives `/assistant/run` of a second server whose model, a mock in this
@@ -85,9 +86,12 @@ impl Server {
     }
 }
 
-/// Our binary's `serve` with `extra` flags.
+/// Our binary's `serve` with `extra` flags; `LOAD_SERVER_BIN` runs another
+/// build of it (one with frame pointers, for a profiler).
 fn ours(extra: &[&str]) -> Server {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
+    let binary =
+        std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_megamind-scenario").to_owned());
+    let mut command = Command::new(binary);
     command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]).args(extra);
     Server::start(command)
 }

@@ -115,6 +115,8 @@ pub async fn shutdown_signal() {
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
     let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
+    // One shared handle per server: a request clones one `Arc`, not each part.
+    let routing = Arc::new(Routing { app: app.clone(), grpc: grpc.clone() });
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -131,7 +133,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             },
             () = &mut shutdown => break,
         };
-        serve_connection(&builder, &graceful, stream, peer, app.clone(), grpc.clone());
+        serve_connection(&builder, &graceful, stream, peer, routing.clone());
     }
     app.draining.store(true, Ordering::Release);
     grpc.set_serving(false).await;
@@ -143,7 +145,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
             tokio::select! {
                 () = &mut delay => break,
                 accepted = listener.accept() => if let Ok((stream, peer)) = accepted {
-                    serve_connection(&builder, &graceful, stream, peer, app.clone(), grpc.clone());
+                    serve_connection(&builder, &graceful, stream, peer, routing.clone());
                 },
             }
         }
@@ -161,12 +163,11 @@ fn serve_connection(
     graceful: &GracefulShutdown,
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    app: Arc<App>,
-    grpc: GrpcRoutes,
+    routing: Arc<Routing>,
 ) {
     // Small protobuf answers must not wait for Nagle.
     let _ = stream.set_nodelay(true);
-    let service = service_fn(move |request| route(app.clone(), grpc.clone(), request));
+    let service = service_fn(move |request| route(routing.clone(), request));
     let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
@@ -176,15 +177,21 @@ fn serve_connection(
     });
 }
 
-/// Sends gRPC to its routes and everything else to the HTTP handler.
-async fn route(
+/// What a connection routes requests to.
+#[derive(Debug)]
+struct Routing {
     app: Arc<App>,
     grpc: GrpcRoutes,
+}
+
+/// Sends gRPC to its routes and everything else to the HTTP handler.
+async fn route(
+    routing: Arc<Routing>,
     request: Request<Incoming>,
 ) -> Result<Response<Either<Full<Bytes>, tonic::body::Body>>, Infallible> {
     if grpc::is_grpc(&request) {
-        return Ok(grpc.handle(request).await.map(Either::Right));
+        return Ok(routing.grpc.clone().handle(request).await.map(Either::Right));
     }
     // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
-    Ok(http::handle(app, request).await?.map(Either::Left))
+    Ok(http::handle(&routing.app, request).await?.map(Either::Left))
 }

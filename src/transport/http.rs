@@ -5,7 +5,7 @@
 //! text reason; everything inside a routed call is a 200 with the protocol
 //! answer, except `/run` under overload (429).
 
-use std::{convert::Infallible, sync::Arc, time::Instant};
+use std::{convert::Infallible, time::Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
@@ -23,7 +23,7 @@ use crate::{
 pub const USER_TICKET: &str = "x-ya-user-ticket";
 
 /// Answers one HTTP request.
-pub async fn handle<B>(app: Arc<App>, request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+pub async fn handle<B>(app: &App, request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -45,13 +45,13 @@ where
         }
         [Some(handler), None, None] => (None, handler),
         [Some(scenario), Some(handler), None] => (Some(scenario), handler),
-        _ => return Ok(not_found(&app, path)),
+        _ => return Ok(not_found(app, path)),
     };
     let Some(handler) = Handler::from_name(handler_name) else {
-        return Ok(not_found(&app, path));
+        return Ok(not_found(app, path));
     };
     let Some(scenario) = app.dispatcher.scenario(scenario_name) else {
-        return Ok(not_found(&app, path));
+        return Ok(not_found(app, path));
     };
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "scenario handlers take POST\n");
