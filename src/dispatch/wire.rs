@@ -1,0 +1,93 @@
+//! The handlers' response messages on the wire: encoding a scenario's
+//! answer (with its `Version`), the protocol `Error` of each handler, and
+//! the message types of each handler for JSON and text format.
+
+use bytes::Bytes;
+use prost::Message;
+use prost_reflect::{MessageDescriptor, ReflectMessage};
+
+use crate::{
+    proto::n_alice::n_scenarios::{
+        TError, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+        TScenarioRunRequest, TScenarioRunResponse, t_scenario_apply_response, t_scenario_commit_response,
+        t_scenario_continue_response, t_scenario_run_response,
+    },
+    scenario::{Answer, Handler, Scenario},
+};
+
+/// A response message with a `Version` field.
+pub(crate) trait Versioned: Message + Clone {
+    fn version(&self) -> &str;
+    fn version_mut(&mut self) -> &mut String;
+}
+
+macro_rules! versioned {
+    ($($response:ty),*) => {$(
+        impl Versioned for $response {
+            fn version(&self) -> &str {
+                &self.version
+            }
+            fn version_mut(&mut self) -> &mut String {
+                &mut self.version
+            }
+        }
+    )*};
+}
+
+versioned!(TScenarioRunResponse, TScenarioContinueResponse, TScenarioCommitResponse, TScenarioApplyResponse);
+
+/// Encodes an answer, writing the scenario's version into an empty `Version`
+/// (which copies a shared answer only in that case).
+pub(crate) fn encode<T: Versioned>(scenario: &dyn Scenario, answer: Answer<T>) -> Vec<u8> {
+    if !answer.version().is_empty() {
+        return answer.encode_to_vec();
+    }
+    let mut message = answer.into_owned();
+    scenario.version().clone_into(message.version_mut());
+    message.encode_to_vec()
+}
+
+/// The binary protocol `Error` answer of `handler`'s response type.
+pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) -> Bytes {
+    let error = TError { message, r#type: kind.to_owned() };
+    let version = version.to_owned();
+    let body = match handler {
+        Handler::Run => TScenarioRunResponse {
+            response: Some(t_scenario_run_response::Response::Error(error)),
+            version,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        Handler::Continue => {
+            TScenarioContinueResponse { response: Some(t_scenario_continue_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+        Handler::Commit => {
+            TScenarioCommitResponse { response: Some(t_scenario_commit_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+        Handler::Apply => {
+            TScenarioApplyResponse { response: Some(t_scenario_apply_response::Response::Error(error)), version }
+                .encode_to_vec()
+        }
+    };
+    body.into()
+}
+
+/// The request message type of `handler`.
+pub fn request_descriptor(handler: Handler) -> MessageDescriptor {
+    match handler {
+        Handler::Run => TScenarioRunRequest::default().descriptor(),
+        _ => TScenarioApplyRequest::default().descriptor(),
+    }
+}
+
+/// The response message type of `handler`.
+pub fn response_descriptor(handler: Handler) -> MessageDescriptor {
+    match handler {
+        Handler::Run => TScenarioRunResponse::default().descriptor(),
+        Handler::Continue => TScenarioContinueResponse::default().descriptor(),
+        Handler::Commit => TScenarioCommitResponse::default().descriptor(),
+        Handler::Apply => TScenarioApplyResponse::default().descriptor(),
+    }
+}
