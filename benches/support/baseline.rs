@@ -15,14 +15,19 @@ use megamind_scenario::{
 };
 use prost::Message;
 
-/// Serves the bare HTTP baseline on an ephemeral port until killed; prints `addr=...`.
-pub fn serve_http() {
-    let answer: TScenarioRunResponse = megamind_scenario::codec::decode(
+/// The fixed answer (the POI fixture) and a runtime like our server's.
+fn answer_and_runtime() -> (TScenarioRunResponse, tokio::runtime::Runtime) {
+    let answer = megamind_scenario::codec::decode(
         &super::bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary),
         Format::Binary,
     )
     .expect("fixture decodes");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    (answer, tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime"))
+}
+
+/// Serves the bare HTTP baseline on an ephemeral port until killed; prints `addr=...`.
+pub fn serve_http() {
+    let (answer, runtime) = answer_and_runtime();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         println!("baseline addr={}", listener.local_addr().expect("addr"));
@@ -84,12 +89,7 @@ pub fn serve_grpc() {
         }
     }
 
-    let answer: TScenarioRunResponse = megamind_scenario::codec::decode(
-        &super::bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary),
-        Format::Binary,
-    )
-    .expect("fixture decodes");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let (answer, runtime) = answer_and_runtime();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         println!("baseline addr={}", listener.local_addr().expect("addr"));
