@@ -9,7 +9,6 @@
 
 use std::{
     any::Any,
-    collections::HashMap,
     panic::AssertUnwindSafe,
     sync::Arc,
     time::{Duration, Instant},
@@ -31,14 +30,14 @@ use crate::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Key, Lease, Lookup},
         logging,
-        metrics::{Metrics, Series},
+        metrics::Metrics,
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
 };
 
 /// Which transport a call came by, for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// HTTP/1.1 or h2c with binary, JSON or text bodies.
     Http,
@@ -129,8 +128,6 @@ pub struct Dispatcher {
     cache: IdempotencyCache,
     admission: Admission,
     metrics: Metrics,
-    /// Per scenario, per (handler, transport) as [`series_index`]: looked up once at start-up.
-    series: HashMap<Arc<str>, Vec<Series>>,
 }
 
 impl Dispatcher {
@@ -147,18 +144,7 @@ impl Dispatcher {
         let default_scenario = default_scenario.and_then(|name| registry.get(name)).map(|r| r.name.clone());
         metrics.watch_cache(&cache);
         metrics.watch_admission(&admission);
-        let series = registry
-            .names()
-            .map(|name| {
-                let handles = Handler::ALL
-                    .iter()
-                    .flat_map(|handler| TRANSPORTS.map(|transport| (handler, transport)))
-                    .map(|(handler, transport)| metrics.series(name, handler.as_str(), transport.as_str()))
-                    .collect();
-                (Arc::from(name), handles)
-            })
-            .collect();
-        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, series }
+        Dispatcher { registry, default_scenario, limits, cache, admission, metrics }
     }
 
     /// The metrics calls are recorded in.
@@ -195,10 +181,7 @@ impl Dispatcher {
         }
         let latency = call.started.elapsed();
         let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
-        match self.series.get(&*scenario.name).and_then(|s| s.get(series_index(call.handler, call.transport))) {
-            Some(series) => series.observe(outcome, latency),
-            None => self.metrics.observe(&scenario.name, handler, transport, outcome, latency),
-        }
+        self.metrics.observe(&scenario.name, handler, transport, outcome, latency);
         logging::summary(transport, &scenario.name, handler, &request_id, outcome, latency);
         reply
     }
@@ -257,15 +240,6 @@ impl Dispatcher {
             }
         }
     }
-}
-
-const TRANSPORTS: [Transport; 2] = [Transport::Http, Transport::Grpc];
-
-/// Where the series of (`handler`, `transport`) sits in a scenario's list.
-fn series_index(handler: Handler, transport: Transport) -> usize {
-    let handler = Handler::ALL.iter().position(|h| *h == handler).unwrap_or(0);
-    let transport = TRANSPORTS.iter().position(|t| *t == transport).unwrap_or(0);
-    handler * TRANSPORTS.len() + transport
 }
 
 /// Lets work that overran its budget finish in the background, holding its

@@ -8,8 +8,7 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, PullingGauge, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, PullingGauge, Registry, TextEncoder,
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
@@ -110,19 +109,6 @@ impl Metrics {
         }
     }
 
-    /// The series of one (scenario, handler, transport), looked up once:
-    /// recording through it skips the label lookup and handle copies of
-    /// [`Metrics::observe`] for the common outcomes.
-    pub fn series(&self, scenario: &str, handler: &str, transport: &str) -> Series {
-        Series {
-            metrics: self.clone(),
-            labels: [scenario.to_owned(), handler.to_owned(), transport.to_owned()],
-            latency: self.latency.with_label_values(&[scenario, handler, transport]),
-            ok: self.requests.with_label_values(&[scenario, handler, transport, "ok"]),
-            replay: self.requests.with_label_values(&[scenario, handler, transport, "replay"]),
-        }
-    }
-
     /// Exposes the cache's counters and its size.
     pub fn watch_cache(&self, cache: &IdempotencyCache) {
         let counters = cache.counters();
@@ -173,59 +159,9 @@ impl Metrics {
     }
 }
 
-/// The handles of one (scenario, handler, transport); see [`Metrics::series`].
-#[derive(Debug, Clone)]
-pub struct Series {
-    metrics: Metrics,
-    labels: [String; 3],
-    latency: Histogram,
-    ok: IntCounter,
-    replay: IntCounter,
-}
-
-impl Series {
-    /// Records one answered call, as [`Metrics::observe`] does.
-    pub fn observe(&self, outcome: &str, latency: Duration) {
-        self.latency.observe(latency.as_secs_f64());
-        match outcome {
-            "ok" => self.ok.inc(),
-            "replay" => self.replay.inc(),
-            other => {
-                let [scenario, handler, transport] = &self.labels;
-                self.metrics.requests.with_label_values(&[scenario, handler, transport, other]).inc();
-                if other == "timeout" {
-                    self.metrics.budget_overruns.with_label_values(&[scenario, handler]).inc();
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn series_record_like_observe() {
-        let metrics = Metrics::new();
-        let series = metrics.series("demo", "run", "http");
-        series.observe("ok", Duration::from_micros(700));
-        series.observe("replay", Duration::from_micros(100));
-        series.observe("timeout", Duration::from_millis(300));
-        let text = metrics.render();
-        for outcome in ["ok", "replay", "timeout"] {
-            let line = format!(
-                r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="demo",transport="http"}} 1"#
-            );
-            assert!(text.contains(&line), "{text}");
-        }
-        assert!(text.contains(r#"megamind_budget_overruns_total{handler="run",scenario="demo"} 1"#), "{text}");
-        assert!(
-            text.contains(
-                r#"megamind_request_duration_seconds_count{handler="run",scenario="demo",transport="http"} 3"#
-            )
-        );
-    }
 
     #[test]
     fn observations_render_with_bounded_labels() {
