@@ -225,8 +225,8 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
-        let scenarios: Vec<&str> = app.dispatcher.registry().names().collect();
-        tracing::info!(addr = %listener.local_addr()?, scenarios = %scenarios.join(","), default = %config.default_scenario, "serving");
+        let scenarios = app.dispatcher.registry().listed();
+        tracing::info!(addr = %listener.local_addr()?, %scenarios, default = %config.default_scenario, "serving");
         server::serve(listener, Arc::new(app), server::shutdown_signal()).await?;
         tracing::info!("stopped");
         anyhow::Ok(())

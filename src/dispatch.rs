@@ -20,7 +20,7 @@ use prost_reflect::MessageDescriptor;
 
 mod wire;
 
-pub use wire::{error_body, request_descriptor, response_descriptor};
+pub use wire::{error_body, response_descriptor};
 
 use self::wire::encode;
 use crate::{
@@ -165,11 +165,6 @@ impl Dispatcher {
     /// The idempotency cache.
     pub fn cache(&self) -> &IdempotencyCache {
         &self.cache
-    }
-
-    /// The admission counter.
-    pub fn admission(&self) -> &Admission {
-        &self.admission
     }
 
     /// Answers one call of `scenario` and logs its summary line.

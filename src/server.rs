@@ -61,11 +61,10 @@ impl App {
     /// scenarios may already have registered their own collectors in).
     pub fn with_metrics(config: &Config, registry: Registry, metrics: Metrics) -> Result<App, ConfigError> {
         if registry.get(&config.default_scenario).is_none() {
-            let known: Vec<&str> = registry.names().collect();
             return Err(ConfigError(vec![format!(
                 "default_scenario {:?} is not registered (scenarios: {})",
                 config.default_scenario,
-                known.join(", ")
+                registry.listed()
             )]));
         }
         let cache = IdempotencyCache::new(config.cache_limits());

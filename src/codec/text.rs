@@ -44,7 +44,7 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
                     out.push_str(" {\n");
                     indent(out, depth + 1);
                     out.push_str("key: ");
-                    write_map_key(out, key);
+                    write_scalar(out, &Value::from(key.clone()));
                     out.push('\n');
                     let value_kind = match field.kind() {
                         Kind::Message(entry) => entry.map_entry_value_field().kind(),
@@ -147,17 +147,6 @@ fn write_float(out: &mut String, v: f64, plain: String, exponent: String) {
         out.push_str(&plain);
     } else {
         out.push_str(&exponent);
-    }
-}
-
-fn write_map_key(out: &mut String, key: &MapKey) {
-    match key {
-        MapKey::Bool(v) => out.push_str(if *v { "true" } else { "false" }),
-        MapKey::I32(v) => write!(out, "{v}").unwrap_or(()),
-        MapKey::I64(v) => write!(out, "{v}").unwrap_or(()),
-        MapKey::U32(v) => write!(out, "{v}").unwrap_or(()),
-        MapKey::U64(v) => write!(out, "{v}").unwrap_or(()),
-        MapKey::String(s) => write_quoted(out, s.as_bytes(), true),
     }
 }
 

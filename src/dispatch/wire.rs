@@ -8,9 +8,8 @@ use prost_reflect::{MessageDescriptor, ReflectMessage};
 
 use crate::{
     proto::n_alice::n_scenarios::{
-        TError, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
-        TScenarioRunRequest, TScenarioRunResponse, t_scenario_apply_response, t_scenario_commit_response,
-        t_scenario_continue_response, t_scenario_run_response,
+        TError, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
+        t_scenario_apply_response, t_scenario_commit_response, t_scenario_continue_response, t_scenario_run_response,
     },
     scenario::{Answer, Handler, Scenario},
 };
@@ -72,14 +71,6 @@ pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) 
         }
     };
     body.into()
-}
-
-/// The request message type of `handler`.
-pub fn request_descriptor(handler: Handler) -> MessageDescriptor {
-    match handler {
-        Handler::Run => TScenarioRunRequest::default().descriptor(),
-        _ => TScenarioApplyRequest::default().descriptor(),
-    }
 }
 
 /// The response message type of `handler`.

@@ -73,6 +73,11 @@ impl Registry {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.scenarios.keys().map(|name| &**name)
     }
+
+    /// Registered names, sorted, for messages and logs: `assistant, demo`.
+    pub fn listed(&self) -> String {
+        self.names().collect::<Vec<_>>().join(", ")
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +106,8 @@ mod tests {
         assert!(matches!(registry.register("", Arc::new(Nop)), Err(RegistryError::BadName(_))));
         assert!(matches!(registry.register("run", Arc::new(Nop)), Err(RegistryError::Reserved(_))));
         assert_eq!(registry.names().collect::<Vec<_>>(), ["demo"]);
+        registry.register("assistant", Arc::new(Nop)).unwrap();
+        assert_eq!(registry.listed(), "assistant, demo");
         assert!(registry.get("demo").is_some() && registry.get("nope").is_none());
     }
 }

@@ -168,8 +168,8 @@ fn method_handler(path: &str) -> Option<Handler> {
 }
 
 fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
-    let known: Vec<&str> = app.dispatcher.registry().names().collect();
-    Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {}", known.join(", "))).into_http()
+    let known = app.dispatcher.registry().listed();
+    Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {known}")).into_http()
 }
 
 /// One unary call of one scenario handler.

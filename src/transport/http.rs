@@ -117,13 +117,12 @@ pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<Full<Bytes>
 }
 
 fn not_found(app: &App, path: &str) -> Response<Full<Bytes>> {
-    let scenarios: Vec<&str> = app.dispatcher.registry().names().collect();
     plain(
         StatusCode::NOT_FOUND,
         format!(
             "no such scenario handler: {path}\nroutes: POST /{{scenario}}/{{run|continue|commit|apply}} \
              (scenarios: {}), POST /{{run|continue|commit|apply}} for the default scenario\n",
-            scenarios.join(", ")
+            app.dispatcher.registry().listed()
         ),
     )
 }

@@ -15,14 +15,13 @@ use megamind_scenario::{
             TScenarioRunRequest, TTextInput, t_input, t_scenario_continue_response,
         },
     },
-    scenario::Registry,
     scenarios::assistant::{Assistant, config::AssistantConfig},
 };
 use prost::Message;
 use prost_types::Any;
 
 use crate::{
-    helpers::{TestApp, spawn_app},
+    helpers::{TestApp, registry_of, spawn_app},
     mock_llm::MockLlm,
 };
 
@@ -45,8 +44,7 @@ pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> 
     config.stream = false;
     tweak(&mut config);
     let metrics = prometheus::Registry::new();
-    let mut registry = Registry::new();
-    registry.register("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant"))).unwrap();
+    let registry = registry_of("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant")));
     Harness { app: spawn_app(Config::default(), registry).await, metrics }
 }
 

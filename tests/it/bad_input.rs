@@ -15,7 +15,7 @@ use megamind_scenario::{
 use tokio::sync::Semaphore;
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture_body, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
     scenarios::{Counting, Panicking},
 };
 
@@ -89,8 +89,7 @@ async fn routing_problems_get_their_status_codes() {
 
 #[tokio::test]
 async fn oversized_bodies_get_413_declared_or_streamed() {
-    let mut registry = Registry::new();
-    registry.register("demo", Arc::new(Demo::new())).unwrap();
+    let registry = registry_of("demo", Arc::new(Demo::new()));
     let config = Config { body_limit: 1024, ..Config::default() };
     let app = spawn_app(config, registry).await;
     let answer = app.post("/demo/run", "application/protobuf", None, vec![0u8; 4096]).await;
@@ -157,8 +156,7 @@ async fn scenario_errors_and_missing_handlers_are_protocol_errors() {
 async fn under_overload_run_gets_429_while_commit_keeps_priority() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
-    let mut registry = Registry::new();
-    registry.register("counting", counting.clone()).unwrap();
+    let registry = registry_of("counting", counting.clone());
     let config = Config { max_in_flight: 1, priority_reserve: 1, ..Config::default() };
     let app = Arc::new(spawn_app(config, registry).await);
 

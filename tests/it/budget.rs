@@ -17,7 +17,7 @@ use megamind_scenario::{
 };
 
 use crate::{
-    helpers::{decode_answer, fixture_body, spawn_app},
+    helpers::{decode_answer, fixture_body, registry_of, spawn_app},
     scenarios::Sleepy,
 };
 
@@ -26,8 +26,7 @@ const MARGIN: Duration = Duration::from_millis(60);
 
 fn sleepy_app(delay: Duration) -> (Arc<Sleepy>, Registry) {
     let sleepy = Arc::new(Sleepy::new(delay));
-    let mut registry = Registry::new();
-    registry.register("sleepy", sleepy.clone()).unwrap();
+    let registry = registry_of("sleepy", sleepy.clone());
     (sleepy, registry)
 }
 

@@ -27,7 +27,7 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 use crate::{
     helpers::{
         TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_client as client,
-        grpc_request as request, spawn_app, spawn_demo,
+        grpc_request as request, registry_of, spawn_app, spawn_demo,
     },
     scenarios::{Counting, Panicking, Sleepy, TicketEcho},
 };
@@ -112,8 +112,7 @@ async fn a_commit_repeated_over_grpc_after_http_replays_the_same_bytes() {
 
 #[tokio::test]
 async fn an_overrun_is_answered_timeout_within_the_budget() {
-    let mut registry = Registry::new();
-    registry.register("sleepy", Arc::new(Sleepy::new(Duration::from_secs(5)))).unwrap();
+    let registry = registry_of("sleepy", Arc::new(Sleepy::new(Duration::from_secs(5))));
     let app = spawn_app(Config::default(), registry).await;
     let mut client = client(&app).await;
     let started = Instant::now();
@@ -129,8 +128,7 @@ async fn an_overrun_is_answered_timeout_within_the_budget() {
 async fn under_overload_run_gets_resource_exhausted_while_commit_keeps_priority() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
-    let mut registry = Registry::new();
-    registry.register("counting", counting.clone()).unwrap();
+    let registry = registry_of("counting", counting.clone());
     let config = Config { max_in_flight: 1, priority_reserve: 1, ..Config::default() };
     let app = spawn_app(config, registry).await;
     let client = client(&app).await;
@@ -206,8 +204,7 @@ async fn protocol_errors_are_ok_responses_carrying_the_error() {
 
 #[tokio::test]
 async fn messages_over_the_body_limit_are_refused() {
-    let mut registry = Registry::new();
-    registry.register("demo", Arc::new(Demo::new())).unwrap();
+    let registry = registry_of("demo", Arc::new(Demo::new()));
     let app = spawn_app(Config { body_limit: 1024, ..Config::default() }, registry).await;
     let status = raw_call(&app, "Run", None, vec![0u8; 4096]).await.expect_err("over the limit");
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
@@ -220,8 +217,7 @@ async fn messages_over_the_body_limit_are_refused() {
 
 #[tokio::test]
 async fn the_user_ticket_metadata_reaches_the_scenario() {
-    let mut registry = Registry::new();
-    registry.register("echo", Arc::new(TicketEcho)).unwrap();
+    let registry = registry_of("echo", Arc::new(TicketEcho));
     let app = spawn_app(Config::default(), registry).await;
     let mut client = client(&app).await;
     let mut with_ticket = request(fixture::<TScenarioRunRequest>("poi_run_request"), None);

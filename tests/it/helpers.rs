@@ -9,7 +9,7 @@ use megamind_scenario::{
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::Metrics,
-    scenario::Registry,
+    scenario::{Registry, Scenario},
     scenarios::demo::Demo,
     server::{self, App},
 };
@@ -128,12 +128,17 @@ async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Met
     TestApp { addr, http, shutdown: Some(tx), server: Some(server) }
 }
 
+/// A registry of one scenario.
+pub fn registry_of(name: &str, scenario: Arc<dyn Scenario>) -> Registry {
+    let mut registry = Registry::new();
+    registry.register(name, scenario).expect("a valid scenario name");
+    registry
+}
+
 /// Starts the server with the default configuration hosting `demo`.
 pub async fn spawn_demo() -> (TestApp, Arc<Demo>) {
     let demo = Arc::new(Demo::new());
-    let mut registry = Registry::new();
-    registry.register("demo", demo.clone()).expect("register demo");
-    (spawn_app(Config::default(), registry).await, demo)
+    (spawn_app(Config::default(), registry_of("demo", demo.clone())).await, demo)
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {

@@ -9,12 +9,11 @@ use megamind_scenario::{
     proto::n_alice::n_scenarios::{
         TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, t_scenario_commit_response,
     },
-    scenario::Registry,
 };
 use tokio::sync::Semaphore;
 
 use crate::{
-    helpers::{decode_answer, fixture_body, spawn_app, spawn_demo},
+    helpers::{decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -45,8 +44,7 @@ async fn a_hundred_concurrent_commits_send_one_push_and_get_identical_bytes() {
 async fn concurrent_repeats_wait_for_the_first_call_in_flight() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
-    let mut registry = Registry::new();
-    registry.register("counting", counting.clone()).unwrap();
+    let registry = registry_of("counting", counting.clone());
     let app = Arc::new(spawn_app(Config::default(), registry).await);
     let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
 
@@ -73,8 +71,7 @@ async fn concurrent_repeats_wait_for_the_first_call_in_flight() {
 #[tokio::test]
 async fn a_repeated_run_does_not_run_the_scenario_again() {
     let counting = Arc::new(Counting::default());
-    let mut registry = Registry::new();
-    registry.register("counting", counting.clone()).unwrap();
+    let registry = registry_of("counting", counting.clone());
     let app = spawn_app(Config::default(), registry).await;
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     let (_, first) = app.post_binary("/counting/run", body.clone()).await;

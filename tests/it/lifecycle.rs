@@ -11,12 +11,11 @@ use megamind_scenario::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioCommitResponse, t_scenario_commit_response},
-    scenario::Registry,
 };
 use tokio::sync::Semaphore;
 
 use crate::{
-    helpers::{decode_answer, fixture_body, spawn_app, spawn_demo},
+    helpers::{decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -31,10 +30,8 @@ async fn healthz_and_readyz_answer() {
 async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_refused() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
-    let mut registry = Registry::new();
-    registry.register("counting", counting.clone()).unwrap();
-    let config = Config { drain_timeout_ms: 5_000, ..Config::default() };
-    let mut config = config;
+    let registry = registry_of("counting", counting.clone());
+    let mut config = Config { drain_timeout_ms: 5_000, ..Config::default() };
     config.budget.commit_ms = 5_000;
     let mut app = spawn_app(config, registry).await;
     let (addr, http) = (app.addr, app.http.clone());
@@ -75,8 +72,7 @@ async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_re
 
 #[tokio::test]
 async fn readyz_turns_503_during_the_shutdown_delay() {
-    let mut registry = Registry::new();
-    registry.register("demo", Arc::new(megamind_scenario::scenarios::demo::Demo::new())).unwrap();
+    let registry = registry_of("demo", Arc::new(megamind_scenario::scenarios::demo::Demo::new()));
     let config = Config { shutdown_delay_ms: 1_000, ..Config::default() };
     let mut app = spawn_app(config, registry).await;
     assert_eq!(app.get("/readyz").await.0, 200);
