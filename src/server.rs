@@ -23,7 +23,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::{conn::auto, graceful::GracefulShutdown},
 };
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::{
     config::{Config, ConfigError},
@@ -118,36 +118,13 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
     let routing = Arc::new(Routing { app: app.clone(), grpc: grpc.clone() });
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        serve_connection(&builder, &graceful, stream, peer, routing.clone());
-    }
+    let connect = |stream, peer| serve_connection(&builder, &graceful, stream, peer, routing.clone());
+    accept_until(&listener, shutdown, &connect).await;
     app.draining.store(true, Ordering::Release);
     grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {
         tracing::info!(delay_ms = app.shutdown_delay.as_millis() as u64, "draining: /readyz is 503, still serving");
-        let delay = tokio::time::sleep(app.shutdown_delay);
-        tokio::pin!(delay);
-        loop {
-            tokio::select! {
-                () = &mut delay => break,
-                accepted = listener.accept() => if let Ok((stream, peer)) = accepted {
-                    serve_connection(&builder, &graceful, stream, peer, routing.clone());
-                },
-            }
-        }
+        accept_until(&listener, tokio::time::sleep(app.shutdown_delay), &connect).await;
     }
     drop(listener);
     tracing::info!("shutting down: draining in-flight requests");
@@ -157,10 +134,32 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
     Ok(())
 }
 
+/// Accepts connections and hands them to `connect` until `until` resolves.
+async fn accept_until(
+    listener: &TcpListener,
+    until: impl Future<Output = ()>,
+    connect: &impl Fn(TcpStream, SocketAddr),
+) {
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            () = &mut until => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => connect(stream, peer),
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
 fn serve_connection(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
-    stream: tokio::net::TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     routing: Arc<Routing>,
 ) {
