@@ -13,7 +13,9 @@
 //! that many requests instead (e.g. 1000000 for the RSS check), `LOAD_ROUNDS`
 //! (default 3): baseline and ours alternate round by round and the median
 //! round of each is reported, so a noisy neighbour skews both alike;
-//! `LOAD_SERVER_BIN` to measure another build of the server binary.
+//! `LOAD_SERVER_BIN` to measure another build of the server binary,
+//! `LOAD_GRPC=0` to skip the gRPC rows. Each row also prints the CPU time
+//! the measured server spent per request (user + system, from /proc).
 //!
 //! The assistant's row (`support/assistant.rs`; `LOAD_ASSISTANT=0` skips it)
 //! drives `/assistant/run` of a second server whose model, a mock in this
@@ -24,6 +26,7 @@ use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
     process::{Child, Command, Stdio},
+    time::Duration,
 };
 
 use assistant::AssistantLoad;
@@ -78,12 +81,43 @@ impl Server {
         Server { child, addr }
     }
 
+    /// CPU time (user + system, all threads) the process has used, from /proc.
+    fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second()))
+    }
+
+    /// Runs `load` against this server, noting the CPU time the server spent on it.
+    async fn measure(&self, load: impl Future<Output = Outcome>) -> Outcome {
+        let before = self.cpu_time();
+        let mut outcome = load.await;
+        outcome.server_cpu = before.zip(self.cpu_time()).map(|(before, after)| after.saturating_sub(before));
+        outcome
+    }
+
     /// Peak resident set size in MiB, from /proc.
     fn peak_rss_mib(&self) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
         let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib / 1024.0)
     }
+}
+
+/// `/proc/*/stat` counts CPU time in clock ticks: 100 per second on Linux
+/// unless `getconf CLK_TCK` says otherwise.
+fn clock_ticks_per_second() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 /// Our binary's `serve` with `extra` flags; `LOAD_SERVER_BIN` runs another
@@ -111,24 +145,44 @@ fn median(mut rounds: Vec<Outcome>) -> Outcome {
 
 fn print(outcomes: &[(Outcome, Option<f64>)]) {
     println!(
-        "\n{:<34} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
-        "run", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "vs base"
+        "\n{:<34} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>12}",
+        "run", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "vs base", "server µs/req"
     );
     for (o, base) in outcomes {
-        let ms = |q: f64| o.latency.value_at_quantile(q) as f64 / 1000.0;
-        let ratio = base.map_or("-".to_owned(), |b| format!("{:.0} %", 100.0 * o.rps() / b));
-        println!(
-            "{:<34} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9}",
-            o.name,
-            o.rps(),
-            ms(0.5),
-            ms(0.9),
-            ms(0.99),
-            ms(0.999),
-            o.errors,
-            ratio
-        );
+        print_row(o, *base);
     }
+}
+
+/// The medians of a baseline's rounds and of the runs compared with it, each
+/// with the baseline's req/s (none for the baseline itself); nothing for runs
+/// that were skipped.
+fn against<const N: usize>(base: Vec<Outcome>, runs: [Vec<Outcome>; N]) -> Vec<(Outcome, Option<f64>)> {
+    if base.is_empty() {
+        return Vec::new();
+    }
+    let base = median(base);
+    let base_rps = base.rps();
+    let mut rows = vec![(base, None)];
+    rows.extend(runs.into_iter().filter(|r| !r.is_empty()).map(|r| (median(r), Some(base_rps))));
+    rows
+}
+
+fn print_row(o: &Outcome, base: Option<f64>) {
+    let ms = |q: f64| o.latency.value_at_quantile(q) as f64 / 1000.0;
+    let ratio = base.map_or("-".to_owned(), |b| format!("{:.0} %", 100.0 * o.rps() / b));
+    let cpu = o.cpu_per_request_us().map_or("-".to_owned(), |us| format!("{us:.1}"));
+    println!(
+        "{:<34} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9} {:>12}",
+        o.name,
+        o.rps(),
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        ms(0.999),
+        o.errors,
+        ratio,
+        cpu
+    );
 }
 
 fn main() {
@@ -157,7 +211,8 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let base = baseline("baseline-http");
-        let base_grpc = baseline("baseline-grpc");
+        let grpc = env_or("LOAD_GRPC", 1) != 0;
+        let base_grpc = grpc.then(|| baseline("baseline-grpc"));
         let server = ours(&[]);
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
             0 => None,
@@ -166,9 +221,10 @@ fn main() {
         let warm = Settings { secs: 1, requests: 0, rate: 0, rounds: 1, ..settings };
         drive("warm-up", base.addr, "/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
-
-        drive_grpc("warm-up", base_grpc.addr, &warm).await;
-        drive_grpc("warm-up", server.addr, &warm).await;
+        if let Some(base_grpc) = &base_grpc {
+            drive_grpc("warm-up", base_grpc.addr, &warm).await;
+            drive_grpc("warm-up", server.addr, &warm).await;
+        }
         if let Some(assistant) = assistant.as_mut() {
             assistant.run("warm-up", &warm).await;
         }
@@ -176,31 +232,37 @@ fn main() {
         let mut assistant_rounds = Vec::new();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
-            rounds[0].push(drive("baseline http /run (bare hyper)", base.addr, "/run", &settings, run).await);
+            let name = "baseline http /run (bare hyper)";
+            rounds[0].push(base.measure(drive(name, base.addr, "/run", &settings, run)).await);
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
-            rounds[1].push(drive("http /demo/run, fresh RequestIds", server.addr, "/demo/run", &settings, run).await);
+            let name = "http /demo/run, fresh RequestIds";
+            rounds[1].push(server.measure(drive(name, server.addr, "/demo/run", &settings, run)).await);
             let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
-            rounds[2].push(drive("http /demo/commit, replays", server.addr, "/demo/commit", &settings, replay).await);
-            rounds[3].push(drive_grpc("baseline grpc Run (bare tonic)", base_grpc.addr, &settings).await);
-            rounds[4].push(drive_grpc("grpc Run demo, fresh RequestIds", server.addr, &settings).await);
+            let name = "http /demo/commit, replays";
+            rounds[2].push(server.measure(drive(name, server.addr, "/demo/commit", &settings, replay)).await);
+            if let Some(base_grpc) = &base_grpc {
+                let name = "baseline grpc Run (bare tonic)";
+                rounds[3].push(base_grpc.measure(drive_grpc(name, base_grpc.addr, &settings)).await);
+                let name = "grpc Run demo, fresh RequestIds";
+                rounds[4].push(server.measure(drive_grpc(name, server.addr, &settings)).await);
+            }
             if let Some(assistant) = assistant.as_mut() {
                 assistant_rounds.push(assistant.run(&AssistantLoad::row(), &settings).await);
             }
         }
-        let [baseline, run, replay, baseline_grpc, run_grpc] = rounds.map(median);
-        let grpc_base = Some(baseline_grpc.rps());
-        let base_rps = Some(baseline.rps());
-        let mut rows =
-            vec![(baseline, None), (run, base_rps), (replay, base_rps), (baseline_grpc, None), (run_grpc, grpc_base)];
-        if !assistant_rounds.is_empty() {
-            rows.push((median(assistant_rounds), None));
-        }
+        let [http_base, run, replay, grpc_base, run_grpc] = rounds;
+        let mut rows = against(http_base, [run, replay]);
+        rows.extend(against(grpc_base, [run_grpc]));
+        let assistant_row = (!assistant_rounds.is_empty()).then(|| median(assistant_rounds));
         print(&rows);
+        if let Some(outcome) = &assistant_row {
+            print_row(outcome, None);
+        }
         match server.peak_rss_mib() {
             Some(rss) => println!("\nour server's peak RSS: {rss:.1} MiB"),
             None => println!("\nour server's peak RSS: unknown (no /proc)"),
         }
-        if let (Some(assistant), Some((outcome, _))) = (&assistant, rows.get(5)) {
+        if let (Some(assistant), Some(outcome)) = (&assistant, &assistant_row) {
             assistant.report(outcome);
         }
     });

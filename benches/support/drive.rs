@@ -56,11 +56,39 @@ pub struct Outcome {
     pub latency: Histogram<u64>,
     /// OK answers by kind, when the run had a classifier.
     pub kinds: BTreeMap<&'static str, u64>,
+    /// CPU time (user + system) the server process spent during the run.
+    pub server_cpu: Option<Duration>,
 }
 
 impl Outcome {
+    /// A run that began at `started` and has just ended.
+    pub fn new(
+        name: &str,
+        started: Instant,
+        latency: Histogram<u64>,
+        errors: u64,
+        kinds: BTreeMap<&'static str, u64>,
+    ) -> Outcome {
+        let requests = latency.len();
+        Outcome {
+            name: name.to_owned(),
+            requests,
+            errors,
+            elapsed: started.elapsed(),
+            latency,
+            kinds,
+            server_cpu: None,
+        }
+    }
+
     pub fn rps(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The server's CPU time per answered request, in microseconds.
+    pub fn cpu_per_request_us(&self) -> Option<f64> {
+        let cpu = self.server_cpu?;
+        (self.requests > 0).then(|| cpu.as_secs_f64() * 1e6 / self.requests as f64)
     }
 }
 
@@ -129,8 +157,7 @@ pub async fn drive_grpc(name: &str, addr: SocketAddr, settings: &Settings) -> Ou
         latency.add(histogram).expect("same bounds");
         errors += task_errors;
     }
-    let kinds = BTreeMap::new();
-    Outcome { name: name.to_owned(), requests: latency.len(), errors, elapsed: started.elapsed(), latency, kinds }
+    Outcome::new(name, started, latency, errors, BTreeMap::new())
 }
 
 /// Drives `path` of `addr` with `conns` keep-alive connections; `body(worker, n)` makes each request body.
@@ -231,7 +258,7 @@ pub async fn drive_classified(
             *kinds.entry(kind).or_default() += n;
         }
     }
-    Outcome { name: name.to_owned(), requests: latency.len(), errors, elapsed: started.elapsed(), latency, kinds }
+    Outcome::new(name, started, latency, errors, kinds)
 }
 
 /// Bodies of fixture `name` with a RequestId never sent before in this process.
