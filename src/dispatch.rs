@@ -209,7 +209,7 @@ impl Dispatcher {
             let budget = self.limits.budgets.of(handler).as_millis();
             failure("timeout", format!("the scenario did not answer within the {budget} ms budget of /{handler}"))
         };
-        match self.cache.begin(Key::new(registered.name.clone(), handler, request_id)) {
+        match self.cache.begin(Key::new(registered.id, handler, request_id)) {
             Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
             Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {
                 Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),

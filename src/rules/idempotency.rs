@@ -23,6 +23,7 @@ use std::{
 
 use bytes::Bytes;
 use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
+use smallvec::SmallVec;
 use tokio::sync::Notify;
 
 use super::metrics::CacheCounters;
@@ -31,23 +32,66 @@ use crate::scenario::Handler;
 /// What identifies one answer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
-    /// The scenario's registered name.
-    pub scenario: Arc<str>,
+    /// The scenario's [`Registered::id`](crate::scenario::registry::Registered::id).
+    pub scenario: u32,
     /// The handler called.
     pub handler: Handler,
     /// `BaseRequest.RequestId`.
-    pub request_id: Arc<str>,
+    pub request_id: RequestId,
 }
 
 impl Key {
     /// A key for one call.
-    pub fn new(scenario: Arc<str>, handler: Handler, request_id: &str) -> Key {
-        Key { scenario, handler, request_id: request_id.into() }
+    pub fn new(scenario: u32, handler: Handler, request_id: &str) -> Key {
+        Key { scenario, handler, request_id: RequestId::new(request_id) }
     }
 
     fn cost(&self, body: &Bytes) -> usize {
         // The body plus the key and the bookkeeping around them.
-        body.len() + self.request_id.len() + 160
+        body.len() + self.request_id.as_str().len() + 160
+    }
+}
+
+/// RequestIds up to this many bytes are kept inside the key (a UUID has 36).
+const INLINE_ID: usize = 46;
+
+/// A RequestId, inline when short: a key then costs no allocation, and
+/// hashing or comparing an old entry's key on eviction reads no other memory.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    /// Up to [`INLINE_ID`] bytes, zero-padded.
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    /// Longer ones.
+    Heap(Box<str>),
+}
+
+impl RequestId {
+    /// `id` as a key part.
+    pub fn new(id: &str) -> RequestId {
+        if id.len() > INLINE_ID {
+            return RequestId(Repr::Heap(id.into()));
+        }
+        let mut bytes = [0; INLINE_ID];
+        bytes[..id.len()].copy_from_slice(id.as_bytes());
+        RequestId(Repr::Inline { len: id.len() as u8, bytes })
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Only `new` fills the bytes: a whole `str`, so always UTF-8.
+            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            Repr::Heap(id) => id,
+        }
+    }
+}
+
+impl std::fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
     }
 }
 
@@ -116,13 +160,18 @@ impl Slot {
     }
 }
 
-/// A completed entry, oldest first.
+/// A completed entry, oldest first. It repeats what eviction needs (its
+/// cost, its expiry) so that popping it reads nothing behind `slot`.
 #[derive(Debug)]
 struct Completed {
     key: Key,
     slot: Arc<Slot>,
     expires: Instant,
+    cost: usize,
 }
+
+/// Records popped in one go; usually one per completion, so no allocation.
+type Stale = SmallVec<[(Completed, bool); 4]>;
 
 impl IdempotencyCache {
     /// An empty cache with these bounds.
@@ -144,7 +193,7 @@ impl IdempotencyCache {
         let shared = &self.shared;
         let lead = |key: Key, slot: Arc<Slot>| {
             shared.counters.misses.inc();
-            Lookup::Lead(Lease { shared: shared.clone(), key, slot: Some(slot) })
+            Lookup::Lead(Lease { shared: shared.clone(), entry: Some((key, slot)) })
         };
         match shared.map.entry(key.clone()) {
             MapEntry::Occupied(mut occupied) => match occupied.get().outcome.get() {
@@ -160,7 +209,7 @@ impl IdempotencyCache {
                     // Expired (not yet purged): its FIFO record no longer matches the
                     // new slot, so the purge will leave the new entry alone.
                     if let Some(Some(body)) = done {
-                        shared.forget(&key, body);
+                        shared.forget(key.cost(body));
                     }
                     let slot = Arc::new(Slot::default());
                     occupied.insert(slot.clone());
@@ -223,21 +272,26 @@ impl IdempotencyCache {
 }
 
 impl Shared {
-    fn forget(&self, key: &Key, body: &Bytes) {
+    fn count(&self, cost: usize) {
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    fn forget(&self, cost: usize) {
         self.completed.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(key.cost(body), Ordering::Relaxed);
+        self.bytes.fetch_sub(cost, Ordering::Relaxed);
     }
 
     fn complete(&self, key: Key, slot: Arc<Slot>, body: Bytes) {
         let now = Instant::now();
         let expires = now + self.limits.ttl;
-        self.completed.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(key.cost(&body), Ordering::Relaxed);
+        let cost = key.cost(&body);
+        self.count(cost);
         let _ = slot.expires.set(expires);
         slot.publish(Some(body));
         let stale = {
             let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
-            fifo.push_back(Completed { key, slot, expires });
+            fifo.push_back(Completed { key, slot, expires, cost });
             self.take_stale(&mut fifo, now)
         };
         self.drop_stale(stale);
@@ -247,8 +301,8 @@ impl Shared {
     /// over a bound, counting them out at once so that concurrent completions
     /// do not pop more than needed. The map work happens in `drop_stale`,
     /// outside the FIFO's lock.
-    fn take_stale(&self, fifo: &mut VecDeque<Completed>, now: Instant) -> Vec<(Completed, bool)> {
-        let mut stale = Vec::new();
+    fn take_stale(&self, fifo: &mut VecDeque<Completed>, now: Instant) -> Stale {
+        let mut stale = Stale::new();
         while let Some(front) = fifo.front() {
             let expired = front.expires <= now;
             let over = self.completed.load(Ordering::Relaxed) > self.limits.max_entries
@@ -257,30 +311,23 @@ impl Shared {
                 break;
             }
             let Some(front) = fifo.pop_front() else { break };
-            if let Some(Some(body)) = front.slot.outcome.get() {
-                // Counted out now; `drop_stale` counts back in what turns out
-                // to have been replaced already (and so counted out before).
-                self.forget(&front.key, body);
-            }
+            // Counted out now; `drop_stale` counts back in what turns out
+            // to have been replaced already (and so counted out before).
+            self.forget(front.cost);
             stale.push((front, expired));
         }
         stale
     }
 
-    fn drop_stale(&self, stale: Vec<(Completed, bool)>) {
+    fn drop_stale(&self, stale: Stale) {
         for (record, expired) in stale {
             // The entry may have been replaced since (expired, then led again):
             // only the slot this record holds is removed.
-            let removed = self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot));
-            match (removed, record.slot.outcome.get()) {
-                (Some(_), _) if !expired => self.counters.evictions.inc(),
-                (Some(_), _) => {}
+            match self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot)) {
+                Some(_) if !expired => self.counters.evictions.inc(),
+                Some(_) => {}
                 // Already replaced: `begin` counted it out when it replaced it.
-                (None, Some(Some(body))) => {
-                    self.completed.fetch_add(1, Ordering::Relaxed);
-                    self.bytes.fetch_add(record.key.cost(body), Ordering::Relaxed);
-                }
-                (None, _) => {}
+                None => self.count(record.cost),
             }
         }
     }
@@ -293,24 +340,23 @@ impl Shared {
 #[derive(Debug)]
 pub struct Lease {
     shared: Arc<Shared>,
-    key: Key,
     /// `Some` until the lease is completed or abandoned.
-    slot: Option<Arc<Slot>>,
+    entry: Option<(Key, Arc<Slot>)>,
 }
 
 impl Lease {
     /// Stores the answer and hands it to every waiter.
     pub fn complete(mut self, body: Bytes) {
-        if let Some(slot) = self.slot.take() {
-            self.shared.complete(self.key.clone(), slot, body);
+        if let Some((key, slot)) = self.entry.take() {
+            self.shared.complete(key, slot, body);
         }
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            self.shared.map.remove_if(&self.key, |_, entry| Arc::ptr_eq(entry, &slot));
+        if let Some((key, slot)) = self.entry.take() {
+            self.shared.map.remove_if(&key, |_, entry| Arc::ptr_eq(entry, &slot));
             slot.publish(None);
         }
     }

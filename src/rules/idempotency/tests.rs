@@ -1,7 +1,7 @@
 use super::*;
 
 fn key(id: &str) -> Key {
-    Key::new("demo".into(), Handler::Commit, id)
+    Key::new(0, Handler::Commit, id)
 }
 
 fn limits(max_entries: usize, max_bytes: usize, ttl_ms: u64) -> Limits {
@@ -34,8 +34,8 @@ fn first_call_leads_and_repeats_replay_its_bytes() {
 fn keys_differ_by_scenario_and_handler() {
     let cache = IdempotencyCache::new(Limits::default());
     lead(&cache, "a").complete(Bytes::from_static(b"commit"));
-    assert!(matches!(cache.begin(Key::new("demo".into(), Handler::Apply, "a")), Lookup::Lead(_)));
-    assert!(matches!(cache.begin(Key::new("other".into(), Handler::Commit, "a")), Lookup::Lead(_)));
+    assert!(matches!(cache.begin(Key::new(0, Handler::Apply, "a")), Lookup::Lead(_)));
+    assert!(matches!(cache.begin(Key::new(1, Handler::Commit, "a")), Lookup::Lead(_)));
 }
 
 #[tokio::test]
@@ -119,4 +119,21 @@ fn an_expired_entry_replaced_by_a_new_lead_survives_its_old_fifo_slot() {
     lease.complete(Bytes::from_static(b"new"));
     assert!(matches!(cache.begin(key("a")), Lookup::Hit(b) if &b[..] == b"new"));
     assert_eq!(cache.entries(), 1);
+}
+
+#[test]
+fn request_ids_of_any_length_key_apart() {
+    let long = "x".repeat(INLINE_ID + 1);
+    let short = "x".repeat(INLINE_ID);
+    for id in ["", "a", "ключ-запроса", short.as_str(), long.as_str()] {
+        assert_eq!(RequestId::new(id).as_str(), id);
+    }
+    let cache = IdempotencyCache::new(Limits::default());
+    lead(&cache, &long).complete(Bytes::from_static(b"long"));
+    lead(&cache, &short).complete(Bytes::from_static(b"short"));
+    match cache.begin(key(&long)) {
+        Lookup::Hit(body) => assert_eq!(&body[..], b"long"),
+        other => panic!("expected a hit, got {other:?}"),
+    }
+    assert!(matches!(cache.begin(key(&"x".repeat(INLINE_ID + 2))), Lookup::Lead(_)));
 }
