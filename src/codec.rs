@@ -29,14 +29,17 @@ impl Format {
     /// The format named by a media type (`Content-Type` or one `Accept` entry),
     /// parameters such as `; charset=utf-8` ignored.
     pub fn from_media_type(value: &str) -> Option<Format> {
+        const NAMES: &[(&str, Format)] = &[
+            ("application/protobuf", Format::Binary),
+            ("application/x-protobuf", Format::Binary),
+            ("application/octet-stream", Format::Binary),
+            ("application/json", Format::Json),
+            ("text/protobuf", Format::Text),
+            ("text/x-protobuf", Format::Text),
+            ("text/plain", Format::Text),
+        ];
         let essence = value.split(';').next().unwrap_or("").trim();
-        let essence = essence.to_ascii_lowercase();
-        match essence.as_str() {
-            "application/protobuf" | "application/x-protobuf" | "application/octet-stream" => Some(Format::Binary),
-            "application/json" => Some(Format::Json),
-            "text/protobuf" | "text/x-protobuf" | "text/plain" => Some(Format::Text),
-            _ => None,
-        }
+        NAMES.iter().find(|(name, _)| name.eq_ignore_ascii_case(essence)).map(|&(_, format)| format)
     }
 
     /// The format an `Accept` header asks for: its first entry we know, or

@@ -80,13 +80,18 @@ where
     };
     let call = Call { handler, body, format, started, user_ticket, transport: Transport::Http };
     match app.dispatcher.dispatch(scenario, call).await {
-        Reply::Answer(binary) => Ok(render(handler, &binary, answer_format)),
+        Reply::Answer(binary) => Ok(render(handler, binary, answer_format)),
         Reply::Overloaded => Ok(plain(StatusCode::TOO_MANY_REQUESTS, "overloaded: /run is refused, retry later\n")),
     }
 }
 
-fn render(handler: Handler, binary: &Bytes, format: Format) -> Response<Full<Bytes>> {
-    match codec::transcode(response_descriptor(handler), binary, format) {
+fn render(handler: Handler, binary: Bytes, format: Format) -> Response<Full<Bytes>> {
+    let body = match format {
+        // The common case: no descriptor lookup, no copy.
+        Format::Binary => Ok(binary),
+        _ => codec::transcode(response_descriptor(handler), &binary, format),
+    };
+    match body {
         Ok(body) => {
             let mut response = Response::new(Full::new(body));
             response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(format.media_type()));

@@ -1,7 +1,7 @@
 //! Health, readiness, graceful drain, and the real binary's SIGTERM.
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read, Write},
     process::{Command, Stdio},
     sync::Arc,
     time::Duration,
@@ -10,7 +10,9 @@ use std::{
 use megamind_scenario::{
     codec::Format,
     config::Config,
-    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioCommitResponse, t_scenario_commit_response},
+    proto::n_alice::n_scenarios::{
+        TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, t_scenario_commit_response,
+    },
 };
 use tokio::sync::Semaphore;
 
@@ -103,15 +105,31 @@ fn the_binary_exits_0_on_sigterm() {
     let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
     let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).expect("addr in the line");
 
-    let health = std::net::TcpStream::connect(addr);
-    assert!(health.is_ok(), "listening on {addr}");
-    drop(health);
+    // One call, so that the output also holds its summary line.
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let request_id = decode_answer::<TScenarioRunRequest>(&body, Format::Binary).base_request.unwrap().request_id;
+    let mut stream = std::net::TcpStream::connect(addr).expect("listening");
+    let head = format!(
+        "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body)).expect("request sent");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("answer read");
+    assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
 
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let exit = child.wait().unwrap();
     assert_eq!(exit.code(), Some(0), "exit code after SIGTERM");
-    assert!(lines.map_while(Result::ok).any(|l| l.contains("stopped")), "logs that it stopped");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let summary = format!(
+        " INFO megamind_scenario::access: transport=http scenario=demo handler=run request_id={request_id} \
+         outcome=ok latency_us="
+    );
+    assert!(rest.iter().any(|l| l.contains(&summary)), "the call's summary line in {rest:#?}");
+    assert!(rest.iter().any(|l| l.contains("stopped")), "logs that it stopped");
 }
 
 #[test]

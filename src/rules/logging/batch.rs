@@ -89,6 +89,29 @@ impl BatchWriter {
         (BatchWriter { shared: shared.clone() }, FlushGuard { shared, thread: Some(thread) })
     }
 
+    /// Appends one line that `write` writes straight into this thread's
+    /// buffer, with no copy through a line buffer of its own.
+    pub fn append(&self, write: impl FnOnce(&mut Vec<u8>)) {
+        let mut buffer = self.shard();
+        let start = buffer.len();
+        write(&mut buffer);
+        if buffer.len() > CAP {
+            buffer.truncate(start);
+            drop(buffer);
+            self.count_dropped();
+        }
+    }
+
+    fn shard(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        let shard = SHARD.with(|shard| *shard);
+        self.shared.buffers[shard].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count_dropped(&self) {
+        self.shared.unreported.fetch_add(1, Ordering::Relaxed);
+        self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Lines dropped because the output could not keep up.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
@@ -116,11 +139,10 @@ fn flush(shared: &Shared, spare: &mut Vec<u8>, out: &mut impl Write) {
 
 impl Write for BatchWriter {
     fn write(&mut self, line: &[u8]) -> io::Result<usize> {
-        let shard = SHARD.with(|shard| *shard);
-        let mut buffer = self.shared.buffers[shard].lock().unwrap_or_else(|p| p.into_inner());
+        let mut buffer = self.shard();
         if buffer.len() + line.len() > CAP {
-            self.shared.unreported.fetch_add(1, Ordering::Relaxed);
-            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            drop(buffer);
+            self.count_dropped();
         } else {
             buffer.extend_from_slice(line);
         }

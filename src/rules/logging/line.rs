@@ -27,9 +27,8 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, _ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        write_timestamp(&mut writer, SystemTime::now())?;
         let metadata = event.metadata();
-        write!(writer, " {:>5} {}:", metadata.level(), metadata.target())?;
+        write_head(&mut writer, SystemTime::now(), metadata.level(), metadata.target())?;
         let mut visitor = Visitor { writer: &mut writer, result: Ok(()) };
         event.record(&mut visitor);
         visitor.result?;
@@ -65,28 +64,60 @@ impl tracing::field::Visit for Visitor<'_, '_> {
     }
 }
 
-fn write_field(writer: &mut Writer<'_>, name: &str, value: &str) -> fmt::Result {
+/// Writes ` name=value`, quoting the value when it is empty or holds a
+/// space, quote, `=`, backslash or control character; ` value` for the message.
+pub(super) fn write_field(writer: &mut impl Write, name: &str, value: &str) -> fmt::Result {
+    writer.write_char(' ')?;
     if name == "message" {
-        return write!(writer, " {value}");
+        return writer.write_str(value);
     }
+    writer.write_str(name)?;
+    writer.write_char('=')?;
     let plain = !value.is_empty() && value.chars().all(|c| !c.is_control() && !matches!(c, ' ' | '"' | '=' | '\\'));
-    if plain { write!(writer, " {name}={value}") } else { write!(writer, " {name}={value:?}") }
+    if plain { writer.write_str(value) } else { write!(writer, "{value:?}") }
 }
 
-/// RFC 3339 in UTC with microseconds.
+/// The start of every line: the timestamp, the level and the target.
+pub(super) fn write_head(
+    writer: &mut impl Write,
+    now: SystemTime,
+    level: &tracing::Level,
+    target: &str,
+) -> fmt::Result {
+    write_timestamp(writer, now)?;
+    writer.write_char(' ')?;
+    let level = level.as_str();
+    for _ in level.len()..5 {
+        writer.write_char(' ')?;
+    }
+    writer.write_str(level)?;
+    writer.write_char(' ')?;
+    writer.write_str(target)?;
+    writer.write_char(':')
+}
+
+/// RFC 3339 in UTC with microseconds, digit by digit: it starts every line.
 fn write_timestamp(writer: &mut impl Write, now: SystemTime) -> fmt::Result {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);
     let rest = secs % 86_400;
-    write!(
-        writer,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_micros()
-    )
+    let mut text = *b"0000-00-00T00:00:00.000000Z";
+    let mut put = |at: usize, width: usize, mut value: u64| {
+        for digit in text[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, year.clamp(0, 9999) as u64);
+    put(5, 2, u64::from(month));
+    put(8, 2, u64::from(day));
+    put(11, 2, rest / 3600);
+    put(14, 2, rest % 3600 / 60);
+    put(17, 2, rest % 60);
+    put(20, 6, u64::from(since.subsec_micros()));
+    // ASCII digits and punctuation only.
+    writer.write_str(std::str::from_utf8(&text).unwrap_or_default())
 }
 
 /// Days since 1970-01-01 to (year, month, day): Howard Hinnant's algorithm.
