@@ -46,6 +46,7 @@ fn dispatch(c: &mut Criterion) {
                         body,
                         format: Format::Binary,
                         started: Instant::now(),
+                        client_timeout: None,
                         user_ticket: None,
                         transport: Transport::Http,
                     };

@@ -66,6 +66,9 @@ pub struct Call {
     pub format: Format,
     /// When the request arrived: the budget counts from here.
     pub started: Instant,
+    /// How long the client said it waits (gRPC `grpc-timeout`), when it did:
+    /// a call is answered within the shorter of this and the handler's budget.
+    pub client_timeout: Option<Duration>,
     /// `X-Ya-User-Ticket`, when present.
     pub user_ticket: Option<String>,
     /// The transport.
@@ -204,11 +207,18 @@ impl Dispatcher {
         if logging::bodies_enabled() {
             request.log();
         }
-        let deadline = self.limits.budgets.deadline(handler, call.started);
-        let timeout = || {
-            let budget = self.limits.budgets.of(handler).as_millis();
-            failure("timeout", format!("the scenario did not answer within the {budget} ms budget of /{handler}"))
+        let budgets = &self.limits.budgets;
+        let budget = budgets.of(handler);
+        let (deadline, limit) = match call.client_timeout {
+            Some(client) if client < budget => (
+                call.started + client.saturating_sub(budgets.reserve),
+                format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
+            ),
+            _ => {
+                (budgets.deadline(handler, call.started), format!("the {} ms budget of /{handler}", budget.as_millis()))
+            }
         };
+        let timeout = || failure("timeout", format!("the scenario did not answer within {limit}"));
         match self.cache.begin(Key::new(registered.id, handler, request_id)) {
             Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
             Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {

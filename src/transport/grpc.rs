@@ -17,7 +17,7 @@ use std::{
     convert::Infallible,
     sync::Arc,
     task::{Context, Poll},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use bytes::{Buf, BufMut, Bytes};
@@ -151,7 +151,15 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let Some(scenario) = app.dispatcher.scenario(name).cloned() else {
         return unknown_scenario(&app, name.unwrap_or_default());
     };
-    let method = Method { app: app.clone(), scenario, handler, started };
+    let client_timeout = request.headers().get(GRPC_TIMEOUT).and_then(|value| {
+        let timeout = parse_timeout(value.as_bytes());
+        if timeout.is_none() {
+            // As tonic's own server does: a malformed timeout is no timeout.
+            tracing::debug!(value = ?value, "ignoring a malformed grpc-timeout");
+        }
+        timeout
+    });
+    let method = Method { app: app.clone(), scenario, handler, started, client_timeout };
     Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await
 }
 
@@ -172,12 +180,35 @@ fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
     Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {known}")).into_http()
 }
 
+/// The header a gRPC client states its deadline in.
+const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// A `grpc-timeout` value: at most 8 digits and a unit (`H`, `M`, `S`, `m`,
+/// `u`, `n`), as the gRPC over HTTP/2 specification has it.
+fn parse_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let amount: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(amount * 3600),
+        b'M' => Duration::from_secs(amount * 60),
+        b'S' => Duration::from_secs(amount),
+        b'm' => Duration::from_millis(amount),
+        b'u' => Duration::from_micros(amount),
+        b'n' => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
 /// One unary call of one scenario handler.
 struct Method {
     app: Arc<App>,
     scenario: Registered,
     handler: Handler,
     started: Instant,
+    client_timeout: Option<Duration>,
 }
 
 impl UnaryService<Bytes> for Method {
@@ -191,6 +222,7 @@ impl UnaryService<Bytes> for Method {
             body: request.into_inner(),
             format: Format::Binary,
             started: self.started,
+            client_timeout: self.client_timeout,
             user_ticket,
             transport: Transport::Grpc,
         };
@@ -267,5 +299,18 @@ mod tests {
         assert!(is_grpc(&request("application/grpc+proto")));
         assert!(!is_grpc(&request("application/protobuf")));
         assert!(!is_grpc(&Request::new(())));
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit_and_nothing_else() {
+        assert_eq!(parse_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_timeout(b"2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_timeout(b"3S"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_timeout(b"250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_timeout(b"99999999u"), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(parse_timeout(b"5n"), Some(Duration::from_nanos(5)));
+        for bad in [&b""[..], b"m", b"100", b"100x", b"123456789m", b"-1m", b"1.5S", b" 1m"] {
+            assert_eq!(parse_timeout(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -78,7 +78,7 @@ where
         Err(error) if error.is::<LengthLimitError>() => return Ok(too_large(app.body_limit)),
         Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, format!("cannot read the request body: {error}\n"))),
     };
-    let call = Call { handler, body, format, started, user_ticket, transport: Transport::Http };
+    let call = Call { handler, body, format, started, client_timeout: None, user_ticket, transport: Transport::Http };
     match app.dispatcher.dispatch(scenario, call).await {
         Reply::Answer(binary) => Ok(render(handler, binary, answer_format)),
         Reply::Overloaded => Ok(plain(StatusCode::TOO_MANY_REQUESTS, "overloaded: /run is refused, retry later\n")),

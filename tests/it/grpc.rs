@@ -125,6 +125,33 @@ async fn an_overrun_is_answered_timeout_within_the_budget() {
 }
 
 #[tokio::test]
+async fn a_shorter_grpc_timeout_of_the_client_is_the_deadline() {
+    let registry = registry_of("sleepy", Arc::new(Sleepy::new(Duration::from_secs(5))));
+    let app = spawn_app(Config::default(), registry).await;
+    let mut client = client(&app).await;
+    let mut call = request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("sleepy"));
+    call.set_timeout(Duration::from_millis(100));
+    assert!(call.metadata().get("grpc-timeout").is_some(), "tonic sends the timeout as grpc-timeout");
+    let started = Instant::now();
+    let answer = client.run(call).await;
+    let elapsed = started.elapsed();
+    let answer = answer.expect("a timeout is an OK response").into_inner();
+    assert_eq!(run_error(&answer), "timeout");
+    let Some(t_scenario_run_response::Response::Error(error)) = &answer.response else { unreachable!() };
+    assert!(error.message.contains("the client's deadline of 100 ms (grpc-timeout)"), "{}", error.message);
+    assert!(elapsed < Duration::from_millis(100) + MARGIN, "answered after {elapsed:?}");
+
+    // A client deadline past the budget changes nothing.
+    let mut second = fixture::<TScenarioRunRequest>("poi_run_request");
+    second.base_request.as_mut().expect("a BaseRequest").request_id = "a-second-call".into();
+    let mut call = request(second, Some("sleepy"));
+    call.set_timeout(Duration::from_secs(10));
+    let answer = client.run(call).await.expect("a timeout is an OK response").into_inner();
+    let Some(t_scenario_run_response::Response::Error(error)) = &answer.response else { panic!("{answer:?}") };
+    assert!(error.message.contains("the 300 ms budget of /run"), "{}", error.message);
+}
+
+#[tokio::test]
 async fn under_overload_run_gets_resource_exhausted_while_commit_keeps_priority() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
