@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// Address to listen on, HTTP/1.1 and h2c [default: 127.0.0.1:8080].
     #[arg(long, env = "MEGAMIND_ADDR")]
     pub addr: Option<std::net::SocketAddr>,
+    /// A second address serving gRPC only (gRPC is served on `--addr` as well) [default: none].
+    #[arg(long, env = "MEGAMIND_GRPC_ADDR")]
+    pub grpc_addr: Option<std::net::SocketAddr>,
     /// Scenario behind `POST /run` and the other un-prefixed paths [default: demo].
     #[arg(long, env = "MEGAMIND_DEFAULT_SCENARIO")]
     pub default_scenario: Option<String>,
@@ -151,6 +154,9 @@ impl ServeArgs {
             }
         }
         set(&mut c.addr, &self.addr);
+        if self.grpc_addr.is_some() {
+            c.grpc_addr = self.grpc_addr;
+        }
         set(&mut c.default_scenario, &self.default_scenario);
         set(&mut c.body_limit, &self.body_limit);
         set(&mut c.log_level, &self.log_level);
@@ -225,9 +231,19 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let grpc_only = match config.grpc_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (gRPC)"))?,
+            ),
+            None => None,
+        };
         let scenarios = app.dispatcher.registry().listed();
-        tracing::info!(addr = %listener.local_addr()?, %scenarios, default = %config.default_scenario, "serving");
-        server::serve(listener, Arc::new(app), server::shutdown_signal()).await?;
+        let grpc_addr = grpc_only.as_ref().map(tokio::net::TcpListener::local_addr).transpose()?;
+        let grpc_addr = grpc_addr.map_or_else(|| "same".to_owned(), |addr| addr.to_string());
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, %grpc_addr, %scenarios, default = %config.default_scenario, "serving");
+        let listeners = server::Listeners { main: listener, grpc_only };
+        server::serve_all(listeners, Arc::new(app), server::shutdown_signal()).await?;
         tracing::info!("stopped");
         anyhow::Ok(())
     })

@@ -16,8 +16,10 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Where to listen (HTTP/1.1 and h2c on one port).
+    /// Where to listen (HTTP/1.1 and h2c on one port; gRPC too).
     pub addr: SocketAddr,
+    /// A second address that serves gRPC only, when set.
+    pub grpc_addr: Option<SocketAddr>,
     /// The scenario behind the un-prefixed paths (`POST /run`, ...).
     pub default_scenario: String,
     /// Largest request body, in bytes.
@@ -74,6 +76,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_addr: None,
             default_scenario: "demo".into(),
             body_limit: 4 << 20,
             log_level: "info".into(),
@@ -140,6 +143,13 @@ impl Config {
                 format!("budget.reserve_ms = {}: must be below budget.{name} ({ms})", b.reserve_ms),
             );
         }
+        if let Some(grpc) = self.grpc_addr {
+            // Port 0 binds two different ephemeral ports: not a clash.
+            check(
+                grpc != self.addr || grpc.port() == 0,
+                format!("grpc_addr = {grpc}: must differ from addr, which serves gRPC as well"),
+            );
+        }
         check(self.body_limit > 0, "body_limit must be above 0 bytes".into());
         check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
         check(self.cache.max_entries > 0, "cache.max_entries must be above 0".into());
@@ -201,6 +211,16 @@ mod tests {
         assert_eq!(config.budgets().commit, Duration::from_millis(800));
         assert_eq!(config.budgets().run, Duration::from_millis(300));
         assert_eq!(config.cache_limits().ttl, Duration::from_secs(5));
+        assert_eq!(config.grpc_addr, None);
+    }
+
+    #[test]
+    fn a_grpc_address_is_read_and_must_differ_from_the_main_one() {
+        let config = Config::from_toml("grpc_addr = \"0.0.0.0:9090\"").unwrap();
+        assert_eq!(config.grpc_addr.map(|a| a.port()), Some(9090));
+        config.validate().unwrap();
+        let clash = Config { grpc_addr: Some(Config::default().addr), ..Config::default() };
+        assert!(clash.validate().unwrap_err().to_string().contains("grpc_addr"), "same address refused");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -112,21 +113,39 @@ pub async fn shutdown_signal() {
 /// the server goes on serving for `app.shutdown_delay`, stops accepting, and
 /// waits up to `app.drain_timeout` for in-flight requests.
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    serve_all(Listeners { main: listener, grpc_only: None }, app, shutdown).await
+}
+
+/// What [`serve_all`] accepts connections on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTP (HTTP/1.1 and h2c) and gRPC.
+    pub main: TcpListener,
+    /// gRPC only: anything else is answered 415.
+    pub grpc_only: Option<TcpListener>,
+}
+
+/// As [`serve`], on every listener of `listeners`, all drained together.
+pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
     let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
-    // One shared handle per server: a request clones one `Arc`, not each part.
-    let routing = Arc::new(Routing { app: app.clone(), grpc: grpc.clone() });
+    // One shared handle per listener: a request clones one `Arc`, not each part.
+    let routing = |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), grpc_only });
+    let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
+    bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
-    let connect = |stream, peer| serve_connection(&builder, &graceful, stream, peer, routing.clone());
-    accept_until(&listener, shutdown, &connect).await;
+    let connect = |stream, peer, routing: &Arc<Routing>| {
+        serve_connection(&builder, &graceful, stream, peer, routing.clone());
+    };
+    accept_until(&bound, shutdown, &connect).await;
     app.draining.store(true, Ordering::Release);
     grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {
         tracing::info!(delay_ms = app.shutdown_delay.as_millis() as u64, "draining: /readyz is 503, still serving");
-        accept_until(&listener, tokio::time::sleep(app.shutdown_delay), &connect).await;
+        accept_until(&bound, tokio::time::sleep(app.shutdown_delay), &connect).await;
     }
-    drop(listener);
+    drop(bound);
     tracing::info!("shutting down: draining in-flight requests");
     if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
@@ -134,18 +153,35 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<O
     Ok(())
 }
 
-/// Accepts connections and hands them to `connect` until `until` resolves.
+/// A listener and what its connections route to.
+struct Bound {
+    listener: TcpListener,
+    routing: Arc<Routing>,
+}
+
+/// Accepts connections on every listener and hands them to `connect` until `until` resolves.
 async fn accept_until(
-    listener: &TcpListener,
+    bound: &[Bound],
     until: impl Future<Output = ()>,
-    connect: &impl Fn(TcpStream, SocketAddr),
+    connect: &impl Fn(TcpStream, SocketAddr, &Arc<Routing>),
 ) {
     tokio::pin!(until);
+    // Each round starts at the next listener, so a flood on one cannot starve another.
+    let mut first = 0;
     loop {
+        first = (first + 1) % bound.len();
+        let accept_any = std::future::poll_fn(|cx| {
+            for at in (first..bound.len()).chain(0..first) {
+                if let Poll::Ready(accepted) = bound[at].listener.poll_accept(cx) {
+                    return Poll::Ready((accepted, &bound[at].routing));
+                }
+            }
+            Poll::Pending
+        });
         tokio::select! {
             () = &mut until => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => connect(stream, peer),
+            (accepted, routing) = accept_any => match accepted {
+                Ok((stream, peer)) => connect(stream, peer, routing),
                 Err(error) => {
                     // Out of file descriptors and the like: back off, keep serving.
                     tracing::warn!(%error, "accept failed");
@@ -180,6 +216,8 @@ fn serve_connection(
 struct Routing {
     app: Arc<App>,
     grpc: GrpcRoutes,
+    /// Refuse everything but gRPC (the separate gRPC address).
+    grpc_only: bool,
 }
 
 /// Sends gRPC to its routes and everything else to the HTTP handler.
@@ -189,6 +227,10 @@ async fn route(
 ) -> Result<Response<Either<Full<Bytes>, tonic::body::Body>>, Infallible> {
     if grpc::is_grpc(&request) {
         return Ok(routing.grpc.clone().handle(request).await.map(Either::Right));
+    }
+    if routing.grpc_only {
+        let reason = "this address serves gRPC only (Content-Type: application/grpc); HTTP is on the main address\n";
+        return Ok(http::plain(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE, reason).map(Either::Left));
     }
     // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
     Ok(http::handle(&routing.app, request).await?.map(Either::Left))

@@ -24,6 +24,8 @@ use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
+use megamind_scenario::proto::megamind_scenario::v1::scenario_client::ScenarioClient;
+
 use crate::{
     helpers::{
         TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_client as client,
@@ -149,6 +151,41 @@ async fn a_shorter_grpc_timeout_of_the_client_is_the_deadline() {
     let answer = client.run(call).await.expect("a timeout is an OK response").into_inner();
     let Some(t_scenario_run_response::Response::Error(error)) = &answer.response else { panic!("{answer:?}") };
     assert!(error.message.contains("the 300 ms budget of /run"), "{}", error.message);
+}
+
+#[tokio::test]
+async fn a_separate_grpc_address_serves_grpc_only_and_drains_with_the_main_one() {
+    let demo = Arc::new(Demo::new());
+    let config = Config { grpc_addr: Some("127.0.0.1:0".parse().unwrap()), ..Config::default() };
+    let app = spawn_app(config, registry_of("demo", demo)).await;
+    let grpc_addr = app.grpc_addr.expect("a gRPC-only listener");
+    let mut separate = ScenarioClient::new(channel_to(grpc_addr).await);
+    let got = separate.run(request(fixture::<TScenarioRunRequest>("poi_run_request"), None)).await.unwrap();
+    assert!(got.into_inner() == fixture::<TScenarioRunResponse>("poi_run_response"));
+    let mut health = HealthClient::new(channel_to(grpc_addr).await);
+    let status = health.check(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner().status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let refused = app.http.post(format!("http://{grpc_addr}/demo/run")).body(body.clone()).send().await.unwrap();
+    assert_eq!(refused.status(), 415);
+    assert!(refused.text().await.unwrap().contains("gRPC only"));
+
+    // The main address still serves both.
+    assert_eq!(app.post_binary("/demo/run", body).await.0, 200);
+    let mut main = client(&app).await;
+    let got = main.run(request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("demo"))).await.unwrap();
+    assert!(got.into_inner() == fixture::<TScenarioRunResponse>("poi_run_response"));
+
+    let addr = app.addr;
+    app.stop().await.expect("drains");
+    for stopped in [addr, grpc_addr] {
+        assert!(tokio::net::TcpStream::connect(stopped).await.is_err(), "{stopped} stopped accepting");
+    }
+}
+
+async fn channel_to(addr: std::net::SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
 }
 
 #[tokio::test]

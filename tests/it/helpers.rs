@@ -20,6 +20,8 @@ use tonic::transport::Channel;
 /// A running server.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The gRPC-only address, when the configuration asked for one.
+    pub grpc_addr: Option<SocketAddr>,
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<std::io::Result<()>>>,
@@ -100,7 +102,8 @@ pub fn grpc_request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> 
     request
 }
 
-/// Starts the server with `config` (its address ignored) over `registry`.
+/// Starts the server with `config` (its addresses ignored: port 0, and a
+/// gRPC-only listener when `grpc_addr` is set) over `registry`.
 /// When `config` names no registered default scenario, the first one serves.
 pub async fn spawn_app(config: Config, registry: Registry) -> TestApp {
     spawn_with_metrics(config, registry, Metrics::new()).await
@@ -120,12 +123,18 @@ async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Met
     let app = Arc::new(App::with_metrics(&config, registry, metrics).expect("valid test configuration"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");
+    let grpc_only = match config.grpc_addr {
+        Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.expect("bind port 0")),
+        None => None,
+    };
+    let grpc_addr = grpc_only.as_ref().map(|l| l.local_addr().expect("local addr"));
     let (tx, rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(server::serve(listener, app, async move {
+    let listeners = server::Listeners { main: listener, grpc_only };
+    let server = tokio::spawn(server::serve_all(listeners, app, async move {
         let _ = rx.await;
     }));
     let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
-    TestApp { addr, http, shutdown: Some(tx), server: Some(server) }
+    TestApp { addr, grpc_addr, http, shutdown: Some(tx), server: Some(server) }
 }
 
 /// A registry of one scenario.
