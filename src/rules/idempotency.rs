@@ -18,13 +18,14 @@ use std::{
         Arc, Mutex, OnceLock, Weak,
         atomic::{AtomicUsize, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
 use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
 use smallvec::SmallVec;
-use tokio::sync::Notify;
+// tokio's clock, so that tests can move time on instead of sleeping through a TTL.
+use tokio::{sync::Notify, time::Instant};
 
 use super::metrics::CacheCounters;
 use crate::scenario::Handler;

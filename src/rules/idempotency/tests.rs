@@ -107,11 +107,11 @@ fn expired_answers_are_led_again_and_accounted() {
     assert_eq!(cache.counters().evictions.get(), 0, "expiry is not eviction");
 }
 
-#[test]
-fn an_expired_entry_replaced_by_a_new_lead_survives_its_old_fifo_slot() {
+#[tokio::test(start_paused = true)]
+async fn an_expired_entry_replaced_by_a_new_lead_survives_its_old_fifo_slot() {
     let cache = IdempotencyCache::new(limits(10, usize::MAX, 50));
     lead(&cache, "a").complete(Bytes::from_static(b"old"));
-    std::thread::sleep(Duration::from_millis(60));
+    tokio::time::advance(Duration::from_millis(60)).await;
     // The stale FIFO slot of "a" is still there; the new lead must not be removed by it.
     let lease = lead(&cache, "a");
     cache.purge_expired();
