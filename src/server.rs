@@ -25,6 +25,7 @@ use hyper_util::{
     server::{conn::auto, graceful::GracefulShutdown},
 };
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{Config, ConfigError},
@@ -133,11 +134,12 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let routing = |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), grpc_only });
     let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
     bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
-    let connect = |stream, peer, routing: &Arc<Routing>| {
-        serve_connection(&builder, &graceful, stream, peer, routing.clone());
+    let connections = Connections {
+        builder: auto::Builder::new(TokioExecutor::new()),
+        graceful: GracefulShutdown::new(),
+        closing: CancellationToken::new(),
     };
+    let connect = |stream, peer, routing: &Arc<Routing>| connections.serve(stream, peer, routing.clone());
     accept_until(&bound, shutdown, &connect).await;
     app.draining.store(true, Ordering::Release);
     grpc.set_serving(false).await;
@@ -147,8 +149,12 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     }
     drop(bound);
     tracing::info!("shutting down: draining in-flight requests");
+    let Connections { graceful, closing, .. } = connections;
     if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
+        // Drops every connection still open, and the calls on them, so that
+        // nothing of this server outlives `serve` in a process that goes on.
+        closing.cancel();
     }
     Ok(())
 }
@@ -192,23 +198,31 @@ async fn accept_until(
     }
 }
 
-fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    stream: TcpStream,
-    peer: SocketAddr,
-    routing: Arc<Routing>,
-) {
-    // Small protobuf answers must not wait for Nagle.
-    let _ = stream.set_nodelay(true);
-    let service = service_fn(move |request| route(routing.clone(), request));
-    let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-    let connection = graceful.watch(connection);
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%peer, %error, "connection ended with an error");
-        }
-    });
+/// How connections are served, and the handles that end them.
+struct Connections {
+    builder: auto::Builder<TokioExecutor>,
+    graceful: GracefulShutdown,
+    /// Cancelled when the drain times out: ends the connections left.
+    closing: CancellationToken,
+}
+
+impl Connections {
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, routing: Arc<Routing>) {
+        // Small protobuf answers must not wait for Nagle.
+        let _ = stream.set_nodelay(true);
+        let service = service_fn(move |request| route(routing.clone(), request));
+        let connection = self.builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        let connection = self.graceful.watch(connection);
+        let closing = self.closing.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                result = connection => if let Err(error) = result {
+                    tracing::debug!(%peer, %error, "connection ended with an error");
+                },
+                () = closing.cancelled() => tracing::debug!(%peer, "connection closed: the drain timed out"),
+            }
+        });
+    }
 }
 
 /// What a connection routes requests to.

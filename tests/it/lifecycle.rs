@@ -73,6 +73,31 @@ async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_re
 }
 
 #[tokio::test]
+async fn past_the_drain_timeout_the_remaining_calls_are_cut_off() {
+    // The gate never opens: the call would otherwise wait out its 5 s budget.
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let registry = registry_of("counting", counting.clone());
+    let mut config = Config { drain_timeout_ms: 100, ..Config::default() };
+    config.budget.commit_ms = 5_000;
+    let mut app = spawn_app(config, registry).await;
+    let (addr, http) = (app.addr, app.http.clone());
+
+    let entered = counting.entered.notified();
+    let in_flight = tokio::spawn(async move {
+        let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+        http.post(format!("http://{addr}/counting/commit")).body(body).send().await
+    });
+    entered.await;
+    app.begin_shutdown();
+    app.join().await.expect("serve returns once the drain timed out");
+    // A guard, not a wait: without the cut-off the call would hang for its whole budget.
+    let outcome = tokio::time::timeout(Duration::from_secs(3), in_flight).await;
+    let outcome = outcome.expect("the connection is closed when serve returns").unwrap();
+    assert!(outcome.is_err(), "the cut-off call gets no answer: {outcome:?}");
+}
+
+#[tokio::test]
 async fn readyz_turns_503_during_the_shutdown_delay() {
     let registry = registry_of("demo", Arc::new(megamind_scenario::scenarios::demo::Demo::new()));
     let config = Config { shutdown_delay_ms: 1_000, ..Config::default() };
