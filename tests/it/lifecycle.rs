@@ -14,10 +14,10 @@ use megamind_scenario::{
         TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, t_scenario_commit_response,
     },
 };
-use tokio::sync::Semaphore;
+use tokio::{sync::Semaphore, task::JoinHandle};
 
 use crate::{
-    helpers::{decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -28,29 +28,35 @@ async fn healthz_and_readyz_answer() {
     assert_eq!(app.get("/readyz").await, (reqwest::StatusCode::OK, "ready\n".to_owned()));
 }
 
-#[tokio::test]
-async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_refused() {
+/// A server with `drain_timeout_ms` whose `/commit` waits at a gate (5 s
+/// budget), and one `/commit` already inside the scenario.
+async fn commit_held_at_the_gate(
+    drain_timeout_ms: u64,
+) -> (TestApp, Arc<Semaphore>, JoinHandle<reqwest::Result<reqwest::Response>>) {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
     let registry = registry_of("counting", counting.clone());
-    let mut config = Config { drain_timeout_ms: 5_000, ..Config::default() };
+    let mut config = Config { drain_timeout_ms, ..Config::default() };
     config.budget.commit_ms = 5_000;
-    let mut app = spawn_app(config, registry).await;
+    let app = spawn_app(config, registry).await;
     let (addr, http) = (app.addr, app.http.clone());
-
     let entered = counting.entered.notified();
     let in_flight = tokio::spawn(async move {
         let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
-        let response = http
-            .post(format!("http://{addr}/counting/commit"))
+        http.post(format!("http://{addr}/counting/commit"))
             .header("content-type", "application/protobuf")
             .body(body)
             .send()
             .await
-            .expect("the in-flight request is answered");
-        (response.status(), response.bytes().await.expect("body"))
     });
     entered.await;
+    (app, gate, in_flight)
+}
+
+#[tokio::test]
+async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_refused() {
+    let (mut app, gate, in_flight) = commit_held_at_the_gate(5_000).await;
+    let addr = app.addr;
     app.begin_shutdown();
 
     // The accept loop stops soon after the signal; until then a connect may still succeed.
@@ -65,9 +71,9 @@ async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_re
     assert!(refused, "new connections are refused while draining");
 
     gate.add_permits(1);
-    let (status, body) = in_flight.await.unwrap();
-    assert_eq!(status, 200);
-    let answer: TScenarioCommitResponse = decode_answer(&body, Format::Binary);
+    let response = in_flight.await.unwrap().expect("the in-flight request is answered");
+    assert_eq!(response.status(), 200);
+    let answer: TScenarioCommitResponse = decode_answer(&response.bytes().await.expect("body"), Format::Binary);
     assert!(matches!(answer.response, Some(t_scenario_commit_response::Response::Success(_))));
     app.join().await.expect("serve returns Ok after draining");
 }
@@ -75,20 +81,7 @@ async fn an_in_flight_request_finishes_after_shutdown_and_new_connections_are_re
 #[tokio::test]
 async fn past_the_drain_timeout_the_remaining_calls_are_cut_off() {
     // The gate never opens: the call would otherwise wait out its 5 s budget.
-    let gate = Arc::new(Semaphore::new(0));
-    let counting = Arc::new(Counting::gated(gate.clone()));
-    let registry = registry_of("counting", counting.clone());
-    let mut config = Config { drain_timeout_ms: 100, ..Config::default() };
-    config.budget.commit_ms = 5_000;
-    let mut app = spawn_app(config, registry).await;
-    let (addr, http) = (app.addr, app.http.clone());
-
-    let entered = counting.entered.notified();
-    let in_flight = tokio::spawn(async move {
-        let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
-        http.post(format!("http://{addr}/counting/commit")).body(body).send().await
-    });
-    entered.await;
+    let (mut app, _gate, in_flight) = commit_held_at_the_gate(100).await;
     app.begin_shutdown();
     app.join().await.expect("serve returns once the drain timed out");
     // A guard, not a wait: without the cut-off the call would hang for its whole budget.
