@@ -209,16 +209,18 @@ impl Dispatcher {
         }
         let budgets = &self.limits.budgets;
         let budget = budgets.of(handler);
-        let (deadline, limit) = match call.client_timeout {
-            Some(client) if client < budget => (
-                call.started + client.saturating_sub(budgets.reserve),
-                format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
-            ),
-            _ => {
-                (budgets.deadline(handler, call.started), format!("the {} ms budget of /{handler}", budget.as_millis()))
-            }
+        let client_timeout = call.client_timeout.filter(|client| *client < budget);
+        let deadline = match client_timeout {
+            Some(client) => call.started + client.saturating_sub(budgets.reserve),
+            None => budgets.deadline(handler, call.started),
         };
-        let timeout = || failure("timeout", format!("the scenario did not answer within {limit}"));
+        let timeout = || {
+            let limit = match client_timeout {
+                Some(client) => format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
+                None => format!("the {} ms budget of /{handler}", budget.as_millis()),
+            };
+            failure("timeout", format!("the scenario did not answer within {limit}"))
+        };
         match self.cache.begin(Key::new(registered.id, handler, request_id)) {
             Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
             Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {
