@@ -152,8 +152,8 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let Connections { graceful, closing, .. } = connections;
     if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
-        // Drops every connection still open, and the calls on them, so that
-        // nothing of this server outlives `serve` in a process that goes on.
+        // Drops every connection still open, and the calls on them, so that no
+        // connection outlives `serve` in a process that goes on.
         closing.cancel();
     }
     Ok(())
