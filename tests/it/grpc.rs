@@ -28,7 +28,7 @@ use megamind_scenario::proto::megamind_scenario::v1::scenario_client::ScenarioCl
 
 use crate::{
     helpers::{
-        TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_client as client,
+        TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_channel_to, grpc_client as client,
         grpc_request as request, registry_of, spawn_app, spawn_demo,
     },
     scenarios::{Counting, Panicking, Sleepy, TicketEcho},
@@ -159,10 +159,10 @@ async fn a_separate_grpc_address_serves_grpc_only_and_drains_with_the_main_one()
     let config = Config { grpc_addr: Some("127.0.0.1:0".parse().unwrap()), ..Config::default() };
     let app = spawn_app(config, registry_of("demo", demo)).await;
     let grpc_addr = app.grpc_addr.expect("a gRPC-only listener");
-    let mut separate = ScenarioClient::new(channel_to(grpc_addr).await);
+    let mut separate = ScenarioClient::new(grpc_channel_to(grpc_addr).await);
     let got = separate.run(request(fixture::<TScenarioRunRequest>("poi_run_request"), None)).await.unwrap();
     assert!(got.into_inner() == fixture::<TScenarioRunResponse>("poi_run_response"));
-    let mut health = HealthClient::new(channel_to(grpc_addr).await);
+    let mut health = HealthClient::new(grpc_channel_to(grpc_addr).await);
     let status = health.check(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner().status;
     assert_eq!(status, ServingStatus::Serving as i32);
 
@@ -182,10 +182,6 @@ async fn a_separate_grpc_address_serves_grpc_only_and_drains_with_the_main_one()
     for stopped in [addr, grpc_addr] {
         assert!(tokio::net::TcpStream::connect(stopped).await.is_err(), "{stopped} stopped accepting");
     }
-}
-
-async fn channel_to(addr: std::net::SocketAddr) -> tonic::transport::Channel {
-    tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
 }
 
 #[tokio::test]

@@ -85,7 +85,12 @@ impl Drop for TestApp {
 
 /// An HTTP/2 channel to the server's gRPC services.
 pub async fn grpc_channel(app: &TestApp) -> Channel {
-    Channel::from_shared(app.url("")).expect("valid URI").connect().await.expect("gRPC connects")
+    grpc_channel_to(app.addr).await
+}
+
+/// An HTTP/2 channel to gRPC services at `addr`.
+pub async fn grpc_channel_to(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}")).expect("valid URI").connect().await.expect("gRPC connects")
 }
 
 /// The generated client of `megamind_scenario.v1.Scenario`.
