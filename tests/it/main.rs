@@ -12,6 +12,7 @@ mod budget;
 mod dialogs;
 mod fixtures;
 mod grpc;
+mod hostile_bodies;
 mod idempotency;
 #[cfg(unix)]
 mod interop;

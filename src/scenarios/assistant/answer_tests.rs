@@ -64,6 +64,23 @@ fn table() -> Vec<(&'static str, String, Want)> {
             Drop("Открываю Safari.", Dropped::NoSessionId),
         ),
         (
+            "args nested past the payload depth",
+            format!(
+                r#"{{"session_id": "s", "command": "open_app", "args": {{"app_name": "Safari", "x": {}1{}}}, "text": "Открываю."}}"#,
+                "{\"k\": ".repeat(46),
+                "}".repeat(46)
+            ),
+            Drop("Открываю.", Dropped::OversizedPayload),
+        ),
+        (
+            "a payload over the size limit",
+            format!(
+                r#"{{"session_id": "s", "command": "open_app", "args": {{"app_name": "Safari", "junk": "{}"}}, "text": "Да."}}"#,
+                "x".repeat(MAX_PAYLOAD_BYTES)
+            ),
+            Drop("Да.", Dropped::OversizedPayload),
+        ),
+        (
             "empty session_id",
             r#"{"session_id":" ","command":"open_app","args":{"app_name":"Safari"},"text":"Т"}"#.into(),
             Drop("Т", Dropped::NoSessionId),
