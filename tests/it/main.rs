@@ -10,6 +10,7 @@ mod assistant_harness;
 mod bad_input;
 mod budget;
 mod dialogs;
+mod docs;
 mod example_scenario;
 mod fixtures;
 mod grpc;
