@@ -19,3 +19,5 @@ mod idempotency;
 mod interop;
 mod lifecycle;
 mod metrics;
+#[cfg(unix)]
+mod python_tools;
