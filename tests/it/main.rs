@@ -9,6 +9,8 @@ mod assistant_grpc;
 mod assistant_harness;
 mod bad_input;
 mod budget;
+#[cfg(unix)]
+mod deploy;
 mod dialogs;
 mod docs;
 mod example_scenario;
