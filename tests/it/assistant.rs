@@ -270,7 +270,7 @@ async fn continue_arguments_print_as_json_for_debugging() {
 async fn serve_hosts_the_offline_assistant_out_of_the_box() {
     let metrics = prometheus::Registry::new();
     let registry = megamind_scenario::scenarios::builtin(&Config::default(), &metrics).unwrap();
-    assert_eq!(registry.names().collect::<Vec<_>>(), ["assistant", "demo"]);
+    assert!(registry.names().any(|name| name == "assistant"), "built in: {}", registry.listed());
     let app = spawn_app(Config::default(), registry).await;
     let body = ask(&app, "req-1", "закрой калькулятор", None).await;
     assert_eq!(speech(&body), "Закрываю Calculator.");

@@ -1,4 +1,4 @@
-//! Reading the model's answer (seed 000): plain text, or a JSON object
+//! Reading the model's answer (the app-action format): plain text, or a JSON object
 //! `{session_id, command, args, text}`, also inside a Markdown code fence or
 //! with prose around it.
 //!

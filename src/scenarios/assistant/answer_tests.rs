@@ -1,4 +1,4 @@
-//! The seed-000 rules, one row each.
+//! The app-action answer rules, one row each.
 
 use serde_json::json;
 
