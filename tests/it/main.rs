@@ -9,6 +9,7 @@ mod assistant_grpc;
 mod assistant_harness;
 mod bad_input;
 mod budget;
+mod connections;
 mod dialogs;
 mod fixtures;
 mod grpc;
