@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, PullingGauge, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, PullingGauge, Registry,
+    TextEncoder,
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
@@ -156,6 +157,56 @@ impl Metrics {
             tracing::warn!(%error, "cannot render metrics");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The server's connections: how many are open, how often the accept loop
+/// had to wait for a free slot or failed, and why the server closed any.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Times a new connection had to wait because `max_connections` were open.
+    pub waited: IntCounter,
+    /// Accepts that failed (out of file descriptors and the like).
+    pub accept_errors: IntCounter,
+    /// Connections the server closed, by reason (`header_timeout`,
+    /// `idle_timeout`, `send_timeout`, `drain_timeout`).
+    pub closed: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// The connection metrics, registered in `registry`.
+    pub fn register(registry: &Registry) -> ConnectionMetrics {
+        let metrics = ConnectionMetrics {
+            open: IntGauge::new("megamind_connections_open", "Client connections open now.").expect("valid metric"),
+            waited: IntCounter::new(
+                "megamind_connections_waited_total",
+                "Times a new connection waited in the listen backlog because max_connections were open.",
+            )
+            .expect("valid metric"),
+            accept_errors: IntCounter::new(
+                "megamind_accept_errors_total",
+                "Accepts that failed (e.g. out of file descriptors); the accept loop backs off.",
+            )
+            .expect("valid metric"),
+            closed: IntCounterVec::new(
+                Opts::new("megamind_connections_closed_total", "Connections the server closed, by reason."),
+                &["reason"],
+            )
+            .expect("valid metric"),
+        };
+        for collector in [
+            Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.waited.clone()),
+            Box::new(metrics.accept_errors.clone()),
+            Box::new(metrics.closed.clone()),
+        ] {
+            if let Err(error) = registry.register(collector) {
+                tracing::warn!(%error, "metric not registered");
+            }
+        }
+        metrics
     }
 }
 
