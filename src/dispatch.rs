@@ -6,6 +6,8 @@
 //! well-formed response of the handler's type: failures inside a routed call
 //! become the protocol `Error`, never a transport error, except `/run` under
 //! overload, which the transport refuses (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
+//! Admission comes after the idempotency cache: a repeat is replayed, or
+//! waits for its first call, even at the concurrency limit.
 
 use std::{
     any::Any,

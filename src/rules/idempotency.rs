@@ -71,7 +71,8 @@ pub enum Lookup {
     /// This call is the first: run the scenario and complete the lease.
     Lead(Lease),
     /// This call would be the first, but the `/commit` and `/apply` reserve
-    /// is full of answers still to be replayed: refuse it.
+    /// is full of answers still to be replayed: refuse it. Never for `/run`
+    /// or `/continue`, whose oldest answers make room instead.
     Full,
     /// This call would be the first, but the caller's `may_lead` said no
     /// (see [`IdempotencyCache::begin_if`]).
@@ -189,7 +190,10 @@ impl IdempotencyCache {
                             pool.count_out(&old, key.cost(body));
                         }
                         match admit() {
-                            Some(refusal) => refusal,
+                            Some(refusal) => {
+                                occupied.remove();
+                                refusal
+                            }
                             None => {
                                 let slot = Arc::new(Slot::default());
                                 occupied.insert(slot.clone());

@@ -164,13 +164,26 @@ async fn under_overload_a_cached_run_is_replayed_not_refused() {
     assert_eq!(replay, first);
     assert_eq!(counting.runs.load(Ordering::SeqCst), 2, "the refused call ran nothing");
 
+    // A repeat of the call in flight waits for it rather than being refused.
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("holding")).await }
+    });
+    let waits = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_waits_total") };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while waits().await != Some(1.0) {
+        assert!(std::time::Instant::now() < deadline, "the repeat never started waiting");
+        tokio::task::yield_now().await;
+    }
     gate.add_permits(1);
-    assert_eq!(held.await.unwrap().0, 200);
+    let (held, waited) = (held.await.unwrap(), waiting.await.unwrap());
+    assert_eq!((held.0.as_u16(), waited.0.as_u16()), (200, 200));
+    assert_eq!(waited.1, held.1, "the waiting repeat gets the first answer");
     let (_, text) = app.get("/metrics").await;
     let series = |outcome: &str| {
         format!(r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="counting",transport="http"}}"#)
     };
-    assert_eq!(sample(&text, &series("replay")), Some(1.0), "{text}");
+    assert_eq!(sample(&text, &series("replay")), Some(2.0), "{text}");
     assert_eq!(sample(&text, &series("overloaded")), Some(1.0), "{text}");
 }
 

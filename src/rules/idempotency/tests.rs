@@ -208,6 +208,16 @@ async fn a_full_commit_reserve_refuses_new_commits_without_evicting() {
     assert!(matches!(cache.begin(commit("e")), Lookup::Lead(_)), "expired answers free their room");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_refused_commit_drops_the_expired_answer_it_would_replace() {
+    let cache = IdempotencyCache::new(reserve(1, usize::MAX, 1000));
+    lead_key(&cache, commit("a")).complete(Bytes::from_static(b"a"));
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    let _running = lead_key(&cache, commit("b"));
+    assert!(matches!(cache.begin(commit("a")), Lookup::Full));
+    assert_eq!((cache.entries(), cache.in_flight()), (0, 1), "only the call in flight is left");
+}
+
 #[test]
 fn a_commit_reserve_full_of_bytes_refuses_too() {
     let body = Bytes::from(vec![0u8; 500]);
