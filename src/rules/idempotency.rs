@@ -172,11 +172,11 @@ impl IdempotencyCache {
             |key: Key, slot: Arc<Slot>| Lookup::Lead(Lease { shared: shared.clone(), entry: Some((key, slot)) });
         let lookup = match shared.map.entry(key.clone()) {
             MapEntry::Occupied(mut occupied) => {
-                let old = occupied.get().clone();
+                let old = occupied.get();
                 match old.outcome.get() {
                     None => {
                         shared.counters.waits.inc();
-                        Lookup::Wait(Waiter { slot: old })
+                        Lookup::Wait(Waiter { slot: old.clone() })
                     }
                     Some(Some(body)) if old.expires.get().is_some_and(|e| *e > Instant::now()) => {
                         shared.counters.hits.inc();
@@ -187,7 +187,7 @@ impl IdempotencyCache {
                         // is free; its FIFO record no longer matches the new slot, so
                         // the purge will leave the new entry alone.
                         if let Some(Some(body)) = done {
-                            pool.count_out(&old, key.cost(body));
+                            pool.count_out(old, key.cost(body));
                         }
                         match admit() {
                             Some(refusal) => {
