@@ -99,7 +99,10 @@ impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("megamind_requests_total", "Scenario handler calls by outcome (ok, replay, or the Error type)."),
+            Opts::new(
+                "megamind_requests_total",
+                "Scenario handler calls by outcome (ok, replay, replay_timeout, or the Error type).",
+            ),
             &["scenario", "handler", "transport", "outcome"],
         )
         .expect("valid metric");
