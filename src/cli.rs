@@ -77,12 +77,19 @@ pub struct ServeArgs {
     /// Part of each budget kept for encoding and writing the answer, in ms [default: 10].
     #[arg(long, env = "MEGAMIND_BUDGET_RESERVE_MS")]
     pub budget_reserve_ms: Option<u64>,
-    /// Idempotency cache: answers kept at most [default: 100000].
+    /// Idempotency cache: `/run` and `/continue` answers kept at most, the oldest evicted past it [default: 100000].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_ENTRIES")]
     pub cache_max_entries: Option<usize>,
-    /// Idempotency cache: bytes of answers kept at most [default: 16777216].
+    /// Idempotency cache: bytes of `/run` and `/continue` answers kept at most [default: 16777216].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_BYTES")]
     pub cache_max_bytes: Option<usize>,
+    /// Idempotency cache: `/commit` and `/apply` answers kept at most, each for the whole TTL; past it new calls are
+    /// answered `overloaded` [default: 100000].
+    #[arg(long, env = "MEGAMIND_CACHE_COMMIT_MAX_ENTRIES")]
+    pub cache_commit_max_entries: Option<usize>,
+    /// Idempotency cache: bytes of `/commit` and `/apply` answers kept at most [default: 33554432].
+    #[arg(long, env = "MEGAMIND_CACHE_COMMIT_MAX_BYTES")]
+    pub cache_commit_max_bytes: Option<usize>,
     /// Idempotency cache: seconds an answer is replayed [default: 300].
     #[arg(long, env = "MEGAMIND_CACHE_TTL_SECS")]
     pub cache_ttl_secs: Option<u64>,
@@ -228,6 +235,8 @@ impl ServeArgs {
         set(&mut c.budget.reserve_ms, &self.budget_reserve_ms);
         set(&mut c.cache.max_entries, &self.cache_max_entries);
         set(&mut c.cache.max_bytes, &self.cache_max_bytes);
+        set(&mut c.cache.commit_max_entries, &self.cache_commit_max_entries);
+        set(&mut c.cache.commit_max_bytes, &self.cache_commit_max_bytes);
         set(&mut c.cache.ttl_secs, &self.cache_ttl_secs);
         set(&mut c.max_in_flight, &self.max_in_flight);
         set(&mut c.priority_reserve, &self.priority_reserve);
@@ -369,6 +378,14 @@ mod tests {
         let config = args.load().unwrap();
         assert_eq!(config.budget.run_ms, 500);
         assert_eq!(config.budget.commit_ms, 900);
+    }
+
+    #[test]
+    fn cache_flags_set_the_commit_reserve() {
+        let args =
+            ServeArgs { cache_commit_max_entries: Some(10), cache_commit_max_bytes: Some(4096), ..Default::default() };
+        let limits = args.load().unwrap().cache_limits();
+        assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));
     }
 
     #[test]

@@ -79,14 +79,22 @@ pub struct BudgetConfig {
     pub reserve_ms: u64,
 }
 
-/// `[cache]`: the idempotency cache's bounds.
+/// `[cache]`: the idempotency cache's bounds. `/run` and `/continue` answers
+/// share `max_entries` and `max_bytes`, past which the oldest are evicted;
+/// `/commit` and `/apply` answers have `commit_max_entries` and
+/// `commit_max_bytes` of their own, and each stays for the whole TTL: past
+/// those, new calls are answered `overloaded`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
-    /// Answers kept at most.
+    /// `/run` and `/continue` answers kept at most.
     pub max_entries: usize,
-    /// Bytes of answers kept at most.
+    /// Bytes of `/run` and `/continue` answers kept at most.
     pub max_bytes: usize,
+    /// `/commit` and `/apply` answers kept at most.
+    pub commit_max_entries: usize,
+    /// Bytes of `/commit` and `/apply` answers kept at most.
+    pub commit_max_bytes: usize,
     /// Seconds an answer is replayed.
     pub ttl_secs: u64,
 }
@@ -129,7 +137,13 @@ impl Default for BudgetConfig {
 impl Default for CacheConfig {
     fn default() -> CacheConfig {
         let limits = Limits::default();
-        CacheConfig { max_entries: limits.max_entries, max_bytes: limits.max_bytes, ttl_secs: limits.ttl.as_secs() }
+        CacheConfig {
+            max_entries: limits.max_entries,
+            max_bytes: limits.max_bytes,
+            commit_max_entries: limits.commit_max_entries,
+            commit_max_bytes: limits.commit_max_bytes,
+            ttl_secs: limits.ttl.as_secs(),
+        }
     }
 }
 
@@ -180,8 +194,15 @@ impl Config {
         }
         check(self.body_limit > 0, "body_limit must be above 0 bytes".into());
         check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
-        check(self.cache.max_entries > 0, "cache.max_entries must be above 0".into());
-        check(self.cache.max_bytes > 0, "cache.max_bytes must be above 0".into());
+        let c = &self.cache;
+        for (name, value) in [
+            ("max_entries", c.max_entries),
+            ("max_bytes", c.max_bytes),
+            ("commit_max_entries", c.commit_max_entries),
+            ("commit_max_bytes", c.commit_max_bytes),
+        ] {
+            check(value > 0, format!("cache.{name} must be above 0"));
+        }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
         check(!self.default_scenario.is_empty(), "default_scenario must name a scenario".into());
         for (name, ms) in [
@@ -235,6 +256,8 @@ impl Config {
         Limits {
             max_entries: self.cache.max_entries,
             max_bytes: self.cache.max_bytes,
+            commit_max_entries: self.cache.commit_max_entries,
+            commit_max_bytes: self.cache.commit_max_bytes,
             ttl: Duration::from_secs(self.cache.ttl_secs),
         }
     }
@@ -260,6 +283,11 @@ mod tests {
         assert_eq!(config.budgets().commit, Duration::from_millis(800));
         assert_eq!(config.budgets().run, Duration::from_millis(300));
         assert_eq!(config.cache_limits().ttl, Duration::from_secs(5));
+        assert_eq!(config.cache_limits().commit_max_entries, Limits::default().commit_max_entries);
+        let config = Config::from_toml("[cache]\ncommit_max_entries = 7\ncommit_max_bytes = 4096\n").unwrap();
+        let limits = config.cache_limits();
+        assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (7, 4096));
+        assert_eq!(limits.max_entries, Limits::default().max_entries);
         assert_eq!(config.grpc_addr, None);
     }
 
@@ -288,8 +316,10 @@ mod tests {
         config.budget.run_ms = 0;
         config.max_in_flight = 0;
         config.log_level = "info,[".into();
+        config.cache.commit_max_bytes = 0;
         let error = config.validate().unwrap_err();
-        assert_eq!(error.0.len(), 4, "{error}");
+        assert_eq!(error.0.len(), 5, "{error}");
+        assert!(error.to_string().contains("cache.commit_max_bytes must be above 0"), "{error}");
         assert!(error.to_string().contains("budget.run_ms = 0"));
     }
 
