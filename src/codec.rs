@@ -2,9 +2,13 @@
 //! text format, chosen per request by `Content-Type` and `Accept`.
 //!
 //! Binary goes straight through prost; JSON and text format go through
-//! prost-reflect's `DynamicMessage` over the embedded descriptor pool.
+//! prost-reflect's `DynamicMessage` over the embedded descriptor pool. Every
+//! path enforces the nesting limit of [`depth`]. Error messages quote a
+//! body's content only as a short, redacted prefix ([`quote`]).
 
+pub mod depth;
 pub mod json;
+pub mod quote;
 pub mod redact;
 pub mod text;
 
@@ -80,7 +84,7 @@ pub enum CodecError {
         source: prost::DecodeError,
     },
     /// The JSON is malformed or does not match the message.
-    #[error("invalid JSON for {message}: {source}")]
+    #[error("invalid JSON for {message}: {}", quote::sanitize(&source.to_string()))]
     Json {
         /// The expected message type.
         message: String,
@@ -88,12 +92,18 @@ pub enum CodecError {
         source: serde_json::Error,
     },
     /// The text format is malformed or does not match the message.
-    #[error("invalid text format for {message}: {source}")]
+    #[error("invalid text format for {message}: {}", quote::sanitize(&source.to_string()))]
     Text {
         /// The expected message type.
         message: String,
         /// The parser's reason.
         source: prost_reflect::text_format::ParseError,
+    },
+    /// The body or message is nested deeper than [`depth::MAX_DEPTH`] levels.
+    #[error("{message} is nested deeper than the limit of {} levels", depth::MAX_DEPTH)]
+    TooDeep {
+        /// The message type.
+        message: String,
     },
     /// A JSON or text body that is not UTF-8.
     #[error("body is not valid UTF-8: {0}")]
@@ -125,37 +135,60 @@ pub fn message_descriptor(name: &str) -> Result<MessageDescriptor, CodecError> {
     }
 }
 
-/// Decodes a body of any format into a dynamic message of type `desc`.
+/// Decodes a body of any format into a dynamic message of type `desc`,
+/// `Any` payloads included within the nesting limit.
 pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> Result<DynamicMessage, CodecError> {
     let message = desc.full_name().to_owned();
-    match format {
-        Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| CodecError::Binary { message, source }),
-        Format::Json => json::from_slice(desc, body).map_err(|source| CodecError::Json { message, source }),
+    let too_deep = |_| CodecError::TooDeep { message: message.clone() };
+    let decoded = match format {
+        Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source)),
+        Format::Json => {
+            // serde_json stops at 128 levels; prost-reflect would recurse again
+            // over what it returns: both are kept under the one limit.
+            depth::check_json(body).map_err(too_deep)?;
+            json::from_slice(desc, body).map_err(|source| CodecError::Json { message: message.clone(), source })
+        }
         Format::Text => {
             let text = std::str::from_utf8(body)?;
-            DynamicMessage::parse_text_format(desc, text).map_err(|source| CodecError::Text { message, source })
+            depth::check_text(text).map_err(too_deep)?;
+            DynamicMessage::parse_text_format(desc, text)
+                .map_err(|source| CodecError::Text { message: message.clone(), source })
         }
-    }
+    }?;
+    depth::check_message(&decoded, 1).map_err(too_deep)?;
+    Ok(decoded)
 }
 
-/// Decodes a body of any format into the typed message `T`.
+/// Decodes a body of any format into the typed message `T`. Binary `Any`
+/// payloads stay bytes here: [`depth::check_any`] measures them.
 pub fn decode<T: Message + ReflectMessage + Default>(body: &[u8], format: Format) -> Result<T, CodecError> {
-    let binary_error =
-        |source| CodecError::Binary { message: T::default().descriptor().full_name().to_owned(), source };
+    let name = || T::default().descriptor().full_name().to_owned();
     match format {
-        Format::Binary => T::decode(body).map_err(binary_error),
-        Format::Json | Format::Text => {
-            decode_dynamic(T::default().descriptor(), body, format)?.transcode_to::<T>().map_err(binary_error)
-        }
+        Format::Binary => T::decode(body).map_err(|source| binary_error(name(), source)),
+        Format::Json | Format::Text => decode_dynamic(T::default().descriptor(), body, format)?
+            .transcode_to::<T>()
+            .map_err(|source| binary_error(name(), source)),
     }
 }
 
-/// Renders a dynamic message in `format`.
+/// prost's recursion limit is the nesting limit: said as such.
+fn binary_error(message: String, source: prost::DecodeError) -> CodecError {
+    if depth::is_recursion_error(&source) {
+        CodecError::TooDeep { message }
+    } else {
+        CodecError::Binary { message, source }
+    }
+}
+
+/// Renders a dynamic message in `format`, within the nesting limit.
 pub fn encode_dynamic(message: &DynamicMessage, format: Format) -> Result<Bytes, CodecError> {
+    let too_deep = |_| CodecError::TooDeep { message: message.descriptor().full_name().to_owned() };
     match format {
         Format::Binary => Ok(message.encode_to_vec().into()),
-        Format::Text => Ok(text::print(message).into()),
+        Format::Text => Ok(text::print(message).map_err(too_deep)?.into()),
         Format::Json => {
+            // prost-reflect expands `Any` payloads as it serializes: measured first.
+            depth::check_message(message, 1).map_err(too_deep)?;
             // Through serde_json::Value: its maps are sorted, so repeats of one
             // answer render byte for byte the same (prost-reflect maps are hashed).
             let render_error = |e: serde_json::Error| CodecError::Render {

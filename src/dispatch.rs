@@ -25,7 +25,7 @@ pub use wire::{error_body, response_descriptor};
 use self::wire::encode;
 use crate::{
     codec::{self, Format},
-    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
     rules::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Key, Lease, Lookup},
@@ -144,6 +144,9 @@ impl Dispatcher {
         admission: Admission,
         metrics: Metrics,
     ) -> Dispatcher {
+        // Decoded now, not inside the first call's budget: requests' `Any`
+        // payloads are measured against it.
+        std::sync::LazyLock::force(&crate::proto::DESCRIPTOR_POOL);
         let default_scenario = default_scenario.and_then(|name| registry.get(name)).map(|r| r.name.clone());
         metrics.watch_cache(&cache);
         metrics.watch_admission(&admission);
@@ -265,20 +268,61 @@ enum Request {
     Apply(TScenarioApplyRequest),
 }
 
+/// Longest `BaseRequest.RequestId` accepted, in bytes: it keys the cache and
+/// is written into every log line.
+pub const MAX_REQUEST_ID: usize = 256;
+
+/// Why a request body was refused before any scenario saw it.
+#[derive(Debug, thiserror::Error)]
+enum BadRequest {
+    #[error(transparent)]
+    Codec(#[from] codec::CodecError),
+    #[error("BaseRequest.RequestId is {0} bytes long, over the limit of {MAX_REQUEST_ID}")]
+    RequestIdTooLong(usize),
+    #[error("{0} is nested deeper than the limit of {max} levels", max = codec::depth::MAX_DEPTH)]
+    TooDeep(&'static str),
+}
+
 impl Request {
-    fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, codec::CodecError> {
-        Ok(match handler {
+    fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
+        let request = match handler {
             Handler::Run => Request::Run(codec::decode(body, format)?),
             _ => Request::Apply(codec::decode(body, format)?),
-        })
+        };
+        let length = request.request_id().len();
+        if length > MAX_REQUEST_ID {
+            return Err(BadRequest::RequestIdTooLong(length));
+        }
+        // JSON and text were measured whole as they were parsed; binary `Any`
+        // payloads are still bytes, which a printer or a scenario may expand.
+        if format == Format::Binary {
+            request.check_any_depth()?;
+        }
+        Ok(request)
     }
 
     fn request_id(&self) -> &str {
-        let base = match self {
+        self.base().map_or("", |b| b.request_id.as_str())
+    }
+
+    fn base(&self) -> Option<&TScenarioBaseRequest> {
+        match self {
             Request::Run(r) => r.base_request.as_ref(),
             Request::Apply(r) => r.base_request.as_ref(),
-        };
-        base.map_or("", |b| b.request_id.as_str())
+        }
+    }
+
+    /// Measures the `Any` fields of a request: `BaseRequest.State` sits at
+    /// level 3 (request, `BaseRequest`, `State`), `Arguments` at level 2.
+    fn check_any_depth(&self) -> Result<(), BadRequest> {
+        use codec::depth::check_any;
+        if let Some(state) = self.base().and_then(|b| b.state.as_ref()) {
+            check_any(state, 3).map_err(|_| BadRequest::TooDeep("BaseRequest.State"))?;
+        }
+        if let Request::Apply(TScenarioApplyRequest { arguments: Some(arguments), .. }) = self {
+            check_any(arguments, 2).map_err(|_| BadRequest::TooDeep("Arguments"))?;
+        }
+        Ok(())
     }
 
     fn log(&self) {
@@ -286,7 +330,7 @@ impl Request {
             Request::Run(r) => codec::redact::redacted_text(r),
             Request::Apply(r) => codec::redact::redacted_text(r),
         };
-        tracing::debug!(target: logging::ACCESS_TARGET, "request\n{text}");
+        log_text("request", text);
     }
 }
 
@@ -342,11 +386,18 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 }
 
 fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
-    match codec::decode_dynamic(desc, binary, Format::Binary) {
-        Ok(mut message) => {
-            codec::redact::redact(&mut message);
-            tracing::debug!(target: logging::ACCESS_TARGET, "{what}\n{}", codec::text::print(&message));
-        }
+    let text =
+        codec::decode_dynamic(desc, binary, Format::Binary).map_err(|e| e.to_string()).and_then(|mut message| {
+            codec::redact::redact(&mut message).map_err(|e| e.to_string())?;
+            codec::text::print(&message).map_err(|e| e.to_string())
+        });
+    log_text(what, text);
+}
+
+/// Writes a body's text to the debug log (the log line caps its length).
+fn log_text(what: &str, text: Result<String, impl std::fmt::Display>) {
+    match text {
+        Ok(text) => tracing::debug!(target: logging::ACCESS_TARGET, "{what}\n{text}"),
         Err(error) => tracing::debug!(target: logging::ACCESS_TARGET, "{what} not printable: {error}"),
     }
 }

@@ -1,50 +1,87 @@
 //! Redaction of personal data before a message reaches the logs.
 //!
-//! Fields are matched by name anywhere in the message tree, so new messages
-//! that reuse these names are covered without a list of paths to maintain.
+//! Fields are matched by name anywhere in the message tree, `Any` payloads
+//! included (a `State` may hold a whole request), so new messages that reuse
+//! these names are covered without a list of paths to maintain. The names:
+//!
+//! - replaced by [`REDACTED`]: `ClientIP`, `RawPersonalData`, `DeviceId`,
+//!   `Uuid`, `ServiceTicket`, `UserTicket`;
+//! - dropped whole: `BiometryScoring`, `BiometryClassification`.
+//!
+//! Redaction stops at the nesting limit: a message nested deeper is not
+//! printed at all.
 
+use prost::Message;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
+use super::depth::{self, MAX_DEPTH, TooDeep};
+
 /// String fields whose value is replaced by [`REDACTED`].
-const SECRET_STRINGS: &[&str] = &["ClientIP", "RawPersonalData"];
+pub const SECRET_STRINGS: &[&str] = &["ClientIP", "RawPersonalData", "DeviceId", "Uuid", "ServiceTicket", "UserTicket"];
 /// Message fields (biometry) dropped whole.
-const SECRET_MESSAGES: &[&str] = &["BiometryScoring", "BiometryClassification"];
+pub const SECRET_MESSAGES: &[&str] = &["BiometryScoring", "BiometryClassification"];
 /// What a redacted string reads as.
 pub const REDACTED: &str = "<redacted>";
 
-/// Redacts personal data in place.
-pub fn redact(message: &mut DynamicMessage) {
+/// Redacts personal data in place, or refuses a message nested deeper than the limit.
+pub fn redact(message: &mut DynamicMessage) -> Result<(), TooDeep> {
+    redact_at(message, 1)
+}
+
+fn redact_at(message: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> {
+    if level > MAX_DEPTH {
+        return Err(TooDeep);
+    }
+    if message.descriptor().full_name() == depth::ANY {
+        return redact_any(message, level);
+    }
     let desc = message.descriptor();
     for field in desc.fields() {
         if !message.has_field(&field) {
             continue;
         }
         let name = field.name();
-        if SECRET_STRINGS.contains(&name) {
+        if SECRET_STRINGS.contains(&name) && matches!(message.get_field(&field).as_ref(), Value::String(_)) {
             message.set_field(&field, Value::String(REDACTED.to_owned()));
         } else if SECRET_MESSAGES.contains(&name) {
             message.clear_field(&field);
         } else {
             match message.get_field_mut(&field) {
-                Value::Message(inner) => redact(inner),
-                Value::List(items) => items.iter_mut().for_each(redact_value),
-                Value::Map(entries) => entries.values_mut().for_each(redact_value),
+                Value::Message(inner) => redact_at(inner, level + 1)?,
+                Value::List(items) => items.iter_mut().try_for_each(|item| redact_value(item, level + 1))?,
+                // A map entry is a level of its own.
+                Value::Map(entries) => entries.values_mut().try_for_each(|item| redact_value(item, level + 2))?,
                 _ => {}
             }
         }
     }
+    Ok(())
 }
 
-fn redact_value(value: &mut Value) {
-    if let Value::Message(inner) = value {
-        redact(inner);
+fn redact_value(value: &mut Value, level: usize) -> Result<(), TooDeep> {
+    match value {
+        Value::Message(inner) => redact_at(inner, level),
+        _ => Ok(()),
     }
 }
 
-/// The text format of `message` with personal data redacted: what debug logs print.
-pub fn redacted_text<T: ReflectMessage>(message: &T) -> String {
+/// Redacts inside an `Any` whose type is known: its payload is decoded,
+/// redacted and encoded back. A payload of an unknown type stays bytes, which
+/// the printer shows escaped, as it must show any opaque bytes.
+fn redact_any(any: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> {
+    let Some(mut inner) = depth::expand_any(any)? else {
+        return Ok(());
+    };
+    redact_at(&mut inner, level + 1)?;
+    any.set_field_by_number(2, Value::Bytes(inner.encode_to_vec().into()));
+    Ok(())
+}
+
+/// The text format of `message` with personal data redacted: what debug logs
+/// print; a message nested deeper than the limit is refused.
+pub fn redacted_text<T: ReflectMessage>(message: &T) -> Result<String, TooDeep> {
     let mut dynamic = message.transcode_to_dynamic();
-    redact(&mut dynamic);
+    redact(&mut dynamic)?;
     super::text::print(&dynamic)
 }
 
@@ -52,7 +89,8 @@ pub fn redacted_text<T: ReflectMessage>(message: &T) -> String {
 mod tests {
     use super::*;
     use crate::proto::n_alice::n_scenarios::{
-        TBiometryScoring, TInput, TOptions, TScenarioBaseRequest, TScenarioRunRequest, TVoiceInput, t_input,
+        TBiometryScoring, TClientInfo, TInput, TOptions, TScenarioBaseRequest, TScenarioRunRequest, TVoiceInput,
+        t_input,
     };
 
     #[test]
@@ -77,11 +115,48 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let text = redacted_text(&request);
+        let text = redacted_text(&request).unwrap();
         assert!(!text.contains("109.252"), "{text}");
         assert!(!text.contains("phone"), "{text}");
         assert!(!text.contains("1454ee36"), "{text}");
         assert!(text.contains("ClientIP: \"<redacted>\""), "{text}");
         assert!(text.contains("купи") && text.contains("r-1") && text.contains("UA"), "{text}");
+    }
+
+    #[test]
+    fn personal_data_inside_any_is_redacted_at_every_depth() {
+        use prost::Message;
+        let secret = TScenarioBaseRequest {
+            request_id: "inner".into(),
+            client_info: Some(TClientInfo { uuid: "u-123".into(), device_id: "d-456".into(), ..Default::default() }),
+            options: Some(TOptions { client_ip: "10.1.2.3".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let pack = |message: &TScenarioBaseRequest| prost_types::Any {
+            type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest".into(),
+            value: message.encode_to_vec(),
+        };
+        let middle =
+            TScenarioBaseRequest { request_id: "middle".into(), state: Some(pack(&secret)), ..Default::default() };
+        let request = TScenarioRunRequest {
+            base_request: Some(TScenarioBaseRequest {
+                request_id: "outer".into(),
+                state: Some(pack(&middle)),
+                ..Default::default()
+            }),
+            input: None,
+        };
+        let text = redacted_text(&request).unwrap();
+        assert!(text.contains("RequestId: \"inner\""), "{text}");
+        for secret in ["u-123", "d-456", "10.1.2.3"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(text.matches(REDACTED).count(), 3, "{text}");
+    }
+
+    #[test]
+    fn redaction_refuses_nesting_past_the_limit() {
+        let deep = crate::codec::depth::tests::nested_any_state(500);
+        assert_eq!(redacted_text(&deep), Err(TooDeep));
     }
 }

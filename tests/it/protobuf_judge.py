@@ -20,8 +20,8 @@ def main() -> int:
     from google.protobuf import descriptor_pool, json_format, message_factory, text_format
 
     # Importing the generated modules registers every type in the default
-    # pool; Any values also hold well-known types, which build.rs keeps in ours.
-    importlib.import_module("google.protobuf.wrappers_pb2")
+    # pool: only what proto/ declares or imports, so an Any our printer expands
+    # with a type proto/ does not know fails here.
     for module in sorted(generated.rglob("*_pb2.py")):
         importlib.import_module(".".join(module.relative_to(generated).with_suffix("").parts))
     pool = descriptor_pool.Default()

@@ -5,6 +5,10 @@
 //! call, so this one writes plain values as they are and quotes only those
 //! that need it (spaces, quotes, `=`, control characters), keeping each line
 //! one unambiguous line whatever a client puts in a RequestId.
+//!
+//! Every value is capped: a field at [`MAX_FIELD`] bytes, a message (the
+//! debug bodies) at [`MAX_MESSAGE`], so that no request can make a line of
+//! its own size.
 
 use std::{
     fmt::{self, Write},
@@ -16,6 +20,11 @@ use tracing_subscriber::{
     fmt::{FmtContext, FormatEvent, FormatFields, format::Writer},
     registry::LookupSpan,
 };
+
+/// Longest field value written, in bytes; longer ones end in `…(N bytes)`.
+pub const MAX_FIELD: usize = 512;
+/// Longest message written (a debug body's text), in bytes.
+pub const MAX_MESSAGE: usize = 64 * 1024;
 
 /// The event formatter of our logs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,13 +61,15 @@ impl tracing::field::Visit for Visitor<'_, '_> {
         if self.result.is_err() {
             return;
         }
-        self.result = if field.name() == "message" {
+        let message = field.name() == "message";
+        let mut text = Capped::new(if message { MAX_MESSAGE } else { MAX_FIELD });
+        let _ = write!(text, "{value:?}");
+        let text = text.finish();
+        self.result = if message {
             // `format_args!` messages: written as the text they are, newlines kept
             // for the multi-line debug bodies.
-            write!(self.writer, " {value:?}")
+            write!(self.writer, " {text}")
         } else {
-            let mut text = String::new();
-            let _ = write!(text, "{value:?}");
             write_field(self.writer, field.name(), &text)
         };
     }
@@ -71,10 +82,61 @@ pub(super) fn write_field(writer: &mut impl Write, name: &str, value: &str) -> f
     if name == "message" {
         return writer.write_str(value);
     }
+    let capped;
+    let value = if value.len() > MAX_FIELD {
+        let mut text = Capped::new(MAX_FIELD);
+        let _ = text.write_str(value);
+        capped = text.finish();
+        capped.as_str()
+    } else {
+        value
+    };
     writer.write_str(name)?;
     writer.write_char('=')?;
     let plain = !value.is_empty() && value.chars().all(|c| !c.is_control() && !matches!(c, ' ' | '"' | '=' | '\\'));
     if plain { writer.write_str(value) } else { write!(writer, "{value:?}") }
+}
+
+/// Text that keeps its first `limit` bytes (at a character boundary) and
+/// counts the rest.
+struct Capped {
+    text: String,
+    limit: usize,
+    dropped: usize,
+}
+
+impl Capped {
+    fn new(limit: usize) -> Capped {
+        Capped { text: String::new(), limit, dropped: 0 }
+    }
+
+    fn finish(mut self) -> String {
+        if self.dropped > 0 {
+            let _ = write!(self.text, "…(+{} bytes)", self.dropped);
+        }
+        self.text
+    }
+}
+
+impl Write for Capped {
+    fn write_str(&mut self, part: &str) -> fmt::Result {
+        let room = self.limit.saturating_sub(self.text.len());
+        if self.dropped > 0 || part.len() > room {
+            let mut end = room.min(part.len());
+            while !part.is_char_boundary(end) {
+                end -= 1;
+            }
+            if self.dropped == 0 {
+                self.text.push_str(&part[..end]);
+                self.dropped = part.len() - end;
+            } else {
+                self.dropped += part.len();
+            }
+        } else {
+            self.text.push_str(part);
+        }
+        Ok(())
+    }
 }
 
 /// The start of every line: the timestamp, the level and the target.
@@ -172,6 +234,18 @@ mod tests {
             rest,
             r#"  INFO megamind_scenario::access: served transport=http request_id="a b\n\"c" latency_us=42"#
         );
+    }
+
+    #[test]
+    fn huge_values_are_capped() {
+        let mut out = String::new();
+        write_field(&mut out, "request_id", &"x".repeat(1_000_000)).unwrap();
+        assert!(out.len() < MAX_FIELD + 64, "{}", out.len());
+        assert!(out.ends_with("…(+999488 bytes)\""), "{out}");
+        let mut capped = Capped::new(5);
+        capped.write_str("яяя").unwrap();
+        capped.write_str("abc").unwrap();
+        assert_eq!(capped.finish(), "яя…(+5 bytes)");
     }
 
     struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -1,4 +1,4 @@
-//! Reading the model's answer (seed 000): plain text, or a JSON object
+//! Reading the model's answer (the app-action format): plain text, or a JSON object
 //! `{session_id, command, args, text}`, also inside a Markdown code fence or
 //! with prose around it.
 //!
@@ -18,6 +18,15 @@ use serde_json::{Map, Value};
 /// How many `{` positions are tried when looking for JSON inside prose:
 /// bounds the work on long garbage.
 const MAX_OBJECT_STARTS: usize = 32;
+
+/// Deepest answer object kept as a directive's payload, in JSON levels. The
+/// payload sits six messages deep in a `/run` answer and each JSON level
+/// costs three more (`Struct`, map entry, `Value`): 20 levels keep every
+/// answer well inside protobuf's recursion limit of 100, so that it decodes
+/// anywhere. An app action needs two.
+pub const MAX_PAYLOAD_DEPTH: usize = 20;
+/// Largest answer object kept as a payload, serialized, in bytes.
+pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
 
 /// The model's answer, understood.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +81,9 @@ pub enum Dropped {
     UnknownCommand,
     /// `command` is not a string.
     BadCommand,
+    /// The object is nested deeper than [`MAX_PAYLOAD_DEPTH`] or larger than
+    /// [`MAX_PAYLOAD_BYTES`]: it cannot travel as a payload.
+    OversizedPayload,
 }
 
 impl Dropped {
@@ -82,6 +94,7 @@ impl Dropped {
             Dropped::NoAppName => "no_app_name",
             Dropped::UnknownCommand => "unknown_command",
             Dropped::BadCommand => "bad_command",
+            Dropped::OversizedPayload => "oversized_payload",
         }
     }
 }
@@ -133,7 +146,11 @@ fn from_object(object: Map<String, Value>) -> Answer {
         Some(Value::String(text)) => text.trim().to_owned(),
         _ => String::new(),
     };
-    let (command, dropped) = match command(&object) {
+    let checked = command(&object).and_then(|command| match command {
+        Some(_) if !fits_a_payload(&object) => Err(Dropped::OversizedPayload),
+        command => Ok(command),
+    });
+    let (command, dropped) = match checked {
         Ok(command) => (command, None),
         Err(reason) => (None, Some(reason)),
     };
@@ -175,6 +192,22 @@ impl Command {
             Command::CloseApp { app_name, .. } => Command::CloseApp { app_name, payload: object },
         }
     }
+}
+
+/// Whether the model's object is small and shallow enough to be a payload.
+fn fits_a_payload(object: &Map<String, Value>) -> bool {
+    fn depth(value: &Value, level: usize) -> usize {
+        if level > MAX_PAYLOAD_DEPTH {
+            return level;
+        }
+        match value {
+            Value::Array(items) => items.iter().map(|v| depth(v, level + 1)).max().unwrap_or(level),
+            Value::Object(object) => object.values().map(|v| depth(v, level + 1)).max().unwrap_or(level),
+            _ => level,
+        }
+    }
+    let deepest = object.values().map(|v| depth(v, 1)).max().unwrap_or(0);
+    deepest < MAX_PAYLOAD_DEPTH && serde_json::to_vec(object).is_ok_and(|json| json.len() <= MAX_PAYLOAD_BYTES)
 }
 
 fn non_empty(value: Option<&Value>) -> Option<&str> {

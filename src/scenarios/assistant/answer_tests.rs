@@ -1,4 +1,4 @@
-//! The seed-000 rules, one row each.
+//! The app-action answer rules, one row each.
 
 use serde_json::json;
 
@@ -62,6 +62,23 @@ fn table() -> Vec<(&'static str, String, Want)> {
             "missing session_id",
             r#"{"command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#.into(),
             Drop("Открываю Safari.", Dropped::NoSessionId),
+        ),
+        (
+            "args nested past the payload depth",
+            format!(
+                r#"{{"session_id": "s", "command": "open_app", "args": {{"app_name": "Safari", "x": {}1{}}}, "text": "Открываю."}}"#,
+                "{\"k\": ".repeat(46),
+                "}".repeat(46)
+            ),
+            Drop("Открываю.", Dropped::OversizedPayload),
+        ),
+        (
+            "a payload over the size limit",
+            format!(
+                r#"{{"session_id": "s", "command": "open_app", "args": {{"app_name": "Safari", "junk": "{}"}}, "text": "Да."}}"#,
+                "x".repeat(MAX_PAYLOAD_BYTES)
+            ),
+            Drop("Да.", Dropped::OversizedPayload),
         ),
         (
             "empty session_id",

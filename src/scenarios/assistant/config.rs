@@ -31,7 +31,7 @@ pub struct AssistantConfig {
     pub run_wait_ms: u64,
     /// Kept before each handler's deadline for building the answer, in ms.
     pub answer_margin_ms: u64,
-    /// A whole model call, retries included, in ms (the seed's 30 s).
+    /// A whole model call, retries included, in ms (30 s by default).
     pub call_timeout_ms: u64,
     /// Connecting to the backend, in ms.
     pub connect_timeout_ms: u64,

@@ -1,7 +1,7 @@
 //! The embedded offline backend: no network, no model, the same answer for
 //! the same words. It opens and closes common apps ("открой Safari",
 //! "закрой калькулятор", "open Telegram"), greets, explains what it can do,
-//! and says it cannot do the rest offline; always in the seed-000 format, so
+//! and says it cannot do the rest offline; always in the app-action answer format, so
 //! everything behind the backend works the same as with a real model.
 
 use async_trait::async_trait;
@@ -60,7 +60,7 @@ const APPS: &[(&[&str], &str)] = &[
 const GREETINGS: &[&str] = &["привет", "здравствуй", "здравствуйте", "добрый день", "hello", "hi", "hey"];
 const HELP: &[&str] = &["помощь", "помоги", "что ты умеешь", "help", "what can you do"];
 
-/// The seed-000 answer to `utterance`.
+/// The app-action answer (`{session_id, command, args, text}`) to `utterance`.
 pub(crate) fn answer(utterance: &str, session_id: &str) -> String {
     let words = normalize(utterance);
     let russian = utterance.chars().any(|c| matches!(c, 'а'..='я' | 'А'..='Я' | 'ё' | 'Ё'));

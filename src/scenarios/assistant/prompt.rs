@@ -1,10 +1,11 @@
 //! What the model is sent: the system prompt (built in, or a file), the
 //! session id it must echo in commands, the dialog history, then the user's
-//! words, in the message order of seed 001.
+//! words: chat-completions order (system, alternating user and assistant
+//! turns, the new user message last).
 //!
 //! The session id is derived from the request, never from personal data:
-//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the seed's
-//! shape), the sub-millisecond digits taken from a hash of the `RequestId` so
+//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the shape of the
+//! app-action format's examples), the sub-millisecond digits taken from a hash of the `RequestId` so
 //! that two dialogs started in the same millisecond differ. It is made on the
 //! first turn of a dialog session (no state, `IsNewSession`, or
 //! `IsSessionReset`) and carried in the state afterwards, so it is stable over
@@ -13,7 +14,8 @@
 use super::backend::{ChatMessage, Role};
 use crate::proto::megamind_scenario::v1::TAssistantTurn;
 
-/// The built-in system prompt: the seed-000 format and the two commands.
+/// The built-in system prompt: the app-action answer format
+/// (`{session_id, command, args, text}`) and its two commands.
 pub const DEFAULT_SYSTEM_PROMPT: &str = r#"You are a voice assistant on the user's computer. Answer briefly, in the language of the user's request: your text is spoken aloud, so no Markdown, lists or links.
 
 When the user asks to open or close an application, answer with exactly one JSON object and nothing else:

@@ -1,0 +1,230 @@
+//! The nesting limit: no decoder, printer or redactor goes deeper than
+//! [`MAX_DEPTH`] levels of messages, `Any` payloads included.
+//!
+//! Parsers and printers recurse once per level, so a body nested a few
+//! thousand levels deep would overflow a worker's stack. Text and JSON bodies
+//! are scanned for their bracket depth before they are parsed (the scan keeps
+//! no stack); binary bodies are bounded by prost's own recursion limit, which
+//! is the same 100; `Any` payloads, which decoders leave as bytes, are
+//! measured by [`check_message`] and [`check_any`] before anything expands them.
+
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};
+
+/// Levels of nesting accepted: protobuf's default recursion limit.
+pub const MAX_DEPTH: usize = 100;
+
+/// A body or message nested deeper than [`MAX_DEPTH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("nesting deeper than the limit of {MAX_DEPTH} levels")]
+pub struct TooDeep;
+
+/// The type name behind `google.protobuf.Any`.
+pub(crate) const ANY: &str = "google.protobuf.Any";
+
+/// Checks the brace depth of Protobuf text format (`{`/`<` outside strings
+/// and comments) without parsing it.
+pub fn check_text(text: &str) -> Result<(), TooDeep> {
+    let mut depth = 0usize;
+    let mut bytes = text.bytes();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'{' | b'<' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(TooDeep);
+                }
+            }
+            b'}' | b'>' => depth = depth.saturating_sub(1),
+            b'#' => {
+                // A comment runs to the end of the line.
+                for b in bytes.by_ref() {
+                    if b == b'\n' {
+                        break;
+                    }
+                }
+            }
+            quote @ (b'"' | b'\'') => skip_string(&mut bytes, quote),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks the bracket depth of JSON (`{`/`[` outside strings) without parsing it.
+pub fn check_json(json: &[u8]) -> Result<(), TooDeep> {
+    let mut depth = 0usize;
+    let mut bytes = json.iter().copied();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(TooDeep);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => skip_string(&mut bytes, b'"'),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Moves past a quoted string whose opening `quote` was just read.
+fn skip_string(bytes: &mut impl Iterator<Item = u8>, quote: u8) {
+    while let Some(b) = bytes.next() {
+        match b {
+            b'\\' => {
+                bytes.next();
+            }
+            // Neither format lets a string run past a line: ending it there
+            // can only count more braces than the parser sees, never fewer.
+            b'\n' => return,
+            b if b == quote => return,
+            _ => {}
+        }
+    }
+}
+
+/// Checks the depth of a decoded message, counting each message level and
+/// each `Any` payload whose type the pool knows (a payload of an unknown type
+/// stays bytes: nothing can expand it). `depth` is the level `message` sits at
+/// (1 for a request or answer).
+pub fn check_message(message: &DynamicMessage, depth: usize) -> Result<(), TooDeep> {
+    if depth > MAX_DEPTH {
+        return Err(TooDeep);
+    }
+    if message.descriptor().full_name() == ANY {
+        return match expand_any(message)? {
+            Some(inner) => check_message(&inner, depth + 1),
+            None => Ok(()),
+        };
+    }
+    for (_, value) in message.fields() {
+        check_value(value, depth)?;
+    }
+    Ok(())
+}
+
+fn check_value(value: &Value, depth: usize) -> Result<(), TooDeep> {
+    match value {
+        Value::Message(inner) => check_message(inner, depth + 1),
+        Value::List(items) => items.iter().try_for_each(|item| check_value(item, depth)),
+        // A map entry is a message level of its own on the wire.
+        Value::Map(entries) => entries.values().try_for_each(|item| check_value(item, depth + 1)),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the payload of a typed `Any` field that sits at `depth`: how a
+/// decoded request's `State` and `Arguments` are measured.
+pub fn check_any(any: &prost_types::Any, depth: usize) -> Result<(), TooDeep> {
+    if any.value.is_empty() {
+        return Ok(());
+    }
+    let Some(desc) = any_type(&crate::proto::DESCRIPTOR_POOL, &any.type_url) else {
+        return Ok(());
+    };
+    match DynamicMessage::decode(desc, any.value.as_slice()) {
+        Ok(inner) => check_message(&inner, depth + 1),
+        // Bytes that do not decode stay bytes; only a failure of prost's own
+        // recursion limit says something about depth.
+        Err(error) if is_recursion_error(&error) => Err(TooDeep),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The payload of a dynamic `Any` when its type is known and it decodes;
+/// `None` when it stays bytes.
+pub(crate) fn expand_any(any: &DynamicMessage) -> Result<Option<DynamicMessage>, TooDeep> {
+    let (Some(type_url), Some(bytes)) = (any.get_field_by_number(1), any.get_field_by_number(2)) else {
+        return Ok(None);
+    };
+    let (Value::String(type_url), Value::Bytes(bytes)) = (&*type_url, &*bytes) else {
+        return Ok(None);
+    };
+    let Some(desc) = any_type(any.descriptor().parent_pool(), type_url) else {
+        return Ok(None);
+    };
+    match DynamicMessage::decode(desc, bytes.as_ref()) {
+        Ok(inner) => Ok(Some(inner)),
+        Err(error) if is_recursion_error(&error) => Err(TooDeep),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The message type an `Any`'s `type_url` names, when the pool has it.
+pub(crate) fn any_type(pool: &DescriptorPool, type_url: &str) -> Option<MessageDescriptor> {
+    let (_, name) = type_url.rsplit_once('/')?;
+    pool.get_message_by_name(name)
+}
+
+/// Whether a decode failed on prost's recursion limit.
+pub fn is_recursion_error(error: &prost::DecodeError) -> bool {
+    error.to_string().contains("recursion limit")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use prost::Message;
+
+    use super::*;
+    use crate::proto::n_alice::n_scenarios::{TScenarioBaseRequest, TScenarioRunRequest};
+
+    fn nested_text(levels: usize) -> String {
+        let mut text = String::from("BaseRequest{RequestId:\"x\" Experiments{fields{key:\"a\" value{");
+        text.push_str(&"list_value{values{".repeat(levels));
+        text
+    }
+
+    #[test]
+    fn text_depth_counts_braces_outside_strings_and_comments() {
+        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH)), Ok(()));
+        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH + 1)), Err(TooDeep));
+        assert_eq!(check_text(&"a<".repeat(MAX_DEPTH + 1)), Err(TooDeep));
+        assert_eq!(check_text(&format!("s: \"{}\"", "{".repeat(500))), Ok(()));
+        assert_eq!(check_text(&format!("s: '{}\\'{}'", "{".repeat(5), "<".repeat(500))), Ok(()));
+        assert_eq!(check_text(&format!("# {}\nx: 1", "{".repeat(500))), Ok(()));
+        assert_eq!(check_text(&nested_text(500)), Err(TooDeep));
+    }
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        assert_eq!(check_json("[".repeat(MAX_DEPTH).as_bytes()), Ok(()));
+        assert_eq!(check_json("[".repeat(MAX_DEPTH + 1).as_bytes()), Err(TooDeep));
+        assert_eq!(check_json(format!("{{\"a\\\"{}\": 1}}", "[".repeat(500)).as_bytes()), Ok(()));
+        assert_eq!(check_json("{\"a\":".repeat(MAX_DEPTH + 1).as_bytes()), Err(TooDeep));
+    }
+
+    /// A request whose `State` holds `levels` `Any`s, each in the next.
+    pub(crate) fn nested_any_state(levels: usize) -> TScenarioRunRequest {
+        let base = |state| TScenarioBaseRequest { request_id: "x".into(), state, ..Default::default() };
+        let mut any = prost_types::Any::default();
+        for _ in 0..levels {
+            let inner = base(Some(any));
+            any = prost_types::Any {
+                type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest".into(),
+                value: inner.encode_to_vec(),
+            };
+        }
+        TScenarioRunRequest { base_request: Some(base(Some(any))), input: None }
+    }
+
+    #[test]
+    fn any_payloads_count_as_levels() {
+        let shallow = nested_any_state(10);
+        assert_eq!(check_message(&shallow.transcode_to_dynamic(), 1), Ok(()));
+        let deep = nested_any_state(3_000);
+        assert_eq!(check_message(&deep.transcode_to_dynamic(), 1), Err(TooDeep));
+        let state = deep.base_request.as_ref().and_then(|b| b.state.as_ref()).unwrap();
+        assert_eq!(check_any(state, 2), Err(TooDeep));
+        let state = shallow.base_request.as_ref().and_then(|b| b.state.as_ref()).unwrap();
+        assert_eq!(check_any(state, 2), Ok(()));
+    }
+
+    #[test]
+    fn unknown_any_types_stay_bytes() {
+        let any = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), value: vec![1, 2, 3] };
+        assert_eq!(check_any(&any, 1), Ok(()));
+    }
+}

@@ -1,0 +1,308 @@
+//! Bodies built to hurt: nesting past the limit, a megabyte RequestId,
+//! personal data hidden in `Any`, content quoted back in errors. The server
+//! answers each with a protocol error, stays up, and logs nothing it must not.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use megamind_scenario::{
+    codec::Format,
+    proto::n_alice::n_scenarios::{
+        TClientInfo, TOptions, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest, TScenarioRunResponse,
+        t_scenario_run_response,
+    },
+};
+use prost::Message;
+
+use crate::helpers::{TestApp, decode_answer, fixture_body, grpc_client, grpc_request, spawn_builtin, spawn_demo};
+
+/// `levels` of `list_value{values{` inside the request's experiments: the
+/// body that overflowed the parser's stack at about 423 levels.
+fn nested_struct_text(levels: usize) -> String {
+    let mut text = String::from("BaseRequest{RequestId:\"x\" Experiments{fields{key:\"a\" value{");
+    text.push_str(&"list_value{values{".repeat(levels));
+    text.push_str(&"}}".repeat(levels));
+    text.push_str("}}}}");
+    text
+}
+
+/// `levels` of expanded `Any`, each a base request whose `State` holds the next.
+fn nested_any_text(levels: usize) -> String {
+    let open = "State{[type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest]{RequestId:\"y\" ";
+    format!("BaseRequest{{RequestId:\"x\" {}{}}}", open.repeat(levels), "}}".repeat(levels))
+}
+
+/// A binary run request whose `State` holds `levels` nested `Any`s.
+fn nested_any_binary(levels: usize, request_id: &str) -> Vec<u8> {
+    let base = |state| TScenarioBaseRequest { request_id: request_id.into(), state, ..Default::default() };
+    let mut any = prost_types::Any::default();
+    for _ in 0..levels {
+        any = prost_types::Any {
+            type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest".into(),
+            value: base(Some(any)).encode_to_vec(),
+        };
+    }
+    TScenarioRunRequest { base_request: Some(base(Some(any))), input: None }.encode_to_vec()
+}
+
+/// Posts `body` and expects 200 with a run `Error` of `kind`; returns its message.
+async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &str) -> String {
+    let answer = app.post(path, media, Some("application/protobuf"), body).await;
+    assert_eq!(answer.status(), 200, "{path} {media}");
+    let bytes = answer.bytes().await.unwrap();
+    if path.ends_with("/run") {
+        let answer: TScenarioRunResponse = decode_answer(&bytes, Format::Binary);
+        match answer.response {
+            Some(t_scenario_run_response::Response::Error(error)) => {
+                assert_eq!(error.r#type, kind, "{}", error.message);
+                return error.message;
+            }
+            other => panic!("expected an Error, got {other:?}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(text.contains(kind), "{path}: {text}");
+    text
+}
+
+#[tokio::test]
+async fn nesting_past_the_limit_is_a_bad_request_on_every_handler_and_format() {
+    let app = spawn_builtin(megamind_scenario::config::Config::default()).await;
+    for scenario in ["demo", "assistant"] {
+        for handler in ["run", "continue", "commit", "apply"] {
+            let path = format!("/{scenario}/{handler}");
+            let deep = nested_struct_text(500).into_bytes();
+            let message = error_of(&app, &path, "text/protobuf", deep, "bad_request").await;
+            assert!(message.contains("limit of 100"), "{path}: {message}");
+        }
+    }
+    let message =
+        error_of(&app, "/demo/run", "text/protobuf", nested_any_text(5_000).into_bytes(), "bad_request").await;
+    assert!(message.contains("limit of 100"), "{message}");
+    let deep_json = format!(
+        "{{\"BaseRequest\":{{\"RequestId\":\"x\",\"Experiments\":{{\"a\":{}1{}}}}}}}",
+        "[".repeat(150),
+        "]".repeat(150)
+    );
+    let message = error_of(&app, "/demo/run", "application/json", deep_json.into_bytes(), "bad_request").await;
+    assert!(message.contains("limit of 100"), "{message}");
+    let message =
+        error_of(&app, "/demo/run", "application/protobuf", nested_any_binary(3_000, "x"), "bad_request").await;
+    assert!(message.contains("BaseRequest.State") && message.contains("limit of 100"), "{message}");
+    // Just inside the limit is served.
+    let fine = app.post("/demo/run", "text/protobuf", None, nested_struct_text(20).into_bytes()).await;
+    assert_eq!(fine.status(), 200);
+    assert_eq!(app.get("/healthz").await.0, 200, "the server is still up");
+}
+
+#[tokio::test]
+async fn a_request_id_over_256_bytes_is_refused() {
+    let (app, _) = spawn_demo().await;
+    let long = "r".repeat(1 << 20);
+    let body = TScenarioRunRequest {
+        base_request: Some(TScenarioBaseRequest { request_id: long, ..Default::default() }),
+        input: None,
+    };
+    let message = error_of(&app, "/demo/run", "application/protobuf", body.encode_to_vec(), "bad_request").await;
+    assert!(message.contains("over the limit of 256"), "{message}");
+    assert!(message.len() < 200, "the error does not quote the id");
+    let ok = TScenarioRunRequest {
+        base_request: Some(TScenarioBaseRequest { request_id: "r".repeat(256), ..Default::default() }),
+        input: None,
+    };
+    let answer = app.post("/demo/run", "application/protobuf", None, ok.encode_to_vec()).await;
+    let answer: TScenarioRunResponse = decode_answer(&answer.bytes().await.unwrap(), Format::Binary);
+    assert!(
+        !matches!(answer.response, Some(t_scenario_run_response::Response::Error(ref e)) if e.r#type == "bad_request")
+    );
+}
+
+#[tokio::test]
+async fn decode_errors_quote_request_content_only_as_a_short_prefix() {
+    let (app, _) = spawn_demo().await;
+    let body = br#"{"BaseRequest": {"RequestId": "r", "+79161234567-ivanov@example.com": 1}}"#.to_vec();
+    let message = error_of(&app, "/demo/run", "application/json", body, "bad_request").await;
+    assert!(!message.contains("79161234567") && !message.contains("ivanov"), "{message}");
+    let body = br#"{"BaseRequest": {"RequestId": 109252862351}}"#.to_vec();
+    let message = error_of(&app, "/demo/run", "application/json", body, "bad_request").await;
+    assert!(!message.contains("109252862351"), "{message}");
+    let body = b"BaseRequest { RequestId: \"r\" ClientIP109252: 1 }".to_vec();
+    let message = error_of(&app, "/demo/run", "text/protobuf", body, "bad_request").await;
+    assert!(message.contains("ClientIP109252"), "names of the schema's shape are quoted: {message}");
+}
+
+#[tokio::test]
+async fn grpc_refuses_nesting_past_the_limit() {
+    let app = spawn_builtin(megamind_scenario::config::Config::default()).await;
+    let request = TScenarioRunRequest::decode(nested_any_binary(3_000, "g").as_slice()).unwrap();
+    let answer = grpc_client(&app).await.run(grpc_request(request, Some("demo"))).await.expect("a gRPC answer");
+    match answer.into_inner().response {
+        Some(t_scenario_run_response::Response::Error(error)) => {
+            assert_eq!(error.r#type, "bad_request");
+            assert!(error.message.contains("limit of 100"), "{}", error.message);
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+/// The real binary at `--log-level debug`, its output read line by line.
+struct DebugServer {
+    child: Child,
+    addr: String,
+    lines: mpsc::Receiver<String>,
+}
+
+impl DebugServer {
+    fn start() -> DebugServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--log-level", "debug"])
+            .env_remove("MEGAMIND_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let serving = lines.iter().find(|l| l.contains("serving") && l.contains("addr=")).expect("a serving line");
+        let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_owned();
+        DebugServer { child, addr, lines }
+    }
+
+    /// Posts `body` on a fresh connection and returns the raw answer.
+    fn post(&self, path: &str, body: &[u8]) -> Vec<u8> {
+        let mut stream = std::net::TcpStream::connect(&self.addr).expect("listening");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).expect("request sent");
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).expect("answer read");
+        response
+    }
+
+    /// The log up to and including the summary line of `request_id`.
+    fn log_until_summary(&self, request_id: &str) -> Vec<String> {
+        let needle = format!("request_id={request_id} ");
+        let mut seen = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            let done = line.contains("megamind_scenario::access") && line.contains(&needle);
+            seen.push(line);
+            if done {
+                return seen;
+            }
+        }
+        panic!("no summary line for {request_id} in {seen:#?}");
+    }
+}
+
+impl Drop for DebugServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn debug_logs_survive_deep_state_and_redact_inside_any() {
+    let server = DebugServer::start();
+
+    // A State nested 3,000 `Any`s deep: refused, and the server still answers.
+    let response = server.post("/demo/run", &nested_any_binary(3_000, "deep-state"));
+    assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
+    server.post("/demo/run", &nested_any_binary(3, "after-deep"));
+    let log = server.log_until_summary("after-deep").join("\n");
+    assert!(log.contains("nested deeper than the limit of 100"), "{log}");
+
+    // Personal data inside a State that packs a whole base request.
+    let secret = TScenarioBaseRequest {
+        request_id: "inner".into(),
+        client_info: Some(TClientInfo {
+            uuid: "uuid-5ec2e7".into(),
+            device_id: "device-4b1d".into(),
+            ..Default::default()
+        }),
+        options: Some(TOptions {
+            client_ip: "109.252.86.235".into(),
+            raw_personal_data: "{\"phone\":\"+79161234567\"}".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let state = prost_types::Any {
+        type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest".into(),
+        value: secret.encode_to_vec(),
+    };
+    let mut request: TScenarioApplyRequest =
+        decode_answer(&fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary), Format::Binary);
+    let base = request.base_request.get_or_insert_with(Default::default);
+    base.request_id = "pii-in-any".into();
+    base.state = Some(state);
+    base.client_info.get_or_insert_with(Default::default).device_id = "outer-device-77".into();
+    let response = server.post("/demo/commit", &request.encode_to_vec());
+    assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
+    let log = server.log_until_summary("pii-in-any").join("\n");
+    assert!(log.contains("RequestId: \"inner\""), "the State is expanded in the log: {log}");
+    for secret in ["109.252.86.235", "79161234567", "uuid-5ec2e7", "device-4b1d", "outer-device-77"] {
+        assert!(!log.contains(secret), "{secret} reached the log:\n{log}");
+    }
+
+    // A megabyte RequestId makes no megabyte line.
+    let long = TScenarioRunRequest {
+        base_request: Some(TScenarioBaseRequest { request_id: "L".repeat(1 << 20), ..Default::default() }),
+        input: None,
+    };
+    server.post("/demo/run", &long.encode_to_vec());
+    let marker = TScenarioRunRequest {
+        base_request: Some(TScenarioBaseRequest { request_id: "after-long".into(), ..Default::default() }),
+        input: None,
+    };
+    server.post("/demo/run", &marker.encode_to_vec());
+    let log = server.log_until_summary("after-long");
+    let longest = log.iter().map(String::len).max().unwrap_or(0);
+    assert!(longest < 70 * 1024, "a log line of {longest} bytes");
+}
+
+#[test]
+fn convert_refuses_deep_input_with_a_clean_error() {
+    let convert = |args: &[&str], input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+            .arg("convert")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let text = nested_struct_text(2_000);
+    let out = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], text.as_bytes());
+    assert_eq!(out.status.code(), Some(1), "a clean error exit");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("limit of 100"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let binary = nested_any_binary(10_000, "x");
+    for to in ["json", "text"] {
+        let out = convert(&["--type", "TScenarioRunRequest", "--from", "binary", "--to", to], &binary);
+        assert_eq!(out.status.code(), Some(1), "to {to}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("limit of 100"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
