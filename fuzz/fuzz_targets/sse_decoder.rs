@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
 
 /// Pieces of 0 to 16 bytes, sizes drawn from `seed`.
 fn cut(stream: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut state = u32::from(seed) * 2_654_435_761 | 1;
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
     let mut rest = stream;
     let mut chunks = Vec::new();
     while !rest.is_empty() {

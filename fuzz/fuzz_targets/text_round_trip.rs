@@ -24,7 +24,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&pick, binary)) = data.split_first() else { return };
     let desc = codec::message_descriptor(TYPES[usize::from(pick) % TYPES.len()]).expect("a type of the schema");
     let Ok(original) = codec::decode_dynamic(desc.clone(), binary, Format::Binary) else { return };
-    let text = codec::text::print(&original);
+    let text = match codec::text::print(&original) {
+        Ok(text) => text,
+        Err(error) => panic!("decoded within the nesting limit, yet not printed: {error}"),
+    };
     let parsed = match DynamicMessage::parse_text_format(desc, &text) {
         Ok(parsed) => parsed,
         Err(error) => panic!("our text does not parse back: {error}\n{text}"),
