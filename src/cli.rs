@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     codec::{self, Format},
-    config::Config,
+    config::{Config, ListenAddr},
     rules::{logging, metrics::Metrics},
     scenarios::{self, assistant::config::Secret},
     server::{self, App},
@@ -40,15 +40,16 @@ pub enum Command {
 /// overrides the same key of the TOML file.
 #[derive(Debug, Args, Default)]
 pub struct ServeArgs {
-    /// TOML configuration file; keys as the flags below, with `[budget]`, `[cache]` and `[assistant]` tables.
+    /// TOML configuration file; keys as the flags below (`--llm-*` in `[assistant]` without the prefix), with
+    /// `[budget]`, `[cache]` and `[assistant]` tables; `[assistant] extra_body` is set only here.
     #[arg(long, env = "MEGAMIND_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address to listen on, HTTP/1.1 and h2c [default: 127.0.0.1:8080].
+    /// Address to listen on, HTTP/1.1 and h2c: host:port, the host an IP or a name [default: 127.0.0.1:8080].
     #[arg(long, env = "MEGAMIND_ADDR")]
-    pub addr: Option<std::net::SocketAddr>,
+    pub addr: Option<ListenAddr>,
     /// A second address serving gRPC only (gRPC is served on `--addr` as well) [default: none].
     #[arg(long, env = "MEGAMIND_GRPC_ADDR")]
-    pub grpc_addr: Option<std::net::SocketAddr>,
+    pub grpc_addr: Option<ListenAddr>,
     /// Scenario behind `POST /run` and the other un-prefixed paths [default: demo].
     #[arg(long, env = "MEGAMIND_DEFAULT_SCENARIO")]
     pub default_scenario: Option<String>,
@@ -76,12 +77,19 @@ pub struct ServeArgs {
     /// Part of each budget kept for encoding and writing the answer, in ms [default: 10].
     #[arg(long, env = "MEGAMIND_BUDGET_RESERVE_MS")]
     pub budget_reserve_ms: Option<u64>,
-    /// Idempotency cache: answers kept at most [default: 100000].
+    /// Idempotency cache: `/run` and `/continue` answers kept at most, the oldest evicted past it [default: 100000].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_ENTRIES")]
     pub cache_max_entries: Option<usize>,
-    /// Idempotency cache: bytes of answers kept at most [default: 16777216].
+    /// Idempotency cache: bytes of `/run` and `/continue` answers kept at most [default: 16777216].
     #[arg(long, env = "MEGAMIND_CACHE_MAX_BYTES")]
     pub cache_max_bytes: Option<usize>,
+    /// Idempotency cache: `/commit` and `/apply` answers kept at most, each for the whole TTL; past it new calls are
+    /// answered `overloaded` [default: 100000].
+    #[arg(long, env = "MEGAMIND_CACHE_COMMIT_MAX_ENTRIES")]
+    pub cache_commit_max_entries: Option<usize>,
+    /// Idempotency cache: bytes of `/commit` and `/apply` answers kept at most [default: 33554432].
+    #[arg(long, env = "MEGAMIND_CACHE_COMMIT_MAX_BYTES")]
+    pub cache_commit_max_bytes: Option<usize>,
     /// Idempotency cache: seconds an answer is replayed [default: 300].
     #[arg(long, env = "MEGAMIND_CACHE_TTL_SECS")]
     pub cache_ttl_secs: Option<u64>,
@@ -91,12 +99,29 @@ pub struct ServeArgs {
     /// Extra concurrent calls kept for `/continue`, `/commit`, `/apply` [default: 256].
     #[arg(long, env = "MEGAMIND_PRIORITY_RESERVE")]
     pub priority_reserve: Option<usize>,
-    /// After SIGTERM, how long `/readyz` answers 503 while the server still serves, in ms [default: 0].
+    /// After SIGTERM, how long `/readyz` answers 503 while the server still serves (answers say
+    /// `Connection: close`), in ms [default: 5000].
     #[arg(long, env = "MEGAMIND_SHUTDOWN_DELAY_MS")]
     pub shutdown_delay_ms: Option<u64>,
     /// How long in-flight requests may finish once accepting stopped, in ms [default: 10000].
     #[arg(long, env = "MEGAMIND_DRAIN_TIMEOUT_MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// Connections open at once; past it new ones wait (lowered to fit `ulimit -n`) [default: 10000].
+    #[arg(long, env = "MEGAMIND_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Time for a request head to arrive, from its first byte or the connection's opening, in ms [default: 10000].
+    #[arg(long, env = "MEGAMIND_HEADER_TIMEOUT_MS")]
+    pub header_timeout_ms: Option<u64>,
+    /// A connection with no request in flight is closed after this, in ms [default: 75000].
+    #[arg(long, env = "MEGAMIND_IDLE_TIMEOUT_MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// A connection whose answers the client does not read, no byte written for this long, is closed, in ms
+    /// [default: 10000].
+    #[arg(long, env = "MEGAMIND_SEND_TIMEOUT_MS")]
+    pub send_timeout_ms: Option<u64>,
+    /// HTTP/2 streams open at once on one connection [default: 100].
+    #[arg(long, env = "MEGAMIND_H2_MAX_CONCURRENT_STREAMS")]
+    pub h2_max_concurrent_streams: Option<u32>,
     /// How long work past its budget may go on in the background, in ms [default: 30000].
     #[arg(long, env = "MEGAMIND_DETACH_LIMIT_MS")]
     pub detach_limit_ms: Option<u64>,
@@ -133,6 +158,45 @@ pub struct ServeArgs {
     /// Assistant: seconds a finished answer is kept for `/continue` and the user's repeat [default: 120].
     #[arg(long, env = "MEGAMIND_LLM_RESULT_TTL_SECS", help_heading = "Assistant")]
     pub llm_result_ttl_secs: Option<u64>,
+    /// Assistant: `temperature` of the model request [default: 0.3].
+    #[arg(long, env = "MEGAMIND_LLM_TEMPERATURE", help_heading = "Assistant")]
+    pub llm_temperature: Option<f64>,
+    /// Assistant: `max_tokens` of the model request [default: 512].
+    #[arg(long, env = "MEGAMIND_LLM_MAX_TOKENS", help_heading = "Assistant")]
+    pub llm_max_tokens: Option<u32>,
+    /// Assistant: kept before each handler's deadline for building the answer, in ms [default: 15].
+    #[arg(long, env = "MEGAMIND_LLM_ANSWER_MARGIN_MS", help_heading = "Assistant")]
+    pub llm_answer_margin_ms: Option<u64>,
+    /// Assistant: retries after the first attempt (connection errors, 429, 5xx) [default: 2].
+    #[arg(long, env = "MEGAMIND_LLM_MAX_RETRIES", help_heading = "Assistant")]
+    pub llm_max_retries: Option<u32>,
+    /// Assistant: the first retry's back-off, doubling per retry, in ms [default: 100].
+    #[arg(long, env = "MEGAMIND_LLM_RETRY_BACKOFF_MS", help_heading = "Assistant")]
+    pub llm_retry_backoff_ms: Option<u64>,
+    /// Assistant: consecutive failures that open the circuit breaker [default: 5].
+    #[arg(long, env = "MEGAMIND_LLM_BREAKER_FAILURES", help_heading = "Assistant")]
+    pub llm_breaker_failures: Option<u32>,
+    /// Assistant: how long the open breaker fails calls fast before one probe, in ms [default: 10000].
+    #[arg(long, env = "MEGAMIND_LLM_BREAKER_COOLDOWN_MS", help_heading = "Assistant")]
+    pub llm_breaker_cooldown_ms: Option<u64>,
+    /// Assistant: finished answers kept at most [default: 10000].
+    #[arg(long, env = "MEGAMIND_LLM_MAX_RETAINED", help_heading = "Assistant")]
+    pub llm_max_retained: Option<usize>,
+    /// Assistant: bytes of finished answers kept at most [default: 67108864].
+    #[arg(long, env = "MEGAMIND_LLM_MAX_RETAINED_BYTES", help_heading = "Assistant")]
+    pub llm_max_retained_bytes: Option<usize>,
+    /// Assistant: dialog turns kept in the state [default: 6].
+    #[arg(long, env = "MEGAMIND_LLM_HISTORY_TURNS", help_heading = "Assistant")]
+    pub llm_history_turns: Option<usize>,
+    /// Assistant: bytes of dialog turns kept in the state [default: 8192].
+    #[arg(long, env = "MEGAMIND_LLM_HISTORY_MAX_BYTES", help_heading = "Assistant")]
+    pub llm_history_max_bytes: Option<usize>,
+    /// Assistant: spoken by `/continue` while the model is still thinking [default: built in].
+    #[arg(long, env = "MEGAMIND_LLM_FALLBACK_TEXT", help_heading = "Assistant")]
+    pub llm_fallback_text: Option<String>,
+    /// Assistant: spoken when the model failed [default: built in].
+    #[arg(long, env = "MEGAMIND_LLM_APOLOGY_TEXT", help_heading = "Assistant")]
+    pub llm_apology_text: Option<String>,
 }
 
 impl ServeArgs {
@@ -155,7 +219,7 @@ impl ServeArgs {
         }
         set(&mut c.addr, &self.addr);
         if self.grpc_addr.is_some() {
-            c.grpc_addr = self.grpc_addr;
+            c.grpc_addr.clone_from(&self.grpc_addr);
         }
         set(&mut c.default_scenario, &self.default_scenario);
         set(&mut c.body_limit, &self.body_limit);
@@ -171,12 +235,19 @@ impl ServeArgs {
         set(&mut c.budget.reserve_ms, &self.budget_reserve_ms);
         set(&mut c.cache.max_entries, &self.cache_max_entries);
         set(&mut c.cache.max_bytes, &self.cache_max_bytes);
+        set(&mut c.cache.commit_max_entries, &self.cache_commit_max_entries);
+        set(&mut c.cache.commit_max_bytes, &self.cache_commit_max_bytes);
         set(&mut c.cache.ttl_secs, &self.cache_ttl_secs);
         set(&mut c.max_in_flight, &self.max_in_flight);
         set(&mut c.priority_reserve, &self.priority_reserve);
         set(&mut c.shutdown_delay_ms, &self.shutdown_delay_ms);
         set(&mut c.drain_timeout_ms, &self.drain_timeout_ms);
         set(&mut c.detach_limit_ms, &self.detach_limit_ms);
+        set(&mut c.max_connections, &self.max_connections);
+        set(&mut c.header_timeout_ms, &self.header_timeout_ms);
+        set(&mut c.idle_timeout_ms, &self.idle_timeout_ms);
+        set(&mut c.send_timeout_ms, &self.send_timeout_ms);
+        set(&mut c.h2_max_concurrent_streams, &self.h2_max_concurrent_streams);
         let a = &mut c.assistant;
         set(&mut a.base_url, &self.llm_base_url);
         set(&mut a.api_key, &self.llm_api_key);
@@ -191,6 +262,19 @@ impl ServeArgs {
         set(&mut a.first_token_timeout_ms, &self.llm_first_token_timeout_ms);
         set(&mut a.max_in_flight, &self.llm_max_in_flight);
         set(&mut a.result_ttl_secs, &self.llm_result_ttl_secs);
+        set(&mut a.temperature, &self.llm_temperature);
+        set(&mut a.max_tokens, &self.llm_max_tokens);
+        set(&mut a.answer_margin_ms, &self.llm_answer_margin_ms);
+        set(&mut a.max_retries, &self.llm_max_retries);
+        set(&mut a.retry_backoff_ms, &self.llm_retry_backoff_ms);
+        set(&mut a.breaker_failures, &self.llm_breaker_failures);
+        set(&mut a.breaker_cooldown_ms, &self.llm_breaker_cooldown_ms);
+        set(&mut a.max_retained, &self.llm_max_retained);
+        set(&mut a.max_retained_bytes, &self.llm_max_retained_bytes);
+        set(&mut a.history_turns, &self.llm_history_turns);
+        set(&mut a.history_max_bytes, &self.llm_history_max_bytes);
+        set(&mut a.fallback_text, &self.llm_fallback_text);
+        set(&mut a.apology_text, &self.llm_apology_text);
     }
 }
 
@@ -227,14 +311,12 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let app = App::with_metrics(&config, scenarios::builtin(&config, metrics.registry())?, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Each connection is a file descriptor: allow as many as the system lets us.
+    server::raise_open_files_limit();
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.addr))?;
-        let grpc_only = match config.grpc_addr {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (gRPC)"))?,
-            ),
+        let listener = bind(&config.addr, "").await?;
+        let grpc_only = match &config.grpc_addr {
+            Some(addr) => Some(bind(addr, " (gRPC)").await?),
             None => None,
         };
         let scenarios = app.dispatcher.registry().listed();
@@ -247,6 +329,32 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// Binds `addr`, resolving a host name (the first of its addresses that binds).
+async fn bind(addr: &ListenAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let resolved: Vec<_> = tokio::net::lookup_host((addr.host(), addr.port()))
+        .await
+        .with_context(|| format!("cannot listen on {addr}{what}: cannot resolve {:?}", addr.host()))?
+        .collect();
+    let listener = tokio::net::TcpListener::bind(&resolved[..]).await;
+    listener.with_context(|| format!("cannot listen on {addr}{what}"))
+}
+
+/// An error and its causes on one line, each cause once: many errors
+/// already quote their cause in their own message.
+pub fn report(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain().map(ToString::to_string) {
+        if line.contains(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line
 }
 
 /// Reads one message from `input` and writes it to `output` in another format.
@@ -270,6 +378,14 @@ mod tests {
         let config = args.load().unwrap();
         assert_eq!(config.budget.run_ms, 500);
         assert_eq!(config.budget.commit_ms, 900);
+    }
+
+    #[test]
+    fn cache_flags_set_the_commit_reserve() {
+        let args =
+            ServeArgs { cache_commit_max_entries: Some(10), cache_commit_max_bytes: Some(4096), ..Default::default() };
+        let limits = args.load().unwrap().cache_limits();
+        assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));
     }
 
     #[test]
@@ -300,6 +416,42 @@ mod tests {
         let mut back = Vec::new();
         convert(&to_text, &binary[..], &mut back).unwrap();
         assert_eq!(String::from_utf8(back).unwrap(), text);
+    }
+
+    #[test]
+    fn host_names_are_accepted_and_resolved_at_bind_time() {
+        let args = ServeArgs { addr: Some("localhost:0".parse().unwrap()), ..Default::default() };
+        let config = args.load().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let listener = runtime.block_on(bind(&config.addr, "")).expect("localhost binds");
+        assert!(listener.local_addr().unwrap().ip().is_loopback());
+        let nowhere = "no-such-host.invalid:0".parse().unwrap();
+        let error = report(&runtime.block_on(bind(&nowhere, "")).unwrap_err());
+        assert!(error.contains("cannot listen on no-such-host.invalid:0: cannot resolve"), "{error}");
+    }
+
+    #[test]
+    fn a_bare_word_log_level_is_refused_with_the_levels_named() {
+        let args = ServeArgs { log_level: Some("verbose".into()), ..Default::default() };
+        let error = args.load().unwrap_err().to_string();
+        assert!(error.contains("\"verbose\" is not a level (trace, debug, info, warn, error, off)"), "{error}");
+    }
+
+    #[test]
+    fn connection_flags_reach_the_configuration() {
+        let args = ServeArgs { idle_timeout_ms: Some(500), max_connections: Some(7), ..Default::default() };
+        let limits = args.load().unwrap().connection_limits();
+        assert_eq!((limits.idle_timeout.as_millis(), limits.max_connections), (500, 7));
+    }
+
+    #[test]
+    fn convert_errors_name_their_cause_once() {
+        let args = ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Text, to: Format::Binary };
+        let error = convert(&args, &b"BaseRequest {"[..], Vec::new()).unwrap_err();
+        let line = report(&error);
+        let cause = error.chain().last().unwrap().to_string();
+        assert_eq!(line.matches(&cause).count(), 1, "{line}");
+        assert!(line.starts_with("invalid text format"), "{line}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! environment variables (see `serve --help`). Loaded once and validated as a
 //! whole: every problem is reported together before the server starts.
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{path::Path, time::Duration};
 
 use serde::Deserialize;
 
@@ -10,16 +10,23 @@ use crate::{
     dispatch::DispatchLimits,
     rules::{budget::Budgets, idempotency::Limits},
     scenarios::assistant::config::AssistantConfig,
+    server::ConnectionLimits,
 };
+
+mod listen;
+mod log_filter;
+
+pub use listen::ListenAddr;
 
 /// Everything `serve` can be told.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Where to listen (HTTP/1.1 and h2c on one port; gRPC too).
-    pub addr: SocketAddr,
+    /// Where to listen (HTTP/1.1 and h2c on one port; gRPC too): `host:port`,
+    /// the host an IP address or a name resolved when the server binds.
+    pub addr: ListenAddr,
     /// A second address that serves gRPC only, when set.
-    pub grpc_addr: Option<SocketAddr>,
+    pub grpc_addr: Option<ListenAddr>,
     /// The scenario behind the un-prefixed paths (`POST /run`, ...).
     pub default_scenario: String,
     /// Largest request body, in bytes.
@@ -30,6 +37,18 @@ pub struct Config {
     pub shutdown_delay_ms: u64,
     /// How long in-flight requests may finish once accepting stopped, in ms.
     pub drain_timeout_ms: u64,
+    /// Connections open at once; past it new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// From a connection's first byte of a request (or its opening) to the
+    /// end of the request head, in ms.
+    pub header_timeout_ms: u64,
+    /// How long a connection with no request in flight stays open, in ms.
+    pub idle_timeout_ms: u64,
+    /// How long an answer may wait for the client to read it, with no byte
+    /// written, before the connection is closed, in ms.
+    pub send_timeout_ms: u64,
+    /// HTTP/2 streams open at once on one connection.
+    pub h2_max_concurrent_streams: u32,
     /// Concurrent calls before `/run` is refused with 429.
     pub max_in_flight: usize,
     /// Extra concurrent calls kept for `/continue`, `/commit` and `/apply`.
@@ -60,14 +79,22 @@ pub struct BudgetConfig {
     pub reserve_ms: u64,
 }
 
-/// `[cache]`: the idempotency cache's bounds.
+/// `[cache]`: the idempotency cache's bounds. `/run` and `/continue` answers
+/// share `max_entries` and `max_bytes`, past which the oldest are evicted;
+/// `/commit` and `/apply` answers have `commit_max_entries` and
+/// `commit_max_bytes` of their own, and each stays for the whole TTL: past
+/// those, new calls are answered `overloaded`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
-    /// Answers kept at most.
+    /// `/run` and `/continue` answers kept at most.
     pub max_entries: usize,
-    /// Bytes of answers kept at most.
+    /// Bytes of `/run` and `/continue` answers kept at most.
     pub max_bytes: usize,
+    /// `/commit` and `/apply` answers kept at most.
+    pub commit_max_entries: usize,
+    /// Bytes of `/commit` and `/apply` answers kept at most.
+    pub commit_max_bytes: usize,
     /// Seconds an answer is replayed.
     pub ttl_secs: u64,
 }
@@ -75,13 +102,22 @@ pub struct CacheConfig {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            addr: ListenAddr::new("127.0.0.1", 8080),
             grpc_addr: None,
             default_scenario: "demo".into(),
             body_limit: 4 << 20,
             log_level: "info".into(),
-            shutdown_delay_ms: 0,
+            // Long enough for a load balancer to see `/readyz` fail and move
+            // traffic away before connections are closed.
+            shutdown_delay_ms: 5_000,
             drain_timeout_ms: 10_000,
+            max_connections: 10_000,
+            header_timeout_ms: 10_000,
+            // Above the 60 s idle timeout of common load balancers, so that
+            // they close an idle connection first and never send on one we close.
+            idle_timeout_ms: 75_000,
+            send_timeout_ms: 10_000,
+            h2_max_concurrent_streams: 100,
             max_in_flight: 1024,
             priority_reserve: 256,
             detach_limit_ms: 30_000,
@@ -101,7 +137,13 @@ impl Default for BudgetConfig {
 impl Default for CacheConfig {
     fn default() -> CacheConfig {
         let limits = Limits::default();
-        CacheConfig { max_entries: limits.max_entries, max_bytes: limits.max_bytes, ttl_secs: limits.ttl.as_secs() }
+        CacheConfig {
+            max_entries: limits.max_entries,
+            max_bytes: limits.max_bytes,
+            commit_max_entries: limits.commit_max_entries,
+            commit_max_bytes: limits.commit_max_bytes,
+            ttl_secs: limits.ttl.as_secs(),
+        }
     }
 }
 
@@ -143,20 +185,36 @@ impl Config {
                 format!("budget.reserve_ms = {}: must be below budget.{name} ({ms})", b.reserve_ms),
             );
         }
-        if let Some(grpc) = self.grpc_addr {
+        if let Some(grpc) = &self.grpc_addr {
             // Port 0 binds two different ephemeral ports: not a clash.
             check(
-                grpc != self.addr || grpc.port() == 0,
+                *grpc != self.addr || grpc.port() == 0,
                 format!("grpc_addr = {grpc}: must differ from addr, which serves gRPC as well"),
             );
         }
         check(self.body_limit > 0, "body_limit must be above 0 bytes".into());
         check(self.max_in_flight > 0, "max_in_flight must be above 0".into());
-        check(self.cache.max_entries > 0, "cache.max_entries must be above 0".into());
-        check(self.cache.max_bytes > 0, "cache.max_bytes must be above 0".into());
+        let c = &self.cache;
+        for (name, value) in [
+            ("max_entries", c.max_entries),
+            ("max_bytes", c.max_bytes),
+            ("commit_max_entries", c.commit_max_entries),
+            ("commit_max_bytes", c.commit_max_bytes),
+        ] {
+            check(value > 0, format!("cache.{name} must be above 0"));
+        }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
         check(!self.default_scenario.is_empty(), "default_scenario must name a scenario".into());
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+        for (name, ms) in [
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("send_timeout_ms", self.send_timeout_ms),
+        ] {
+            check(ms > 0, format!("{name} must be above 0 ms"));
+        }
+        check(self.max_connections > 0, "max_connections must be above 0".into());
+        check(self.h2_max_concurrent_streams > 0, "h2_max_concurrent_streams must be above 0".into());
+        if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
         self.assistant.validate(&mut errors);
@@ -181,11 +239,25 @@ impl Config {
         DispatchLimits { budgets: self.budgets(), detach_limit: Duration::from_millis(self.detach_limit_ms) }
     }
 
+    /// The limits on connections: count, timeouts, HTTP/2 streams.
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        let ms = Duration::from_millis;
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            header_timeout: ms(self.header_timeout_ms),
+            idle_timeout: ms(self.idle_timeout_ms),
+            send_timeout: ms(self.send_timeout_ms),
+            h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+        }
+    }
+
     /// The idempotency cache's bounds.
     pub fn cache_limits(&self) -> Limits {
         Limits {
             max_entries: self.cache.max_entries,
             max_bytes: self.cache.max_bytes,
+            commit_max_entries: self.cache.commit_max_entries,
+            commit_max_bytes: self.cache.commit_max_bytes,
             ttl: Duration::from_secs(self.cache.ttl_secs),
         }
     }
@@ -211,15 +283,22 @@ mod tests {
         assert_eq!(config.budgets().commit, Duration::from_millis(800));
         assert_eq!(config.budgets().run, Duration::from_millis(300));
         assert_eq!(config.cache_limits().ttl, Duration::from_secs(5));
+        assert_eq!(config.cache_limits().commit_max_entries, Limits::default().commit_max_entries);
+        let config = Config::from_toml("[cache]\ncommit_max_entries = 7\ncommit_max_bytes = 4096\n").unwrap();
+        let limits = config.cache_limits();
+        assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (7, 4096));
+        assert_eq!(limits.max_entries, Limits::default().max_entries);
         assert_eq!(config.grpc_addr, None);
     }
 
     #[test]
     fn a_grpc_address_is_read_and_must_differ_from_the_main_one() {
         let config = Config::from_toml("grpc_addr = \"0.0.0.0:9090\"").unwrap();
-        assert_eq!(config.grpc_addr.map(|a| a.port()), Some(9090));
+        assert_eq!(config.grpc_addr.as_ref().map(|a| a.port()), Some(9090));
         config.validate().unwrap();
         let clash = Config { grpc_addr: Some(Config::default().addr), ..Config::default() };
+        assert!(clash.validate().unwrap_err().to_string().contains("grpc_addr"), "same address refused");
+        let clash = Config { grpc_addr: Some("127.0.0.1:8080".parse().unwrap()), ..Config::default() };
         assert!(clash.validate().unwrap_err().to_string().contains("grpc_addr"), "same address refused");
     }
 
@@ -237,9 +316,46 @@ mod tests {
         config.budget.run_ms = 0;
         config.max_in_flight = 0;
         config.log_level = "info,[".into();
+        config.cache.commit_max_bytes = 0;
         let error = config.validate().unwrap_err();
-        assert_eq!(error.0.len(), 4, "{error}");
+        assert_eq!(error.0.len(), 5, "{error}");
+        assert!(error.to_string().contains("cache.commit_max_bytes must be above 0"), "{error}");
         assert!(error.to_string().contains("budget.run_ms = 0"));
+    }
+
+    #[test]
+    fn connection_limits_have_safe_defaults_and_are_read() {
+        let limits = Config::default().connection_limits();
+        assert!(limits.header_timeout <= Duration::from_secs(10));
+        assert!(limits.idle_timeout > Duration::from_secs(60), "outlives a balancer's idle timeout");
+        assert!(Config::default().shutdown_delay_ms > 0, "a rolling restart gives balancers time");
+        let config =
+            Config::from_toml("max_connections = 5\nheader_timeout_ms = 200\nh2_max_concurrent_streams = 4").unwrap();
+        assert_eq!(config.connection_limits().max_connections, 5);
+        assert_eq!(config.connection_limits().header_timeout, Duration::from_millis(200));
+        assert_eq!(config.connection_limits().h2_max_concurrent_streams, 4);
+        let zero = Config { send_timeout_ms: 0, max_connections: 0, ..Config::default() };
+        let error = zero.validate().unwrap_err().to_string();
+        assert!(error.contains("send_timeout_ms") && error.contains("max_connections"), "{error}");
+    }
+
+    #[test]
+    fn a_host_name_is_a_valid_address() {
+        let config = Config::from_toml("addr = \"localhost:9000\"").unwrap();
+        assert_eq!((config.addr.to_string().as_str(), config.addr.port()), ("localhost:9000", 9000));
+        config.validate().unwrap();
+        let error = Config::from_toml("addr = \"localhost\"").unwrap_err().to_string();
+        assert!(error.contains("host:port"), "{error}");
+    }
+
+    #[test]
+    fn a_log_level_that_is_not_one_is_refused() {
+        let config = Config { log_level: "verbose".into(), ..Config::default() };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("log_level \"verbose\"") && error.contains("debug"), "{error}");
+        for good in ["info", "DEBUG", "warn,megamind_scenario::access=debug", "hyper=trace,info"] {
+            Config { log_level: good.into(), ..Config::default() }.validate().unwrap();
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The one implementation behind every transport: admit, decode, deduplicate,
+//! The one implementation behind every transport: decode, deduplicate, admit,
 //! run the scenario inside its budget, encode, log.
 //!
 //! Transports hand over a [`Call`] (raw body, format, arrival time) and get a
@@ -6,6 +6,8 @@
 //! well-formed response of the handler's type: failures inside a routed call
 //! become the protocol `Error`, never a transport error, except `/run` under
 //! overload, which the transport refuses (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
+//! Admission comes after the idempotency cache: a repeat is replayed, or
+//! waits for its first call, even at the concurrency limit.
 
 use std::{
     any::Any,
@@ -91,6 +93,9 @@ pub enum Outcome {
     Ok,
     /// A repeat answered with the first call's answer.
     Replay,
+    /// A repeat that waited for the first call past its deadline: answered
+    /// `timeout`, but no budget of its own was overrun.
+    ReplayTimeout,
     /// A protocol `Error` (its `Type`), or `overloaded` for a refused `/run`.
     Error(&'static str),
 }
@@ -101,6 +106,7 @@ impl Outcome {
         match self {
             Outcome::Ok => "ok",
             Outcome::Replay => "replay",
+            Outcome::ReplayTimeout => "replay_timeout",
             Outcome::Error(kind) => kind,
         }
     }
@@ -193,12 +199,6 @@ impl Dispatcher {
         let failure = |kind: &'static str, message: String| {
             (Reply::Answer(error_body(handler, scenario.version(), kind, message)), Outcome::Error(kind))
         };
-        let Some(permit) = self.admission.try_admit(handler) else {
-            return match handler {
-                Handler::Run => (Reply::Overloaded, Outcome::Error("overloaded")),
-                _ => failure("overloaded", "the server is at its concurrency limit".into()),
-            };
-        };
         let request = match Request::decode(handler, &call.body, call.format) {
             Ok(request) => request,
             Err(error) => return failure("bad_request", error.to_string()),
@@ -217,20 +217,38 @@ impl Dispatcher {
             Some(client) => call.started + client.saturating_sub(budgets.reserve),
             None => budgets.deadline(handler, call.started),
         };
-        let timeout = || {
-            let limit = match client_timeout {
-                Some(client) => format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
-                None => format!("the {} ms budget of /{handler}", budget.as_millis()),
-            };
-            failure("timeout", format!("the scenario did not answer within {limit}"))
+        let limit = || match client_timeout {
+            Some(client) => format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
+            None => format!("the {} ms budget of /{handler}", budget.as_millis()),
         };
-        match self.cache.begin(Key::new(registered.id, handler, request_id)) {
+        // The cache before admission: a repeat replays, or waits for the first
+        // call, whatever the load; only a call that leads runs the scenario and
+        // needs a slot. Waiters take none: they hold no scenario work, only
+        // their connection, and end by their deadline.
+        let mut permit = None;
+        let may_lead = || {
+            permit = self.admission.try_admit(handler);
+            permit.is_some()
+        };
+        match self.cache.begin_if(Key::new(registered.id, handler, request_id), may_lead) {
             Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
             Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {
                 Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
                 Ok(None) => failure("internal", "the first call with this RequestId failed without an answer".into()),
-                Err(_) => timeout(),
+                Err(_) => {
+                    let message = format!("the first call with this RequestId did not answer within {}", limit());
+                    let (reply, _) = failure("timeout", message);
+                    (reply, Outcome::ReplayTimeout)
+                }
             },
+            Lookup::Refused => match handler {
+                Handler::Run => (Reply::Overloaded, Outcome::Error("overloaded")),
+                _ => failure("overloaded", "the server is at its concurrency limit".into()),
+            },
+            Lookup::Full => failure(
+                "overloaded",
+                format!("the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"),
+            ),
             Lookup::Lead(lease) => {
                 let ctx =
                     CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
@@ -244,7 +262,7 @@ impl Dispatcher {
                     (body, outcome) = &mut work => (Reply::Answer(body), outcome),
                     () = tokio::time::sleep_until(deadline.into()) => {
                         detach(work, permit, self.limits.detach_limit);
-                        timeout()
+                        failure("timeout", format!("the scenario did not answer within {}", limit()))
                     }
                 }
             }
@@ -254,7 +272,7 @@ impl Dispatcher {
 
 /// Lets work that overran its budget finish in the background, holding its
 /// admission slot, so that its answer still completes the idempotency entry.
-fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit: Permit, limit: Duration) {
+fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit: Option<Permit>, limit: Duration) {
     tokio::spawn(async move {
         let _permit = permit;
         // Past the limit the work is dropped; its lease then frees the entry.

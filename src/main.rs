@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     match megamind_scenario::cli::main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("megamind-scenario: {error:#}");
+            eprintln!("megamind-scenario: {}", megamind_scenario::cli::report(&error));
             std::process::ExitCode::FAILURE
         }
     }

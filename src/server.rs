@@ -8,29 +8,36 @@
 use std::{
     convert::Infallible,
     future::Future,
-    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    task::Poll,
     time::Duration,
 };
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
-use hyper::{Request, Response, body::Incoming, service::service_fn};
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
-    server::{conn::auto, graceful::GracefulShutdown},
-};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
+use hyper::{Request, Response, body::Incoming};
+use tokio::{net::TcpListener, sync::Semaphore};
+
+mod accept;
+mod activity;
+mod connections;
+
+pub use accept::raise_open_files_limit;
+use accept::{Acceptor, Bound};
+pub use connections::ConnectionLimits;
+use connections::{Connections, Stage};
 
 use crate::{
     config::{Config, ConfigError},
     dispatch::Dispatcher,
-    rules::{idempotency::IdempotencyCache, metrics::Metrics, overload::Admission},
+    rules::{
+        budget::Budgets,
+        idempotency::IdempotencyCache,
+        metrics::{ConnectionMetrics, Metrics},
+        overload::Admission,
+    },
     scenario::Registry,
     transport::{
         grpc::{self, GrpcRoutes},
@@ -50,6 +57,12 @@ pub struct App {
     pub shutdown_delay: Duration,
     /// How long in-flight requests may take to finish once accepting stopped.
     pub drain_timeout: Duration,
+    /// Per-handler budgets: a request's body must arrive within its handler's.
+    pub budgets: Budgets,
+    /// Connection count, timeouts and HTTP/2 streams.
+    pub connection_limits: ConnectionLimits,
+    /// Open connections, waits for a free slot, closes by reason.
+    pub connection_metrics: ConnectionMetrics,
     draining: AtomicBool,
 }
 
@@ -72,12 +85,16 @@ impl App {
         let cache = IdempotencyCache::new(config.cache_limits());
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
+        let connection_metrics = ConnectionMetrics::register(metrics.registry());
         let dispatcher = Dispatcher::new(registry, Some(&config.default_scenario), limits, cache, admission, metrics);
         Ok(App {
             dispatcher,
             body_limit: config.body_limit,
             shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
             drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+            budgets: config.budgets(),
+            connection_limits: config.connection_limits(),
+            connection_metrics,
             draining: AtomicBool::new(false),
         })
     }
@@ -111,8 +128,9 @@ pub async fn shutdown_signal() {
 }
 
 /// Serves `listener` until `shutdown` resolves; then `/readyz` turns 503,
-/// the server goes on serving for `app.shutdown_delay`, stops accepting, and
-/// waits up to `app.drain_timeout` for in-flight requests.
+/// the server goes on serving for `app.shutdown_delay` (HTTP/1.1 answers say
+/// `Connection: close`, HTTP/2 connections get a GOAWAY), stops accepting,
+/// and waits up to `app.drain_timeout` for in-flight requests.
 pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     serve_all(Listeners { main: listener, grpc_only: None }, app, shutdown).await
 }
@@ -134,95 +152,29 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let routing = |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), grpc_only });
     let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
     bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
-    let connections = Connections {
-        builder: auto::Builder::new(TokioExecutor::new()),
-        graceful: GracefulShutdown::new(),
-        closing: CancellationToken::new(),
-    };
-    let connect = |stream, peer, routing: &Arc<Routing>| connections.serve(stream, peer, routing.clone());
-    accept_until(&bound, shutdown, &connect).await;
+    let metrics = app.connection_metrics.clone();
+    let connections = Connections::new(&app.connection_limits, metrics.clone());
+    let slots = Arc::new(Semaphore::new(accept::connection_cap(app.connection_limits.max_connections)));
+    let acceptor = Acceptor { bound, slots, metrics };
+    acceptor.run_until(shutdown, &connections).await;
     app.draining.store(true, Ordering::Release);
+    connections.enter(Stage::Draining);
     grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {
         tracing::info!(delay_ms = app.shutdown_delay.as_millis() as u64, "draining: /readyz is 503, still serving");
-        accept_until(&bound, tokio::time::sleep(app.shutdown_delay), &connect).await;
+        acceptor.run_until(tokio::time::sleep(app.shutdown_delay), &connections).await;
     }
-    drop(bound);
+    drop(acceptor);
     tracing::info!("shutting down: draining in-flight requests");
-    let Connections { graceful, closing, .. } = connections;
-    if tokio::time::timeout(app.drain_timeout, graceful.shutdown()).await.is_err() {
+    connections.enter(Stage::Closing);
+    if tokio::time::timeout(app.drain_timeout, connections.closed()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
         // Drops every connection still open, and the calls on them, so that no
         // connection outlives `serve` in a process that goes on.
-        closing.cancel();
+        connections.enter(Stage::Cut);
+        connections.closed().await;
     }
     Ok(())
-}
-
-/// A listener and what its connections route to.
-struct Bound {
-    listener: TcpListener,
-    routing: Arc<Routing>,
-}
-
-/// Accepts connections on every listener and hands them to `connect` until `until` resolves.
-async fn accept_until(
-    bound: &[Bound],
-    until: impl Future<Output = ()>,
-    connect: &impl Fn(TcpStream, SocketAddr, &Arc<Routing>),
-) {
-    tokio::pin!(until);
-    // Each round starts at the next listener, so a flood on one cannot starve another.
-    let mut first = 0;
-    loop {
-        first = (first + 1) % bound.len();
-        let accept_any = std::future::poll_fn(|cx| {
-            for at in (first..bound.len()).chain(0..first) {
-                if let Poll::Ready(accepted) = bound[at].listener.poll_accept(cx) {
-                    return Poll::Ready((accepted, &bound[at].routing));
-                }
-            }
-            Poll::Pending
-        });
-        tokio::select! {
-            () = &mut until => return,
-            (accepted, routing) = accept_any => match accepted {
-                Ok((stream, peer)) => connect(stream, peer, routing),
-                Err(error) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-}
-
-/// How connections are served, and the handles that end them.
-struct Connections {
-    builder: auto::Builder<TokioExecutor>,
-    graceful: GracefulShutdown,
-    /// Cancelled when the drain times out: ends the connections left.
-    closing: CancellationToken,
-}
-
-impl Connections {
-    fn serve(&self, stream: TcpStream, peer: SocketAddr, routing: Arc<Routing>) {
-        // Small protobuf answers must not wait for Nagle.
-        let _ = stream.set_nodelay(true);
-        let service = service_fn(move |request| route(routing.clone(), request));
-        let connection = self.builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let connection = self.graceful.watch(connection);
-        let closing = self.closing.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                result = connection => if let Err(error) = result {
-                    tracing::debug!(%peer, %error, "connection ended with an error");
-                },
-                () = closing.cancelled() => tracing::debug!(%peer, "connection closed: the drain timed out"),
-            }
-        });
-    }
 }
 
 /// What a connection routes requests to.
@@ -239,13 +191,19 @@ async fn route(
     routing: Arc<Routing>,
     request: Request<Incoming>,
 ) -> Result<Response<Either<Full<Bytes>, tonic::body::Body>>, Infallible> {
-    if grpc::is_grpc(&request) {
-        return Ok(routing.grpc.clone().handle(request).await.map(Either::Right));
-    }
-    if routing.grpc_only {
+    let version = request.version();
+    let mut response = if grpc::is_grpc(&request) {
+        routing.grpc.clone().handle(request).await.map(Either::Right)
+    } else if routing.grpc_only {
         let reason = "this address serves gRPC only (Content-Type: application/grpc); HTTP is on the main address\n";
-        return Ok(http::plain(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE, reason).map(Either::Left));
+        http::plain(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE, reason).map(Either::Left)
+    } else {
+        // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
+        http::handle(&routing.app, request).await?.map(Either::Left)
+    };
+    if routing.app.is_draining() {
+        // The client reconnects, and the balancer sends it to a server that stays.
+        http::close_after(version, &mut response);
     }
-    // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
-    Ok(http::handle(&routing.app, request).await?.map(Either::Left))
+    Ok(response)
 }

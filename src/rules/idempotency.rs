@@ -7,109 +7,57 @@
 //! runs again. The lease belongs to the scenario's work, not to the request,
 //! so a call that outlives its budget still completes the entry.
 //!
-//! Bounded by entries and bytes; entries expire after a TTL. Completed entries
-//! sit in a FIFO in completion order, which with one TTL is also expiry order,
-//! so both eviction and expiry pop from its front. In-flight entries are
-//! never in the FIFO and so never evicted.
+//! Answers expire after a TTL. `/run` and `/continue` answers are bounded by
+//! entries and bytes and the oldest are evicted past a bound. `/commit` and
+//! `/apply` answers, whose replay is what keeps a side effect from running
+//! twice, have bounds of their own that no other traffic can use up: each is
+//! kept for the whole TTL, and while their reserve is full a new call is
+//! refused ([`Lookup::Full`]) rather than an answer evicted. In-flight
+//! entries are never evicted.
 
 use std::{
-    collections::VecDeque,
-    sync::{
-        Arc, Mutex, OnceLock, Weak,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, OnceLock, Weak, atomic::AtomicBool},
     time::Duration,
 };
 
 use bytes::Bytes;
 use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
-use smallvec::SmallVec;
 // tokio's clock, so that tests can move time on instead of sleeping through a TTL.
 use tokio::{sync::Notify, time::Instant};
 
+use self::pool::{Completed, Pool, Stale, WhenFull};
 use super::metrics::CacheCounters;
 use crate::scenario::Handler;
 
-/// What identifies one answer.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
-    /// The scenario's [`Registered::id`](crate::scenario::registry::Registered::id).
-    pub scenario: u32,
-    /// The handler called.
-    pub handler: Handler,
-    /// `BaseRequest.RequestId`.
-    pub request_id: RequestId,
-}
+mod key;
+mod pool;
 
-impl Key {
-    /// A key for one call.
-    pub fn new(scenario: u32, handler: Handler, request_id: &str) -> Key {
-        Key { scenario, handler, request_id: RequestId::new(request_id) }
-    }
-
-    fn cost(&self, body: &Bytes) -> usize {
-        // The body plus the key and the bookkeeping around them.
-        body.len() + self.request_id.as_str().len() + 160
-    }
-}
-
-/// RequestIds up to this many bytes are kept inside the key (a UUID has 36).
-const INLINE_ID: usize = 46;
-
-/// A RequestId, inline when short: a key then costs no allocation, and
-/// hashing or comparing an old entry's key on eviction reads no other memory.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RequestId(Repr);
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-enum Repr {
-    /// Up to [`INLINE_ID`] bytes, zero-padded.
-    Inline { len: u8, bytes: [u8; INLINE_ID] },
-    /// Longer ones.
-    Heap(Box<str>),
-}
-
-impl RequestId {
-    /// `id` as a key part.
-    pub fn new(id: &str) -> RequestId {
-        if id.len() > INLINE_ID {
-            return RequestId(Repr::Heap(id.into()));
-        }
-        let mut bytes = [0; INLINE_ID];
-        bytes[..id.len()].copy_from_slice(id.as_bytes());
-        RequestId(Repr::Inline { len: id.len() as u8, bytes })
-    }
-
-    /// The id.
-    pub fn as_str(&self) -> &str {
-        match &self.0 {
-            // Only `new` fills the bytes: a whole `str`, so always UTF-8.
-            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
-            Repr::Heap(id) => id,
-        }
-    }
-}
-
-impl std::fmt::Debug for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.as_str().fmt(f)
-    }
-}
+pub use key::{Key, RequestId};
 
 /// Bounds of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Completed answers kept at most.
+    /// `/run` and `/continue` answers kept at most; past it the oldest go.
     pub max_entries: usize,
-    /// Bytes of completed answers kept at most.
+    /// Bytes of `/run` and `/continue` answers kept at most; past it the oldest go.
     pub max_bytes: usize,
+    /// `/commit` and `/apply` answers kept at most; past it new calls are refused.
+    pub commit_max_entries: usize,
+    /// Bytes of `/commit` and `/apply` answers kept at most; past it new calls are refused.
+    pub commit_max_bytes: usize,
     /// How long an answer is replayed.
     pub ttl: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_entries: 100_000, max_bytes: 16 << 20, ttl: Duration::from_secs(300) }
+        Limits {
+            max_entries: 100_000,
+            max_bytes: 16 << 20,
+            commit_max_entries: 100_000,
+            commit_max_bytes: 32 << 20,
+            ttl: Duration::from_secs(300),
+        }
     }
 }
 
@@ -122,6 +70,13 @@ pub enum Lookup {
     Wait(Waiter),
     /// This call is the first: run the scenario and complete the lease.
     Lead(Lease),
+    /// This call would be the first, but the `/commit` and `/apply` reserve
+    /// is full of answers still to be replayed: refuse it. Never for `/run`
+    /// or `/continue`, whose oldest answers make room instead.
+    Full,
+    /// This call would be the first, but the caller's `may_lead` said no
+    /// (see [`IdempotencyCache::begin_if`]).
+    Refused,
 }
 
 /// A cheap-clone handle to the cache.
@@ -134,11 +89,11 @@ pub struct IdempotencyCache {
 struct Shared {
     // foldhash: fast, and seeded per process, so RequestIds cannot be chosen to collide.
     map: DashMap<Key, Arc<Slot>, foldhash::fast::RandomState>,
-    // A std mutex: held for a few pointer moves, never across an await.
-    fifo: Mutex<VecDeque<Completed>>,
-    completed: AtomicUsize,
-    bytes: AtomicUsize,
-    limits: Limits,
+    /// `/run` and `/continue` answers.
+    evicting: Pool,
+    /// `/commit` and `/apply` answers.
+    reserved: Pool,
+    ttl: Duration,
     counters: CacheCounters,
 }
 
@@ -152,6 +107,9 @@ struct Slot {
     /// Set just before the answer.
     expires: OnceLock<Instant>,
     ready: Notify,
+    /// Whether the answer is counted in its pool's totals: whoever counts it
+    /// out clears it, so that it is counted out once.
+    counted: AtomicBool,
 }
 
 impl Slot {
@@ -161,77 +119,112 @@ impl Slot {
     }
 }
 
-/// A completed entry, oldest first. It repeats what eviction needs (its
-/// cost, its expiry) so that popping it reads nothing behind `slot`.
-#[derive(Debug)]
-struct Completed {
-    key: Key,
-    slot: Arc<Slot>,
-    expires: Instant,
-    cost: usize,
-}
-
-/// Records popped in one go; usually one per completion, so no allocation.
-type Stale = SmallVec<[(Completed, bool); 4]>;
-
 impl IdempotencyCache {
     /// An empty cache with these bounds.
     pub fn new(limits: Limits) -> IdempotencyCache {
         IdempotencyCache {
             shared: Arc::new(Shared {
                 map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
-                fifo: Mutex::new(VecDeque::new()),
-                completed: AtomicUsize::new(0),
-                bytes: AtomicUsize::new(0),
-                limits,
+                evicting: Pool::new(limits.max_entries, limits.max_bytes, WhenFull::Evict),
+                reserved: Pool::new(limits.commit_max_entries, limits.commit_max_bytes, WhenFull::Refuse),
+                ttl: limits.ttl,
                 counters: CacheCounters::default(),
             }),
         }
     }
 
-    /// Finds the answer for `key`, or the call to wait for, or makes this call the first.
+    /// Finds the answer for `key`, or the call to wait for, or makes this
+    /// call the first (unless the reserve of its handler is full).
     pub fn begin(&self, key: Key) -> Lookup {
+        self.begin_if(key, || true)
+    }
+
+    /// As [`IdempotencyCache::begin`], but a call that would lead asks
+    /// `may_lead` first (once, and only then: replays and waits never do),
+    /// and gets [`Lookup::Refused`] with no entry left behind if it says no.
+    /// It is asked while the entry is locked, so no repeat can start waiting
+    /// for a call that is then refused.
+    pub fn begin_if(&self, key: Key, may_lead: impl FnOnce() -> bool) -> Lookup {
         let shared = &self.shared;
-        let lead = |key: Key, slot: Arc<Slot>| {
+        let pool = shared.pool(key.handler);
+        // Expired answers popped to make room; removed from the map once its
+        // entry is no longer locked.
+        let mut stale = Stale::new();
+        let admit = || {
+            let mut claimed = pool.claim();
+            if !claimed {
+                // A full reserve may hold answers expired since the last purge.
+                stale = pool.purge(Instant::now());
+                claimed = pool.claim();
+            }
+            if !claimed {
+                shared.counters.refused(key.handler).inc();
+                return Some(Lookup::Full);
+            }
+            if !may_lead() {
+                pool.release();
+                return Some(Lookup::Refused);
+            }
             shared.counters.misses.inc();
-            Lookup::Lead(Lease { shared: shared.clone(), entry: Some((key, slot)) })
+            None
         };
-        match shared.map.entry(key.clone()) {
-            MapEntry::Occupied(mut occupied) => match occupied.get().outcome.get() {
-                None => {
-                    shared.counters.waits.inc();
-                    Lookup::Wait(Waiter { slot: occupied.get().clone() })
-                }
-                Some(Some(body)) if occupied.get().expires.get().is_some_and(|e| *e > Instant::now()) => {
-                    shared.counters.hits.inc();
-                    Lookup::Hit(body.clone())
-                }
-                done => {
-                    // Expired (not yet purged): its FIFO record no longer matches the
-                    // new slot, so the purge will leave the new entry alone.
-                    if let Some(Some(body)) = done {
-                        shared.forget(key.cost(body));
+        let lease =
+            |key: Key, slot: Arc<Slot>| Lookup::Lead(Lease { shared: shared.clone(), entry: Some((key, slot)) });
+        let lookup = match shared.map.entry(key.clone()) {
+            MapEntry::Occupied(mut occupied) => {
+                let old = occupied.get();
+                match old.outcome.get() {
+                    None => {
+                        shared.counters.waits.inc();
+                        Lookup::Wait(Waiter { slot: old.clone() })
                     }
+                    Some(Some(body)) if old.expires.get().is_some_and(|e| *e > Instant::now()) => {
+                        shared.counters.hits.inc();
+                        Lookup::Hit(body.clone())
+                    }
+                    done => {
+                        // Expired, not yet purged: counted out now so that its room
+                        // is free; its FIFO record no longer matches the new slot, so
+                        // the purge will leave the new entry alone.
+                        if let Some(Some(body)) = done {
+                            pool.count_out(old, key.cost(body));
+                        }
+                        match admit() {
+                            Some(refusal) => {
+                                occupied.remove();
+                                refusal
+                            }
+                            None => {
+                                let slot = Arc::new(Slot::default());
+                                occupied.insert(slot.clone());
+                                lease(key, slot)
+                            }
+                        }
+                    }
+                }
+            }
+            MapEntry::Vacant(vacant) => match admit() {
+                Some(refusal) => refusal,
+                None => {
                     let slot = Arc::new(Slot::default());
-                    occupied.insert(slot.clone());
-                    lead(key, slot)
+                    vacant.insert(slot.clone());
+                    lease(key, slot)
                 }
             },
-            MapEntry::Vacant(vacant) => {
-                let slot = Arc::new(Slot::default());
-                vacant.insert(slot.clone());
-                lead(key, slot)
-            }
+        };
+        if !stale.is_empty() {
+            shared.drop_stale(stale);
         }
+        lookup
     }
 
     /// Drops expired answers. Called on every completion and by [`IdempotencyCache::spawn_purger`].
     pub fn purge_expired(&self) {
-        let dropped = {
-            let mut fifo = self.shared.fifo.lock().unwrap_or_else(|p| p.into_inner());
-            self.shared.take_stale(&mut fifo, Instant::now())
-        };
-        self.shared.drop_stale(dropped);
+        let now = Instant::now();
+        for pool in [&self.shared.evicting, &self.shared.reserved] {
+            let stale = pool.purge(now);
+            self.shared.drop_stale(stale);
+        }
     }
 
     /// Purges expired answers every `period` while the cache lives, so an
@@ -253,12 +246,22 @@ impl IdempotencyCache {
 
     /// Completed answers held.
     pub fn entries(&self) -> usize {
-        self.shared.completed.load(Ordering::Relaxed)
+        self.shared.evicting.entries() + self.shared.reserved.entries()
     }
 
     /// Bytes held by completed answers.
     pub fn bytes(&self) -> usize {
-        self.shared.bytes.load(Ordering::Relaxed)
+        self.shared.evicting.bytes() + self.shared.reserved.bytes()
+    }
+
+    /// Completed `/commit` and `/apply` answers held.
+    pub fn commit_entries(&self) -> usize {
+        self.shared.reserved.entries()
+    }
+
+    /// Bytes held by completed `/commit` and `/apply` answers.
+    pub fn commit_bytes(&self) -> usize {
+        self.shared.reserved.bytes()
     }
 
     /// Calls running now whose repeats would wait.
@@ -266,69 +269,40 @@ impl IdempotencyCache {
         self.shared.map.len().saturating_sub(self.entries())
     }
 
-    /// Hit, miss, wait and eviction counters.
+    /// Hit, miss, wait, eviction and refusal counters.
     pub fn counters(&self) -> &CacheCounters {
         &self.shared.counters
     }
 }
 
 impl Shared {
-    fn count(&self, cost: usize) {
-        self.completed.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(cost, Ordering::Relaxed);
-    }
-
-    fn forget(&self, cost: usize) {
-        self.completed.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(cost, Ordering::Relaxed);
+    fn pool(&self, handler: Handler) -> &Pool {
+        match handler {
+            Handler::Run | Handler::Continue => &self.evicting,
+            Handler::Commit | Handler::Apply => &self.reserved,
+        }
     }
 
     fn complete(&self, key: Key, slot: Arc<Slot>, body: Bytes) {
         let now = Instant::now();
-        let expires = now + self.limits.ttl;
+        let expires = now + self.ttl;
         let cost = key.cost(&body);
-        self.count(cost);
         let _ = slot.expires.set(expires);
+        let pool = self.pool(key.handler);
+        // Counted in before it is published, so that a lead replacing it once
+        // expired always finds it counted.
+        let stale = pool.push(Completed { key, slot: slot.clone(), expires, cost }, now);
         slot.publish(Some(body));
-        let stale = {
-            let mut fifo = self.fifo.lock().unwrap_or_else(|p| p.into_inner());
-            fifo.push_back(Completed { key, slot, expires, cost });
-            self.take_stale(&mut fifo, now)
-        };
         self.drop_stale(stale);
-    }
-
-    /// Pops the FIFO's front records while they are expired or the cache is
-    /// over a bound, counting them out at once so that concurrent completions
-    /// do not pop more than needed. The map work happens in `drop_stale`,
-    /// outside the FIFO's lock.
-    fn take_stale(&self, fifo: &mut VecDeque<Completed>, now: Instant) -> Stale {
-        let mut stale = Stale::new();
-        while let Some(front) = fifo.front() {
-            let expired = front.expires <= now;
-            let over = self.completed.load(Ordering::Relaxed) > self.limits.max_entries
-                || self.bytes.load(Ordering::Relaxed) > self.limits.max_bytes;
-            if !expired && !over {
-                break;
-            }
-            let Some(front) = fifo.pop_front() else { break };
-            // Counted out now; `drop_stale` counts back in what turns out
-            // to have been replaced already (and so counted out before).
-            self.forget(front.cost);
-            stale.push((front, expired));
-        }
-        stale
     }
 
     fn drop_stale(&self, stale: Stale) {
         for (record, expired) in stale {
             // The entry may have been replaced since (expired, then led again):
             // only the slot this record holds is removed.
-            match self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot)) {
-                Some(_) if !expired => self.counters.evictions.inc(),
-                Some(_) => {}
-                // Already replaced: `begin` counted it out when it replaced it.
-                None => self.count(record.cost),
+            let removed = self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot));
+            if removed.is_some() && !expired {
+                self.counters.evicted(record.key.handler).inc();
             }
         }
     }
@@ -358,6 +332,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some((key, slot)) = self.entry.take() {
             self.shared.map.remove_if(&key, |_, entry| Arc::ptr_eq(entry, &slot));
+            self.shared.pool(key.handler).release();
             slot.publish(None);
         }
     }

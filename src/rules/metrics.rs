@@ -8,10 +8,12 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, PullingGauge, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, PullingGauge, Registry,
+    TextEncoder,
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
+use crate::scenario::Handler;
 
 /// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
@@ -37,21 +39,52 @@ pub struct CacheCounters {
     pub misses: IntCounter,
     /// Repeats that waited for an in-flight first call.
     pub waits: IntCounter,
-    /// Answers dropped to stay within bounds (expiry is not eviction).
-    pub evictions: IntCounter,
+    /// Answers dropped to stay within bounds, by handler (expiry is not eviction).
+    pub evictions: IntCounterVec,
+    /// First calls of `/commit` and `/apply` refused because their reserve was full, by handler.
+    pub refusals: IntCounterVec,
+    /// The children of `evictions` and `refusals` by [`Handler::ALL`] order,
+    /// resolved once: an eviction at steady state comes with every `/run`.
+    evicted: [IntCounter; 4],
+    refused: [IntCounter; 4],
+}
+
+impl CacheCounters {
+    /// The eviction counter of `handler`.
+    pub fn evicted(&self, handler: Handler) -> &IntCounter {
+        &self.evicted[handler as usize]
+    }
+
+    /// The refusal counter of `handler`.
+    pub fn refused(&self, handler: Handler) -> &IntCounter {
+        &self.refused[handler as usize]
+    }
 }
 
 impl Default for CacheCounters {
     fn default() -> CacheCounters {
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric name");
+        let by_handler = |name: &str, help: &str| {
+            let vec = IntCounterVec::new(Opts::new(name, help), &["handler"]).expect("valid metric");
+            let children = Handler::ALL.map(|handler| vec.with_label_values(&[handler.as_str()]));
+            (vec, children)
+        };
+        let (evictions, evicted) = by_handler(
+            "megamind_idempotency_evictions_total",
+            "Answers evicted to stay within the cache bounds (/run and /continue only).",
+        );
+        let (refusals, refused) = by_handler(
+            "megamind_idempotency_refusals_total",
+            "First /commit and /apply calls refused `overloaded` because their reserve was full.",
+        );
         CacheCounters {
             hits: counter("megamind_idempotency_hits_total", "Repeats answered with the first call's answer."),
             misses: counter("megamind_idempotency_misses_total", "First calls for a (scenario, handler, RequestId)."),
             waits: counter("megamind_idempotency_waits_total", "Repeats that waited for the first call in flight."),
-            evictions: counter(
-                "megamind_idempotency_evictions_total",
-                "Answers evicted to stay within the cache bounds.",
-            ),
+            evictions,
+            refusals,
+            evicted,
+            refused,
         }
     }
 }
@@ -67,7 +100,10 @@ impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("megamind_requests_total", "Scenario handler calls by outcome (ok, replay, or the Error type)."),
+            Opts::new(
+                "megamind_requests_total",
+                "Scenario handler calls by outcome (ok, replay, replay_timeout, or the Error type).",
+            ),
             &["scenario", "handler", "transport", "outcome"],
         )
         .expect("valid metric");
@@ -112,12 +148,25 @@ impl Metrics {
     /// Exposes the cache's counters and its size.
     pub fn watch_cache(&self, cache: &IdempotencyCache) {
         let counters = cache.counters();
-        for counter in [&counters.hits, &counters.misses, &counters.waits, &counters.evictions] {
+        for counter in [&counters.hits, &counters.misses, &counters.waits] {
             self.register(Box::new(counter.clone()));
         }
-        let pulled: [PulledGauge; 3] = [
+        for counter in [&counters.evictions, &counters.refusals] {
+            self.register(Box::new(counter.clone()));
+        }
+        let pulled: [PulledGauge; 5] = [
             ("megamind_idempotency_entries", "Answers held by the idempotency cache.", IdempotencyCache::entries),
             ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", IdempotencyCache::bytes),
+            (
+                "megamind_idempotency_commit_entries",
+                "/commit and /apply answers held (part of megamind_idempotency_entries).",
+                IdempotencyCache::commit_entries,
+            ),
+            (
+                "megamind_idempotency_commit_bytes",
+                "Bytes of /commit and /apply answers held (part of megamind_idempotency_bytes).",
+                IdempotencyCache::commit_bytes,
+            ),
             (
                 "megamind_idempotency_in_flight",
                 "First calls running whose repeats would wait.",
@@ -156,6 +205,56 @@ impl Metrics {
             tracing::warn!(%error, "cannot render metrics");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The server's connections: how many are open, how often the accept loop
+/// had to wait for a free slot or failed, and why the server closed any.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Times a new connection had to wait because `max_connections` were open.
+    pub waited: IntCounter,
+    /// Accepts that failed (out of file descriptors and the like).
+    pub accept_errors: IntCounter,
+    /// Connections the server closed, by reason (`header_timeout`,
+    /// `idle_timeout`, `send_timeout`, `drain_timeout`).
+    pub closed: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// The connection metrics, registered in `registry`.
+    pub fn register(registry: &Registry) -> ConnectionMetrics {
+        let metrics = ConnectionMetrics {
+            open: IntGauge::new("megamind_connections_open", "Client connections open now.").expect("valid metric"),
+            waited: IntCounter::new(
+                "megamind_connections_waited_total",
+                "Times a new connection waited in the listen backlog because max_connections were open.",
+            )
+            .expect("valid metric"),
+            accept_errors: IntCounter::new(
+                "megamind_accept_errors_total",
+                "Accepts that failed (e.g. out of file descriptors); the accept loop backs off.",
+            )
+            .expect("valid metric"),
+            closed: IntCounterVec::new(
+                Opts::new("megamind_connections_closed_total", "Connections the server closed, by reason."),
+                &["reason"],
+            )
+            .expect("valid metric"),
+        };
+        for collector in [
+            Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.waited.clone()),
+            Box::new(metrics.accept_errors.clone()),
+            Box::new(metrics.closed.clone()),
+        ] {
+            if let Err(error) = registry.register(collector) {
+                tracing::warn!(%error, "metric not registered");
+            }
+        }
+        metrics
     }
 }
 

@@ -1,7 +1,9 @@
 //! Admission under overload: `/run` is refused first (HTTP 429, gRPC
 //! `RESOURCE_EXHAUSTED`) so that Megamind stops retrying, while `/continue`,
 //! `/commit` and `/apply`, which finish a dialog the scenario already won,
-//! keep a reserve of their own.
+//! keep a reserve of their own. Only calls that run a scenario are admitted:
+//! a repeat of a known `RequestId` is answered from the idempotency cache
+//! without a slot.
 
 use std::sync::{
     Arc,

@@ -15,6 +15,8 @@
 
 use std::{
     convert::Infallible,
+    future::Future,
+    pin::Pin,
     sync::Arc,
     task::{Context, Poll},
     time::{Duration, Instant},
@@ -23,6 +25,7 @@ use std::{
 use bytes::{Buf, BufMut, Bytes};
 use futures_util::future::BoxFuture;
 use http::{Request, Response, header};
+use hyper::body::{Frame, SizeHint};
 use tonic::{
     Status,
     body::Body,
@@ -159,8 +162,48 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
         }
         timeout
     });
+    // The message must arrive within the call's time, as HTTP's body must.
+    let budget = app.budgets.of(handler);
+    let limit = client_timeout.map_or(budget, |client| client.min(budget));
+    let deadline = tokio::time::Instant::from_std(started + limit);
+    let request = request.map(|body| Body::new(BodyDeadline { body, deadline, limit, timer: None }));
     let method = Method { app: app.clone(), scenario, handler, started, client_timeout };
     Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await
+}
+
+/// A request body that fails with `DEADLINE_EXCEEDED` when it has not ended by `deadline`.
+struct BodyDeadline {
+    body: Body,
+    deadline: tokio::time::Instant,
+    limit: Duration,
+    /// Set the first time the body is not ready: most messages arrive at once.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl hyper::body::Body for BodyDeadline {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        let deadline = self.deadline;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let ms = self.limit.as_millis();
+        Poll::Ready(Some(Err(Status::deadline_exceeded(format!("the request message did not arrive within {ms} ms")))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// The handler behind a method path such as `/megamind_scenario.v1.Scenario/Run`.

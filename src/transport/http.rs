@@ -3,12 +3,14 @@
 //!
 //! Routing problems get their HTTP status (404, 405, 413, 415) with a plain
 //! text reason; everything inside a routed call is a 200 with the protocol
-//! answer, except `/run` under overload (429).
+//! answer, except `/run` under overload (429). The body must arrive within
+//! the handler's budget (408 otherwise); an answer given without reading the
+//! whole body (408, 413, 400) closes an HTTP/1.1 connection and says so.
 
 use std::{convert::Infallible, time::Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Body;
 
@@ -29,6 +31,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let started = Instant::now();
+    let version = request.version();
     let path = request.uri().path();
     let mut parts = path.trim_matches('/').splitn(3, '/');
     let (scenario_name, handler_name) = match [parts.next(), parts.next(), parts.next()] {
@@ -71,12 +74,24 @@ where
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
     let user_ticket = header_string(headers, USER_TICKET);
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
-        return Ok(too_large(app.body_limit));
+        return Ok(closing(version, too_large(app.body_limit)));
     }
-    let body = match Limited::new(request.into_body(), app.body_limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => return Ok(too_large(app.body_limit)),
-        Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, format!("cannot read the request body: {error}\n"))),
+    // A client that never finishes its body must not hold the call past its budget.
+    let budget = app.budgets.of(handler);
+    let deadline = tokio::time::Instant::from_std(started + budget);
+    let read = Limited::new(request.into_body(), app.body_limit).collect();
+    let body = match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => return Ok(closing(version, too_large(app.body_limit))),
+        Ok(Err(error)) => {
+            let reason = format!("cannot read the request body: {error}\n");
+            return Ok(closing(version, plain(StatusCode::BAD_REQUEST, reason)));
+        }
+        Err(_elapsed) => {
+            let reason =
+                format!("the request body did not arrive within the {} ms budget of /{handler}\n", budget.as_millis());
+            return Ok(closing(version, plain(StatusCode::REQUEST_TIMEOUT, reason)));
+        }
     };
     let call = Call { handler, body, format, started, client_timeout: None, user_ticket, transport: Transport::Http };
     match app.dispatcher.dispatch(scenario, call).await {
@@ -111,6 +126,21 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
 
 fn header_string(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// Says `Connection: close` on an HTTP/1 answer, after which the connection
+/// closes (HTTP/2 has no such header: its connections close by GOAWAY).
+pub fn close_after<B>(version: Version, response: &mut Response<B>) {
+    if version < Version::HTTP_2 {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
+/// `response`, closing the connection after it: the request body was not
+/// read to its end, so the connection cannot carry another request.
+fn closing(version: Version, mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    close_after(version, &mut response);
+    response
 }
 
 /// A plain-text answer.

@@ -7,15 +7,26 @@ use megamind_scenario::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{
-        TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, t_scenario_commit_response,
+        TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, TScenarioRunResponse,
+        t_scenario_commit_response, t_scenario_run_response,
     },
+    scenarios::demo::Demo,
 };
+use prost::Message;
 use tokio::sync::Semaphore;
 
 use crate::{
-    helpers::{decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
+    helpers::{decode_answer, fixture, fixture_body, registry_of, spawn_app, spawn_demo},
+    metrics::sample,
     scenarios::Counting,
 };
+
+/// The `poi_run_request` fixture with another `RequestId`, in binary.
+fn run_request(request_id: &str) -> Vec<u8> {
+    let mut request = fixture::<TScenarioRunRequest>("poi_run_request");
+    request.base_request.as_mut().expect("a BaseRequest").request_id = request_id.into();
+    request.encode_to_vec()
+}
 
 #[tokio::test]
 async fn a_hundred_concurrent_commits_send_one_push_and_get_identical_bytes() {
@@ -105,4 +116,110 @@ async fn a_repeat_in_another_format_gets_the_same_answer() {
     let from_json: TScenarioCommitResponse = decode_answer(&json, Format::Json);
     assert_eq!(from_binary, from_json);
     assert_eq!(demo.payment_pushes(), 1);
+}
+
+#[tokio::test]
+async fn a_commit_answer_outlives_a_flood_of_run_answers() {
+    let demo = Arc::new(Demo::new());
+    let mut config = Config::default();
+    config.cache.max_entries = 20;
+    config.cache.max_bytes = 64 * 1024;
+    let app = spawn_app(config, registry_of("demo", demo.clone())).await;
+    let commit = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+    let (status, first) = app.post_binary("/demo/commit", commit.clone()).await;
+    assert_eq!(status, 200);
+    for n in 0..200 {
+        let (status, _) = app.post_binary("/demo/run", run_request(&format!("flood-{n}"))).await;
+        assert_eq!(status, 200);
+    }
+    let (status, retry) = app.post_binary("/demo/commit", commit).await;
+    assert_eq!(status, 200);
+    assert_eq!(retry, first, "the retry replays the first answer byte for byte");
+    assert_eq!(demo.payment_pushes(), 1, "the side effect ran once");
+    let (_, text) = app.get("/metrics").await;
+    let series = r#"megamind_requests_total{handler="commit",outcome="ok",scenario="demo",transport="http"}"#;
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
+}
+
+#[tokio::test]
+async fn under_overload_a_cached_run_is_replayed_not_refused() {
+    let gate = Arc::new(Semaphore::new(1));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let config = Config { max_in_flight: 1, priority_reserve: 0, ..Config::default() };
+    let app = Arc::new(spawn_app(config, registry_of("counting", counting.clone())).await);
+    let (status, first) = app.post_binary("/counting/run", run_request("cached")).await;
+    assert_eq!(status, 200);
+
+    // Another call holds the only slot.
+    let entered = counting.entered.notified();
+    let held = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("holding")).await }
+    });
+    entered.await;
+    let (status, _) = app.post_binary("/counting/run", run_request("new")).await;
+    assert_eq!(status, 429, "a new /run is refused at the limit");
+    let (status, replay) = app.post_binary("/counting/run", run_request("cached")).await;
+    assert_eq!(status, 200, "a repeat is replayed at the limit");
+    assert_eq!(replay, first);
+    assert_eq!(counting.runs.load(Ordering::SeqCst), 2, "the refused call ran nothing");
+
+    // A repeat of the call in flight waits for it rather than being refused.
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("holding")).await }
+    });
+    let waits = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_waits_total") };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while waits().await != Some(1.0) {
+        assert!(std::time::Instant::now() < deadline, "the repeat never started waiting");
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(1);
+    let (held, waited) = (held.await.unwrap(), waiting.await.unwrap());
+    assert_eq!((held.0.as_u16(), waited.0.as_u16()), (200, 200));
+    assert_eq!(waited.1, held.1, "the waiting repeat gets the first answer");
+    let (_, text) = app.get("/metrics").await;
+    let series = |outcome: &str| {
+        format!(r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="counting",transport="http"}}"#)
+    };
+    assert_eq!(sample(&text, &series("replay")), Some(2.0), "{text}");
+    assert_eq!(sample(&text, &series("overloaded")), Some(1.0), "{text}");
+}
+
+#[tokio::test]
+async fn a_repeat_that_times_out_waiting_is_counted_replay_timeout() {
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let mut config = Config::default();
+    config.budget.run_ms = 150;
+    let app = Arc::new(spawn_app(config, registry_of("counting", counting.clone())).await);
+
+    let entered = counting.entered.notified();
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("slow")).await }
+    });
+    entered.await;
+    let (status, repeat) = app.post_binary("/counting/run", run_request("slow")).await;
+    assert_eq!(status, 200);
+    let repeat: TScenarioRunResponse = decode_answer(&repeat, Format::Binary);
+    let Some(t_scenario_run_response::Response::Error(error)) = repeat.response else { panic!("{repeat:?}") };
+    assert_eq!(error.r#type, "timeout", "the protocol still says timeout");
+    assert!(error.message.contains("first call"), "{}", error.message);
+    assert_eq!(first.await.unwrap().0, 200);
+    gate.add_permits(1);
+
+    let (_, text) = app.get("/metrics").await;
+    let series = |outcome: &str| {
+        format!(r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="counting",transport="http"}}"#)
+    };
+    assert_eq!(sample(&text, &series("replay_timeout")), Some(1.0), "{text}");
+    assert_eq!(sample(&text, &series("timeout")), Some(1.0), "only the first call overran: {text}");
+    assert_eq!(
+        sample(&text, r#"megamind_budget_overruns_total{handler="run",scenario="counting"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(counting.runs.load(Ordering::SeqCst), 1);
 }

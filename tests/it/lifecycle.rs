@@ -36,7 +36,7 @@ async fn commit_held_at_the_gate(
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
     let registry = registry_of("counting", counting.clone());
-    let mut config = Config { drain_timeout_ms, ..Config::default() };
+    let mut config = Config { drain_timeout_ms, shutdown_delay_ms: 0, ..Config::default() };
     config.budget.commit_ms = 5_000;
     let app = spawn_app(config, registry).await;
     let (addr, http) = (app.addr, app.http.clone());
@@ -113,7 +113,7 @@ async fn readyz_turns_503_during_the_shutdown_delay() {
 #[test]
 fn the_binary_exits_0_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0"])
         .env_remove("MEGAMIND_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

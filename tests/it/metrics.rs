@@ -7,10 +7,10 @@ use megamind_scenario::{
 
 use megamind_scenario::config::Config;
 
-use crate::helpers::{fixture_body, spawn_builtin, spawn_demo};
+use crate::helpers::{fixture_body, registry_of, spawn_app, spawn_builtin, spawn_demo};
 
 /// The value of the sample line starting with `series` (labels in sorted order).
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
 }
 
@@ -61,4 +61,23 @@ async fn scenario_metrics_render_beside_the_server_metrics() {
     assert!(
         text.contains(r#"megamind_requests_total{handler="run",outcome="ok",scenario="assistant",transport="http"} 1"#)
     );
+}
+
+#[tokio::test]
+async fn evictions_are_counted_per_handler_and_commit_answers_apart() {
+    let mut config = Config::default();
+    config.cache.max_entries = 1;
+    let demo = std::sync::Arc::new(megamind_scenario::scenarios::demo::Demo::new());
+    let app = spawn_app(config, registry_of("demo", demo)).await;
+    for name in ["poi_run_request", "music_run_request"] {
+        app.post_binary("/demo/run", fixture_body::<TScenarioRunRequest>(name, Format::Binary)).await;
+    }
+    app.post_binary("/demo/commit", fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary))
+        .await;
+    let (_, text) = app.get("/metrics").await;
+    assert_eq!(sample(&text, r#"megamind_idempotency_evictions_total{handler="run"}"#), Some(1.0), "{text}");
+    assert_eq!(sample(&text, r#"megamind_idempotency_evictions_total{handler="commit"}"#), Some(0.0), "{text}");
+    assert_eq!(sample(&text, r#"megamind_idempotency_refusals_total{handler="commit"}"#), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "megamind_idempotency_entries"), Some(2.0), "{text}");
+    assert_eq!(sample(&text, "megamind_idempotency_commit_entries"), Some(1.0), "{text}");
 }

@@ -1,0 +1,169 @@
+//! Serving one connection: HTTP/1.1 or HTTP/2 (told apart by hyper-util's
+//! `auto`), under a watchdog that enforces the header, idle and send
+//! timeouts, and told to close as the server drains.
+//!
+//! Every connection task holds a receiver of the server's [`Stage`]; the
+//! server knows all of them ended when the last receiver is dropped.
+
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+
+use hyper::service::service_fn;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::{net::TcpStream, sync::OwnedSemaphorePermit, sync::watch};
+
+use super::{
+    Routing,
+    activity::{Activity, Expiry, Timeouts, Watched, due},
+    route,
+};
+use crate::rules::metrics::ConnectionMetrics;
+
+/// Bytes an HTTP/2 stream may buffer of an answer its client does not read.
+/// Our answers are small; hyper's default (400 KiB) lets a client that opens
+/// streams and never reads them hold that much per stream.
+const H2_SEND_BUFFER: usize = 16 * 1024;
+
+/// Limits on connections: how many, and how long each may keep the server waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once; past it new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// From the first byte of a request (or the connection's opening) to the end of its head.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight is closed after this.
+    pub idle_timeout: Duration,
+    /// A connection whose answers wait for the client, with no byte written
+    /// for this long, is closed (and the memory its answers held freed).
+    pub send_timeout: Duration,
+    /// HTTP/2 streams open at once on one connection.
+    pub h2_max_concurrent_streams: u32,
+}
+
+/// Where the server is in its life; connections act on each change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Serving.
+    Serving,
+    /// Shutting down but still serving: HTTP/2 clients get a GOAWAY,
+    /// HTTP/1.1 answers say `Connection: close`.
+    Draining,
+    /// Not accepting: every connection closes once its requests are answered.
+    Closing,
+    /// The drain timed out: connections still open are dropped.
+    Cut,
+}
+
+/// How connections are served, and the handle that ends them.
+pub(super) struct Connections {
+    builder: auto::Builder<TokioExecutor>,
+    timeouts: Timeouts,
+    /// How long a connection told to close when idle may take to do so.
+    grace: Duration,
+    stage: watch::Sender<Stage>,
+    metrics: ConnectionMetrics,
+}
+
+impl Connections {
+    pub(super) fn new(limits: &ConnectionLimits, metrics: ConnectionMetrics) -> Connections {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http2().max_concurrent_streams(limits.h2_max_concurrent_streams).max_send_buf_size(H2_SEND_BUFFER);
+        Connections {
+            builder,
+            timeouts: Timeouts::new(limits.header_timeout, limits.idle_timeout, limits.send_timeout),
+            grace: limits.send_timeout,
+            stage: watch::Sender::new(Stage::Serving),
+            metrics,
+        }
+    }
+
+    /// Moves every connection, open or to come, to `stage`.
+    pub(super) fn enter(&self, stage: Stage) {
+        self.stage.send_replace(stage);
+    }
+
+    /// Resolves once every connection task has ended.
+    pub(super) async fn closed(&self) {
+        self.stage.closed().await;
+    }
+
+    /// Serves `stream` on a task of its own, holding `slot` while it is open.
+    pub(super) fn serve(&self, stream: TcpStream, peer: SocketAddr, routing: Arc<Routing>, slot: OwnedSemaphorePermit) {
+        // Small protobuf answers must not wait for Nagle.
+        let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
+        let requests = activity.clone();
+        let service = service_fn(move |request| {
+            let in_flight = requests.begin();
+            let routing = routing.clone();
+            async move {
+                let response = route(routing, request).await?;
+                Ok::<_, Infallible>(response.map(|body| in_flight.answer(body)))
+            }
+        });
+        let io = TokioIo::new(Watched::new(stream, activity.clone()));
+        let connection = self.builder.serve_connection(io, service).into_owned();
+        let (mut stage, timeouts, grace) = (self.stage.subscribe(), self.timeouts, self.grace);
+        let metrics = self.metrics.clone();
+        metrics.open.inc();
+        tokio::spawn(async move {
+            let _slot = slot;
+            tokio::pin!(connection);
+            let mut closing = false;
+            // Armed when an idle connection is told to close: it must be gone by then.
+            let gone_by = tokio::time::sleep(Duration::MAX / 4);
+            tokio::pin!(gone_by);
+            let ended = loop {
+                let now = *stage.borrow_and_update();
+                let told = match now {
+                    Stage::Serving => false,
+                    Stage::Draining => activity.is_h2(),
+                    Stage::Closing => true,
+                    Stage::Cut => break Some("drain_timeout"),
+                };
+                if told && !closing {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(error) = result {
+                            tracing::debug!(%peer, %error, "connection ended with an error");
+                        }
+                        break None;
+                    }
+                    expiry = watchdog(&activity, timeouts, closing) => {
+                        if expiry != Expiry::Idle {
+                            break Some(expiry.as_str());
+                        }
+                        metrics.closed.with_label_values(&[expiry.as_str()]).inc();
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                        gone_by.as_mut().reset(tokio::time::Instant::now() + grace);
+                    }
+                    () = &mut gone_by => break None,
+                    changed = stage.changed() => if changed.is_err() {
+                        break None;
+                    },
+                }
+            };
+            if let Some(reason) = ended {
+                tracing::debug!(%peer, reason, "connection closed");
+                metrics.closed.with_label_values(&[reason]).inc();
+            }
+            metrics.open.dec();
+        });
+    }
+}
+
+/// Resolves with the first timeout the connection overruns.
+async fn watchdog(activity: &Activity, timeouts: Timeouts, closing: bool) -> Expiry {
+    loop {
+        match due(&activity.snapshot(), activity.now(), &timeouts, closing) {
+            Ok(at) => tokio::time::sleep_until(activity.instant(at).into()).await,
+            Err(expiry) => return expiry,
+        }
+    }
+}

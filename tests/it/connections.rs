@@ -1,0 +1,293 @@
+//! Connection limits and timeouts, seen from hostile and careless clients:
+//! slow heads, bodies that never end, idle keep-alives, too many connections,
+//! HTTP/2 clients that never read, and keep-alive requests during a drain.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use megamind_scenario::{
+    codec::Format, config::Config, proto::n_alice::n_scenarios::TScenarioRunRequest, scenarios::demo::Demo,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+use crate::helpers::{TestApp, fixture_body, registry_of, spawn_app};
+
+/// Bound on every wait for the server: far above the timeouts under test.
+const BOUND: Duration = Duration::from_secs(5);
+
+async fn spawn(config: Config) -> TestApp {
+    spawn_app(config, registry_of("demo", Arc::new(Demo::new()))).await
+}
+
+fn run_body() -> Vec<u8> {
+    fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary)
+}
+
+/// A keep-alive `POST /demo/run` of the fixture.
+fn run_request() -> Vec<u8> {
+    let body = run_body();
+    let head = format!(
+        "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    [head.into_bytes(), body].concat()
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").into_bytes()
+}
+
+/// One HTTP/1.1 answer: its head (lower-cased) and body, or `None` when the
+/// connection closed before a whole one arrived.
+async fn read_answer(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buffer = Vec::new();
+    let head_end = loop {
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length: "))
+        .map_or(0, |value| value.trim().parse().expect("a numeric content-length"));
+    let mut body = buffer[head_end..].to_vec();
+    while body.len() < length {
+        let mut chunk = [0; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some((head, body))
+}
+
+/// Whether the server closes `stream` within [`BOUND`] (reading and dropping what it sends).
+async fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let drain = async {
+        let mut chunk = [0; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(BOUND, drain).await.is_ok()
+}
+
+/// `/metrics` read on a connection of its own.
+async fn metrics(app: &TestApp) -> String {
+    app.get("/metrics").await.1
+}
+
+#[tokio::test]
+async fn a_slow_request_head_is_cut_off_at_the_header_timeout() {
+    let app = spawn(Config { header_timeout_ms: 200, ..Config::default() }).await;
+
+    // Half a head, then a byte now and then: the clock runs from the first byte.
+    let mut slow = TcpStream::connect(app.addr).await.unwrap();
+    let started = Instant::now();
+    slow.write_all(b"POST /demo/run HTTP/1.1\r\nhost: test\r\n").await.unwrap();
+    let mut trickled = 0;
+    let closed = loop {
+        let mut chunk = [0; 64];
+        match tokio::time::timeout(Duration::from_millis(40), slow.read(&mut chunk)).await {
+            Ok(Ok(0) | Err(_)) => break true,
+            Ok(Ok(_)) => continue,
+            Err(_) if started.elapsed() > BOUND => break false,
+            Err(_) => {
+                trickled += 1;
+                let _ = slow.write_all(b"x").await;
+            }
+        }
+    };
+    assert!(closed, "the slow head is still open after {BOUND:?}");
+    assert!(started.elapsed() >= Duration::from_millis(180), "closed early: {:?}", started.elapsed());
+    assert!(trickled > 0, "bytes kept arriving while the head was timed");
+
+    // A connection that sends nothing at all owes its first head just the same.
+    let mut silent = TcpStream::connect(app.addr).await.unwrap();
+    assert!(closed_by_server(&mut silent).await, "a silent connection is closed");
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="header_timeout"} 2"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_body_that_never_ends_is_answered_408_within_the_budget_and_the_connection_closed() {
+    let app = spawn(Config::default()).await;
+    let head = "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\n";
+    for (case, request) in [
+        ("unfinished chunked body", format!("{head}transfer-encoding: chunked\r\n\r\n5\r\nab")),
+        ("huge declared chunk", format!("{head}transfer-encoding: chunked\r\n\r\nfffffff\r\nabc")),
+        ("declared length never sent", format!("{head}content-length: 1000\r\n\r\n0123456789")),
+    ] {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        let started = Instant::now();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answer = tokio::time::timeout(BOUND, read_answer(&mut stream)).await;
+        let (head, body) = answer.unwrap_or_else(|_| panic!("{case}: no answer")).expect("an answer");
+        assert!(head.starts_with("http/1.1 408"), "{case}: {head}");
+        assert!(head.contains("connection: close"), "{case}: {head}");
+        assert!(String::from_utf8_lossy(&body).contains("300 ms budget of /run"), "{case}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{case}: answered in {:?}", started.elapsed());
+        assert!(closed_by_server(&mut stream).await, "{case}: the connection is closed");
+    }
+}
+
+#[tokio::test]
+async fn an_over_limit_body_is_refused_with_connection_close() {
+    let app = spawn(Config { body_limit: 16, ..Config::default() }).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(&run_request()).await.unwrap();
+    let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");
+    assert!(head.starts_with("http/1.1 413") && head.contains("connection: close"), "{head}");
+}
+
+#[tokio::test]
+async fn a_grpc_message_that_never_ends_gets_deadline_exceeded() {
+    let app = spawn(Config::default()).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::post("/megamind_scenario.v1.Scenario/Run")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // A message header announcing 100 bytes, then 3 of them, and no end.
+    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 100, 1, 2, 3]), false).unwrap();
+    let started = Instant::now();
+    let response = tokio::time::timeout(BOUND, response).await.expect("an answer in time").unwrap();
+    let status = match response.headers().get("grpc-status") {
+        Some(status) => status.clone(),
+        None => {
+            let mut body = response.into_body();
+            let trailers = tokio::time::timeout(BOUND, body.trailers()).await.unwrap().unwrap().expect("trailers");
+            trailers.get("grpc-status").expect("grpc-status").clone()
+        }
+    };
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED");
+    assert!(started.elapsed() < Duration::from_secs(2), "answered in {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let app = spawn(Config { idle_timeout_ms: 300, ..Config::default() }).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(&run_request()).await.unwrap();
+    let (head, _) = read_answer(&mut stream).await.expect("an answer");
+    assert!(head.starts_with("http/1.1 200") && !head.contains("connection: close"), "{head}");
+    let idle_from = Instant::now();
+    assert!(closed_by_server(&mut stream).await, "the idle connection is closed");
+    assert!(idle_from.elapsed() >= Duration::from_millis(250), "closed early: {:?}", idle_from.elapsed());
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="idle_timeout"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn past_max_connections_a_new_connection_waits_for_a_free_slot() {
+    let app = spawn(Config { max_connections: 2, ..Config::default() }).await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        stream.write_all(&get("/healthz")).await.unwrap();
+        assert!(read_answer(&mut stream).await.expect("served").0.starts_with("http/1.1 200"));
+        open.push(stream);
+    }
+    // The kernel completes the handshake; the server does not take the connection yet.
+    let mut third = TcpStream::connect(app.addr).await.unwrap();
+    third.write_all(&get("/healthz")).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(300), read_answer(&mut third)).await;
+    assert!(early.is_err(), "the third connection was served while two were open");
+
+    // The open ones keep working meanwhile.
+    open[1].write_all(&get("/healthz")).await.unwrap();
+    assert!(read_answer(&mut open[1]).await.expect("still served").0.starts_with("http/1.1 200"));
+
+    drop(open.remove(0));
+    let answer = tokio::time::timeout(BOUND, read_answer(&mut third)).await.expect("served once a slot is free");
+    assert!(answer.expect("an answer").0.starts_with("http/1.1 200"));
+    third.write_all(&get("/metrics")).await.unwrap();
+    let (_, text) = read_answer(&mut third).await.expect("metrics");
+    let text = String::from_utf8(text).unwrap();
+    let waited = text
+        .lines()
+        .find_map(|line| line.strip_prefix("megamind_connections_waited_total "))
+        .and_then(|value| value.parse::<u64>().ok())
+        .expect("the wait counter");
+    assert!(waited >= 1, "{text}");
+    assert!(text.contains("megamind_connections_open 2"), "{text}");
+}
+
+#[tokio::test]
+async fn an_h2_client_that_reads_nothing_is_held_to_its_streams_and_cut_off() {
+    let config = Config { h2_max_concurrent_streams: 4, send_timeout_ms: 300, ..Config::default() };
+    let app = spawn(config).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    // A zero window: the server may send no answer byte on any stream.
+    let (client, connection) = h2::client::Builder::new().initial_window_size(0).handshake(tcp).await.unwrap();
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = connection.await;
+        let _ = ended_tx.send(Instant::now());
+    });
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let mut client = client.clone().ready().await.expect("the connection is up");
+        let request = http::Request::post("/demo/run").header("content-type", "application/protobuf").body(()).unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(run_body()), true).unwrap();
+        answers.push(tokio::spawn(response));
+    }
+    let fifth = answers.pop().unwrap();
+    let mut heads_at = Instant::now();
+    // Kept, not dropped: dropping one would reset its stream and free it.
+    let mut held = Vec::new();
+    for answer in answers {
+        let response = tokio::time::timeout(BOUND, answer).await.expect("a head in time").unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        held.push(response);
+        heads_at = Instant::now();
+    }
+    let ended_at = tokio::time::timeout(BOUND, ended_rx).await.expect("the connection is closed").unwrap();
+    assert!(ended_at - heads_at >= Duration::from_millis(200), "closed early: {:?}", ended_at - heads_at);
+    let fifth = tokio::time::timeout(BOUND, fifth).await.unwrap().unwrap();
+    assert!(fifth.is_err(), "the fifth stream waited past the limit of 4 and was never served: {fifth:?}");
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn keep_alive_requests_sent_just_after_shutdown_are_all_answered() {
+    let mut app = spawn(Config::default()).await;
+    let mut streams = Vec::new();
+    for _ in 0..32 {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        stream.write_all(&run_request()).await.unwrap();
+        assert!(read_answer(&mut stream).await.expect("served").0.starts_with("http/1.1 200"));
+        streams.push(stream);
+    }
+    app.begin_shutdown();
+    for stream in &mut streams {
+        stream.write_all(&run_request()).await.unwrap();
+    }
+    for (at, stream) in streams.iter_mut().enumerate() {
+        let answer = tokio::time::timeout(BOUND, read_answer(stream)).await.expect("an answer in time");
+        let (head, _) = answer.unwrap_or_else(|| panic!("connection {at} was closed unanswered"));
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("connection: close"), "the client is told to reconnect elsewhere: {head}");
+        assert!(closed_by_server(stream).await, "and the connection closes after the answer");
+    }
+}
