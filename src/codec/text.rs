@@ -32,7 +32,7 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) -> Res
     if depth >= MAX_DEPTH {
         return Err(TooDeep);
     }
-    if message.descriptor().full_name() == depth::ANY {
+    if message.descriptor().full_name() == depth::ANY && has_readable_type_url(message) {
         if let Some(inner) = depth::expand_any(message)? {
             return print_expanded_any(out, message, &inner, depth);
         }
@@ -94,6 +94,23 @@ fn print_expanded_any(
     indent(out, depth);
     out.push_str("}\n");
     Ok(())
+}
+
+/// Whether `[type_url]` parses back to the same URL: text format reads
+/// only `domain/full.Name`, each side dotted identifiers. Any other URL (a
+/// space, a second `/`) is printed as the plain `type_url` field instead.
+fn has_readable_type_url(any: &DynamicMessage) -> bool {
+    let dotted = |part: &str| {
+        part.split('.').all(|ident| {
+            let mut chars = ident.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    match any.get_field_by_number(1).as_deref() {
+        Some(Value::String(url)) => url.split_once('/').is_some_and(|(domain, name)| dotted(domain) && dotted(name)),
+        _ => false,
+    }
 }
 
 fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: usize) -> Result<(), TooDeep> {
@@ -272,6 +289,24 @@ mod tests {
         let body = TScenarioResponseBody { state: Some(wrapped), ..Default::default() };
         let text = print(&dynamic(&body)).unwrap();
         assert!(text.contains("[type.googleapis.com/google.protobuf.StringValue] {"), "declared by proto/: {text}");
+    }
+
+    #[test]
+    fn any_whose_type_url_text_format_cannot_spell_prints_as_bytes() {
+        use crate::proto::n_alice::n_scenarios::TScenarioApplyRequest;
+        for type_url in [
+            "type.googlea s.com/NAlice.NHollywood.TMusicArguments",
+            "type.googleapis.com/x/NAlice.NHollywood.TMusicArguments",
+            "type.googleapis.com/NAlice.NHollywood.TMusicArguments ",
+            "/NAlice.NHollywood.TMusicArguments",
+        ] {
+            let any = prost_types::Any { type_url: type_url.into(), value: Vec::new() };
+            let request = TScenarioApplyRequest { arguments: Some(any), ..Default::default() };
+            let text = print(&dynamic(&request)).unwrap();
+            assert!(text.contains("type_url: "), "{text}");
+            let back = DynamicMessage::parse_text_format(request.descriptor(), &text).unwrap();
+            assert_eq!(back.transcode_to::<TScenarioApplyRequest>().unwrap(), request, "{text}");
+        }
     }
 
     #[test]

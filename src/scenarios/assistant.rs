@@ -53,8 +53,11 @@ pub mod metrics;
 pub mod offline;
 pub mod openai;
 pub mod prompt;
-mod reply;
-mod sse;
+// Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
+#[doc(hidden)]
+pub mod reply;
+#[doc(hidden)]
+pub mod sse;
 pub(crate) mod state;
 
 use std::{sync::Arc, time::Duration};

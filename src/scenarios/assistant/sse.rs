@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 /// What one complete event means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StreamEvent {
+pub enum StreamEvent {
     /// More text of the answer (possibly empty: a role-only first chunk).
     Delta(String),
     /// `[DONE]`: the answer is complete.
@@ -19,7 +19,7 @@ pub(crate) enum StreamEvent {
 
 /// A stream that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum SseError {
+pub enum SseError {
     /// A line or event larger than the limit.
     #[error("stream event larger than {0} bytes")]
     TooLarge(usize),
@@ -36,7 +36,7 @@ pub(crate) enum SseError {
 
 /// Splits bytes into events, whatever the chunking.
 #[derive(Debug)]
-pub(crate) struct SseDecoder {
+pub struct SseDecoder {
     partial: Vec<u8>,
     data: String,
     has_data: bool,
@@ -45,12 +45,12 @@ pub(crate) struct SseDecoder {
 
 impl SseDecoder {
     /// A decoder refusing lines and events past `max_bytes`.
-    pub(crate) fn new(max_bytes: usize) -> SseDecoder {
+    pub fn new(max_bytes: usize) -> SseDecoder {
         SseDecoder { partial: Vec::new(), data: String::new(), has_data: false, max_bytes }
     }
 
     /// Feeds received bytes; returns the events they complete, in order.
-    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, SseError> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, SseError> {
         let mut events = Vec::new();
         let mut rest = bytes;
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
@@ -73,7 +73,7 @@ impl SseDecoder {
 
     /// The stream ended: an event not closed by a blank line still counts
     /// (some servers close right after the last `data:` line).
-    pub(crate) fn finish(&mut self) -> Result<Vec<StreamEvent>, SseError> {
+    pub fn finish(&mut self) -> Result<Vec<StreamEvent>, SseError> {
         let mut events = Vec::new();
         let last = std::mem::take(&mut self.partial);
         if !last.is_empty() {

@@ -1,0 +1,49 @@
+//! Any model answer: parsed without a panic into speech and at most one
+//! valid command, and the answer built from it decodes with protobuf's
+//! default limits and renders as JSON and text format.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use megamind_scenario::{
+    codec::{self, Format},
+    proto::{
+        megamind_scenario::v1::TAssistantState,
+        n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
+    },
+    scenarios::assistant::{
+        answer::{self, Command},
+        reply,
+    },
+};
+use prost::Message;
+use prost_reflect::ReflectMessage;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(raw) = std::str::from_utf8(data) else { return };
+    let answer = answer::parse(raw);
+    // JSON escapes only ever shorten a string.
+    assert!(answer.text.len() <= raw.len(), "speech longer than the answer");
+    match &answer.command {
+        Some(Command::OpenApp { app_name, app_path, .. }) => assert!(!(app_name.is_empty() && app_path.is_empty())),
+        Some(Command::CloseApp { app_name, .. }) => assert!(!app_name.is_empty()),
+        None => {}
+    }
+    assert!(answer.command.is_none() || answer.dropped.is_none(), "a command both kept and dropped");
+
+    let body = reply::answer(&answer, &TAssistantState::default());
+    let response = TScenarioRunResponse {
+        response: Some(t_scenario_run_response::Response::ResponseBody(body)),
+        ..Default::default()
+    };
+    let binary = response.encode_to_vec();
+    // prost's limits are protobuf's (recursion 100): what Megamind can read.
+    if let Err(error) = TScenarioRunResponse::decode(&binary[..]) {
+        panic!("the answer does not decode: {error}");
+    }
+    for format in [Format::Json, Format::Text] {
+        if let Err(error) = codec::transcode(response.descriptor(), &binary.clone().into(), format) {
+            panic!("the answer does not render as {format:?}: {error}");
+        }
+    }
+});

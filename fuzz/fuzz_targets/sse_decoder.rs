@@ -1,0 +1,65 @@
+//! The model server's event stream, cut anywhere: the same events (or the
+//! same error) as when it arrives whole, and no event past the size bound.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use megamind_scenario::scenarios::assistant::sse::{SseDecoder, SseError, StreamEvent};
+
+fuzz_target!(|data: &[u8]| {
+    // Two bytes pick the cuts and the bound; the rest is the stream.
+    let [cut_seed, bound, stream @ ..] = data else { return };
+    let chunks = cut(stream, *cut_seed);
+
+    // A bound no line reaches: the cuts alone must not change anything.
+    let roomy = stream.len() + 1;
+    let whole = decode(roomy, &[stream]);
+    let pieces = decode(roomy, &chunks);
+    match (&whole, &pieces) {
+        ((events, None), (pieces_events, None)) => assert_eq!(events, pieces_events, "events depend on the cuts"),
+        ((_, Some(error)), (_, Some(pieces_error))) => assert_eq!(error, pieces_error, "errors depend on the cuts"),
+        _ => panic!("one side failed: whole {whole:?}, in pieces {pieces:?}"),
+    }
+
+    // A tight bound: data past it is refused, never handed out.
+    let max = usize::from(*bound) * 4;
+    let (events, _) = decode(max, &chunks);
+    for event in events {
+        if let StreamEvent::Delta(text) = event {
+            assert!(text.len() <= max, "a delta of {} bytes under a bound of {max}", text.len());
+        }
+    }
+});
+
+/// Pieces of 0 to 16 bytes, sizes drawn from `seed`.
+fn cut(stream: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
+    let mut rest = stream;
+    let mut chunks = Vec::new();
+    while !rest.is_empty() {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let (chunk, tail) = rest.split_at(((state % 17) as usize).min(rest.len()));
+        chunks.push(chunk);
+        rest = tail;
+    }
+    chunks
+}
+
+/// The events up to the first error, and that error.
+fn decode(max_bytes: usize, chunks: &[&[u8]]) -> (Vec<StreamEvent>, Option<SseError>) {
+    let mut decoder = SseDecoder::new(max_bytes);
+    let mut events = Vec::new();
+    for chunk in chunks {
+        match decoder.push(chunk) {
+            Ok(more) => events.extend(more),
+            Err(error) => return (events, Some(error)),
+        }
+    }
+    match decoder.finish() {
+        Ok(more) => events.extend(more),
+        Err(error) => return (events, Some(error)),
+    }
+    (events, None)
+}
