@@ -218,6 +218,9 @@ fn main() {
         let slow_held = held.load(Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
         server.settle(Duration::from_secs(20)).await;
+        // As after the second attack: what the slow connections freed must be
+        // gone, or the next baseline would count it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
 
         // 2. HTTP/2 zero window.
         let before_h2 = server.rss_mib();
