@@ -119,9 +119,17 @@ pub struct ServeArgs {
     /// [default: 10000].
     #[arg(long, env = "MEGAMIND_SEND_TIMEOUT_MS")]
     pub send_timeout_ms: Option<u64>,
-    /// HTTP/2 streams open at once on one connection [default: 100].
+    /// HTTP/2 streams open at once on one connection [default: 32].
     #[arg(long, env = "MEGAMIND_H2_MAX_CONCURRENT_STREAMS")]
     pub h2_max_concurrent_streams: Option<u32>,
+    /// Requests open at once server-wide, from their head until their answer is all handed over; past it a new
+    /// HTTP/2 stream on a connection with a request open is refused (REFUSED_STREAM) [default: 4096].
+    #[arg(long, env = "MEGAMIND_MAX_OPEN_REQUESTS")]
+    pub max_open_requests: Option<usize>,
+    /// HTTP/1.1 read buffer per connection, in bytes (at least 8192); a request head must fit in it, else 431
+    /// [default: 8192].
+    #[arg(long, env = "MEGAMIND_HTTP1_READ_BUFFER_BYTES")]
+    pub http1_read_buffer_bytes: Option<usize>,
     /// How long work past its budget may go on in the background, in ms [default: 30000].
     #[arg(long, env = "MEGAMIND_DETACH_LIMIT_MS")]
     pub detach_limit_ms: Option<u64>,
@@ -248,6 +256,8 @@ impl ServeArgs {
         set(&mut c.idle_timeout_ms, &self.idle_timeout_ms);
         set(&mut c.send_timeout_ms, &self.send_timeout_ms);
         set(&mut c.h2_max_concurrent_streams, &self.h2_max_concurrent_streams);
+        set(&mut c.max_open_requests, &self.max_open_requests);
+        set(&mut c.http1_read_buffer_bytes, &self.http1_read_buffer_bytes);
         let a = &mut c.assistant;
         set(&mut a.base_url, &self.llm_base_url);
         set(&mut a.api_key, &self.llm_api_key);

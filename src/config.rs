@@ -18,6 +18,9 @@ mod log_filter;
 
 pub use listen::ListenAddr;
 
+/// The smallest HTTP/1.1 read buffer hyper accepts.
+pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
+
 /// Everything `serve` can be told.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,6 +52,13 @@ pub struct Config {
     pub send_timeout_ms: u64,
     /// HTTP/2 streams open at once on one connection.
     pub h2_max_concurrent_streams: u32,
+    /// Requests open at once server-wide, from their head until their answer
+    /// is all handed over; past it a new HTTP/2 stream on a connection with a
+    /// request open is refused.
+    pub max_open_requests: usize,
+    /// The HTTP/1.1 read buffer of a connection, in bytes: the longest request
+    /// head accepted.
+    pub http1_read_buffer_bytes: usize,
     /// Concurrent calls before `/run` is refused with 429.
     pub max_in_flight: usize,
     /// Extra concurrent calls kept for `/continue`, `/commit` and `/apply`.
@@ -117,7 +127,21 @@ impl Default for Config {
             // they close an idle connection first and never send on one we close.
             idle_timeout_ms: 75_000,
             send_timeout_ms: 10_000,
-            h2_max_concurrent_streams: 100,
+            // What an HTTP/2 connection keeps per stream (its slot, the frames
+            // received) grows to this and stays: with 100, 400 connections of a
+            // client that reads nothing held 200 MiB, with 32 under 64 MiB.
+            // Our answers take well under the 300 ms budget, so 32 at once per
+            // connection is ample; clients wanting more open more connections.
+            h2_max_concurrent_streams: 32,
+            // An HTTP/2 client that reads no answer holds each of its streams
+            // with the answer's bytes, about 2 KiB for a `/run`: 4096 stay
+            // under 10 MiB. Clients that read their answers keep no more
+            // open than run at once (`max_in_flight` + `priority_reserve`).
+            max_open_requests: 4096,
+            // hyper's smallest. A larger bound lets the buffer of every
+            // connection that sent part of a head double to 16 KiB; 8 KiB is
+            // also the usual head limit of proxies (nginx, Apache).
+            http1_read_buffer_bytes: MIN_HTTP1_READ_BUFFER,
             max_in_flight: 1024,
             priority_reserve: 256,
             detach_limit_ms: 30_000,
@@ -214,6 +238,14 @@ impl Config {
         }
         check(self.max_connections > 0, "max_connections must be above 0".into());
         check(self.h2_max_concurrent_streams > 0, "h2_max_concurrent_streams must be above 0".into());
+        check(self.max_open_requests > 0, "max_open_requests must be above 0".into());
+        check(
+            self.http1_read_buffer_bytes >= MIN_HTTP1_READ_BUFFER,
+            format!(
+                "http1_read_buffer_bytes = {}: must be at least {MIN_HTTP1_READ_BUFFER}",
+                self.http1_read_buffer_bytes
+            ),
+        );
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
@@ -248,6 +280,8 @@ impl Config {
             idle_timeout: ms(self.idle_timeout_ms),
             send_timeout: ms(self.send_timeout_ms),
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+            max_open_requests: self.max_open_requests,
+            http1_read_buffer: self.http1_read_buffer_bytes,
         }
     }
 
@@ -337,6 +371,12 @@ mod tests {
         let zero = Config { send_timeout_ms: 0, max_connections: 0, ..Config::default() };
         let error = zero.validate().unwrap_err().to_string();
         assert!(error.contains("send_timeout_ms") && error.contains("max_connections"), "{error}");
+        let config = Config::from_toml("max_open_requests = 7\nhttp1_read_buffer_bytes = 16384").unwrap();
+        assert_eq!(config.connection_limits().max_open_requests, 7);
+        assert_eq!(config.connection_limits().http1_read_buffer, 16384);
+        let small = Config { max_open_requests: 0, http1_read_buffer_bytes: 4096, ..Config::default() };
+        let error = small.validate().unwrap_err().to_string();
+        assert!(error.contains("max_open_requests") && error.contains("http1_read_buffer_bytes = 4096"), "{error}");
     }
 
     #[test]

@@ -221,6 +221,9 @@ pub struct ConnectionMetrics {
     /// Connections the server closed, by reason (`header_timeout`,
     /// `idle_timeout`, `send_timeout`, `drain_timeout`).
     pub closed: IntCounterVec,
+    /// HTTP/2 streams refused because their connection had a request open
+    /// while the server had `max_open_requests` open.
+    pub refused_streams: IntCounter,
 }
 
 impl ConnectionMetrics {
@@ -243,12 +246,18 @@ impl ConnectionMetrics {
                 &["reason"],
             )
             .expect("valid metric"),
+            refused_streams: IntCounter::new(
+                "megamind_h2_streams_refused_total",
+                "HTTP/2 streams refused (REFUSED_STREAM) on busy connections while max_open_requests were open.",
+            )
+            .expect("valid metric"),
         };
         for collector in [
             Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(metrics.waited.clone()),
             Box::new(metrics.accept_errors.clone()),
             Box::new(metrics.closed.clone()),
+            Box::new(metrics.refused_streams.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::warn!(%error, "metric not registered");

@@ -76,6 +76,8 @@ pub(crate) struct Activity {
     /// When an answer was last given or a byte last written while one was pending.
     progress: AtomicU64,
     h2: AtomicBool,
+    /// Requests open on every connection of the server.
+    open: Arc<AtomicUsize>,
 }
 
 /// The watchdog's view of an [`Activity`].
@@ -90,7 +92,8 @@ pub(crate) struct Snapshot {
 }
 
 impl Activity {
-    pub(crate) fn new() -> Arc<Activity> {
+    /// A new connection's; `open` counts the requests of all of the server's.
+    pub(crate) fn new(open: Arc<AtomicUsize>) -> Arc<Activity> {
         Arc::new(Activity {
             opened: Instant::now(),
             in_flight: AtomicUsize::new(0),
@@ -100,6 +103,7 @@ impl Activity {
             head_since: AtomicU64::new(1),
             progress: AtomicU64::new(0),
             h2: AtomicBool::new(false),
+            open,
         })
     }
 
@@ -132,9 +136,16 @@ impl Activity {
         }
     }
 
+    /// Whether this connection has a request open while the server has
+    /// `bound` or more open in all.
+    pub(crate) fn crowded(&self, bound: usize) -> bool {
+        self.in_flight.load(SeqCst) > 0 && self.open.load(SeqCst) >= bound
+    }
+
     /// A request's head has arrived.
     pub(crate) fn begin(self: &Arc<Activity>) -> InFlight {
         self.in_flight.fetch_add(1, SeqCst);
+        self.open.fetch_add(1, SeqCst);
         self.head_since.store(0, SeqCst);
         InFlight { activity: self.clone(), answering: false }
     }
@@ -205,6 +216,7 @@ impl Drop for InFlight {
         }
         activity.idle_since.store(activity.now(), SeqCst);
         activity.in_flight.fetch_sub(1, SeqCst);
+        activity.open.fetch_sub(1, SeqCst);
     }
 }
 
@@ -333,7 +345,7 @@ mod tests {
 
     #[test]
     fn requests_and_answers_move_the_clocks() {
-        let activity = Activity::new();
+        let activity = Activity::new(Arc::default());
         activity.read(Some(b"PRI * HTTP/2.0\r\n"));
         assert!(activity.is_h2());
         let request = activity.begin();
@@ -345,7 +357,7 @@ mod tests {
         assert_eq!((after.in_flight, after.sending), (0, 0));
         activity.read(None);
         assert!(activity.snapshot().head_since.is_some(), "bytes with no request in flight start a head");
-        let plain = Activity::new();
+        let plain = Activity::new(Arc::default());
         plain.read(Some(b"GET / HTTP/1.1\r\n"));
         assert!(!plain.is_h2());
     }

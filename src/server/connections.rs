@@ -5,7 +5,11 @@
 //! Every connection task holds a receiver of the server's [`Stage`]; the
 //! server knows all of them ended when the last receiver is dropped.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicUsize},
+    time::Duration,
+};
 
 use hyper::service::service_fn;
 use hyper_util::{
@@ -40,6 +44,12 @@ pub struct ConnectionLimits {
     pub send_timeout: Duration,
     /// HTTP/2 streams open at once on one connection.
     pub h2_max_concurrent_streams: u32,
+    /// Requests open at once server-wide, from their head until their answer
+    /// is all handed over; past it a new HTTP/2 stream on a connection with a
+    /// request open is refused (REFUSED_STREAM).
+    pub max_open_requests: usize,
+    /// The HTTP/1.1 read buffer, in bytes: the longest request head accepted.
+    pub http1_read_buffer: usize,
 }
 
 /// Where the server is in its life; connections act on each change.
@@ -64,18 +74,24 @@ pub(super) struct Connections {
     grace: Duration,
     stage: watch::Sender<Stage>,
     metrics: ConnectionMetrics,
+    /// Requests open on every connection, from their head until their answer is all handed over.
+    open: Arc<AtomicUsize>,
+    max_open: usize,
 }
 
 impl Connections {
     pub(super) fn new(limits: &ConnectionLimits, metrics: ConnectionMetrics) -> Connections {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder.http2().max_concurrent_streams(limits.h2_max_concurrent_streams).max_send_buf_size(H2_SEND_BUFFER);
+        builder.http1().max_buf_size(limits.http1_read_buffer);
         Connections {
             builder,
             timeouts: Timeouts::new(limits.header_timeout, limits.idle_timeout, limits.send_timeout),
             grace: limits.send_timeout,
             stage: watch::Sender::new(Stage::Serving),
             metrics,
+            open: Arc::default(),
+            max_open: limits.max_open_requests,
         }
     }
 
@@ -93,15 +109,30 @@ impl Connections {
     pub(super) fn serve(&self, stream: TcpStream, peer: SocketAddr, routing: Arc<Routing>, slot: OwnedSemaphorePermit) {
         // Small protobuf answers must not wait for Nagle.
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new();
+        let activity = Activity::new(self.open.clone());
         let requests = activity.clone();
+        let (max_open, refused) = (self.max_open, self.metrics.refused_streams.clone());
         let service = service_fn(move |request| {
-            let in_flight = requests.begin();
-            let routing = routing.clone();
-            async move {
-                let response = route(routing, request).await?;
-                Ok::<_, Infallible>(response.map(|body| in_flight.answer(body)))
-            }
+            // An HTTP/2 client that reads no answer keeps each stream open
+            // until the send timeout, and may open more on other connections:
+            // past the server-wide bound, only its first stream on a
+            // connection is served. HTTP/1.1 has one request open per
+            // connection, which `max_connections` bounds.
+            let crowded = requests.is_h2() && requests.crowded(max_open);
+            let in_flight = (!crowded).then(|| requests.begin());
+            let (routing, refused) = (routing.clone(), refused.clone());
+            // Boxed: hyper keeps an HTTP/2 stream's task, sized for its
+            // future's largest state, until the answer is sent; a stalled
+            // answer then holds a pointer, not room for a whole call.
+            Box::pin(async move {
+                let Some(in_flight) = in_flight else {
+                    refused.inc();
+                    // The client may retry it: nothing was done.
+                    return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
+                };
+                let Ok(response) = route(routing, request).await;
+                Ok(response.map(|body| in_flight.answer(body)))
+            })
         });
         let io = TokioIo::new(Watched::new(stream, activity.clone()));
         let connection = self.builder.serve_connection(io, service).into_owned();

@@ -291,3 +291,53 @@ async fn keep_alive_requests_sent_just_after_shutdown_are_all_answered() {
         assert!(closed_by_server(stream).await, "and the connection closes after the answer");
     }
 }
+
+#[tokio::test]
+async fn a_request_head_longer_than_the_read_buffer_is_refused_with_431() {
+    let app = spawn(Config { http1_read_buffer_bytes: 8192, ..Config::default() }).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    let padding = "a".repeat(9_000);
+    let head = format!("GET /healthz HTTP/1.1\r\nhost: test\r\nx-pad: {padding}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");
+    assert!(head.starts_with("http/1.1 431"), "{head}");
+    assert!(closed_by_server(&mut stream).await);
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(&get("/healthz")).await.unwrap();
+    let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");
+    assert!(head.starts_with("http/1.1 200"), "a head that fits is served: {head}");
+}
+
+#[tokio::test]
+async fn past_max_open_requests_a_busy_h2_connection_has_its_new_streams_refused() {
+    let config = Config { max_open_requests: 2, send_timeout_ms: 5_000, ..Config::default() };
+    let app = spawn(config).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    // A zero window: no answer is ever read, so every admitted request stays open.
+    let (client, connection) = h2::client::Builder::new().initial_window_size(0).handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut outcomes = Vec::new();
+    for _ in 0..4 {
+        let mut client = client.clone().ready().await.expect("the connection is up");
+        let request = http::Request::post("/demo/run").header("content-type", "application/protobuf").body(()).unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(run_body()), true).unwrap();
+        outcomes.push(tokio::time::timeout(BOUND, response).await.expect("an answer or a reset in time"));
+        // Each stream is seen by the server before the next is sent.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut held = Vec::new();
+    for outcome in outcomes.drain(..2) {
+        held.push(outcome.expect("the first two are served"));
+    }
+    assert!(held.iter().all(|response| response.status() == 200));
+    for outcome in outcomes {
+        let error = outcome.expect_err("past the bound the stream is refused");
+        assert_eq!(error.reason(), Some(h2::Reason::REFUSED_STREAM), "{error}");
+    }
+    let text = metrics(&app).await;
+    assert!(text.contains("megamind_h2_streams_refused_total 2"), "{text}");
+    // Another connection with nothing open is still served.
+    let (status, _) = app.get("/healthz").await;
+    assert_eq!(status, 200);
+}
