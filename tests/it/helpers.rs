@@ -183,3 +183,21 @@ pub fn fixture_body<T: ReflectMessage + Default>(name: &str, format: Format) -> 
 pub fn decode_answer<T: prost::Message + ReflectMessage + Default>(body: &[u8], format: Format) -> T {
     codec::decode(body, format).unwrap_or_else(|e| panic!("answer decodes: {e}\n{}", String::from_utf8_lossy(body)))
 }
+
+/// Runs the binary's `convert` with `args`, `input` on its standard input.
+pub fn convert(args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::{
+        io::Write,
+        process::{Command, Stdio},
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .arg("convert")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    child.stdin.take().expect("piped stdin").write_all(input).expect("input written");
+    child.wait_with_output().expect("the binary ends")
+}

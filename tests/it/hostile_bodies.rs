@@ -277,18 +277,7 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
 
 #[test]
 fn convert_refuses_deep_input_with_a_clean_error() {
-    let convert = |args: &[&str], input: &[u8]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-            .arg("convert")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    };
+    use crate::helpers::convert;
     let text = nested_struct_text(2_000);
     let out = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], text.as_bytes());
     assert_eq!(out.status.code(), Some(1), "a clean error exit");

@@ -182,19 +182,7 @@ fn bad_configuration_fails_at_start_with_every_problem_named() {
 
 #[test]
 fn convert_turns_a_fixture_into_a_request_body_and_back() {
-    use std::io::Write;
-    let convert = |args: &[&str], input: &[u8]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-            .arg("convert")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    };
+    use crate::helpers::convert;
     let text = crate::helpers::fixture_text("poi_run_request");
     let binary = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], text.as_bytes());
     assert!(binary.status.success(), "{}", String::from_utf8_lossy(&binary.stderr));
