@@ -18,9 +18,8 @@
 //! `ulimit -Hn`.
 
 use std::{
-    io::{BufRead, BufReader},
     net::SocketAddr,
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -29,50 +28,26 @@ use std::{
 };
 
 use drive::{Settings, drive, fresh_ids};
+use process::{Server, env_or};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 #[path = "support/bodies.rs"]
 mod bodies;
 #[path = "support/drive.rs"]
 mod drive;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// The server process, killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "support/process.rs"]
+mod process;
 
 impl Server {
-    fn start() -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-            .args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("server starts");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let line = lines.by_ref().map_while(Result::ok).find(|l| l.contains("addr=")).expect("address line");
-        let addr = line.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).expect("addr");
-        std::thread::spawn(move || lines.for_each(drop));
-        Server { child, addr: addr.parse().expect("socket address") }
+    fn start_default() -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
+        command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]);
+        Server::start(command)
     }
 
     /// Resident set size in MiB, from /proc.
     fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let kib = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1));
-        kib.and_then(|kib| kib.parse::<f64>().ok()).unwrap_or(f64::NAN) / 1024.0
+        self.status_mib("VmRSS").unwrap_or(f64::NAN)
     }
 
     /// The highest RSS seen until `stop` is set, sampled every 100 ms.
@@ -190,7 +165,7 @@ fn main() {
     println!("hostile: {secs} s per attack; open-files limit {limit}");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let server = Server::start();
+        let server = Server::start_default();
         let warm = Settings { secs: 1, conns: 4, rate: 0, requests: 0, rounds: 1 };
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         let idle_rss = server.rss_mib();

@@ -22,15 +22,11 @@
 //! process, takes 2 s: its latency minus the `/run` wait is the scenario's
 //! own overhead. It is always closed loop and bounded by time.
 
-use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use assistant::AssistantLoad;
 use drive::{Outcome, Settings, drive, drive_grpc, fresh_ids, replayed_ids};
+use process::{Server, env_or};
 
 #[path = "support/assistant.rs"]
 mod assistant;
@@ -42,45 +38,13 @@ mod bodies;
 mod drive;
 #[path = "../tests/it/mock_llm.rs"]
 mod mock_llm;
+#[path = "support/process.rs"]
+mod process;
 
 /// Which process this is: the client (default) or a baseline server.
 const ROLE: &str = "MEGAMIND_BENCH_ROLE";
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
-    /// Starts `command` and reads its address from the first stdout line
-    /// that contains `addr=`; the rest of its output is drained (logging on).
-    fn start(mut command: Command) -> Server {
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("server starts");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let line = lines.by_ref().map_while(Result::ok).find(|l| l.contains("addr=")).expect("address line");
-        let addr = line
-            .split("addr=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("addr")
-            .parse()
-            .expect("socket address");
-        std::thread::spawn(move || lines.for_each(drop));
-        Server { child, addr }
-    }
-
     /// CPU time (user + system, all threads) the process has used, from /proc.
     fn cpu_time(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
@@ -100,9 +64,7 @@ impl Server {
 
     /// Peak resident set size in MiB, from /proc.
     fn peak_rss_mib(&self) -> Option<f64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib / 1024.0)
+        self.status_mib("VmHWM")
     }
 }
 

@@ -1,0 +1,53 @@
+//! A server process the benchmarks start, read from `/proc` and kill when
+//! dropped, and the environment knobs they take.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+};
+
+/// The value of environment variable `name`, or `default` when unset or unparsable.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A server process, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts `command` and reads its address from the first stdout line
+    /// that contains `addr=`; the rest of its output is drained (logging on).
+    pub fn start(mut command: Command) -> Server {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("server starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let line = lines.by_ref().map_while(Result::ok).find(|l| l.contains("addr=")).expect("address line");
+        let addr = line
+            .split("addr=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("addr")
+            .parse()
+            .expect("socket address");
+        std::thread::spawn(move || lines.for_each(drop));
+        Server { child, addr }
+    }
+
+    /// A memory field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...) in MiB.
+    pub fn status_mib(&self, field: &str) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
+    }
+}
