@@ -24,47 +24,39 @@ pub(crate) const ANY: &str = "google.protobuf.Any";
 /// Checks the brace depth of Protobuf text format (`{`/`<` outside strings
 /// and comments) without parsing it.
 pub fn check_text(text: &str) -> Result<(), TooDeep> {
-    let mut depth = 0usize;
-    let mut bytes = text.bytes();
-    while let Some(byte) = bytes.next() {
-        match byte {
-            b'{' | b'<' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(TooDeep);
-                }
-            }
-            b'}' | b'>' => depth = depth.saturating_sub(1),
-            b'#' => {
-                // A comment runs to the end of the line.
-                for b in bytes.by_ref() {
-                    if b == b'\n' {
-                        break;
-                    }
-                }
-            }
-            quote @ (b'"' | b'\'') => skip_string(&mut bytes, quote),
-            _ => {}
-        }
-    }
-    Ok(())
+    check_brackets(text.as_bytes(), Syntax { open: b"{<", close: b"}>", quotes: b"\"'", comment: Some(b'#') })
 }
 
 /// Checks the bracket depth of JSON (`{`/`[` outside strings) without parsing it.
 pub fn check_json(json: &[u8]) -> Result<(), TooDeep> {
+    check_brackets(json, Syntax { open: b"{[", close: b"}]", quotes: b"\"", comment: None })
+}
+
+/// What a bracket scan of one format needs to know.
+struct Syntax {
+    open: &'static [u8],
+    close: &'static [u8],
+    quotes: &'static [u8],
+    /// The byte that starts a comment running to the end of the line.
+    comment: Option<u8>,
+}
+
+/// One pass, no stack: the depth is a counter.
+fn check_brackets(body: &[u8], syntax: Syntax) -> Result<(), TooDeep> {
     let mut depth = 0usize;
-    let mut bytes = json.iter().copied();
+    let mut bytes = body.iter().copied();
     while let Some(byte) = bytes.next() {
-        match byte {
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(TooDeep);
-                }
+        if syntax.open.contains(&byte) {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(TooDeep);
             }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            b'"' => skip_string(&mut bytes, b'"'),
-            _ => {}
+        } else if syntax.close.contains(&byte) {
+            depth = depth.saturating_sub(1);
+        } else if syntax.quotes.contains(&byte) {
+            skip_string(&mut bytes, byte);
+        } else if syntax.comment == Some(byte) {
+            bytes.by_ref().find(|&b| b == b'\n');
         }
     }
     Ok(())
