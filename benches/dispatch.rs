@@ -3,7 +3,9 @@
 //! (the summary line through the non-blocking writer) and at `debug`
 //! (redacted request and answer bodies): what logging costs the hot path.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -23,7 +25,7 @@ mod bodies;
 fn dispatch(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = Config::default();
-    let metrics = megamind_scenario::rules::metrics::Metrics::new();
+    let metrics = megamind_scenario::rules::metrics::ServerMetrics::new();
     let registry = scenarios::builtin(&config, metrics.registry()).unwrap();
     let app = Arc::new(App::with_metrics(&config, registry, metrics).unwrap());
     let mut stamped = bodies::Stamped::new("poi_run_request", "TScenarioRunRequest");

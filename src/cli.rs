@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     codec::{self, Format},
     config::{Config, ListenAddr},
-    rules::{logging, metrics::Metrics},
+    rules::{logging, metrics::ServerMetrics},
     scenarios::{self, assistant::config::Secret},
     server::{self, App},
 };
@@ -318,7 +318,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let config = args.load()?;
     let _log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
     // Scenarios register their own collectors in the registry /metrics renders.
-    let metrics = Metrics::new();
+    let metrics = ServerMetrics::new();
     let app = App::with_metrics(&config, scenarios::builtin(&config, metrics.registry())?, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.

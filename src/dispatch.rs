@@ -9,16 +9,12 @@
 //! Admission comes after the idempotency cache: a repeat is replayed, or
 //! waits for its first call, even at the concurrency limit.
 
-use std::{
-    any::Any,
-    panic::AssertUnwindSafe,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{any::Any, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
 use prost_reflect::MessageDescriptor;
+use tokio::time::Instant;
 
 mod wire;
 
@@ -32,7 +28,7 @@ use crate::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Key, Lease, Lookup},
         logging,
-        metrics::Metrics,
+        metrics::ServerMetrics,
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
@@ -136,7 +132,7 @@ pub struct Dispatcher {
     limits: DispatchLimits,
     cache: IdempotencyCache,
     admission: Admission,
-    metrics: Metrics,
+    metrics: ServerMetrics,
 }
 
 impl Dispatcher {
@@ -148,7 +144,7 @@ impl Dispatcher {
         limits: DispatchLimits,
         cache: IdempotencyCache,
         admission: Admission,
-        metrics: Metrics,
+        metrics: ServerMetrics,
     ) -> Dispatcher {
         // Decoded now, not inside the first call's budget: requests' `Any`
         // payloads are measured against it.
@@ -160,7 +156,7 @@ impl Dispatcher {
     }
 
     /// The metrics calls are recorded in.
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &ServerMetrics {
         &self.metrics
     }
 
@@ -232,7 +228,7 @@ impl Dispatcher {
         };
         match self.cache.begin_if(Key::new(registered.id, handler, request_id), may_lead) {
             Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
-            Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline.into(), waiter.wait()).await {
+            Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline, waiter.wait()).await {
                 Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
                 Ok(None) => failure("internal", "the first call with this RequestId failed without an answer".into()),
                 Err(_) => {
@@ -260,7 +256,7 @@ impl Dispatcher {
                 tokio::select! {
                     biased;
                     (body, outcome) = &mut work => (Reply::Answer(body), outcome),
-                    () = tokio::time::sleep_until(deadline.into()) => {
+                    () = tokio::time::sleep_until(deadline) => {
                         detach(work, permit, self.limits.detach_limit);
                         failure("timeout", format!("the scenario did not answer within {}", limit()))
                     }

@@ -10,6 +10,7 @@
 //! - [`scenarios`]: the built-in scenarios, one module each (`demo`, ...).
 //! - [`dispatch`]: the one implementation behind every transport.
 //! - [`rules`]: budget, idempotency cache, overload, logging, metrics.
+//! - [`store`]: the single-flight store the idempotency cache and scenarios share.
 //! - [`transport`]: HTTP and gRPC adapters onto the dispatcher.
 //! - [`server`]: the accept loop, health, readiness and graceful drain.
 //! - [`config`] and [`cli`]: configuration and the command line.
@@ -24,5 +25,6 @@ pub mod rules;
 pub mod scenario;
 pub mod scenarios;
 pub mod server;
+pub mod store;
 pub mod transport;
 pub mod upstream;

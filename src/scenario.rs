@@ -4,9 +4,13 @@
 //! `continue`, `commit` and `apply`. The server around it enforces the budget,
 //! idempotency, overload and logging, so a scenario holds only its own logic.
 
+pub mod module;
 pub mod registry;
 
-use std::{fmt, sync::Arc, time::Instant};
+use std::{fmt, sync::Arc};
+
+// tokio's clock, as every timer of the server uses: tests can pause and move it.
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 
@@ -15,6 +19,7 @@ use crate::proto::n_alice::n_scenarios::{
     TScenarioRunRequest, TScenarioRunResponse,
 };
 
+pub use module::{Flag, ScenarioModule, Setup, SetupError};
 pub use registry::Registry;
 
 /// The scenario handlers Megamind calls.

@@ -35,7 +35,7 @@ use crate::{
     rules::{
         budget::Budgets,
         idempotency::IdempotencyCache,
-        metrics::{ConnectionMetrics, Metrics},
+        metrics::{ConnectionMetrics, ServerMetrics},
         overload::Admission,
     },
     scenario::Registry,
@@ -69,12 +69,12 @@ pub struct App {
 impl App {
     /// Builds the server state for `config` over the scenarios of `registry`.
     pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
-        App::with_metrics(config, registry, Metrics::new())
+        App::with_metrics(config, registry, ServerMetrics::new())
     }
 
     /// As [`App::new`], recording into `metrics` (whose registry the
     /// scenarios may already have registered their own collectors in).
-    pub fn with_metrics(config: &Config, registry: Registry, metrics: Metrics) -> Result<App, ConfigError> {
+    pub fn with_metrics(config: &Config, registry: Registry, metrics: ServerMetrics) -> Result<App, ConfigError> {
         if registry.get(&config.default_scenario).is_none() {
             return Err(ConfigError(vec![format!(
                 "default_scenario {:?} is not registered (scenarios: {})",

@@ -10,7 +10,7 @@ use megamind_scenario::{
         TCard, TLayout, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse, t_card,
         t_input, t_scenario_run_response,
     },
-    rules::metrics::Metrics,
+    rules::metrics::ServerMetrics,
     scenario::{CallContext, Registry, Scenario, ScenarioResult},
     scenarios::{self, BuiltinError},
 };
@@ -53,7 +53,7 @@ impl Scenario for Echo {
 }
 
 /// The built-in scenarios plus `echo`, as `serve` would host them.
-pub fn registry(config: &Config, metrics: &Metrics) -> Result<Registry, BuiltinError> {
+pub fn registry(config: &Config, metrics: &ServerMetrics) -> Result<Registry, BuiltinError> {
     let mut registry = scenarios::builtin(config, metrics.registry())?;
     registry.register("echo", Arc::new(Echo))?;
     Ok(registry)

@@ -1,6 +1,8 @@
 //! Per-handler time budgets: when a call must be answered by.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::scenario::Handler;
 

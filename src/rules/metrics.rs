@@ -1,9 +1,9 @@
 //! Prometheus metrics of the server: every name in one place, labels bounded
 //! to scenario, handler, transport and outcome (never a RequestId or a path).
 //!
-//! Each [`Metrics`] owns its own registry, so several servers in one process
+//! Each [`ServerMetrics`] owns its own registry, so several servers in one process
 //! (tests, benches) never mix their numbers; scenarios register their own
-//! collectors into [`Metrics::registry`].
+//! collectors into [`ServerMetrics::registry`].
 
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ type PulledGauge = (&'static str, &'static str, fn(&IdempotencyCache) -> usize);
 
 /// The server's metrics and the registry `/metrics` renders.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub struct ServerMetrics {
     registry: Registry,
     requests: IntCounterVec,
     latency: HistogramVec,
@@ -89,15 +89,15 @@ impl Default for CacheCounters {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Metrics {
-        Metrics::new()
+impl Default for ServerMetrics {
+    fn default() -> ServerMetrics {
+        ServerMetrics::new()
     }
 }
 
-impl Metrics {
+impl ServerMetrics {
     /// Fresh metrics in a fresh registry.
-    pub fn new() -> Metrics {
+    pub fn new() -> ServerMetrics {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new(
@@ -128,7 +128,7 @@ impl Metrics {
         ] {
             registry.register(collector).expect("metric names are unique");
         }
-        Metrics { registry, requests, latency, budget_overruns }
+        ServerMetrics { registry, requests, latency, budget_overruns }
     }
 
     /// The registry: scenarios add their own collectors here.
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn observations_render_with_bounded_labels() {
-        let metrics = Metrics::new();
+        let metrics = ServerMetrics::new();
         metrics.observe("demo", "run", "http", "ok", Duration::from_micros(700));
         metrics.observe("demo", "commit", "grpc", "timeout", Duration::from_millis(300));
         let text = metrics.render();

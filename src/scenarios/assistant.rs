@@ -38,7 +38,7 @@
 //!
 //! # Layout
 //! [`config`] the `[assistant]` table; [`backend`] the model trait;
-//! [`openai`] with [`sse`], [`backoff`] and [`breaker`] the HTTP backend;
+//! [`openai`] with [`upstream_sse`], [`backoff`] and [`breaker`] the HTTP backend;
 //! [`offline`] the embedded one; [`prompt`] the messages; [`answer`] the
 //! app-action answer parser; [`reply`] the protocol answers; [`calls`] single flight;
 //! [`state`] the history; [`metrics`].
@@ -56,9 +56,9 @@ pub mod prompt;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
-#[doc(hidden)]
-pub mod sse;
 pub(crate) mod state;
+#[doc(hidden)]
+pub mod upstream_sse;
 
 use std::{sync::Arc, time::Duration};
 
@@ -69,9 +69,9 @@ use tokio::time::{Instant, timeout_at};
 
 use self::{
     backend::{BackendError, ModelBackend, ModelRequest, NoDeltas},
-    calls::{AtCapacity, Calls, Handle, Outcome},
+    calls::{AtCapacity, Calls, Handle, ModelOutcome},
     config::AssistantConfig,
-    metrics::Metrics,
+    metrics::AssistantMetrics,
     state::Caps,
 };
 use crate::{
@@ -106,7 +106,7 @@ pub enum AssistantError {
 pub struct Assistant {
     backend: Arc<dyn ModelBackend>,
     calls: Calls,
-    metrics: Metrics,
+    metrics: AssistantMetrics,
     system_prompt: Arc<str>,
     config: AssistantConfig,
     caps: Caps,
@@ -116,7 +116,7 @@ impl Assistant {
     /// The assistant of `config`: the HTTP backend at `config.base_url`, or
     /// the offline one without it; metrics registered into `registry`.
     pub fn from_config(config: &AssistantConfig, registry: &prometheus::Registry) -> Result<Assistant, AssistantError> {
-        let metrics = Metrics::new(registry)?;
+        let metrics = AssistantMetrics::new(registry)?;
         if config.is_offline() {
             tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
         } else if config.base_url.contains('@') {
@@ -136,7 +136,7 @@ impl Assistant {
     pub fn with_backend(
         config: &AssistantConfig,
         backend: Arc<dyn ModelBackend>,
-        metrics: Metrics,
+        metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
         let system_prompt: Arc<str> = match &config.system_prompt_file {
             None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
@@ -192,7 +192,12 @@ impl Assistant {
     }
 
     /// The answer body of a finished call.
-    fn finish(&self, handler: Handler, args: &TAssistantContinueArguments, outcome: &Outcome) -> TScenarioResponseBody {
+    fn finish(
+        &self,
+        handler: Handler,
+        args: &TAssistantContinueArguments,
+        outcome: &ModelOutcome,
+    ) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         state.pending = None;
         let completion = match outcome {
@@ -224,8 +229,7 @@ impl Assistant {
     }
 
     /// Where waiting must stop to answer by `deadline`.
-    fn stop_by(&self, deadline: std::time::Instant) -> Instant {
-        let deadline = Instant::from_std(deadline);
+    fn stop_by(&self, deadline: Instant) -> Instant {
         deadline.checked_sub(self.config.answer_margin()).unwrap_or(deadline)
     }
 
@@ -244,7 +248,7 @@ impl Assistant {
     }
 }
 
-fn record(metrics: &Metrics, backend: &dyn ModelBackend, outcome: &Outcome, elapsed: Duration) {
+fn record(metrics: &AssistantMetrics, backend: &dyn ModelBackend, outcome: &ModelOutcome, elapsed: Duration) {
     let name = backend.name();
     let label = match outcome {
         Ok(_) => "ok",

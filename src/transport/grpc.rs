@@ -19,13 +19,14 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::{Buf, BufMut, Bytes};
 use futures_util::future::BoxFuture;
 use http::{Request, Response, header};
 use hyper::body::{Frame, SizeHint};
+use tokio::time::Instant;
 use tonic::{
     Status,
     body::Body,
@@ -165,7 +166,7 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     // The message must arrive within the call's time, as HTTP's body must.
     let budget = app.budgets.of(handler);
     let limit = client_timeout.map_or(budget, |client| client.min(budget));
-    let deadline = tokio::time::Instant::from_std(started + limit);
+    let deadline = started + limit;
     let request = request.map(|body| Body::new(BodyDeadline { body, deadline, limit, timer: None }));
     let method = Method { app: app.clone(), scenario, handler, started, client_timeout };
     Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await

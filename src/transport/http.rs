@@ -7,12 +7,13 @@
 //! the handler's budget (408 otherwise); an answer given without reading the
 //! whole body (408, 413, 400) closes an HTTP/1.1 connection and says so.
 
-use std::{convert::Infallible, time::Instant};
+use std::convert::Infallible;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Body;
+use tokio::time::Instant;
 
 use crate::{
     codec::{self, Format},
@@ -78,7 +79,7 @@ where
     }
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
-    let deadline = tokio::time::Instant::from_std(started + budget);
+    let deadline = started + budget;
     let read = Limited::new(request.into_body(), app.body_limit).collect();
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),

@@ -8,7 +8,7 @@ use megamind_scenario::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
-    rules::metrics::Metrics,
+    rules::metrics::ServerMetrics,
 };
 
 use crate::helpers::{TestApp, decode_answer, spawn_app};
@@ -40,7 +40,7 @@ fn speech(answer: &TScenarioRunResponse) -> (bool, &str) {
 #[tokio::test]
 async fn the_example_scenario_answers_next_to_the_built_in_ones() {
     let config = Config::default();
-    let registry = echo::registry(&config, &Metrics::new()).expect("the example's registry");
+    let registry = echo::registry(&config, &ServerMetrics::new()).expect("the example's registry");
     let app = spawn_app(config, registry).await;
 
     let echoed = run(&app, "echo", "echo-1", "привет, мир").await;

@@ -8,7 +8,7 @@ use megamind_scenario::{
     codec::{self, Format},
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
-    rules::metrics::Metrics,
+    rules::metrics::ServerMetrics,
     scenario::{Registry, Scenario},
     scenarios::demo::Demo,
     server::{self, App},
@@ -111,17 +111,17 @@ pub fn grpc_request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> 
 /// gRPC-only listener when `grpc_addr` is set) over `registry`.
 /// When `config` names no registered default scenario, the first one serves.
 pub async fn spawn_app(config: Config, registry: Registry) -> TestApp {
-    spawn_with_metrics(config, registry, Metrics::new()).await
+    spawn_with_metrics(config, registry, ServerMetrics::new()).await
 }
 
 /// Starts the server as `serve` does: the built-in scenarios, their metrics in the server's registry.
 pub async fn spawn_builtin(config: Config) -> TestApp {
-    let metrics = Metrics::new();
+    let metrics = ServerMetrics::new();
     let registry = megamind_scenario::scenarios::builtin(&config, metrics.registry()).expect("built-in scenarios");
     spawn_with_metrics(config, registry, metrics).await
 }
 
-async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Metrics) -> TestApp {
+async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
     if registry.get(&config.default_scenario).is_none() {
         config.default_scenario = registry.names().next().expect("a scenario").to_owned();
     }

@@ -10,7 +10,7 @@
 //! with neither `text` nor `command` is not an answer object, and the whole
 //! answer is spoken as plain text, unless it is JSON that does not parse (a
 //! truncated object, a fence around garbage): that is never read aloud, the
-//! text is empty. Parsing never fails: any input is an [`Answer`].
+//! text is empty. Parsing never fails: any input is an [`ModelAnswer`].
 
 use prost_types::{ListValue, Struct, Value as ProtoValue, value::Kind};
 use serde_json::{Map, Value};
@@ -30,7 +30,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
 
 /// The model's answer, understood.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub struct ModelAnswer {
     /// What to say (and show); may be empty when a command speaks for itself.
     pub text: String,
     /// A valid command for the client.
@@ -100,14 +100,14 @@ impl Dropped {
 }
 
 /// Understands `raw`, whatever it is.
-pub fn parse(raw: &str) -> Answer {
+pub fn parse(raw: &str) -> ModelAnswer {
     let raw = raw.trim();
     match find_object(raw) {
         Some(object) if object.contains_key("text") || object.contains_key("command") => from_object(object),
         None if raw.starts_with('{') || raw.starts_with("```") => {
-            Answer { text: String::new(), command: None, dropped: None }
+            ModelAnswer { text: String::new(), command: None, dropped: None }
         }
-        _ => Answer { text: raw.to_owned(), command: None, dropped: None },
+        _ => ModelAnswer { text: raw.to_owned(), command: None, dropped: None },
     }
 }
 
@@ -141,7 +141,7 @@ fn fenced(raw: &str) -> Option<&str> {
     Some(body.find("```").map_or(body, |close| &body[..close]).trim())
 }
 
-fn from_object(object: Map<String, Value>) -> Answer {
+fn from_object(object: Map<String, Value>) -> ModelAnswer {
     let text = match object.get("text") {
         Some(Value::String(text)) => text.trim().to_owned(),
         _ => String::new(),
@@ -155,7 +155,7 @@ fn from_object(object: Map<String, Value>) -> Answer {
         Err(reason) => (None, Some(reason)),
     };
     let command = command.map(|c| c.with_payload(to_struct(object)));
-    Answer { text, command, dropped }
+    ModelAnswer { text, command, dropped }
 }
 
 fn command(object: &Map<String, Value>) -> Result<Option<Command>, Dropped> {
@@ -235,5 +235,4 @@ fn to_proto_value(value: Value) -> ProtoValue {
 }
 
 #[cfg(test)]
-#[path = "answer_tests.rs"]
 mod tests;

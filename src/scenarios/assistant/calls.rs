@@ -29,9 +29,9 @@ use tokio::{
 use super::backend::{BackendError, Completion};
 
 /// How a model call ended.
-pub(crate) type Outcome = Result<Completion, BackendError>;
+pub(crate) type ModelOutcome = Result<Completion, BackendError>;
 
-type Slot = watch::Receiver<Option<Arc<Outcome>>>;
+type Slot = watch::Receiver<Option<Arc<ModelOutcome>>>;
 
 /// The calls, shared by the handlers of one scenario.
 #[derive(Debug, Clone)]
@@ -95,12 +95,12 @@ pub(crate) struct AtCapacity;
 
 impl Handle {
     /// The outcome if the call has finished.
-    pub(crate) fn ready(&self) -> Option<Arc<Outcome>> {
+    pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
         self.slot.borrow().clone()
     }
 
     /// Waits for the outcome until `deadline`; `None` when still running.
-    pub(crate) async fn wait_until(&mut self, deadline: Instant) -> Option<Arc<Outcome>> {
+    pub(crate) async fn wait_until(&mut self, deadline: Instant) -> Option<Arc<ModelOutcome>> {
         match timeout_at(deadline, self.slot.wait_for(Option::is_some)).await {
             Ok(Ok(outcome)) => outcome.clone(),
             // The task went away without an outcome (runtime shutting down).
@@ -128,7 +128,7 @@ impl Calls {
     /// `call` in a task of its own. `true` when this started it.
     pub(crate) fn begin<F>(&self, id: &str, call: impl FnOnce() -> F) -> Result<(Handle, bool), AtCapacity>
     where
-        F: Future<Output = Outcome> + Send + 'static,
+        F: Future<Output = ModelOutcome> + Send + 'static,
     {
         let mut state = self.shared.lock();
         self.shared.purge(&mut state, Instant::now());
@@ -192,7 +192,7 @@ impl Shared {
 }
 
 /// What keeping an outcome costs: its text plus the bookkeeping around it.
-fn cost(outcome: &Outcome) -> usize {
+fn cost(outcome: &ModelOutcome) -> usize {
     128 + match outcome {
         Ok(completion) => completion.text.len(),
         Err(error) => error.to_string().len(),
@@ -239,12 +239,12 @@ mod tests {
         Calls::new(max_in_flight, retention, IntGauge::new("g", "g").unwrap())
     }
 
-    fn done(text: &str) -> Outcome {
+    fn done(text: &str) -> ModelOutcome {
         Ok(Completion { text: text.into(), first_token: None, attempts: 1 })
     }
 
     /// A call that finishes when the returned sender says so.
-    fn controlled() -> (oneshot::Sender<Outcome>, impl Future<Output = Outcome> + Send + 'static) {
+    fn controlled() -> (oneshot::Sender<ModelOutcome>, impl Future<Output = ModelOutcome> + Send + 'static) {
         let (tx, rx) = oneshot::channel();
         (tx, async move { rx.await.unwrap_or_else(|_| done("dropped")) })
     }
@@ -324,7 +324,7 @@ mod tests {
     fn a_call_dropped_without_an_outcome_is_forgotten() {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let calls = calls(10, 100);
-        let handle = runtime.block_on(async { calls.begin("r1", std::future::pending::<Outcome>).unwrap().0 });
+        let handle = runtime.block_on(async { calls.begin("r1", std::future::pending::<ModelOutcome>).unwrap().0 });
         assert_eq!(calls.in_flight(), 1);
         // A runtime shutting down drops its tasks without an outcome.
         drop(runtime);

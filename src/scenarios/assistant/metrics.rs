@@ -29,7 +29,7 @@ const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 
 
 /// The collectors, cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Metrics {
+pub struct AssistantMetrics {
     pub(crate) model_calls: IntCounterVec,
     pub(crate) model_seconds: HistogramVec,
     pub(crate) first_token_seconds: HistogramVec,
@@ -40,13 +40,13 @@ pub struct Metrics {
     pub(crate) commands: IntCounterVec,
 }
 
-impl Metrics {
+impl AssistantMetrics {
     /// Creates the collectors and registers them into `registry`.
-    pub fn new(registry: &Registry) -> Result<Metrics, prometheus::Error> {
+    pub fn new(registry: &Registry) -> Result<AssistantMetrics, prometheus::Error> {
         let histogram = |name: &str, help: &str| {
             HistogramVec::new(HistogramOpts::new(name, help).buckets(BUCKETS.to_vec()), &["backend"])
         };
-        let metrics = Metrics {
+        let metrics = AssistantMetrics {
             model_calls: IntCounterVec::new(
                 Opts::new(MODEL_CALLS, "Model calls by outcome."),
                 &["backend", "outcome"],
@@ -88,13 +88,13 @@ mod tests {
     #[test]
     fn registers_into_the_given_registry_once() {
         let registry = Registry::new();
-        let metrics = Metrics::new(&registry).unwrap();
+        let metrics = AssistantMetrics::new(&registry).unwrap();
         metrics.answer("run", "handover");
         metrics.model_calls.with_label_values(&["openai", "ok"]).inc();
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
         assert!(text.contains("megamind_assistant_answers_total{handler=\"run\",kind=\"handover\"} 1"), "{text}");
         assert!(text.contains("megamind_assistant_model_calls_total{backend=\"openai\",outcome=\"ok\"} 1"), "{text}");
-        assert!(Metrics::new(&registry).is_err(), "a second set in the same registry is refused");
-        assert!(Metrics::new(&Registry::new()).is_ok(), "another registry is independent");
+        assert!(AssistantMetrics::new(&registry).is_err(), "a second set in the same registry is refused");
+        assert!(AssistantMetrics::new(&Registry::new()).is_ok(), "another registry is independent");
     }
 }

@@ -22,7 +22,7 @@ use super::{
     breaker::Breaker,
     clip,
     config::{AssistantConfig, Secret},
-    sse::{SseDecoder, StreamEvent},
+    upstream_sse::{SseDecoder, StreamEvent},
 };
 
 /// Largest answer body (or stream event) read from the backend.

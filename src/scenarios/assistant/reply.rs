@@ -10,7 +10,7 @@ use crate::proto::{
 };
 
 use super::{
-    answer::{Answer, Command},
+    answer::{Command, ModelAnswer},
     state,
 };
 
@@ -23,7 +23,7 @@ pub(crate) fn features() -> TScenarioFeatures {
 }
 
 /// The model's answer: speech and card from `text`, a directive per command.
-pub fn answer(answer: &Answer, state: &TAssistantState) -> TScenarioResponseBody {
+pub fn answer(answer: &ModelAnswer, state: &TAssistantState) -> TScenarioResponseBody {
     let directives = answer.command.iter().map(directive).collect();
     let intent = answer.command.as_ref().map_or("assistant.chat", |c| match c {
         Command::OpenApp { .. } => "assistant.open_app",

@@ -58,13 +58,13 @@ const OPEN_SAFARI: &str =
 
 fn assistant(backend: Arc<Scripted>, config: AssistantConfig) -> (Assistant, prometheus::Registry) {
     let registry = prometheus::Registry::new();
-    let metrics = Metrics::new(&registry).unwrap();
+    let metrics = AssistantMetrics::new(&registry).unwrap();
     (Assistant::with_backend(&config, backend, metrics).unwrap(), registry)
 }
 
 fn ctx(request_id: &str) -> CallContext {
     // Deadlines on tokio's clock, which the tests pause and advance.
-    let deadline = (Instant::now() + Duration::from_millis(290)).into_std();
+    let deadline = Instant::now() + Duration::from_millis(290);
     CallContext { request_id: request_id.into(), deadline, user_ticket: None }
 }
 

@@ -1,0 +1,130 @@
+//! What a scenario brings to the server besides its handlers: its name, its
+//! configuration table, its `serve` flags, its metrics and its routes.
+//!
+//! The server core knows no scenario: `serve` builds each [`ScenarioModule`]
+//! from its own table of the configuration (`[name]`; defaults, then the
+//! file, then its flags, then `--set name.key=value`) and hands it a
+//! [`Setup`] to register its metrics and routes in. Adding a scenario is one
+//! module of its own and one line in the list `serve` hosts.
+
+use std::{fmt, sync::Arc};
+
+use super::Scenario;
+
+/// A scenario as `serve` builds it.
+pub trait ScenarioModule: Send + Sync + 'static {
+    /// The registered name: also the name of its table (`[name]`), the
+    /// prefix of its `--set name.key=value` keys and its flags' heading.
+    fn name(&self) -> &'static str;
+
+    /// Its table with every default, as the configuration file would write
+    /// it: the base its table is merged over, and what `--help` and
+    /// `serve --print-config` show.
+    fn defaults(&self) -> toml::Table {
+        toml::Table::new()
+    }
+
+    /// Its flags of `serve`, each setting one key of its table.
+    fn flags(&self) -> Vec<Flag> {
+        Vec::new()
+    }
+
+    /// Builds the scenario from its table (defaults, file, flags and `--set`
+    /// merged), registering its metrics and routes in `setup`. Every problem
+    /// with the table is reported at once.
+    fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError>;
+}
+
+/// One flag of `serve` that sets one key of a scenario's table:
+/// `--llm-model qwen` is `--set assistant.model=qwen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flag {
+    /// The long flag, without `--`.
+    pub long: &'static str,
+    /// The key it sets in the scenario's table.
+    pub key: &'static str,
+    /// The environment variable read when the flag is absent.
+    pub env: Option<&'static str>,
+    /// One line of help; the default is appended from [`ScenarioModule::defaults`].
+    pub help: &'static str,
+    /// A value that must never be shown (`--help` hides the environment's value).
+    pub secret: bool,
+}
+
+impl Flag {
+    /// `--long` setting `key`.
+    pub const fn new(long: &'static str, key: &'static str, help: &'static str) -> Flag {
+        Flag { long, key, env: None, help, secret: false }
+    }
+
+    /// Also read from the environment variable `env`.
+    pub const fn env(mut self, env: &'static str) -> Flag {
+        self.env = Some(env);
+        self
+    }
+
+    /// A secret: its value is never shown.
+    pub const fn secret(mut self) -> Flag {
+        self.secret = true;
+        self
+    }
+}
+
+/// What a scenario registers while it is built.
+pub struct Setup<'a> {
+    /// The registry `/metrics` renders: register the scenario's collectors here.
+    pub metrics: &'a prometheus::Registry,
+    routes: Vec<(String, axum::routing::MethodRouter)>,
+}
+
+impl fmt::Debug for Setup<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let paths: Vec<_> = self.routes.iter().map(|(path, _)| path).collect();
+        f.debug_struct("Setup").field("routes", &paths).finish_non_exhaustive()
+    }
+}
+
+impl<'a> Setup<'a> {
+    /// A setup registering metrics into `metrics`.
+    pub fn new(metrics: &'a prometheus::Registry) -> Setup<'a> {
+        Setup { metrics, routes: Vec::new() }
+    }
+
+    /// Serves `path` (axum syntax: `/llm/calls/{id}`) with `route`. Routes
+    /// other than `POST /{scenario}/{handler}` go through the server's router.
+    pub fn route(&mut self, path: &str, route: axum::routing::MethodRouter) {
+        self.routes.push((path.to_owned(), route));
+    }
+
+    /// The routes registered so far.
+    pub fn into_routes(self) -> Vec<(String, axum::routing::MethodRouter)> {
+        self.routes
+    }
+}
+
+/// Why a scenario could not be built: every problem found, one per entry.
+#[derive(Debug, thiserror::Error)]
+#[error("{scenario}: {}", .problems.join("; "))]
+pub struct SetupError {
+    /// The scenario's name.
+    pub scenario: &'static str,
+    /// What is wrong.
+    pub problems: Vec<String>,
+}
+
+impl SetupError {
+    /// One problem of `scenario`.
+    pub fn new(scenario: &'static str, problem: impl Into<String>) -> SetupError {
+        SetupError { scenario, problems: vec![problem.into()] }
+    }
+}
+
+/// Reads a scenario's table into its typed configuration, naming the
+/// scenario and the key in the error.
+pub fn parse_table<T: serde::de::DeserializeOwned>(
+    scenario: &'static str,
+    table: toml::Table,
+) -> Result<T, SetupError> {
+    T::deserialize(toml::Value::Table(table))
+        .map_err(|e| SetupError::new(scenario, format!("[{scenario}] {}", e.to_string().trim_end())))
+}

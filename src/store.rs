@@ -1,0 +1,161 @@
+//! The single-flight store: one value per key, produced once however many
+//! callers ask for it at the same time, kept for a while after.
+//!
+//! The first caller for a key *leads*: it gets a [`Lease`] and produces the
+//! value. Callers that arrive while it works *wait* for it, each by its own
+//! deadline; callers after it get the value itself. A lease ends with
+//! [`FlightStore::complete`] or [`FlightStore::abandon`]; one whose owner
+//! vanished (a crash, a dropped task) ends by its own TTL, after which the
+//! next caller leads again. Values are bytes, so that a store shared by
+//! replicas (Redis) holds exactly what the in-memory one does.
+//!
+//! Two rules use it: the idempotency cache (answers by scenario, handler
+//! and `RequestId`) and the assistant's model calls (one call per call id).
+//! Each holds a store of its own with its own bounds.
+
+use std::{any::Any, fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::scenario::Handler;
+
+mod key;
+
+pub use key::{Key, RequestId, ScenarioName};
+
+/// What a caller of [`FlightStore::begin`] does next.
+#[derive(Debug)]
+pub enum Begin {
+    /// The value, produced earlier.
+    Hit(Bytes),
+    /// Another caller is producing it: wait with [`FlightStore::wait`].
+    Wait(Waiter),
+    /// This caller produces it, then completes (or abandons) the lease.
+    Lead(Lease),
+    /// This caller would lead, but the store's share for its handler is
+    /// full of values it must keep (`/commit` and `/apply` answers): refused,
+    /// nothing left behind.
+    Full,
+    /// This caller would lead, but its `may_lead` said no: nothing left behind.
+    Refused,
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// The value.
+    Done(Bytes),
+    /// The leader gave up without a value (or its lease expired): a caller
+    /// may begin again.
+    Abandoned,
+    /// The deadline came first; the waiter may wait again.
+    TimedOut,
+}
+
+/// A store that cannot serve (a shared store out of reach). The in-memory
+/// store never fails.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or answered garbage.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The store's own handle on an entry, opaque to callers: the in-memory
+/// store keeps its slot here, a shared store a claim token.
+pub type Token = Arc<dyn Any + Send + Sync>;
+
+/// The right and duty to produce the value of one key, until its TTL.
+#[derive(Clone)]
+pub struct Lease {
+    /// The key led.
+    pub key: Key,
+    /// The store's handle on the entry.
+    pub token: Token,
+}
+
+/// A caller waiting for another's value.
+#[derive(Clone)]
+pub struct Waiter {
+    /// The key waited for.
+    pub key: Key,
+    /// The store's handle on the entry.
+    pub token: Token,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waiter").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    /// A waiter for this lease's own value (the leader hands the work to a
+    /// task and waits like any other caller).
+    pub fn waiter(&self) -> Waiter {
+        Waiter { key: self.key.clone(), token: self.token.clone() }
+    }
+}
+
+/// What a store holds now, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Values held.
+    pub entries: usize,
+    /// Bytes held by values (with their bookkeeping).
+    pub bytes: usize,
+    /// Values of `/commit` and `/apply` held.
+    pub reserved_entries: usize,
+    /// Bytes of `/commit` and `/apply` values held.
+    pub reserved_bytes: usize,
+    /// Leases out now.
+    pub in_flight: usize,
+}
+
+/// One single-flight store. Every method is async, so that a store over the
+/// network implements it as well as the in-memory one.
+#[async_trait]
+pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
+    /// Finds the value of `key`, or the lease to wait for, or makes this
+    /// caller the leader with a lease lasting `lease_ttl`. A caller that
+    /// would lead asks `may_lead` first (only then: hits and waits never do)
+    /// and gets [`Begin::Refused`] if it says no.
+    async fn begin(
+        &self,
+        key: Key,
+        lease_ttl: Duration,
+        may_lead: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Begin, StoreError>;
+
+    /// Stores the value of a lease and wakes its waiters. A lease that
+    /// expired (and was perhaps led again since) stores nothing.
+    async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError>;
+
+    /// Ends a lease without a value: its waiters get [`Waited::Abandoned`]
+    /// and the next caller leads.
+    async fn abandon(&self, lease: Lease) -> Result<(), StoreError>;
+
+    /// Waits for the value of the lease `waiter` follows, until `deadline`.
+    async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError>;
+
+    /// Drops expired values now (a store also does it as it goes).
+    async fn purge_expired(&self) -> Result<(), StoreError>;
+
+    /// What the store holds now.
+    fn usage(&self) -> Usage;
+}
+
+/// Which share of a store a handler's values go to: `/commit` and `/apply`
+/// answers, whose replay keeps a side effect from running twice, are
+/// reserved (never evicted); the rest may be evicted oldest first.
+pub fn is_reserved(handler: Handler) -> bool {
+    matches!(handler, Handler::Commit | Handler::Apply)
+}

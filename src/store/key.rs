@@ -1,0 +1,128 @@
+//! What identifies one entry: the scenario's name, the handler and the
+//! `RequestId` (or another id the scenario chooses), short ones kept inline.
+
+use std::fmt;
+
+use crate::scenario::Handler;
+
+/// What identifies one entry. The scenario is named, not numbered: a name is
+/// the same in every replica and across deploys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The scenario's registered name.
+    pub scenario: ScenarioName,
+    /// The handler called.
+    pub handler: Handler,
+    /// `BaseRequest.RequestId`, or the id the scenario keys its own work by.
+    pub request_id: RequestId,
+}
+
+impl Key {
+    /// A key for one call.
+    pub fn new(scenario: &str, handler: Handler, request_id: &str) -> Key {
+        Key { scenario: ScenarioName(Inline::new(scenario)), handler, request_id: RequestId(Inline::new(request_id)) }
+    }
+
+    /// What keeping `value` under this key costs: the value plus the key and
+    /// the bookkeeping around them.
+    pub fn cost(&self, value: &[u8]) -> usize {
+        value.len() + self.request_id.as_str().len() + 160
+    }
+}
+
+/// `scenario/handler/request_id`: a shared store's key (a scenario name has
+/// no `/`; the id may, and comes last).
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.scenario.as_str(), self.handler, self.request_id.as_str())
+    }
+}
+
+/// A registered scenario name as a key part.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ScenarioName(Inline);
+
+/// A `RequestId` as a key part.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(Inline);
+
+impl ScenarioName {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl RequestId {
+    /// `id` as a key part.
+    pub fn new(id: &str) -> RequestId {
+        RequestId(Inline::new(id))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl fmt::Debug for ScenarioName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+impl fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// Strings up to this many bytes are kept inside the key (a UUID has 36).
+const INLINE: usize = 46;
+
+/// A string, inline when short: a key then costs no allocation, and hashing
+/// or comparing an old entry's key on eviction reads no other memory.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Inline {
+    /// Up to [`INLINE`] bytes, zero-padded.
+    Short { len: u8, bytes: [u8; INLINE] },
+    /// Longer ones.
+    Long(Box<str>),
+}
+
+impl Inline {
+    fn new(text: &str) -> Inline {
+        if text.len() > INLINE {
+            return Inline::Long(text.into());
+        }
+        let mut bytes = [0; INLINE];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Inline::Short { len: text.len() as u8, bytes }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Only `new` fills the bytes: a whole `str`, so always UTF-8.
+            Inline::Short { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            Inline::Long(text) => text,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_keep_their_parts_short_or_long() {
+        let long = "x".repeat(INLINE + 1);
+        for id in ["", "r-1", &"y".repeat(INLINE), &long] {
+            let key = Key::new("assistant", Handler::Commit, id);
+            assert_eq!(key.request_id.as_str(), id);
+            assert_eq!(key.scenario.as_str(), "assistant");
+            assert_eq!(key.to_string(), format!("assistant/commit/{id}"));
+        }
+        assert_ne!(Key::new("a", Handler::Run, "r"), Key::new("b", Handler::Run, "r"), "scenarios part keys");
+        assert_ne!(Key::new("a", Handler::Run, "r"), Key::new("a", Handler::Commit, "r"), "so do handlers");
+    }
+}
