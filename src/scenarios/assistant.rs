@@ -37,8 +37,9 @@
 //! - The session id the model echoes in commands: see [`prompt`].
 //!
 //! # Layout
-//! [`config`] the `[assistant]` table; [`backend`] the model trait;
-//! [`openai`] with [`upstream_sse`], [`backoff`] and [`breaker`] the HTTP backend;
+//! [`config`] the `[assistant]` table; [`backend`] the model trait and its
+//! events; [`openai`] with [`upstream_sse`], [`upstream_json`], [`backoff`]
+//! and [`breaker`] the HTTP backend;
 //! [`offline`] the embedded one; [`prompt`] the messages; [`answer`] the
 //! app-action answer parser; [`reply`] the protocol answers; [`calls`] single flight;
 //! [`state`] the history; [`metrics`].
@@ -57,6 +58,7 @@ pub mod prompt;
 #[doc(hidden)]
 pub mod reply;
 pub(crate) mod state;
+mod upstream_json;
 #[doc(hidden)]
 pub mod upstream_sse;
 
@@ -68,7 +70,7 @@ use prost_types::Any;
 use tokio::time::{Instant, timeout_at};
 
 use self::{
-    backend::{BackendError, ModelBackend, ModelRequest, NoDeltas},
+    backend::{BackendError, ModelBackend, ModelRequest, NoEvents},
     calls::{AtCapacity, Calls, Handle, ModelOutcome},
     config::AssistantConfig,
     metrics::AssistantMetrics,
@@ -181,7 +183,7 @@ impl Assistant {
             async move {
                 let started = Instant::now();
                 let request = ModelRequest { messages, session_id, deadline: started + timeout };
-                let outcome = timeout_at(request.deadline, backend.complete(&request, &NoDeltas))
+                let outcome = timeout_at(request.deadline, backend.complete(&request, &NoEvents))
                     .await
                     .unwrap_or(Err(BackendError::Timeout("call")));
                 record(&metrics, &*backend, &outcome, started.elapsed());

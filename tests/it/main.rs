@@ -5,6 +5,7 @@ mod mock_llm;
 mod scenarios;
 
 mod assistant;
+mod assistant_events;
 mod assistant_grpc;
 mod assistant_harness;
 mod bad_input;

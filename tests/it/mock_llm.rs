@@ -74,6 +74,45 @@ impl Reply {
         Reply::Sse { chunks }
     }
 
+    /// A chat completion with `reasoning_content`, `finish_reason` and
+    /// `usage` (`prompt_tokens` 11, `completion_tokens` 5), at once.
+    pub fn content_reasoned(reasoning: &str, text: &str, finish_reason: &str) -> Reply {
+        let body = serde_json::json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "model": "mock",
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "reasoning_content": reasoning},
+                "finish_reason": finish_reason,
+            }],
+            "usage": usage(),
+        });
+        Reply::Json { delay: Duration::ZERO, status: 200, body: body.to_string() }
+    }
+
+    /// A stream as reasoning models send it, one write per event `gap`
+    /// apart: `reasoning` pieces as `delta.reasoning_content`, then `pieces`
+    /// as `delta.content`, then `finish_reason`, then a last chunk with
+    /// `usage` and no choices (as with `stream_options.include_usage`), then
+    /// `[DONE]`.
+    pub fn stream_reasoned(reasoning: &[&str], pieces: &[&str], finish_reason: &str, gap: Duration) -> Reply {
+        let mut chunks =
+            vec![(gap, sse_event(&serde_json::json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})))];
+        for piece in reasoning {
+            let delta = serde_json::json!({"choices": [{"index": 0, "delta": {"reasoning_content": piece}}]});
+            chunks.push((gap, sse_event(&delta)));
+        }
+        for piece in pieces {
+            chunks.push((gap, sse_event(&serde_json::json!({"choices": [{"index": 0, "delta": {"content": piece}}]}))));
+        }
+        let finish = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]});
+        chunks.push((gap, sse_event(&finish)));
+        chunks.push((gap, sse_event(&serde_json::json!({"choices": [], "usage": usage()}))));
+        chunks.push((Duration::ZERO, b"data: [DONE]\n\n".to_vec()));
+        Reply::Sse { chunks }
+    }
+
     /// A stream of `text` whose bytes are written in writes of `size` bytes,
     /// cutting events, lines and characters wherever they fall.
     pub fn stream_cut(text: &str, size: usize, gap: Duration) -> Reply {
@@ -81,6 +120,11 @@ impl Reply {
         let bytes: Vec<u8> = chunks.into_iter().flat_map(|(_, b)| b).collect();
         Reply::Sse { chunks: bytes.chunks(size.max(1)).map(|c| (gap, c.to_vec())).collect() }
     }
+}
+
+/// The `usage` the mock reports.
+fn usage() -> serde_json::Value {
+    serde_json::json!({"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16})
 }
 
 fn sse_event(data: &serde_json::Value) -> Vec<u8> {

@@ -1,5 +1,6 @@
 //! The model backend seam: one chat completion per call, its text delivered
-//! whole at the end and, where the backend streams, piece by piece on the way.
+//! whole at the end and, on the way, as typed [`ModelEvent`]s (text and
+//! reasoning pieces, how it finished, the tokens it cost) to an [`EventSink`].
 //!
 //! Implementations: [`super::openai::OpenAi`] (any OpenAI-compatible server)
 //! and [`super::offline::Offline`] (embedded, no network). Errors are tagged
@@ -58,29 +59,89 @@ impl ModelRequest {
     }
 }
 
+/// Largest answer a backend hands back (and largest event it reads), in bytes.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
+
+/// Longest `finish_reason` kept, in bytes: the known ones are a word
+/// (`stop`, `length`, `content_filter`, `tool_calls`), the rest is the
+/// backend's invention.
+pub const MAX_FINISH_REASON_BYTES: usize = 64;
+
 /// A finished completion.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Completion {
     /// The model's whole answer.
     pub text: String,
-    /// From the request to the first token, when the backend streamed.
+    /// From the request to the first token (of the answer or of its
+    /// reasoning), when the backend streamed.
     pub first_token: Option<Duration>,
     /// Attempts made, 1 without retries.
     pub attempts: u32,
+    /// Why the model stopped (`stop`, `length`, ...), when the backend said.
+    pub finish_reason: Option<String>,
+    /// Tokens the call cost, when the backend said.
+    pub usage: Option<TokenUsage>,
 }
 
-/// Receives pieces of the answer while the model streams it.
-pub trait DeltaSink: Send + Sync {
-    /// One more piece of the answer's text.
-    fn delta(&self, text: &str);
+/// Tokens one completion cost, as the backend counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenUsage {
+    /// Tokens of the messages sent.
+    pub prompt_tokens: u64,
+    /// Tokens the model produced, reasoning included.
+    pub completion_tokens: u64,
 }
 
-/// Ignores the pieces.
+/// One thing a backend reports while it answers, in the order it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelEvent {
+    /// More text of the answer.
+    TextDelta(String),
+    /// More of the model's reasoning before (or beside) the answer; never
+    /// part of the answer's text.
+    ReasoningDelta(String),
+    /// The model stopped, for `reason` (`stop`, `length`, ...).
+    Finish {
+        /// The backend's `finish_reason`, at most [`MAX_FINISH_REASON_BYTES`].
+        reason: String,
+    },
+    /// What the call cost.
+    Usage {
+        /// Tokens of the messages sent.
+        prompt_tokens: u64,
+        /// Tokens the model produced.
+        completion_tokens: u64,
+    },
+}
+
+impl ModelEvent {
+    /// The event of `usage`.
+    pub fn usage(usage: TokenUsage) -> ModelEvent {
+        ModelEvent::Usage { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens }
+    }
+
+    /// Bytes of text it carries.
+    pub fn text_len(&self) -> usize {
+        match self {
+            ModelEvent::TextDelta(text) | ModelEvent::ReasoningDelta(text) => text.len(),
+            ModelEvent::Finish { reason } => reason.len(),
+            ModelEvent::Usage { .. } => 0,
+        }
+    }
+}
+
+/// Receives a backend's events while it answers.
+pub trait EventSink: Send + Sync {
+    /// One more event.
+    fn event(&self, event: ModelEvent);
+}
+
+/// Ignores the events.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoDeltas;
+pub struct NoEvents;
 
-impl DeltaSink for NoDeltas {
-    fn delta(&self, _text: &str) {}
+impl EventSink for NoEvents {
+    fn event(&self, _event: ModelEvent) {}
 }
 
 /// Why a model call failed.
@@ -147,9 +208,13 @@ pub trait ModelBackend: Send + Sync + fmt::Debug + 'static {
     /// The label of metrics: `openai`, `offline`.
     fn name(&self) -> &'static str;
 
-    /// Completes `request`, handing streamed pieces to `deltas` as they come.
-    /// Must return by `request.deadline` (the caller enforces it as well).
-    async fn complete(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, BackendError>;
+    /// Completes `request`, handing its events to `events` as they come:
+    /// the text in [`ModelEvent::TextDelta`]s that add up to the returned
+    /// text, then [`ModelEvent::Finish`] and [`ModelEvent::Usage`] when the
+    /// backend reports them. Events handed out are never taken back, so a
+    /// backend does not retry once it has sent one. Must return by
+    /// `request.deadline` (the caller enforces it as well).
+    async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError>;
 
     /// The circuit breaker's state for the metric: 0 closed, 1 half-open, 2 open.
     fn breaker_state(&self) -> i64 {

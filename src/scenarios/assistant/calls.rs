@@ -240,7 +240,7 @@ mod tests {
     }
 
     fn done(text: &str) -> ModelOutcome {
-        Ok(Completion { text: text.into(), first_token: None, attempts: 1 })
+        Ok(Completion { text: text.into(), attempts: 1, ..Completion::default() })
     }
 
     /// A call that finishes when the returned sender says so.

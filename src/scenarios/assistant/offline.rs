@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::backend::{BackendError, Completion, DeltaSink, ModelBackend, ModelRequest};
+use super::backend::{BackendError, Completion, EventSink, ModelBackend, ModelEvent, ModelRequest};
 
 /// The offline backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,12 +19,16 @@ impl ModelBackend for Offline {
         "offline"
     }
 
-    async fn complete(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, BackendError> {
+    async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
         let text = answer(request.utterance(), &request.session_id);
-        deltas.delta(&text);
-        Ok(Completion { text, first_token: None, attempts: 1 })
+        events.event(ModelEvent::TextDelta(text.clone()));
+        events.event(ModelEvent::Finish { reason: STOP.into() });
+        Ok(Completion { text, attempts: 1, finish_reason: Some(STOP.into()), ..Completion::default() })
     }
 }
+
+/// The finish reason of every answer: it is always whole.
+const STOP: &str = "stop";
 
 /// Verbs that open, then verbs that close, in both languages.
 const OPEN: &[&str] =
@@ -206,6 +210,32 @@ mod tests {
         assert_eq!(
             raw,
             json!({"session_id": "session_1.5", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."})
+        );
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_one_text_event_then_the_finish() {
+        #[derive(Default)]
+        struct Collect(std::sync::Mutex<Vec<ModelEvent>>);
+        impl EventSink for Collect {
+            fn event(&self, event: ModelEvent) {
+                self.0.lock().unwrap().push(event);
+            }
+        }
+        let request = ModelRequest {
+            messages: vec![crate::scenarios::assistant::backend::ChatMessage::new(
+                crate::scenarios::assistant::backend::Role::User,
+                "привет",
+            )],
+            session_id: "s".into(),
+            deadline: tokio::time::Instant::now(),
+        };
+        let events = Collect::default();
+        let completion = Offline.complete(&request, &events).await.unwrap();
+        assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(
+            events.0.into_inner().unwrap(),
+            [ModelEvent::TextDelta(completion.text), ModelEvent::Finish { reason: "stop".into() }]
         );
     }
 }

@@ -4,29 +4,32 @@
 //! One call is a few attempts inside its deadline: connection errors, 429 and
 //! 5xx are retried after a jittered backoff when the backoff still fits; the
 //! breaker fails calls fast while the backend keeps failing. With `stream` on
-//! the answer comes as SSE and each piece goes to the [`DeltaSink`]; a server
-//! that ignores `stream` and answers plain JSON is read as such.
+//! the answer comes as SSE and each piece goes to the [`EventSink`] as it
+//! comes; a server that ignores `stream` and answers plain JSON is read as
+//! such, its events handed over at once. Once an event is out, the call is
+//! not retried: a retry would repeat it. Streamed `usage` comes only from
+//! servers asked for it: `extra_body.stream_options = {include_usage = true}`.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use prometheus::IntCounter;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use super::{
     AssistantError,
-    backend::{BackendError, Completion, DeltaSink, ModelBackend, ModelRequest},
+    backend::{BackendError, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest},
     backoff,
     breaker::Breaker,
     clip,
     config::{AssistantConfig, Secret},
+    upstream_json::parse_completion,
     upstream_sse::{SseDecoder, StreamEvent},
 };
 
 /// Largest answer body (or stream event) read from the backend.
-const MAX_BODY: usize = 1 << 20;
+const MAX_BODY: usize = MAX_ANSWER_BYTES;
 /// How much of an error body goes into the error message.
 const MAX_ERROR_BODY: usize = 300;
 
@@ -49,7 +52,7 @@ pub struct OpenAi {
 struct Failure {
     error: BackendError,
     retry_after: Option<Duration>,
-    // Pieces already went to the sink: a retry would repeat them.
+    // Events already went to the sink: a retry would repeat them.
     streamed: bool,
 }
 
@@ -96,7 +99,7 @@ impl OpenAi {
         &self.url
     }
 
-    async fn attempt(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, Failure> {
+    async fn attempt(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, Failure> {
         let started = Instant::now();
         let first_deadline = (started + self.first_token_timeout).min(request.deadline);
         let first_timeout = if first_deadline < request.deadline { "first_token" } else { "call" };
@@ -132,7 +135,7 @@ impl OpenAi {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if is_sse {
-            return read_stream(response, started, (first_deadline, first_timeout), request.deadline, deltas).await;
+            return read_stream(response, started, (first_deadline, first_timeout), request.deadline, events).await;
         }
         let body = match read_body(&mut response, MAX_BODY, request.deadline).await {
             Ok(body) if body.len() > MAX_BODY => {
@@ -141,10 +144,25 @@ impl OpenAi {
             Ok(body) => body,
             Err(error) => return Err(error.into()),
         };
-        let text = parse_completion(&body)?;
+        let whole = parse_completion(&body)?;
         // Not streamed (by choice or by the server): the whole text is one piece.
-        deltas.delta(&text);
-        Ok(Completion { text, first_token: None, attempts: 1 })
+        if let Some(reasoning) = whole.reasoning {
+            events.event(ModelEvent::ReasoningDelta(reasoning));
+        }
+        events.event(ModelEvent::TextDelta(whole.text.clone()));
+        if let Some(reason) = &whole.finish_reason {
+            events.event(ModelEvent::Finish { reason: reason.clone() });
+        }
+        if let Some(usage) = whole.usage {
+            events.event(ModelEvent::usage(usage));
+        }
+        Ok(Completion {
+            text: whole.text,
+            first_token: None,
+            attempts: 1,
+            finish_reason: whole.finish_reason,
+            usage: whole.usage,
+        })
     }
 }
 
@@ -154,13 +172,13 @@ impl ModelBackend for OpenAi {
         "openai"
     }
 
-    async fn complete(&self, request: &ModelRequest, deltas: &dyn DeltaSink) -> Result<Completion, BackendError> {
+    async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
         let mut retry = 0;
         loop {
             if !self.breaker.admit() {
                 return Err(BackendError::CircuitOpen);
             }
-            let failure = match self.attempt(request, deltas).await {
+            let failure = match self.attempt(request, events).await {
                 Ok(completion) => {
                     self.breaker.success();
                     return Ok(Completion { attempts: retry + 1, ..completion });
@@ -241,15 +259,16 @@ async fn read_stream(
     started: Instant,
     (first_deadline, first_timeout): (Instant, &'static str),
     deadline: Instant,
-    deltas: &dyn DeltaSink,
+    sink: &dyn EventSink,
 ) -> Result<Completion, Failure> {
     let mut decoder = SseDecoder::new(MAX_BODY);
-    let mut text = String::new();
-    let mut first_token = None;
+    let mut completion = Completion { attempts: 1, ..Completion::default() };
+    // Any event handed to the sink, not only a token, rules out a retry.
+    let mut streamed = false;
     let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
     loop {
-        let (until, which) = if first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
-        let streamed = first_token.is_some();
+        let (until, which) =
+            if completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
         let (events, ended) = match timeout_at(until, response.chunk()).await {
             Err(_) => return Err(fail(BackendError::Timeout(which), streamed)),
             Ok(Err(error)) => return Err(fail(classify(&error), streamed)),
@@ -259,71 +278,49 @@ async fn read_stream(
         let events = events.map_err(|e| fail(BackendError::BadResponse(e.to_string()), streamed))?;
         let mut done = ended;
         for event in events {
-            match event {
-                StreamEvent::Delta(piece) if piece.is_empty() => {}
+            let event = match event {
+                StreamEvent::Done => {
+                    done = true;
+                    continue;
+                }
                 StreamEvent::Delta(piece) => {
-                    first_token.get_or_insert_with(|| started.elapsed());
-                    deltas.delta(&piece);
-                    text.push_str(&piece);
-                    if text.len() > MAX_BODY {
+                    completion.text.push_str(&piece);
+                    if completion.text.len() > MAX_BODY {
                         let error = BackendError::BadResponse(format!("answer larger than {MAX_BODY} bytes"));
                         return Err(fail(error, true));
                     }
+                    ModelEvent::TextDelta(piece)
                 }
-                StreamEvent::Done => done = true,
+                StreamEvent::Reasoning(piece) => ModelEvent::ReasoningDelta(piece),
+                StreamEvent::Finish(reason) => {
+                    completion.finish_reason = Some(reason.clone());
+                    ModelEvent::Finish { reason }
+                }
+                StreamEvent::Usage(usage) => {
+                    completion.usage = Some(usage);
+                    ModelEvent::usage(usage)
+                }
+            };
+            // Reasoning is the model at work too: it ends the first-token wait.
+            if matches!(event, ModelEvent::TextDelta(_) | ModelEvent::ReasoningDelta(_)) {
+                completion.first_token.get_or_insert_with(|| started.elapsed());
             }
+            sink.event(event);
+            streamed = true;
         }
         if done {
             break;
         }
     }
-    if text.trim().is_empty() {
-        return Err(fail(BackendError::BadResponse("the stream carried no text".into()), first_token.is_some()));
+    if completion.text.trim().is_empty() {
+        return Err(fail(BackendError::BadResponse("the stream carried no text".into()), streamed));
     }
-    Ok(Completion { text, first_token, attempts: 1 })
-}
-
-#[derive(Deserialize)]
-struct ChatCompletion {
-    #[serde(default)]
-    choices: Vec<Choice>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    message: Option<AnswerMessage>,
-}
-
-#[derive(Deserialize)]
-struct AnswerMessage {
-    content: Option<String>,
-}
-
-fn parse_completion(body: &[u8]) -> Result<String, BackendError> {
-    let completion: ChatCompletion = serde_json::from_slice(body).map_err(|e| {
-        let start = clip(&String::from_utf8_lossy(body), 80).to_owned();
-        BackendError::BadResponse(format!("not a chat completion ({e}): {start:?}"))
-    })?;
-    let text = completion.choices.into_iter().next().and_then(|c| c.message).and_then(|m| m.content);
-    match text {
-        Some(text) if !text.trim().is_empty() => Ok(text),
-        _ => Err(BackendError::BadResponse("the answer carried no text".into())),
-    }
+    Ok(completion)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn completions_parse_and_garbage_does_not() {
-        let ok = br#"{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"}}]}"#;
-        assert_eq!(parse_completion(ok).unwrap(), "Hi");
-        for bad in [&b"<html>"[..], b"{}", br#"{"choices":[]}"#, br#"{"choices":[{"message":{"content":null}}]}"#] {
-            assert!(matches!(parse_completion(bad), Err(BackendError::BadResponse(_))), "{bad:?}");
-        }
-        assert!(parse_completion(b"\xff\xfe{").is_err());
-    }
 
     #[test]
     fn the_url_and_body_follow_the_config() {

@@ -7,8 +7,9 @@ use std::sync::{
 };
 
 use super::*;
-use crate::proto::n_alice::n_scenarios::{
-    TCallbackDirective, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive,
+use crate::{
+    proto::n_alice::n_scenarios::{TCallbackDirective, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive},
+    scenarios::assistant::backend::ModelEvent,
 };
 
 /// Answers `reply` after `delay`, counting calls and keeping the requests.
@@ -44,12 +45,15 @@ impl ModelBackend for Scripted {
     async fn complete(
         &self,
         request: &ModelRequest,
-        _: &dyn backend::DeltaSink,
+        events: &dyn backend::EventSink,
     ) -> Result<backend::Completion, BackendError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
         tokio::time::sleep(self.delay).await;
-        self.reply.clone().map(|text| backend::Completion { text, first_token: None, attempts: 1 })
+        let text = self.reply.clone()?;
+        events.event(ModelEvent::TextDelta(text.clone()));
+        events.event(ModelEvent::Finish { reason: "stop".into() });
+        Ok(backend::Completion { text, attempts: 1, ..backend::Completion::default() })
     }
 }
 

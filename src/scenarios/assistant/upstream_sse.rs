@@ -1,5 +1,8 @@
 //! Server-sent events of an OpenAI-compatible stream: `data:` lines with
-//! `choices[].delta` chunks, ended by `data: [DONE]`.
+//! `choices[].delta` chunks, ended by `data: [DONE]`. A chunk carries answer
+//! text (`delta.content`), reasoning (`delta.reasoning_content`, or
+//! `delta.reasoning` as some servers name it), `finish_reason` and, in the
+//! last chunk when the request asked for it (`stream_options`), `usage`.
 //!
 //! The network cuts the stream anywhere (inside a line, inside a UTF-8
 //! character), so [`SseDecoder`] keeps the partial line until its end arrives
@@ -7,12 +10,23 @@
 //! `max_bytes` is an error, not an ever-growing buffer.
 
 use serde::Deserialize;
+use serde_json::Value;
 
-/// What one complete event means.
+use super::backend::{MAX_FINISH_REASON_BYTES, TokenUsage};
+
+/// What a complete event means; one chunk may mean several, in this order:
+/// reasoning, text, finish, usage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEvent {
-    /// More text of the answer (possibly empty: a role-only first chunk).
+    /// More text of the answer (never empty).
     Delta(String),
+    /// More of the model's reasoning (never empty).
+    Reasoning(String),
+    /// `finish_reason`: why the model stopped (at most
+    /// [`MAX_FINISH_REASON_BYTES`]).
+    Finish(String),
+    /// `usage`: what the call cost.
+    Usage(TokenUsage),
     /// `[DONE]`: the answer is complete.
     Done,
 }
@@ -88,7 +102,7 @@ impl SseDecoder {
         if line.is_empty() {
             if std::mem::take(&mut self.has_data) {
                 let data = std::mem::take(&mut self.data);
-                events.push(interpret(&data)?);
+                interpret(&data, events)?;
             }
             return Ok(());
         }
@@ -113,31 +127,60 @@ impl SseDecoder {
 struct Chunk {
     #[serde(default)]
     choices: Vec<ChunkChoice>,
-    error: Option<serde_json::Value>,
+    error: Option<Value>,
+    // Read leniently: a cost the backend garbles is not worth the answer.
+    usage: Option<Value>,
 }
 
 #[derive(Deserialize)]
 struct ChunkChoice {
     #[serde(default)]
     delta: Option<Delta>,
+    finish_reason: Option<Value>,
 }
 
 #[derive(Deserialize)]
 struct Delta {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
 }
 
-fn interpret(data: &str) -> Result<StreamEvent, SseError> {
+fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
     if data.trim() == "[DONE]" {
-        return Ok(StreamEvent::Done);
+        events.push(StreamEvent::Done);
+        return Ok(());
     }
     let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(e.to_string()))?;
     if let Some(error) = chunk.error {
         return Err(SseError::Backend(super::clip(&error.to_string(), 200).to_owned()));
     }
-    let text = chunk.choices.into_iter().next().and_then(|c| c.delta).and_then(|d| d.content).unwrap_or_default();
-    Ok(StreamEvent::Delta(text))
+    if let Some(choice) = chunk.choices.into_iter().next() {
+        if let Some(delta) = choice.delta {
+            let reasoning = [delta.reasoning_content, delta.reasoning].into_iter().flatten().find(|r| !r.is_empty());
+            events.extend(reasoning.map(StreamEvent::Reasoning));
+            events.extend(delta.content.filter(|text| !text.is_empty()).map(StreamEvent::Delta));
+        }
+        events.extend(finish_reason(choice.finish_reason.as_ref()).map(StreamEvent::Finish));
+    }
+    events.extend(usage(chunk.usage.as_ref()).map(StreamEvent::Usage));
+    Ok(())
+}
+
+/// A `finish_reason` that says something, clipped.
+pub(crate) fn finish_reason(value: Option<&Value>) -> Option<String> {
+    let reason = value?.as_str()?.trim();
+    (!reason.is_empty()).then(|| super::clip(reason, MAX_FINISH_REASON_BYTES).to_owned())
+}
+
+/// A `usage` object's token counts; absent ones count 0.
+pub(crate) fn usage(value: Option<&Value>) -> Option<TokenUsage> {
+    let usage = value?.as_object()?;
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") })
 }
 
 #[cfg(test)]
@@ -165,6 +208,7 @@ mod tests {
             match event {
                 StreamEvent::Delta(piece) => text.push_str(piece),
                 StreamEvent::Done => done = true,
+                _ => {}
             }
         }
         (text, done)
@@ -220,5 +264,48 @@ mod tests {
         let mut decoder = SseDecoder::new(64);
         let many_lines = "data: 0123456789\n".repeat(8);
         assert_eq!(decoder.push(many_lines.as_bytes()), Err(SseError::TooLarge(64)), "an event without an end");
+    }
+
+    #[test]
+    fn reasoning_finish_reason_and_usage_are_read() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Думаю\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"reasoning\":\"...\",\"content\":\"Ответ\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,\"total_tokens\":19}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let events = SseDecoder::new(1024).push(stream.as_bytes()).unwrap();
+        assert_eq!(
+            events,
+            [
+                StreamEvent::Reasoning("Думаю".into()),
+                StreamEvent::Reasoning("...".into()),
+                StreamEvent::Delta("Ответ".into()),
+                StreamEvent::Finish("length".into()),
+                StreamEvent::Usage(TokenUsage { prompt_tokens: 12, completion_tokens: 7 }),
+                StreamEvent::Done,
+            ]
+        );
+    }
+
+    #[test]
+    fn odd_finish_reasons_and_usage_neither_fail_nor_grow() {
+        let long = "x".repeat(500);
+        let chunk = serde_json::json!({
+            "choices": [{"delta": {"content": "a"}, "finish_reason": long}],
+            "usage": {"prompt_tokens": "many", "completion_tokens": 3},
+        });
+        let events = SseDecoder::new(4096).push(format!("data: {chunk}\n\n").as_bytes()).unwrap();
+        assert_eq!(
+            events,
+            [
+                StreamEvent::Delta("a".into()),
+                StreamEvent::Finish("x".repeat(MAX_FINISH_REASON_BYTES)),
+                StreamEvent::Usage(TokenUsage { prompt_tokens: 0, completion_tokens: 3 }),
+            ]
+        );
+        let quiet = b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":null}],\"usage\":null}\n\n";
+        assert!(SseDecoder::new(1024).push(quiet).unwrap().is_empty());
     }
 }

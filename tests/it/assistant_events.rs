@@ -1,0 +1,92 @@
+//! The OpenAI-compatible backend's events over real HTTP from the mock
+//! model: reasoning, text, finish reason and usage, streamed and whole.
+
+use std::{sync::Mutex, time::Duration};
+
+use megamind_scenario::scenarios::assistant::{
+    backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage},
+    config::AssistantConfig,
+    openai::OpenAi,
+};
+use tokio::time::Instant;
+
+use crate::mock_llm::{MockLlm, Reply};
+
+/// Keeps every event.
+#[derive(Default)]
+struct Collect(Mutex<Vec<ModelEvent>>);
+
+impl EventSink for Collect {
+    fn event(&self, event: ModelEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+fn backend(mock: &MockLlm, stream: bool) -> OpenAi {
+    let config = AssistantConfig { stream, ..AssistantConfig::with_base_url(mock.base_url()) };
+    OpenAi::new(&config, prometheus::IntCounter::new("retries", "retries").unwrap()).unwrap()
+}
+
+fn request() -> ModelRequest {
+    ModelRequest {
+        messages: vec![ChatMessage::new(Role::User, "Сколько будет 2+2?")],
+        session_id: "session_1.000001".into(),
+        deadline: Instant::now() + Duration::from_secs(5),
+    }
+}
+
+const USAGE: TokenUsage = TokenUsage { prompt_tokens: 11, completion_tokens: 5 };
+
+fn usage_event() -> ModelEvent {
+    ModelEvent::Usage { prompt_tokens: USAGE.prompt_tokens, completion_tokens: USAGE.completion_tokens }
+}
+
+#[tokio::test]
+async fn a_streamed_answer_reports_reasoning_text_finish_and_usage_in_order() {
+    let reply = Reply::stream_reasoned(&["Считаю: ", "2+2=4."], &["Четыре", "."], "stop", Duration::from_millis(2));
+    let mock = MockLlm::start(reply).await;
+    let events = Collect::default();
+    let completion = backend(&mock, true).complete(&request(), &events).await.unwrap();
+    assert_eq!(completion.text, "Четыре.");
+    assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(completion.usage, Some(USAGE));
+    assert!(completion.first_token.is_some());
+    assert_eq!(
+        events.0.into_inner().unwrap(),
+        [
+            ModelEvent::ReasoningDelta("Считаю: ".into()),
+            ModelEvent::ReasoningDelta("2+2=4.".into()),
+            ModelEvent::TextDelta("Четыре".into()),
+            ModelEvent::TextDelta(".".into()),
+            ModelEvent::Finish { reason: "stop".into() },
+            usage_event(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_whole_answer_reports_the_same_at_once() {
+    let mock = MockLlm::start(Reply::content_reasoned("2+2=4.", "Четыре.", "length")).await;
+    let events = Collect::default();
+    let completion = backend(&mock, false).complete(&request(), &events).await.unwrap();
+    assert_eq!(completion.text, "Четыре.");
+    assert_eq!((completion.finish_reason.as_deref(), completion.usage), (Some("length"), Some(USAGE)));
+    assert_eq!(
+        events.0.into_inner().unwrap(),
+        [
+            ModelEvent::ReasoningDelta("2+2=4.".into()),
+            ModelEvent::TextDelta("Четыре.".into()),
+            ModelEvent::Finish { reason: "length".into() },
+            usage_event(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_answer_without_them_reports_only_its_text() {
+    let mock = MockLlm::start(Reply::stream(&["Да", "."], Duration::ZERO)).await;
+    let events = Collect::default();
+    let completion = backend(&mock, true).complete(&request(), &events).await.unwrap();
+    assert_eq!((completion.finish_reason, completion.usage), (None, None));
+    assert_eq!(events.0.into_inner().unwrap(), [ModelEvent::TextDelta("Да".into()), ModelEvent::TextDelta(".".into())]);
+}
