@@ -39,10 +39,10 @@
 //! # Layout
 //! [`config`] the `[assistant]` table; [`backend`] the model trait and its
 //! events; [`openai`] with [`upstream_sse`], [`upstream_json`], [`backoff`]
-//! and [`breaker`] the HTTP backend;
-//! [`offline`] the embedded one; [`prompt`] the messages; [`answer`] the
-//! app-action answer parser; [`reply`] the protocol answers; [`calls`] single flight;
-//! [`state`] the history; [`metrics`].
+//! and [`breaker`] the HTTP backend; [`offline`] the embedded one; [`prompt`]
+//! the messages; [`answer`] the app-action answer parser; [`reply`] the
+//! protocol answers; [`calls`] single flight, each call with its [`record`] of
+//! events; [`state`] the history; [`metrics`].
 
 pub mod answer;
 pub mod backend;
@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod offline;
 pub mod openai;
 pub mod prompt;
+pub mod record;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
@@ -70,10 +71,11 @@ use prost_types::Any;
 use tokio::time::{Instant, timeout_at};
 
 use self::{
-    backend::{BackendError, ModelBackend, ModelRequest, NoEvents},
+    backend::{BackendError, ModelBackend, ModelRequest},
     calls::{AtCapacity, Calls, Handle, ModelOutcome},
     config::AssistantConfig,
     metrics::AssistantMetrics,
+    record::Follower,
     state::Caps,
 };
 use crate::{
@@ -172,9 +174,15 @@ impl Assistant {
         self.calls.in_flight()
     }
 
+    /// A reader of the events of the model call `call_id` (the `RequestId`
+    /// that started it), from its first event, while it runs or is kept.
+    pub fn follow(&self, call_id: &str) -> Option<Follower> {
+        self.calls.follow(call_id)
+    }
+
     /// The call `args.call_id`: the running or kept one, else a new one.
     fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
-        let (handle, _) = self.calls.begin(&args.call_id, || {
+        let (handle, _) = self.calls.begin(&args.call_id, |record| {
             let state = args.state.clone().unwrap_or_default();
             let messages = prompt::messages(&self.system_prompt, &state.session_id, &state.turns, &args.utterance);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
@@ -183,10 +191,10 @@ impl Assistant {
             async move {
                 let started = Instant::now();
                 let request = ModelRequest { messages, session_id, deadline: started + timeout };
-                let outcome = timeout_at(request.deadline, backend.complete(&request, &NoEvents))
+                let outcome = timeout_at(request.deadline, backend.complete(&request, &*record))
                     .await
                     .unwrap_or(Err(BackendError::Timeout("call")));
-                record(&metrics, &*backend, &outcome, started.elapsed());
+                observe(&metrics, &*backend, &outcome, started.elapsed());
                 outcome
             }
         })?;
@@ -250,7 +258,7 @@ impl Assistant {
     }
 }
 
-fn record(metrics: &AssistantMetrics, backend: &dyn ModelBackend, outcome: &ModelOutcome, elapsed: Duration) {
+fn observe(metrics: &AssistantMetrics, backend: &dyn ModelBackend, outcome: &ModelOutcome, elapsed: Duration) {
     let name = backend.name();
     let label = match outcome {
         Ok(_) => "ok",

@@ -10,6 +10,10 @@
 //! also expiry order, and the oldest go first when the count or bytes bound
 //! is reached. In-flight calls are capped and never evicted.
 //!
+//! Each call has its [`CallRecord`] beside its outcome: the events of the
+//! backend, for followers, kept as long as the outcome and counted in its
+//! bytes.
+//!
 //! A std mutex guards the map: it is held for a few map operations and never
 //! across an await.
 
@@ -26,7 +30,10 @@ use tokio::{
     time::{Instant, timeout_at},
 };
 
-use super::backend::{BackendError, Completion};
+use super::{
+    backend::{BackendError, Completion, MAX_ANSWER_BYTES},
+    record::{CallRecord, Follower},
+};
 
 /// How a model call ended.
 pub(crate) type ModelOutcome = Result<Completion, BackendError>;
@@ -79,6 +86,7 @@ struct Finished {
 #[derive(Debug)]
 struct Entry {
     slot: Slot,
+    record: Arc<CallRecord>,
     // Tells a newer call under a reused id from the one a FIFO entry names.
     generation: u64,
 }
@@ -87,6 +95,7 @@ struct Entry {
 #[derive(Debug, Clone)]
 pub(crate) struct Handle {
     slot: Slot,
+    record: Arc<CallRecord>,
 }
 
 /// The in-flight cap is reached: no new call was started.
@@ -97,6 +106,11 @@ impl Handle {
     /// The outcome if the call has finished.
     pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
         self.slot.borrow().clone()
+    }
+
+    /// A reader of the call's events from the first.
+    pub(crate) fn follow(&self) -> Follower {
+        self.record.follow()
     }
 
     /// Waits for the outcome until `deadline`; `None` when still running.
@@ -121,40 +135,55 @@ impl Calls {
     pub(crate) fn get(&self, id: &str) -> Option<Handle> {
         let mut state = self.shared.lock();
         self.shared.purge(&mut state, Instant::now());
-        state.entries.get(id).map(|e| Handle { slot: e.slot.clone() })
+        state.entries.get(id).map(Entry::handle)
     }
 
     /// The call `id`: the running or recent one, else a new one running
-    /// `call` in a task of its own. `true` when this started it.
-    pub(crate) fn begin<F>(&self, id: &str, call: impl FnOnce() -> F) -> Result<(Handle, bool), AtCapacity>
+    /// `call` in a task of its own, its events going to the record it is
+    /// given. `true` when this started it.
+    pub(crate) fn begin<F>(
+        &self,
+        id: &str,
+        call: impl FnOnce(Arc<CallRecord>) -> F,
+    ) -> Result<(Handle, bool), AtCapacity>
     where
         F: Future<Output = ModelOutcome> + Send + 'static,
     {
         let mut state = self.shared.lock();
         self.shared.purge(&mut state, Instant::now());
         if let Some(entry) = state.entries.get(id) {
-            return Ok((Handle { slot: entry.slot.clone() }, false));
+            return Ok((entry.handle(), false));
         }
         if state.in_flight >= self.shared.max_in_flight {
             return Err(AtCapacity);
         }
         let (tx, slot) = watch::channel(None);
+        let record = Arc::new(CallRecord::new(MAX_ANSWER_BYTES));
         state.generation += 1;
         let generation = state.generation;
-        state.entries.insert(id.into(), Entry { slot: slot.clone(), generation });
+        state.entries.insert(id.into(), Entry { slot: slot.clone(), record: record.clone(), generation });
         state.in_flight += 1;
         self.shared.in_flight_gauge.inc();
         drop(state);
 
-        let guard = Finish { shared: self.shared.clone(), id: id.into(), generation, finished: None };
-        let call = call();
+        let guard =
+            Finish { shared: self.shared.clone(), id: id.into(), generation, record: record.clone(), finished: None };
+        let call = call(record.clone());
         tokio::spawn(async move {
             let mut guard = guard;
             let outcome = call.await;
-            guard.finished = Some(cost(&outcome));
+            // Whoever sees the outcome sees the whole record.
+            guard.record.finish();
+            guard.finished = Some(cost(&outcome) + guard.record.bytes());
             tx.send_replace(Some(Arc::new(outcome)));
         });
-        Ok((Handle { slot }, true))
+        Ok((Handle { slot, record }, true))
+    }
+
+    /// A reader of the events of call `id` from the first, if it is
+    /// running or kept.
+    pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
+        self.get(id).map(|handle| handle.follow())
     }
 
     /// Calls running now.
@@ -166,6 +195,12 @@ impl Calls {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.shared.lock().entries.len()
+    }
+}
+
+impl Entry {
+    fn handle(&self) -> Handle {
+        Handle { slot: self.slot.clone(), record: self.record.clone() }
     }
 }
 
@@ -191,7 +226,8 @@ impl Shared {
     }
 }
 
-/// What keeping an outcome costs: its text plus the bookkeeping around it.
+/// What keeping an outcome costs: its text plus the bookkeeping around it
+/// (its record is counted apart).
 fn cost(outcome: &ModelOutcome) -> usize {
     128 + match outcome {
         Ok(completion) => completion.text.len(),
@@ -205,12 +241,14 @@ struct Finish {
     shared: Arc<Shared>,
     id: Box<str>,
     generation: u64,
+    record: Arc<CallRecord>,
     // The outcome's cost once there is one.
     finished: Option<usize>,
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
+        self.record.finish();
         let shared = &self.shared;
         let mut state = shared.lock();
         state.in_flight -= 1;
@@ -253,9 +291,9 @@ mod tests {
     async fn one_call_per_id_and_everyone_gets_its_outcome() {
         let calls = calls(10, 100);
         let (tx, call) = controlled();
-        let (mut first, started) = calls.begin("r1", || call).unwrap();
+        let (mut first, started) = calls.begin("r1", |_| call).unwrap();
         assert!(started);
-        let (mut second, started) = calls.begin("r1", || async { done("second call") }).unwrap();
+        let (mut second, started) = calls.begin("r1", |_| async { done("second call") }).unwrap();
         assert!(!started, "joined, not started");
         assert_eq!(calls.in_flight(), 1);
 
@@ -268,7 +306,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(calls.in_flight(), 0);
 
-        let (third, started) = calls.begin("r1", || async { done("again") }).unwrap();
+        let (third, started) = calls.begin("r1", |_| async { done("again") }).unwrap();
         assert!(!started, "a finished call is reused within the TTL");
         assert_eq!(third.ready().unwrap().as_ref().as_ref().unwrap().text, "answer");
     }
@@ -276,13 +314,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn finished_calls_expire_after_the_ttl() {
         let calls = calls(10, 100);
-        let (mut handle, _) = calls.begin("r1", || async { done("a") }).unwrap();
+        let (mut handle, _) = calls.begin("r1", |_| async { done("a") }).unwrap();
         handle.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
         tokio::time::advance(TTL - Duration::from_secs(1)).await;
         assert!(calls.get("r1").is_some());
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(calls.get("r1").is_none(), "expired");
-        let (_, started) = calls.begin("r1", || async { done("b") }).unwrap();
+        let (_, started) = calls.begin("r1", |_| async { done("b") }).unwrap();
         assert!(started, "a new call after expiry");
     }
 
@@ -291,14 +329,14 @@ mod tests {
         let calls = calls(2, 1);
         let (tx1, c1) = controlled();
         let (_tx2, c2) = controlled();
-        calls.begin("a", || c1).unwrap();
-        calls.begin("b", || c2).unwrap();
-        assert_eq!(calls.begin("c", || async { done("c") }).unwrap_err(), AtCapacity);
-        assert!(calls.begin("a", || async { done("x") }).is_ok(), "joining is not capped");
+        calls.begin("a", |_| c1).unwrap();
+        calls.begin("b", |_| c2).unwrap();
+        assert_eq!(calls.begin("c", |_| async { done("c") }).unwrap_err(), AtCapacity);
+        assert!(calls.begin("a", |_| async { done("x") }).is_ok(), "joining is not capped");
 
         tx1.send(done("a")).unwrap();
         tokio::task::yield_now().await;
-        let (mut c, started) = calls.begin("c", || async { done("c") }).unwrap();
+        let (mut c, started) = calls.begin("c", |_| async { done("c") }).unwrap();
         assert!(started, "a slot freed up");
         c.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
         tokio::task::yield_now().await;
@@ -311,7 +349,7 @@ mod tests {
         let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 3 * (128 + 1000) };
         let calls = Calls::new(10, retention, IntGauge::new("g", "g").unwrap());
         for id in ["a", "b", "c", "d"] {
-            let (mut handle, _) = calls.begin(id, || async { done(&"x".repeat(1000)) }).unwrap();
+            let (mut handle, _) = calls.begin(id, |_| async { done(&"x".repeat(1000)) }).unwrap();
             handle.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
             tokio::task::yield_now().await;
         }
@@ -324,7 +362,8 @@ mod tests {
     fn a_call_dropped_without_an_outcome_is_forgotten() {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let calls = calls(10, 100);
-        let handle = runtime.block_on(async { calls.begin("r1", std::future::pending::<ModelOutcome>).unwrap().0 });
+        let handle =
+            runtime.block_on(async { calls.begin("r1", |_| std::future::pending::<ModelOutcome>()).unwrap().0 });
         assert_eq!(calls.in_flight(), 1);
         // A runtime shutting down drops its tasks without an outcome.
         drop(runtime);

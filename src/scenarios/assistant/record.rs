@@ -1,0 +1,242 @@
+//! The recording of one model call: every [`ModelEvent`] its backend
+//! reported, in order, for readers that follow the call from its start,
+//! each at its own pace, however late they join (the JSONSeq stream,
+//! `/continue`).
+//!
+//! Append-only and bounded by bytes (text plus a fixed cost per event). Past
+//! the bound the text is cut at a character boundary, later pieces are not
+//! kept and the record says it was truncated: a follower reads a prefix of
+//! the answer, never one with holes. How the call ended (`Finish`, `Usage`,
+//! a few bytes each) still fits in a small allowance past the bound. The
+//! record ends when the call does, or when its writer goes away without
+//! saying so; a follower then gets the rest and `None`.
+//!
+//! The events sit in a `tokio::sync::watch`: the writer appends under its
+//! lock (never held across an await) and wakes every follower; a follower
+//! keeps only its own position, so a slow one holds nothing back and costs
+//! nothing but that position.
+
+use tokio::sync::watch;
+
+use super::{
+    backend::{EventSink, ModelEvent},
+    clip,
+};
+
+/// Room past the bound for how the call ended.
+const END_ALLOWANCE: usize = 1024;
+/// What keeping an event costs besides its text.
+const EVENT_COST: usize = std::mem::size_of::<ModelEvent>();
+
+/// The recording of one call; the writer and the source of followers.
+#[derive(Debug)]
+pub(crate) struct CallRecord {
+    max_bytes: usize,
+    tx: watch::Sender<Recording>,
+}
+
+#[derive(Debug, Default)]
+struct Recording {
+    events: Vec<ModelEvent>,
+    bytes: usize,
+    truncated: bool,
+    finished: bool,
+}
+
+/// One reader of a call's events, from the first.
+#[derive(Debug)]
+pub struct Follower {
+    rx: watch::Receiver<Recording>,
+    next: usize,
+}
+
+impl CallRecord {
+    /// An empty record keeping at most about `max_bytes`.
+    pub(crate) fn new(max_bytes: usize) -> CallRecord {
+        CallRecord { max_bytes, tx: watch::Sender::new(Recording::default()) }
+    }
+
+    /// Appends `event`, within the bound; nothing once finished.
+    pub(crate) fn push(&self, event: ModelEvent) {
+        self.tx.send_if_modified(|recording| recording.push(event, self.max_bytes));
+    }
+
+    /// The call is over: followers get the rest, then `None`.
+    pub(crate) fn finish(&self) {
+        self.tx.send_if_modified(|recording| !std::mem::replace(&mut recording.finished, true));
+    }
+
+    /// A reader from the first event.
+    pub(crate) fn follow(&self) -> Follower {
+        Follower { rx: self.tx.subscribe(), next: 0 }
+    }
+
+    /// What the record holds, in bytes, for the retention bound.
+    pub(crate) fn bytes(&self) -> usize {
+        self.tx.borrow().bytes
+    }
+}
+
+impl EventSink for CallRecord {
+    fn event(&self, event: ModelEvent) {
+        self.push(event);
+    }
+}
+
+impl Recording {
+    /// Whether `event`, or a part of it, was kept.
+    fn push(&mut self, event: ModelEvent, max_bytes: usize) -> bool {
+        if self.finished {
+            return false;
+        }
+        let event = match event {
+            ModelEvent::TextDelta(text) => match self.fit(text, max_bytes) {
+                Some(text) => ModelEvent::TextDelta(text),
+                None => return false,
+            },
+            ModelEvent::ReasoningDelta(text) => match self.fit(text, max_bytes) {
+                Some(text) => ModelEvent::ReasoningDelta(text),
+                None => return false,
+            },
+            end => {
+                if self.bytes + EVENT_COST + end.text_len() > max_bytes + END_ALLOWANCE {
+                    self.truncated = true;
+                    return false;
+                }
+                end
+            }
+        };
+        self.bytes += EVENT_COST + event.text_len();
+        self.events.push(event);
+        true
+    }
+
+    /// What of `text` fits, if anything; past the bound the record is
+    /// truncated and keeps no more text, so that it stays a prefix.
+    fn fit(&mut self, text: String, max_bytes: usize) -> Option<String> {
+        if self.truncated {
+            return None;
+        }
+        let room = max_bytes.saturating_sub(self.bytes + EVENT_COST);
+        if text.len() <= room {
+            return Some(text);
+        }
+        self.truncated = true;
+        let kept = clip(&text, room);
+        (!kept.is_empty()).then(|| kept.to_owned())
+    }
+}
+
+impl Follower {
+    /// The next event, waiting for it while the call runs; `None` once the
+    /// call is over and every event was read.
+    pub async fn next(&mut self) -> Option<ModelEvent> {
+        loop {
+            {
+                let recording = self.rx.borrow_and_update();
+                if let Some(event) = recording.events.get(self.next) {
+                    self.next += 1;
+                    return Some(event.clone());
+                }
+                if recording.finished {
+                    return None;
+                }
+            }
+            if self.rx.changed().await.is_err() {
+                // The writer went away without finishing: what it wrote is all.
+                let event = self.rx.borrow().events.get(self.next).cloned();
+                self.next += usize::from(event.is_some());
+                return event;
+            }
+        }
+    }
+
+    /// Whether the record stopped keeping text at its bound.
+    pub fn truncated(&self) -> bool {
+        self.rx.borrow().truncated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn text(piece: &str) -> ModelEvent {
+        ModelEvent::TextDelta(piece.into())
+    }
+
+    async fn drain(follower: &mut Follower) -> Vec<ModelEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = follower.next().await {
+            events.push(event);
+        }
+        events
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_follower_reads_every_event_from_the_start_at_its_own_pace() {
+        let record = std::sync::Arc::new(CallRecord::new(1 << 20));
+        let mut early = record.follow();
+        let writer = record.clone();
+        let call = tokio::spawn(async move {
+            for piece in ["Сей", "час ", "полдень."] {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                writer.event(text(piece));
+            }
+            writer.event(ModelEvent::Finish { reason: "stop".into() });
+            writer.finish();
+        });
+        assert_eq!(early.next().await, Some(text("Сей")), "the early follower waits for the first piece");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // Joins after two pieces and still reads from the first.
+        let mut late = record.follow();
+        assert_eq!(late.next().await, Some(text("Сей")));
+        assert_eq!(late.next().await, Some(text("час ")));
+        call.await.unwrap();
+        let whole = [text("Сей"), text("час "), text("полдень."), ModelEvent::Finish { reason: "stop".into() }];
+        assert_eq!(drain(&mut early).await, whole[1..]);
+        assert_eq!(drain(&mut late).await, whole[2..]);
+        assert_eq!(drain(&mut record.follow()).await, whole, "after the end, from the start again");
+        assert_eq!(early.next().await, None, "and it stays over");
+        record.push(text("late"));
+        assert_eq!(drain(&mut record.follow()).await, whole, "nothing is kept past the end");
+    }
+
+    #[tokio::test]
+    async fn text_past_the_bound_is_cut_to_a_prefix_but_the_end_is_kept() {
+        let record = CallRecord::new(2 * EVENT_COST + 5);
+        record.push(ModelEvent::ReasoningDelta("abc".into()));
+        record.push(text("яяя"));
+        record.push(text("d"));
+        record.push(ModelEvent::Finish { reason: "length".into() });
+        record.push(ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 2 });
+        record.finish();
+        let mut follower = record.follow();
+        let events = drain(&mut follower).await;
+        let ended = [
+            ModelEvent::Finish { reason: "length".into() },
+            ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 2 },
+        ];
+        assert_eq!(events[..2], [ModelEvent::ReasoningDelta("abc".into()), text("я")], "cut on a character boundary");
+        assert_eq!(events[2..], ended, "no text after the cut, but how it ended");
+        assert!(follower.truncated());
+        assert!(record.bytes() <= 2 * EVENT_COST + 5 + END_ALLOWANCE);
+
+        let flood = CallRecord::new(64);
+        for _ in 0..1000 {
+            flood.push(ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 1 });
+        }
+        assert!(flood.bytes() <= 64 + END_ALLOWANCE, "ends are bounded too: {}", flood.bytes());
+    }
+
+    #[tokio::test]
+    async fn a_writer_gone_without_finishing_ends_its_followers() {
+        let record = CallRecord::new(1024);
+        let mut follower = record.follow();
+        record.push(text("a"));
+        drop(record);
+        assert_eq!(drain(&mut follower).await, [text("a")]);
+    }
+}
