@@ -34,15 +34,18 @@
 //!   answer. So is a model answer with nothing to say (empty, or JSON that
 //!   does not parse). A protocol `Error` is kept for requests that make no
 //!   sense: `/continue` without our arguments (`bad_request`).
-//! - The session id the model echoes in commands: see [`prompt`].
+//! - The session id the model echoes in commands: see [`state`].
 //!
 //! # Layout
-//! [`config`] the `[assistant]` table; [`backend`] the model trait and its
-//! events; [`openai`] with [`upstream_sse`], [`upstream_json`], [`backoff`]
-//! and [`breaker`] the HTTP backend; [`offline`] the embedded one; [`prompt`]
-//! the messages; [`answer`] the app-action answer parser; [`reply`] the
-//! protocol answers; [`calls`] single flight, each call with its [`record`] of
-//! events; [`state`] the history; [`metrics`].
+//! This file is the timing shell: it starts, waits for, hands over and
+//! falls back on model calls, and knows no prompt or answer format. What a
+//! turn means is a [`policy`]'s ([`policy::ChatPolicy`]: [`prompt`] the
+//! messages, [`answer`] the app-action answer parser, [`reply`] the protocol
+//! answers); [`turn`] reads the input it is given. [`config`] the
+//! `[assistant]` table; [`backend`] the model trait and its events; [`openai`] with
+//! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP backend; [`offline`]
+//! the embedded one; [`calls`] single flight, each call with its [`record`]
+//! of events; [`state`] the dialog state; [`metrics`].
 
 pub mod answer;
 pub mod backend;
@@ -53,20 +56,21 @@ pub mod config;
 pub mod metrics;
 pub mod offline;
 pub mod openai;
+pub(crate) mod policy;
 pub mod prompt;
 pub mod record;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
 pub(crate) mod state;
+pub(crate) mod turn;
 mod upstream_json;
 #[doc(hidden)]
 pub mod upstream_sse;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use prost::Message;
 use prost_types::Any;
 use tokio::time::{Instant, timeout_at};
 
@@ -75,22 +79,23 @@ use self::{
     calls::{AtCapacity, Calls, Handle, ModelOutcome},
     config::AssistantConfig,
     metrics::AssistantMetrics,
+    policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan},
     record::Follower,
     state::Caps,
+    turn::TurnInput,
 };
 use crate::{
     proto::{
-        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState, TAssistantTurn},
+        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
         n_alice::n_scenarios::{
-            TInput, TScenarioApplyRequest, TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunRequest,
-            TScenarioRunResponse, t_input, t_scenario_continue_response, t_scenario_run_response,
+            TScenarioApplyRequest, TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunRequest,
+            TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
         },
     },
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };
 
-/// The user's words are cut to this many bytes before they reach the model.
-const MAX_UTTERANCE_BYTES: usize = 4096;
+/// Spoken when declining a turn that brings nothing to answer.
 const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
 const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
 
@@ -109,9 +114,9 @@ pub enum AssistantError {
 #[derive(Debug)]
 pub struct Assistant {
     backend: Arc<dyn ModelBackend>,
+    policy: Arc<dyn DialogPolicy>,
     calls: Calls,
     metrics: AssistantMetrics,
-    system_prompt: Arc<str>,
     config: AssistantConfig,
     caps: Caps,
 }
@@ -142,18 +147,17 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
-        let system_prompt: Arc<str> = match &config.system_prompt_file {
-            None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    AssistantError::Setup(format!("cannot read system_prompt_file {}: {e}", path.display()))
-                })?;
-                if text.trim().is_empty() {
-                    return Err(AssistantError::Setup(format!("system_prompt_file {} is empty", path.display())));
-                }
-                text.trim().into()
-            }
-        };
+        let policy = Arc::new(ChatPolicy::from_config(config, &metrics)?);
+        Ok(Assistant::with_policy(config, backend, policy, metrics))
+    }
+
+    /// The assistant over any backend and dialog policy.
+    pub(crate) fn with_policy(
+        config: &AssistantConfig,
+        backend: Arc<dyn ModelBackend>,
+        policy: Arc<dyn DialogPolicy>,
+        metrics: AssistantMetrics,
+    ) -> Assistant {
         let retention = calls::Retention {
             ttl: config.result_ttl(),
             max_entries: config.max_retained,
@@ -161,7 +165,7 @@ impl Assistant {
         };
         let calls = Calls::new(config.max_in_flight, retention, metrics.in_flight.clone());
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
-        Ok(Assistant { backend, calls, metrics, system_prompt, config: config.clone(), caps })
+        Assistant { backend, policy, calls, metrics, config: config.clone(), caps }
     }
 
     /// The backend's name: `openai` or `offline`.
@@ -184,7 +188,7 @@ impl Assistant {
     fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
         let (handle, _) = self.calls.begin(&args.call_id, |record| {
             let state = args.state.clone().unwrap_or_default();
-            let messages = prompt::messages(&self.system_prompt, &state.session_id, &state.turns, &args.utterance);
+            let messages = self.policy.messages(&state, &args.utterance);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
             let timeout = self.config.call_timeout();
             let session_id = state.session_id;
@@ -194,7 +198,7 @@ impl Assistant {
                 let outcome = timeout_at(request.deadline, backend.complete(&request, &*record))
                     .await
                     .unwrap_or(Err(BackendError::Timeout("call")));
-                observe(&metrics, &*backend, &outcome, started.elapsed());
+                metrics.model_call(&*backend, &outcome, started.elapsed());
                 outcome
             }
         })?;
@@ -217,20 +221,16 @@ impl Assistant {
                 return self.apology(handler, &state);
             }
         };
-        let answer = answer::parse(&completion.text);
-        match (&answer.command, answer.dropped) {
-            (Some(command), _) => self.metrics.commands.with_label_values(&[command.name(), "accepted"]).inc(),
-            (None, Some(reason)) => self.metrics.commands.with_label_values(&["any", reason.as_str()]).inc(),
-            (None, None) => {}
+        match self.policy.interpret(&args.utterance, completion, &state) {
+            Interpretation::Answer(body) => {
+                self.metrics.answer(handler.as_str(), "model");
+                *body
+            }
+            Interpretation::Unusable => {
+                tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+                self.apology(handler, &state)
+            }
         }
-        if answer.text.is_empty() && answer.command.is_none() {
-            tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
-            return self.apology(handler, &state);
-        }
-        let turn = TAssistantTurn { user: args.utterance.clone(), assistant: completion.text.clone() };
-        state::push_turn(&mut state.turns, turn, self.caps);
-        self.metrics.answer(handler.as_str(), "model");
-        reply::answer(&answer, &state)
     }
 
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
@@ -246,7 +246,7 @@ impl Assistant {
     /// The pending call the user's `utterance` repeats, if it can still answer.
     fn repeated_call(&self, pending: Option<TAssistantPending>, utterance: &str) -> Option<String> {
         let pending = pending?;
-        if prompt::normalize(&pending.utterance) != prompt::normalize(utterance) {
+        if turn::normalize(&pending.utterance) != turn::normalize(utterance) {
             return None;
         }
         // A failed call is not worth repeating: the repeat calls again.
@@ -256,34 +256,6 @@ impl Assistant {
         }
         Some(pending.call_id)
     }
-}
-
-fn observe(metrics: &AssistantMetrics, backend: &dyn ModelBackend, outcome: &ModelOutcome, elapsed: Duration) {
-    let name = backend.name();
-    let label = match outcome {
-        Ok(_) => "ok",
-        Err(error) => error.kind(),
-    };
-    metrics.model_calls.with_label_values(&[name, label]).inc();
-    metrics.model_seconds.with_label_values(&[name]).observe(elapsed.as_secs_f64());
-    if let Ok(completion) = outcome {
-        if let Some(first) = completion.first_token {
-            metrics.first_token_seconds.with_label_values(&[name]).observe(first.as_secs_f64());
-        }
-    }
-    metrics.breaker.set(backend.breaker_state());
-}
-
-/// The user's words: `Input.Text.Utterance`, else `Input.Voice.Utterance`.
-fn utterance(input: &TInput) -> Option<String> {
-    let words = match &input.event {
-        Some(t_input::Event::Text(text)) if !text.utterance.trim().is_empty() => &text.utterance,
-        Some(t_input::Event::Text(text)) => &text.raw_utterance,
-        Some(t_input::Event::Voice(voice)) => &voice.utterance,
-        _ => return None,
-    };
-    let words = clip(words.trim(), MAX_UTTERANCE_BYTES);
-    (!words.is_empty()).then(|| words.to_owned())
 }
 
 /// The longest prefix of `text` of at most `max_bytes` that ends on a
@@ -299,37 +271,23 @@ pub(crate) fn clip(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
-fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinueArguments, ScenarioError> {
-    let expected = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
-    let any = any.ok_or_else(|| ScenarioError::BadRequest(format!("expected Arguments of {expected}, got none")))?;
-    if any.type_url != expected {
-        return Err(ScenarioError::BadRequest(format!("expected Arguments of {expected}, got {}", any.type_url)));
-    }
-    let args = TAssistantContinueArguments::decode(any.value.as_slice())
-        .map_err(|e| ScenarioError::BadRequest(format!("undecodable Arguments: {e}")))?;
-    if args.call_id.is_empty() || args.utterance.trim().is_empty() {
-        return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
-    }
-    Ok(args)
-}
-
 #[async_trait]
 impl Scenario for Assistant {
     async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
         let stop_by = (Instant::now() + self.config.run_wait()).min(self.stop_by(ctx.deadline));
         let base = request.base_request.unwrap_or_default();
-        let Some(utterance) = request.input.as_ref().and_then(utterance) else {
+        let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
             self.metrics.answer("run", "irrelevant");
             return Ok(reply::irrelevant(NO_WORDS).into());
         };
-        let mut state = if base.is_session_reset || base.is_new_session {
-            TAssistantState::default()
-        } else {
-            state::decode(base.state.as_ref(), self.caps)
+        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
+        let utterance = match self.policy.plan(&input, &state) {
+            TurnPlan::CallModel { utterance } => utterance,
+            TurnPlan::Decline { reason } => {
+                self.metrics.answer("run", "irrelevant");
+                return Ok(reply::irrelevant(&reason).into());
+            }
         };
-        if state.session_id.is_empty() {
-            state.session_id = prompt::new_session_id(base.server_time_ms, &ctx.request_id);
-        }
         let pending = state.pending.take();
         let call_id = self.repeated_call(pending, &utterance).unwrap_or_else(|| ctx.request_id.clone());
         let args = TAssistantContinueArguments { call_id, utterance, state: Some(state) };
@@ -358,7 +316,7 @@ impl Scenario for Assistant {
         ctx: CallContext,
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
-        let args = continue_arguments(request.arguments.as_ref())?;
+        let args = state::continue_arguments(request.arguments.as_ref())?;
         let body = match self.start(&args) {
             Err(AtCapacity) => {
                 tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");

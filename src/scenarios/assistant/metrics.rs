@@ -3,7 +3,11 @@
 //! Every name is here; labels are bounded (backend, outcome, handler, kind,
 //! command), never request ids or user text.
 
+use std::time::Duration;
+
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use super::{backend::ModelBackend, calls::ModelOutcome};
 
 /// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
 pub const MODEL_CALLS: &str = "megamind_assistant_model_calls_total";
@@ -78,6 +82,21 @@ impl AssistantMetrics {
 
     pub(crate) fn answer(&self, handler: &str, kind: &str) {
         self.answers.with_label_values(&[handler, kind]).inc();
+    }
+
+    /// A model call of `backend` ended with `outcome` after `elapsed`.
+    pub(crate) fn model_call(&self, backend: &dyn ModelBackend, outcome: &ModelOutcome, elapsed: Duration) {
+        let name = backend.name();
+        let label = match outcome {
+            Ok(_) => "ok",
+            Err(error) => error.kind(),
+        };
+        self.model_calls.with_label_values(&[name, label]).inc();
+        self.model_seconds.with_label_values(&[name]).observe(elapsed.as_secs_f64());
+        if let Some(first) = outcome.as_ref().ok().and_then(|completion| completion.first_token) {
+            self.first_token_seconds.with_label_values(&[name]).observe(first.as_secs_f64());
+        }
+        self.breaker.set(backend.breaker_state());
     }
 }
 

@@ -1,15 +1,7 @@
 //! What the model is sent: the system prompt (built in, or a file), the
 //! session id it must echo in commands, the dialog history, then the user's
 //! words: chat-completions order (system, alternating user and assistant
-//! turns, the new user message last).
-//!
-//! The session id is derived from the request, never from personal data:
-//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the shape of the
-//! app-action format's examples), the sub-millisecond digits taken from a hash of the `RequestId` so
-//! that two dialogs started in the same millisecond differ. It is made on the
-//! first turn of a dialog session (no state, `IsNewSession`, or
-//! `IsSessionReset`) and carried in the state afterwards, so it is stable over
-//! the session and the same for every retry of a request.
+//! turns, the new user message last). The session id: see [`super::state`].
 
 use super::backend::{ChatMessage, Role};
 use crate::proto::megamind_scenario::v1::TAssistantTurn;
@@ -55,22 +47,6 @@ pub(crate) fn messages(
     messages
 }
 
-/// A new session id for a request (see the module docs).
-pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
-    // FNV-1a: stable across builds, unlike std's hasher.
-    let hash =
-        request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    let micros = (server_time_ms % 1000) * 1000 + hash % 1000;
-    format!("session_{}.{micros:06}", server_time_ms / 1000)
-}
-
-/// A question reduced to its words, to tell a repeated question from a new one.
-pub(crate) fn normalize(utterance: &str) -> String {
-    let lower = utterance.to_lowercase().replace('ё', "е");
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
-    words.join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,26 +61,5 @@ mod tests {
         assert_eq!(messages[3].content, "открой Safari");
         let json = serde_json::to_value(&messages[1]).unwrap();
         assert_eq!(json, serde_json::json!({"role": "user", "content": "привет"}));
-    }
-
-    #[test]
-    fn session_ids_have_the_seed_shape_and_are_deterministic() {
-        let id = new_session_id(1_764_210_832_530, "req-1");
-        assert!(id.starts_with("session_1764210832.530"), "{id}");
-        assert_eq!(id.len(), "session_1764210832.530743".len(), "{id}");
-        assert_eq!(id, new_session_id(1_764_210_832_530, "req-1"));
-        let other: std::collections::HashSet<String> =
-            (0..20).map(|i| new_session_id(1_764_210_832_530, &format!("req-{i}"))).collect();
-        assert!(other.len() > 1, "the RequestId changes the id");
-        let zero = new_session_id(0, "");
-        assert!(zero.starts_with("session_0.000") && zero.len() == "session_0.000000".len(), "{zero}");
-    }
-
-    #[test]
-    fn normalize_ignores_case_punctuation_and_spacing() {
-        assert_eq!(normalize("  Открой, Safari!  "), "открой safari");
-        assert_eq!(normalize("Который ЧАС?"), normalize("который час"));
-        assert_eq!(normalize("ещё"), "еще");
-        assert_ne!(normalize("открой Safari"), normalize("закрой Safari"));
     }
 }

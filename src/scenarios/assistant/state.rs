@@ -1,16 +1,32 @@
-//! The dialog state in the protocol's `State` (an `Any` of
-//! `TAssistantState`): the session id and the last turns, capped by count and
-//! bytes, so the server keeps nothing between turns.
+//! What the assistant carries between handlers and turns: the dialog state
+//! in the protocol's `State` (an `Any` of `TAssistantState`: the session id,
+//! the last turns, capped by count and bytes, and the call a fallback left
+//! pending), so the server keeps nothing between turns; and the arguments
+//! `/run` hands to `/continue` (`TAssistantContinueArguments`).
 //!
 //! The state comes back from Megamind as we gave it, but it is still input:
 //! a foreign or undecodable `Any` reads as an empty state, and the caps are
 //! applied again on reading.
+//!
+//! The session id is derived from the request, never from personal data:
+//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the shape of the
+//! app-action format's examples), the sub-millisecond digits taken from a hash of the `RequestId` so
+//! that two dialogs started in the same millisecond differ. It is made on the
+//! first turn of a dialog session (no state, `IsNewSession`, or
+//! `IsSessionReset`) and carried in the state afterwards, so it is stable over
+//! the session and the same for every retry of a request.
 
 use prost::Message;
 use prost_types::Any;
 
 use super::clip;
-use crate::proto::megamind_scenario::v1::{TAssistantState, TAssistantTurn};
+use crate::{
+    proto::{
+        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
+        n_alice::n_scenarios::TScenarioBaseRequest,
+    },
+    scenario::ScenarioError,
+};
 
 /// The type URL of the state.
 pub(crate) fn type_url() -> String {
@@ -45,6 +61,20 @@ pub(crate) fn decode(any: Option<&Any>, caps: Caps) -> TAssistantState {
     }
 }
 
+/// The state a `/run` starts from: the one it carries, or a new session's
+/// when there is none or Megamind begins one; with a session id either way.
+pub(crate) fn of_request(base: &TScenarioBaseRequest, request_id: &str, caps: Caps) -> TAssistantState {
+    let mut state = if base.is_session_reset || base.is_new_session {
+        TAssistantState::default()
+    } else {
+        decode(base.state.as_ref(), caps)
+    };
+    if state.session_id.is_empty() {
+        state.session_id = new_session_id(base.server_time_ms, request_id);
+    }
+    state
+}
+
 /// `state` as the `Any` of `ResponseBody.State`.
 pub(crate) fn encode(state: &TAssistantState) -> Any {
     Any { type_url: type_url(), value: state.encode_to_vec() }
@@ -74,6 +104,30 @@ fn cap(turns: &mut Vec<TAssistantTurn>, caps: Caps) {
         let assistant = clip(&last.assistant, caps.bytes - user).len();
         last.assistant.truncate(assistant);
     }
+}
+
+/// A new session id for a request (see the module docs).
+pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let hash =
+        request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let micros = (server_time_ms % 1000) * 1000 + hash % 1000;
+    format!("session_{}.{micros:06}", server_time_ms / 1000)
+}
+
+/// The `ContinueArguments` `/run` handed over, checked.
+pub(crate) fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinueArguments, ScenarioError> {
+    let expected = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
+    let any = any.ok_or_else(|| ScenarioError::BadRequest(format!("expected Arguments of {expected}, got none")))?;
+    if any.type_url != expected {
+        return Err(ScenarioError::BadRequest(format!("expected Arguments of {expected}, got {}", any.type_url)));
+    }
+    let args = TAssistantContinueArguments::decode(any.value.as_slice())
+        .map_err(|e| ScenarioError::BadRequest(format!("undecodable Arguments: {e}")))?;
+    if args.call_id.is_empty() || args.utterance.trim().is_empty() {
+        return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
+    }
+    Ok(args)
 }
 
 #[cfg(test)]
@@ -140,5 +194,18 @@ mod tests {
         let broken = Any { type_url: type_url(), value: vec![0xff, 0xff, 0xff] };
         assert_eq!(decode(Some(&broken), caps), TAssistantState::default());
         assert_eq!(decode(None, caps), TAssistantState::default());
+    }
+
+    #[test]
+    fn session_ids_have_the_seed_shape_and_are_deterministic() {
+        let id = new_session_id(1_764_210_832_530, "req-1");
+        assert!(id.starts_with("session_1764210832.530"), "{id}");
+        assert_eq!(id.len(), "session_1764210832.530743".len(), "{id}");
+        assert_eq!(id, new_session_id(1_764_210_832_530, "req-1"));
+        let other: std::collections::HashSet<String> =
+            (0..20).map(|i| new_session_id(1_764_210_832_530, &format!("req-{i}"))).collect();
+        assert!(other.len() > 1, "the RequestId changes the id");
+        let zero = new_session_id(0, "");
+        assert!(zero.starts_with("session_0.000") && zero.len() == "session_0.000000".len(), "{zero}");
     }
 }

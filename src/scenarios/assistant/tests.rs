@@ -1,14 +1,22 @@
 //! The scenario's handlers called directly over a scripted backend, on
 //! tokio's paused clock: the timing design without the server around it.
 
-use std::sync::{
-    Mutex,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
 use super::*;
 use crate::{
-    proto::n_alice::n_scenarios::{TCallbackDirective, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive},
+    proto::{
+        megamind_scenario::v1::TAssistantTurn,
+        n_alice::n_scenarios::{
+            TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
+        },
+    },
     scenarios::assistant::backend::ModelEvent,
 };
 
@@ -327,6 +335,25 @@ async fn run_never_waits_past_its_deadline() {
     let started = Instant::now();
     handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
     assert_eq!(started.elapsed(), Duration::from_millis(290 - 15));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callback_is_read_and_declined_by_the_chat() {
+    let backend = Scripted::new(10, Ok("x"));
+    let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
+    let payload = serde_json::json!({"output": "ok", "exit_code": 0});
+    let callback = TCallbackDirective {
+        name: "skill_command_result".into(),
+        payload: Some(answer::to_struct(payload.as_object().unwrap().clone())),
+        ..Default::default()
+    };
+    let mut request = run_request("r1", "", None);
+    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
+    assert!(declined.features.as_ref().unwrap().is_irrelevant);
+    assert_eq!(speech(&body_of(declined)), NO_WORDS);
+    assert_eq!(backend.calls(), 0);
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="irrelevant"} 1"#));
 }
 
 #[tokio::test(start_paused = true)]

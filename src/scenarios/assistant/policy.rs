@@ -1,0 +1,192 @@
+//! The dialog policy: what a turn asks of the model and what the model's
+//! answer means. The timing shell ([`super::Assistant`]) starts model calls,
+//! waits for them, hands over and falls back; a policy builds a call's
+//! messages and turns its finished answer into the response and the new
+//! state, and knows nothing of the clock. A policy keeps nothing between
+//! turns (the dialog lives in the state): the same state and input give the
+//! same messages, so a call started again on another instance is the same
+//! call.
+//!
+//! [`ChatPolicy`] is the chat with app actions: the system prompt and the
+//! history ([`super::prompt`]), the app-action answer ([`super::answer`])
+//! spoken with its directive ([`super::reply`]), the turns kept in the state
+//! ([`super::state`]).
+
+use std::{fmt, sync::Arc};
+
+use prometheus::IntCounterVec;
+
+use super::{
+    AssistantError, NO_WORDS, answer,
+    backend::{ChatMessage, Completion},
+    config::AssistantConfig,
+    metrics::AssistantMetrics,
+    prompt, reply,
+    state::{self, Caps},
+    turn::TurnInput,
+};
+use crate::proto::{
+    megamind_scenario::v1::{TAssistantState, TAssistantTurn},
+    n_alice::n_scenarios::TScenarioResponseBody,
+};
+
+/// What a policy makes of a turn's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TurnPlan {
+    /// Ask the model. `utterance` is what the call answers: carried to
+    /// `/continue` and matched against the user's repeat of the question.
+    CallModel {
+        /// The words of the call.
+        utterance: String,
+    },
+    /// Do not answer: `/run` declines (`IsIrrelevant`), speaking `reason`.
+    Decline {
+        /// Why, spoken.
+        reason: String,
+    },
+}
+
+/// What a finished model answer means.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Interpretation {
+    /// The answer; its `State` is the dialog's new state.
+    Answer(Box<TScenarioResponseBody>),
+    /// Nothing usable to say: the shell apologizes, the state unchanged.
+    Unusable,
+}
+
+/// A dialog policy: the half of the scenario that is about words.
+pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
+    /// What `input` asks for in `state`.
+    fn plan(&self, input: &TurnInput, state: &TAssistantState) -> TurnPlan;
+
+    /// The messages of the model call answering `utterance` in `state`.
+    fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage>;
+
+    /// What `completion`, the answer of the call about `utterance`, means
+    /// in `state` (the state before this turn).
+    fn interpret(&self, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation;
+}
+
+/// The chat with app actions.
+#[derive(Debug)]
+pub(crate) struct ChatPolicy {
+    system_prompt: Arc<str>,
+    caps: Caps,
+    commands: IntCounterVec,
+}
+
+impl ChatPolicy {
+    /// The policy of `config`: its system prompt file (or the built-in
+    /// prompt) and history caps; commands counted in `metrics`.
+    pub(crate) fn from_config(
+        config: &AssistantConfig,
+        metrics: &AssistantMetrics,
+    ) -> Result<ChatPolicy, AssistantError> {
+        let system_prompt: Arc<str> = match &config.system_prompt_file {
+            None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    AssistantError::Setup(format!("cannot read system_prompt_file {}: {e}", path.display()))
+                })?;
+                if text.trim().is_empty() {
+                    return Err(AssistantError::Setup(format!("system_prompt_file {} is empty", path.display())));
+                }
+                text.trim().into()
+            }
+        };
+        let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
+        Ok(ChatPolicy { system_prompt, caps, commands: metrics.commands.clone() })
+    }
+}
+
+impl DialogPolicy for ChatPolicy {
+    fn plan(&self, input: &TurnInput, _state: &TAssistantState) -> TurnPlan {
+        match input {
+            TurnInput::Words(words) => TurnPlan::CallModel { utterance: words.clone() },
+            // A chat gives no callbacks, so none comes back for it.
+            TurnInput::Callback { .. } => TurnPlan::Decline { reason: NO_WORDS.into() },
+        }
+    }
+
+    fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage> {
+        prompt::messages(&self.system_prompt, &state.session_id, &state.turns, utterance)
+    }
+
+    fn interpret(&self, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation {
+        let answer = answer::parse(&completion.text);
+        match (&answer.command, answer.dropped) {
+            (Some(command), _) => self.commands.with_label_values(&[command.name(), "accepted"]).inc(),
+            (None, Some(reason)) => self.commands.with_label_values(&["any", reason.as_str()]).inc(),
+            (None, None) => {}
+        }
+        if answer.text.is_empty() && answer.command.is_none() {
+            return Interpretation::Unusable;
+        }
+        let mut state = state.clone();
+        // The model's own words, verbatim, so that it sees its format again.
+        let turn = TAssistantTurn { user: utterance.to_owned(), assistant: completion.text.clone() };
+        state::push_turn(&mut state.turns, turn, self.caps);
+        Interpretation::Answer(Box::new(reply::answer(&answer, &state)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost_types::Struct;
+
+    use super::*;
+    use crate::proto::n_alice::n_scenarios::t_directive;
+
+    fn policy() -> ChatPolicy {
+        let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+        ChatPolicy::from_config(&AssistantConfig::default(), &metrics).unwrap()
+    }
+
+    fn completion(text: &str) -> Completion {
+        Completion { text: text.into(), attempts: 1, ..Completion::default() }
+    }
+
+    #[test]
+    fn words_call_the_model_and_callbacks_are_declined() {
+        let state = TAssistantState::default();
+        let words = TurnInput::Words("привет".into());
+        assert_eq!(policy().plan(&words, &state), TurnPlan::CallModel { utterance: "привет".into() });
+        for callback in [
+            TurnInput::Callback { name: "skill_command_result".into(), payload: Some(Struct::default()) },
+            TurnInput::Callback { name: String::new(), payload: None },
+        ] {
+            assert_eq!(policy().plan(&callback, &state), TurnPlan::Decline { reason: NO_WORDS.into() });
+        }
+    }
+
+    #[test]
+    fn the_answer_is_spoken_with_its_directive_and_remembered() {
+        let raw = r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
+        let state = TAssistantState { session_id: "s".into(), ..Default::default() };
+        let Interpretation::Answer(body) = policy().interpret("открой Safari", &completion(raw), &state) else {
+            panic!("an answer")
+        };
+        let layout = body.layout.as_ref().unwrap();
+        assert_eq!(layout.output_speech, "Открываю Safari.");
+        assert!(matches!(layout.directives[0].directive, Some(t_directive::Directive::OpenAppDirective(_))));
+        let new_state = state::decode(body.state.as_ref(), Caps { turns: 10, bytes: 1 << 20 });
+        assert_eq!(new_state.session_id, "s");
+        assert_eq!(new_state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: raw.into() }]);
+        assert_eq!(policy().interpret("?", &completion("{\"text\": \""), &state), Interpretation::Unusable);
+    }
+
+    #[test]
+    fn the_messages_carry_the_session_and_the_history() {
+        let state = TAssistantState {
+            session_id: "session_1.000002".into(),
+            turns: vec![TAssistantTurn { user: "раз".into(), assistant: "Ок.".into() }],
+            pending: None,
+        };
+        let messages = policy().messages(&state, "два");
+        let contents: Vec<&str> = messages.iter().skip(1).map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["раз", "Ок.", "два"]);
+        assert!(messages[0].content.starts_with(prompt::DEFAULT_SYSTEM_PROMPT));
+        assert!(messages[0].content.ends_with("session_1.000002"));
+    }
+}

@@ -1,0 +1,113 @@
+//! What the user brought to a turn: words, typed or spoken, or a callback a
+//! client sent back (`Input.Callback`: the `Name` and `Payload` of a
+//! `CallbackDirective` of an earlier answer). Read from `TInput`, bounded,
+//! and handed to the dialog policy, which decides what it means.
+
+use prost_types::Struct;
+
+use super::clip;
+use crate::proto::n_alice::n_scenarios::{TInput, t_input};
+
+/// The user's words are cut to this many bytes before they reach the model.
+const MAX_UTTERANCE_BYTES: usize = 4096;
+/// A callback's name is cut to this many bytes: ours are a word or two.
+const MAX_CALLBACK_NAME_BYTES: usize = 256;
+
+/// The input of one turn.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TurnInput {
+    /// `Input.Text.Utterance` (else `RawUtterance`) or `Input.Voice.Utterance`:
+    /// trimmed, never empty, at most [`MAX_UTTERANCE_BYTES`].
+    Words(String),
+    /// `Input.Callback`.
+    Callback {
+        /// Its `Name`, trimmed, at most [`MAX_CALLBACK_NAME_BYTES`].
+        name: String,
+        /// Its `Payload`, as the client sent it back.
+        payload: Option<Struct>,
+    },
+}
+
+impl TurnInput {
+    /// What `input` brings; `None` when nothing (no event, blank words).
+    pub(crate) fn from_input(input: &TInput) -> Option<TurnInput> {
+        let words = match &input.event {
+            Some(t_input::Event::Callback(callback)) => {
+                let name = clip(callback.name.trim(), MAX_CALLBACK_NAME_BYTES).to_owned();
+                return Some(TurnInput::Callback { name, payload: callback.payload.clone() });
+            }
+            Some(t_input::Event::Text(text)) if !text.utterance.trim().is_empty() => &text.utterance,
+            Some(t_input::Event::Text(text)) => &text.raw_utterance,
+            Some(t_input::Event::Voice(voice)) => &voice.utterance,
+            None => return None,
+        };
+        let words = clip(words.trim(), MAX_UTTERANCE_BYTES);
+        (!words.is_empty()).then(|| TurnInput::Words(words.to_owned()))
+    }
+}
+
+/// A question reduced to its words, to tell a repeated question from a new one.
+pub(crate) fn normalize(utterance: &str) -> String {
+    let lower = utterance.to_lowercase().replace('ё', "е");
+    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use prost_types::{Value, value::Kind};
+
+    use super::*;
+    use crate::proto::n_alice::n_scenarios::{TCallbackDirective, TTextInput, TVoiceInput};
+
+    fn input(event: t_input::Event) -> TInput {
+        TInput { event: Some(event), ..Default::default() }
+    }
+
+    #[test]
+    fn words_come_from_text_then_raw_text_then_voice() {
+        let text = |utterance: &str, raw: &str| {
+            input(t_input::Event::Text(TTextInput { utterance: utterance.into(), raw_utterance: raw.into() }))
+        };
+        let words = |w: &str| Some(TurnInput::Words(w.into()));
+        assert_eq!(TurnInput::from_input(&text(" привет ", "сырое")), words("привет"));
+        assert_eq!(TurnInput::from_input(&text("  ", "сырое")), words("сырое"));
+        assert_eq!(TurnInput::from_input(&text("", " ")), None, "blank words are nothing");
+        let voice = input(t_input::Event::Voice(TVoiceInput { utterance: "алло".into(), ..Default::default() }));
+        assert_eq!(TurnInput::from_input(&voice), words("алло"));
+        assert_eq!(TurnInput::from_input(&TInput::default()), None);
+        let long = text(&"я".repeat(3000), "");
+        let Some(TurnInput::Words(cut)) = TurnInput::from_input(&long) else { panic!() };
+        assert_eq!(cut.len(), MAX_UTTERANCE_BYTES, "cut on a character boundary");
+    }
+
+    #[test]
+    fn a_callback_keeps_its_name_and_payload() {
+        let payload = Struct {
+            fields: [("exit_code".to_owned(), Value { kind: Some(Kind::NumberValue(0.0)) })].into_iter().collect(),
+        };
+        let callback = TCallbackDirective {
+            name: " skill_command_result ".into(),
+            payload: Some(payload.clone()),
+            ..Default::default()
+        };
+        assert_eq!(
+            TurnInput::from_input(&input(t_input::Event::Callback(callback))),
+            Some(TurnInput::Callback { name: "skill_command_result".into(), payload: Some(payload) })
+        );
+        let bare = input(t_input::Event::Callback(TCallbackDirective::default()));
+        assert_eq!(
+            TurnInput::from_input(&bare),
+            Some(TurnInput::Callback { name: String::new(), payload: None }),
+            "even an empty callback is the policy's to judge"
+        );
+    }
+
+    #[test]
+    fn normalize_ignores_case_punctuation_and_spacing() {
+        assert_eq!(normalize("  Открой, Safari!  "), "открой safari");
+        assert_eq!(normalize("Который ЧАС?"), normalize("который час"));
+        assert_eq!(normalize("ещё"), "еще");
+        assert_ne!(normalize("открой Safari"), normalize("закрой Safari"));
+    }
+}
