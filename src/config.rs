@@ -249,7 +249,7 @@ impl Config {
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
-        self.assistant.validate(&mut errors);
+        errors.extend(self.assistant.validate().err().unwrap_or_default());
         if errors.is_empty() { Ok(()) } else { Err(ConfigError(errors)) }
     }
 

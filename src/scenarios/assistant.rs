@@ -42,10 +42,12 @@
 //! turn means is a [`policy`]'s ([`policy::ChatPolicy`]: [`prompt`] the
 //! messages, [`answer`] the app-action answer parser, [`reply`] the protocol
 //! answers); [`turn`] reads the input it is given. [`config`] the
-//! `[assistant]` table; [`backend`] the model trait and its events; [`openai`] with
-//! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP backend; [`offline`]
-//! the embedded one; [`calls`] single flight, each call with its [`record`]
-//! of events; [`state`] the dialog state; [`metrics`].
+//! `[assistant]` table and [`module`] the scenario module `serve` builds;
+//! [`backend`] the model trait and its events; [`openai`] with
+//! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP
+//! backend; [`offline`] the embedded one; [`calls`] single flight, each call
+//! with its [`record`] of events; [`state`] the dialog state and the handover
+//! arguments; [`metrics`].
 
 pub mod answer;
 pub mod backend;
@@ -54,6 +56,7 @@ mod breaker;
 pub(crate) mod calls;
 pub mod config;
 pub mod metrics;
+pub mod module;
 pub mod offline;
 pub mod openai;
 pub(crate) mod policy;
@@ -67,6 +70,8 @@ pub(crate) mod turn;
 mod upstream_json;
 #[doc(hidden)]
 pub mod upstream_sse;
+
+pub use module::AssistantModule;
 
 use std::sync::Arc;
 

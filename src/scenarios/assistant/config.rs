@@ -4,10 +4,12 @@
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
-/// The `[assistant]` table of the server configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// The `[assistant]` table of the server configuration. Serialized (for
+/// the defaults `serve` shows and merges over), the API key is only said to
+/// be there.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AssistantConfig {
     /// OpenAI-compatible base URL (`http://localhost:8000/v1`); empty runs
@@ -26,6 +28,8 @@ pub struct AssistantConfig {
     /// Ask for an SSE stream (time to first token, first-token timeout).
     pub stream: bool,
     /// A file holding the system prompt; empty uses the built-in one.
+    // TOML has no null: an absent key is the built-in prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt_file: Option<PathBuf>,
     /// How long `/run` waits for the model before handing over to `/continue`, in ms.
     pub run_wait_ms: u64,
@@ -107,8 +111,9 @@ impl AssistantConfig {
         AssistantConfig { base_url: base_url.into(), ..AssistantConfig::default() }
     }
 
-    /// Adds a message per problem to `errors`, keys prefixed `assistant.`.
-    pub fn validate(&self, errors: &mut Vec<String>) {
+    /// Checks every value: a message per problem, keys prefixed `assistant.`.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut errors = Vec::new();
         let mut check = |ok: bool, message: String| {
             if !ok {
                 errors.push(format!("assistant.{message}"));
@@ -140,6 +145,7 @@ impl AssistantConfig {
         check(self.history_max_bytes >= 256, "history_max_bytes must be at least 256".into());
         check(!self.fallback_text.trim().is_empty(), "fallback_text must not be empty".into());
         check(!self.apology_text.trim().is_empty(), "apology_text must not be empty".into());
+        if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
 
     /// True when no backend URL is configured.
@@ -195,9 +201,20 @@ impl FromStr for Secret {
     }
 }
 
+/// Says whether a secret is set, never what it is: `""` or `"<redacted>"`,
+/// as [`fmt::Debug`] does.
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(if self.0.is_empty() { "" } else { REDACTED })
+    }
+}
+
+/// What a set secret shows instead of itself.
+const REDACTED: &str = "<redacted>";
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"<redacted>\"" })
+        write!(f, "{:?}", if self.0.is_empty() { "" } else { REDACTED })
     }
 }
 
@@ -208,8 +225,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_offline() {
         let config = AssistantConfig::default();
-        let mut errors = Vec::new();
-        config.validate(&mut errors);
+        let errors = config.validate().err().unwrap_or_default();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(config.is_offline());
         assert_eq!((config.temperature, config.max_tokens, config.call_timeout_ms), (0.3, 512, 30_000));
@@ -221,8 +237,7 @@ mod tests {
         config.model = " ".into();
         config.extra_body.insert("messages".into(), serde_json::Value::Null);
         config.max_in_flight = 0;
-        let mut errors = Vec::new();
-        config.validate(&mut errors);
+        let errors = config.validate().unwrap_err();
         let all = errors.join("\n");
         assert_eq!(errors.len(), 4, "{all}");
         for key in ["assistant.base_url", "assistant.model", "assistant.extra_body.messages", "assistant.max_in_flight"]
@@ -236,5 +251,16 @@ mod tests {
         let config = AssistantConfig { api_key: "sk-very-secret".into(), ..AssistantConfig::default() };
         let printed = format!("{config:?}");
         assert!(!printed.contains("sk-very-secret") && printed.contains("<redacted>"), "{printed}");
+    }
+
+    #[test]
+    fn serialized_the_api_key_is_only_said_to_be_there() {
+        let table = |config: &AssistantConfig| toml::Table::try_from(config).unwrap();
+        assert_eq!(table(&AssistantConfig::default())["api_key"].as_str(), Some(""));
+        let config = AssistantConfig { api_key: "sk-very-secret".into(), ..AssistantConfig::default() };
+        let printed = toml::to_string(&config).unwrap();
+        assert!(!printed.contains("sk-very-secret"), "{printed}");
+        assert_eq!(table(&config)["api_key"].as_str(), Some("<redacted>"));
+        assert_eq!(format!("{:?}", Secret::default()), "\"\"");
     }
 }
