@@ -9,7 +9,7 @@ use megamind_scenario::{
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::ServerMetrics,
-    scenario::{Registry, Scenario},
+    scenario::{Registry, Scenario, ScenarioModule, module},
     scenarios::demo::Demo,
     server::{self, App},
 };
@@ -119,6 +119,14 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
     let metrics = ServerMetrics::new();
     let registry = megamind_scenario::scenarios::builtin(&config, metrics.registry()).expect("built-in scenarios");
     spawn_with_metrics(config, registry, metrics).await
+}
+
+/// Starts the server as `serve` does over `modules`: each built from its
+/// table of `config`, its metrics in the server's registry.
+pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
+    let metrics = ServerMetrics::new();
+    let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
+    spawn_with_metrics(config, built.registry, metrics).await
 }
 
 async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
