@@ -118,22 +118,21 @@ async fn grpc_call(
     request: Request,
 ) -> Result<(Duration, Response), ClientError> {
     let handler = request.handler();
-    let metadata = metadata(route)?;
+    let metadata = &metadata(route)?;
     let started = Instant::now();
-    let (metadata, timeout) = (&metadata, route.timeout);
     let answer = match request {
         Request::Run(message) => {
-            client.run(grpc_request(message, metadata, timeout)).await.map(|a| Response::Run(a.into_inner()))
+            client.run(grpc_request(message, metadata)).await.map(|a| Response::Run(a.into_inner()))
         }
         Request::Continue(message) => {
-            let request = grpc_request(message, metadata, timeout);
+            let request = grpc_request(message, metadata);
             client.r#continue(request).await.map(|a| Response::Continue(a.into_inner()))
         }
         Request::Commit(message) => {
-            client.commit(grpc_request(message, metadata, timeout)).await.map(|a| Response::Commit(a.into_inner()))
+            client.commit(grpc_request(message, metadata)).await.map(|a| Response::Commit(a.into_inner()))
         }
         Request::Apply(message) => {
-            client.apply(grpc_request(message, metadata, timeout)).await.map(|a| Response::Apply(a.into_inner()))
+            client.apply(grpc_request(message, metadata)).await.map(|a| Response::Apply(a.into_inner()))
         }
     };
     let took = started.elapsed();
@@ -145,13 +144,12 @@ async fn grpc_call(
     Ok((took, response))
 }
 
-fn grpc_request<T>(message: T, metadata: &MetadataMap, timeout: Option<Duration>) -> tonic::Request<T> {
+// No `grpc-timeout`: the server would answer its own `timeout` Error at
+// the deadline, racing the client's timer; over HTTP nothing tells the server
+// either, so both transports end a late call the same way.
+fn grpc_request<T>(message: T, metadata: &MetadataMap) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     *request.metadata_mut() = metadata.clone();
-    if let Some(after) = timeout {
-        // Tells the server too, so that it stops working on an answer nobody awaits.
-        request.set_timeout(after);
-    }
     request
 }
 
