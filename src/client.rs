@@ -176,7 +176,7 @@ impl Client {
     /// One turn of the user's typed `words` (`Input.Text`).
     pub async fn say(&mut self, words: &str) -> Result<Turn, ClientError> {
         let text = TTextInput { utterance: words.to_owned(), raw_utterance: words.to_owned() };
-        self.send(input(t_input::Event::Text(text))).await
+        self.send(input_of(t_input::Event::Text(text))).await
     }
 
     /// One turn of the user's spoken `words` (`Input.Voice`, recognised with
@@ -185,7 +185,7 @@ impl Client {
         let asr_words = words.split_whitespace().map(|word| TAsrWord { value: word.to_owned(), confidence: 1.0 });
         let asr = TAsrResult { utterance: words.to_owned(), confidence: 1.0, words: asr_words.collect() };
         let voice = TVoiceInput { utterance: words.to_owned(), asr_data: vec![asr], ..Default::default() };
-        self.send(input(t_input::Event::Voice(voice))).await
+        self.send(input_of(t_input::Event::Voice(voice))).await
     }
 
     /// One turn of any `input` (semantic frames, a callback of the user's
@@ -194,8 +194,8 @@ impl Client {
         let mut hops = Vec::new();
         let mut callbacks = 0;
         loop {
-            let request_id = format!("{}{}", self.request_id_prefix, self.requests + 1);
             self.requests += 1;
+            let request_id = format!("{}{}", self.request_id_prefix, self.requests);
             let (body, irrelevant) = self.play(&request_id, input, &mut hops).await?;
             self.new_session = false;
             self.state = body.state.clone();
@@ -206,7 +206,7 @@ impl Client {
                 return Err(ClientError::TooManyCallbacks { max: self.max_callbacks });
             }
             callbacks += 1;
-            input = self::input(t_input::Event::Callback(callback.clone()));
+            input = input_of(t_input::Event::Callback(callback.clone()));
         }
     }
 
@@ -301,7 +301,7 @@ fn callback_of(body: &TScenarioResponseBody) -> Option<&TCallbackDirective> {
     })
 }
 
-fn input(event: t_input::Event) -> TInput {
+fn input_of(event: t_input::Event) -> TInput {
     TInput { event: Some(event), ..Default::default() }
 }
 
