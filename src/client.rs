@@ -20,8 +20,9 @@
 //!     println!("/{} took {:?}", hop.handler(), hop.took);
 //! }
 //! println!("{}", turn.speech());
-//! // The assistant's State from the first turn goes along.
+//! // The State of the first turn's answer goes along.
 //! let next = client.say("а теперь закрой").await?;
+//! assert!(!next.is_irrelevant());
 //! # Ok(())
 //! # }
 //! ```
