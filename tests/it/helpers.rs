@@ -5,6 +5,7 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use megamind_scenario::{
+    client::Client,
     codec::{self, Format},
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
@@ -105,6 +106,26 @@ pub fn grpc_request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> 
         request.metadata_mut().insert("x-scenario", name.parse().expect("ASCII scenario name"));
     }
     request
+}
+
+/// How a [`Client`] reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Grpc,
+}
+
+/// Both transports, for tests that hold over either.
+pub const TRANSPORTS: [Transport; 2] = [Transport::Http, Transport::Grpc];
+
+/// A protocol client of `scenario` on `app` over `transport`.
+pub fn scenario_client(app: &TestApp, transport: Transport, scenario: &str) -> Client {
+    let address = app.addr.to_string();
+    let client = match transport {
+        Transport::Http => Client::http(&address),
+        Transport::Grpc => Client::grpc(&address),
+    };
+    client.expect("the test server's address is valid").with_scenario(scenario)
 }
 
 /// Starts the server with `config` (its addresses ignored: port 0, and a
