@@ -1,28 +1,37 @@
-//! Server configuration: embedded defaults, then a TOML file, then flags and
-//! environment variables (see `serve --help`). Loaded once and validated as a
-//! whole: every problem is reported together before the server starts.
+//! Server configuration: embedded defaults, then a TOML file, then
+//! environment variables, flags and `--set key=value` (see `serve --help`).
+//! Loaded once and validated as a whole: every problem is reported together
+//! before the server starts.
+//!
+//! The core reads its own keys; each top-level table that is not the core's
+//! (`[assistant]`, ...) belongs to the scenario of that name, which reads and
+//! checks it itself ([`crate::scenario::ScenarioModule`]).
 
-use std::{path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     dispatch::DispatchLimits,
     rules::{budget::Budgets, idempotency::Limits},
-    scenarios::assistant::config::AssistantConfig,
     server::ConnectionLimits,
 };
 
 mod listen;
 mod log_filter;
+pub mod sources;
 
 pub use listen::ListenAddr;
+pub use sources::{Override, Sources};
+
+/// Top-level tables that are the core's own, not a scenario's.
+const CORE_TABLES: &[&str] = &["budget", "cache"];
 
 /// The smallest HTTP/1.1 read buffer hyper accepts.
 pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
 
 /// Everything `serve` can be told.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Where to listen (HTTP/1.1 and h2c on one port; gRPC too): `host:port`,
@@ -69,12 +78,14 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// The idempotency cache.
     pub cache: CacheConfig,
-    /// The assistant scenario: model backend, timing, phrases.
-    pub assistant: AssistantConfig,
+    /// The scenarios' own tables by scenario name, as the file, environment
+    /// and flags set them (defaults not merged in): each scenario reads its own.
+    #[serde(skip)]
+    pub scenarios: BTreeMap<String, toml::Table>,
 }
 
 /// `[budget]`: milliseconds per handler.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
     /// `/run`.
@@ -94,7 +105,7 @@ pub struct BudgetConfig {
 /// `/commit` and `/apply` answers have `commit_max_entries` and
 /// `commit_max_bytes` of their own, and each stays for the whole TTL: past
 /// those, new calls are answered `overloaded`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// `/run` and `/continue` answers kept at most.
@@ -147,7 +158,7 @@ impl Default for Config {
             detach_limit_ms: 30_000,
             budget: BudgetConfig::default(),
             cache: CacheConfig::default(),
-            assistant: AssistantConfig::default(),
+            scenarios: BTreeMap::new(),
         }
     }
 }
@@ -177,9 +188,38 @@ impl Default for CacheConfig {
 pub struct ConfigError(pub Vec<String>);
 
 impl Config {
-    /// Parses a TOML document over the defaults.
+    /// Parses a TOML document over the defaults; its scenario tables are
+    /// kept in [`Config::scenarios`] for their scenarios.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))?;
+        Config::from_table(table)
+    }
+
+    /// Reads a whole configuration table: the core's keys, and any other
+    /// top-level table as a scenario's.
+    pub fn from_table(mut table: toml::Table) -> Result<Config, ConfigError> {
+        let scenario_names: Vec<String> = table
+            .iter()
+            .filter(|(key, value)| value.is_table() && !CORE_TABLES.contains(&key.as_str()))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut scenarios = BTreeMap::new();
+        for name in scenario_names {
+            if let Some(toml::Value::Table(own)) = table.remove(&name) {
+                scenarios.insert(name, own);
+            }
+        }
+        let mut config = Config::deserialize(toml::Value::Table(table))
+            .map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))?;
+        config.scenarios = scenarios;
+        Ok(config)
+    }
+
+    /// The core's keys with their defaults, as a TOML table: the base that
+    /// typed flag values and `--help` read.
+    pub fn defaults_table() -> toml::Table {
+        toml::Table::try_from(Config::default()).unwrap_or_default()
     }
 
     /// Reads and parses a TOML file.
@@ -249,7 +289,6 @@ impl Config {
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
-        errors.extend(self.assistant.validate().err().unwrap_or_default());
         if errors.is_empty() { Ok(()) } else { Err(ConfigError(errors)) }
     }
 
@@ -399,16 +438,22 @@ mod tests {
     }
 
     #[test]
-    fn the_assistant_table_is_read_and_validated() {
+    fn scenario_tables_are_kept_for_their_scenarios() {
         let config =
-            Config::from_toml("[assistant]\nbase_url = \"http://llm:8000/v1\"\nmodel = \"qwen\"\nrun_wait_ms = 100\n")
+            Config::from_toml("addr = \"0.0.0.0:9000\"\n[assistant]\nmodel = \"qwen\"\n[budget]\nrun_ms = 200\n")
                 .unwrap();
-        assert_eq!((config.assistant.base_url.as_str(), config.assistant.run_wait_ms), ("http://llm:8000/v1", 100));
-        config.validate().unwrap();
-        let error = Config::from_toml("[assistant]\nbase_ur = \"x\"").unwrap_err().to_string();
-        assert!(error.contains("base_ur"), "{error}");
-        let mut config = Config::default();
-        config.assistant.base_url = "ftp://x".into();
-        assert!(config.validate().unwrap_err().to_string().contains("assistant.base_url"));
+        assert_eq!(config.scenarios["assistant"]["model"].as_str(), Some("qwen"));
+        assert_eq!((config.addr.port(), config.budget.run_ms), (9000, 200), "core tables stay the core's");
+        assert!(!config.scenarios.contains_key("budget"));
+        let error = Config::from_toml("assistant = 1").unwrap_err().to_string();
+        assert!(error.contains("assistant"), "a key that is not a table is the core's, and unknown: {error}");
+    }
+
+    #[test]
+    fn the_defaults_table_holds_every_core_key() {
+        let table = Config::defaults_table();
+        assert_eq!(table["addr"].as_str(), Some("127.0.0.1:8080"));
+        assert_eq!(table["budget"]["run_ms"].as_integer(), Some(300));
+        assert_eq!(Config::from_table(table).unwrap(), Config::default(), "it reads back as the defaults");
     }
 }

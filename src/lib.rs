@@ -15,8 +15,10 @@
 //! - [`server`]: the accept loop, health, readiness and graceful drain.
 //! - [`config`] and [`cli`]: configuration and the command line.
 //! - [`upstream`]: outbound HTTP clients.
+//! - [`client`]: a protocol client that plays a scenario as Megamind does.
 
 pub mod cli;
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod dispatch;

@@ -1,31 +1,22 @@
-//! The scenarios built into the server, and the registry `serve` hosts.
+//! The scenarios built into the server: the one list `serve` hosts. A new
+//! scenario is a module of its own and one line in [`modules`].
 
 pub mod assistant;
 pub mod demo;
 
-use std::sync::Arc;
-
 use crate::{
-    config::Config,
-    scenario::{Registry, registry::RegistryError},
+    config::{Config, ConfigError},
+    scenario::{Registry, ScenarioModule, module},
 };
 
-/// Why the built-in scenarios could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum BuiltinError {
-    /// A name clash in the registry.
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-    /// The assistant's configuration cannot be used.
-    #[error(transparent)]
-    Assistant(#[from] assistant::AssistantError),
+/// Every built-in scenario, as `serve` hosts them.
+pub fn modules() -> Vec<Box<dyn ScenarioModule>> {
+    vec![Box::new(demo::DemoModule), Box::new(assistant::AssistantModule)]
 }
 
-/// The registry of every built-in scenario, configured by `config`; their
-/// metrics go into `metrics`.
-pub fn builtin(config: &Config, metrics: &prometheus::Registry) -> Result<Registry, BuiltinError> {
-    let mut registry = Registry::new();
-    registry.register("demo", Arc::new(demo::Demo::new()))?;
-    registry.register("assistant", Arc::new(assistant::Assistant::from_config(&config.assistant, metrics)?))?;
-    Ok(registry)
+/// The built-in scenarios configured by `config`, their metrics in
+/// `metrics`: what tests and embedders host. Routes the scenarios register
+/// need [`module::build_all`], which `serve` uses.
+pub fn builtin(config: &Config, metrics: &prometheus::Registry) -> Result<Registry, ConfigError> {
+    Ok(module::build_all(&modules(), &config.scenarios, metrics)?.registry)
 }

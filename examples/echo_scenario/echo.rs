@@ -1,23 +1,34 @@
 //! `echo`: says back what the user said. A scenario written outside the
-//! crate, against the library's public API, hosted next to the built-in ones.
+//! crate, against the library's public API, hosted next to the built-in ones
+//! with a configuration table, a flag, a metric and a route of its own.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use megamind_scenario::{
-    config::Config,
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse, t_card,
         t_input, t_scenario_run_response,
     },
-    rules::metrics::ServerMetrics,
-    scenario::{CallContext, Registry, Scenario, ScenarioResult},
-    scenarios::{self, BuiltinError},
+    scenario::{CallContext, Flag, Scenario, ScenarioModule, ScenarioResult, Setup, SetupError, module::parse_table},
 };
+use serde::{Deserialize, Serialize};
+
+/// The `[echo]` table.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EchoConfig {
+    /// Said before the user's words.
+    pub prefix: String,
+}
 
 /// The echo scenario: `/run` only.
-#[derive(Debug, Default)]
-pub struct Echo;
+#[derive(Debug)]
+pub struct Echo {
+    config: EchoConfig,
+    repeats: prometheus::IntCounter,
+    last: Mutex<String>,
+}
 
 #[async_trait]
 impl Scenario for Echo {
@@ -30,7 +41,11 @@ impl Scenario for Echo {
         // Declining with a spoken reason lets Megamind rank another scenario first.
         let (irrelevant, speech) = match words.trim() {
             "" => (true, "Мне нечего повторить.".to_owned()),
-            words => (false, words.to_owned()),
+            words => {
+                self.repeats.inc();
+                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = words.to_owned();
+                (false, format!("{}{words}", self.config.prefix))
+            }
         };
         Ok(TScenarioRunResponse {
             features: Some(TScenarioFeatures {
@@ -52,9 +67,38 @@ impl Scenario for Echo {
     }
 }
 
-/// The built-in scenarios plus `echo`, as `serve` would host them.
-pub fn registry(config: &Config, metrics: &ServerMetrics) -> Result<Registry, BuiltinError> {
-    let mut registry = scenarios::builtin(config, metrics.registry())?;
-    registry.register("echo", Arc::new(Echo))?;
-    Ok(registry)
+/// `echo` as `serve` builds it.
+#[derive(Debug, Clone, Copy)]
+pub struct EchoModule;
+
+impl ScenarioModule for EchoModule {
+    fn name(&self) -> &'static str {
+        "echo"
+    }
+
+    fn defaults(&self) -> toml::Table {
+        toml::Table::try_from(EchoConfig::default()).unwrap_or_default()
+    }
+
+    fn flags(&self) -> Vec<Flag> {
+        vec![Flag::new("echo-prefix", "prefix", "Said before the user's words").env("ECHO_PREFIX")]
+    }
+
+    fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+        let config: EchoConfig = parse_table("echo", table)?;
+        let repeats = prometheus::IntCounter::new("megamind_echo_repeats_total", "Utterances echoed.")
+            .map_err(|e| SetupError::new("echo", e.to_string()))?;
+        setup.metrics.register(Box::new(repeats.clone())).map_err(|e| SetupError::new("echo", e.to_string()))?;
+        let echo = Arc::new(Echo { config, repeats, last: Mutex::default() });
+        let state = echo.clone();
+        // GET /echo/last: the words echoed last.
+        setup.route(
+            "/echo/last",
+            axum::routing::get(move || {
+                let last = state.last.lock().map(|last| last.clone()).unwrap_or_default();
+                async move { last }
+            }),
+        );
+        Ok(echo)
+    }
 }

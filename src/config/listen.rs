@@ -4,11 +4,11 @@
 
 use std::{fmt, str::FromStr};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A `host:port` to listen on (`127.0.0.1:8080`, `[::]:8080`, `localhost:9000`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ListenAddr {
     host: String,
     port: u16,
@@ -68,6 +68,12 @@ impl TryFrom<String> for ListenAddr {
 
     fn try_from(text: String) -> Result<ListenAddr, ListenAddrError> {
         text.parse()
+    }
+}
+
+impl From<ListenAddr> for String {
+    fn from(addr: ListenAddr) -> String {
+        addr.to_string()
     }
 }
 

@@ -12,7 +12,7 @@ use std::{fmt, sync::Arc};
 use super::Scenario;
 
 /// A scenario as `serve` builds it.
-pub trait ScenarioModule: Send + Sync + 'static {
+pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
     /// The registered name: also the name of its table (`[name]`), the
     /// prefix of its `--set name.key=value` keys and its flags' heading.
     fn name(&self) -> &'static str;
@@ -127,4 +127,66 @@ pub fn parse_table<T: serde::de::DeserializeOwned>(
 ) -> Result<T, SetupError> {
     T::deserialize(toml::Value::Table(table))
         .map_err(|e| SetupError::new(scenario, format!("[{scenario}] {}", e.to_string().trim_end())))
+}
+
+/// What [`build_all`] makes: the registry `serve` hosts and the scenarios' routes.
+#[derive(Debug, Default)]
+pub struct Built {
+    /// Every scenario by name.
+    pub registry: super::Registry,
+    /// The routes the scenarios registered, by path.
+    pub routes: Vec<(String, axum::routing::MethodRouter)>,
+}
+
+/// Every scenario module's table: its defaults, as the configuration file
+/// would write them under `[name]`.
+pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
+    modules.iter().map(|module| (module.name().to_owned(), toml::Value::Table(module.defaults()))).collect()
+}
+
+/// A scenario's whole table: its defaults with what was configured merged over them.
+pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
+    let mut table = module.defaults();
+    if let Some(configured) = configured {
+        crate::config::sources::merge(&mut table, configured.clone());
+    }
+    table
+}
+
+/// Builds every module from its table in `tables` (see
+/// [`crate::config::Config::scenarios`]), registering metrics in `metrics`.
+/// Every problem is reported together: a table no scenario owns, a table a
+/// scenario refuses, two routes on one path.
+pub fn build_all(
+    modules: &[Box<dyn ScenarioModule>],
+    tables: &std::collections::BTreeMap<String, toml::Table>,
+    metrics: &prometheus::Registry,
+) -> Result<Built, crate::config::ConfigError> {
+    let mut errors = Vec::new();
+    let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
+    for name in tables.keys().filter(|name| !names.contains(&name.as_str())) {
+        errors.push(format!("[{name}]: no scenario of that name (scenarios: {})", names.join(", ")));
+    }
+    let mut built = Built::default();
+    for module in modules {
+        let mut setup = Setup::new(metrics);
+        match module.build(table_of(&**module, tables.get(module.name())), &mut setup) {
+            Ok(scenario) => {
+                if let Err(error) = built.registry.register(module.name(), scenario) {
+                    errors.push(error.to_string());
+                }
+            }
+            Err(error) => {
+                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())))
+            }
+        }
+        for (path, route) in setup.into_routes() {
+            if built.routes.iter().any(|(taken, _)| *taken == path) {
+                errors.push(format!("{}: the route {path} is registered twice", module.name()));
+            } else {
+                built.routes.push((path, route));
+            }
+        }
+    }
+    if errors.is_empty() { Ok(built) } else { Err(crate::config::ConfigError(errors)) }
 }

@@ -25,7 +25,7 @@ use crate::{
         TScenarioContinueResponse, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse,
         t_card, t_input, t_scenario_run_response,
     },
-    scenario::{Answer, CallContext, Scenario, ScenarioError, ScenarioResult},
+    scenario::{Answer, CallContext, Scenario, ScenarioError, ScenarioModule, ScenarioResult, Setup, SetupError},
 };
 
 const MUSIC_PLAY: &str = "personal_assistant.scenarios.music_play";
@@ -183,6 +183,23 @@ impl Scenario for Demo {
         expect_arguments(&request, VIDEO_ARGUMENTS)?;
         self.send_payment_push(&ctx);
         Ok(self.answers.video_apply.clone().into())
+    }
+}
+
+/// `demo` as `serve` builds it: no table, flags or routes of its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoModule;
+
+impl ScenarioModule for DemoModule {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    fn build(&self, table: toml::Table, _setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+        if let Some(key) = table.keys().next() {
+            return Err(SetupError::new("demo", format!("[demo] has no settings; {key:?} is unknown")));
+        }
+        Ok(Arc::new(Demo::new()))
     }
 }
 

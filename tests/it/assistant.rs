@@ -2,77 +2,35 @@
 //! the budget whatever the model does, one model call per request, app
 //! directives, history across turns.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use megamind_scenario::{
-    codec::Format,
-    config::Config,
-    proto::n_alice::n_scenarios::{
-        TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunResponse, t_directive, t_scenario_run_response,
-    },
-};
+use megamind_scenario::{client::Request, config::Config, proto::n_alice::n_scenarios::t_directive, scenario::Handler};
 use prost::Message;
-use prost_types::Any;
 
 use crate::{
     assistant_harness::{
-        OPEN_SAFARI, Timed, apology, assert_in_budget, continue_body, continue_request, fallback, metrics_text,
-        run_request, spawn, speech, state_of,
+        OPEN_SAFARI, answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over, metrics_text,
+        run, run_request, spawn, speech, state_of,
     },
-    helpers::{TestApp, decode_answer, spawn_app},
+    helpers::{Transport, spawn_app},
     mock_llm::{MockLlm, Reply},
 };
-
-async fn run(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -> Timed<TScenarioRunResponse> {
-    let started = Instant::now();
-    let body = run_request(request_id, words, state).encode_to_vec();
-    let (status, body) = app.post_binary("/assistant/run", body).await;
-    let took = started.elapsed();
-    assert_eq!(status, 200);
-    Timed { answer: decode_answer(&body, Format::Binary), took }
-}
-
-async fn r#continue(app: &TestApp, request_id: &str, arguments: Any) -> Timed<TScenarioContinueResponse> {
-    let started = Instant::now();
-    let body = continue_request(request_id, arguments).encode_to_vec();
-    let (status, body) = app.post_binary("/assistant/continue", body).await;
-    let took = started.elapsed();
-    assert_eq!(status, 200);
-    Timed { answer: decode_answer(&body, Format::Binary), took }
-}
-
-/// `/run`, then `/continue` when `/run` handed over: the user's answer.
-async fn ask(app: &TestApp, request_id: &str, words: &str, state: Option<Any>) -> TScenarioResponseBody {
-    let run = run(app, request_id, words, state).await;
-    assert_in_budget("run", run.took);
-    match run.answer.response {
-        Some(t_scenario_run_response::Response::ResponseBody(body)) => body,
-        Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
-            let answer = r#continue(app, request_id, arguments).await;
-            assert_in_budget("continue", answer.took);
-            continue_body(answer.answer)
-        }
-        other => panic!("/run answered {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(250), OPEN_SAFARI)).await;
     let h = spawn(&mock, |_| {}).await;
+    let mut client = client(&h.app, Transport::Http);
 
-    let run = run(&h.app, "req-1", "открой Safari", None).await;
-    assert_in_budget("run", run.took);
-    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = run.answer.response else {
-        panic!("a 250 ms model hands over: {:?}", run.answer)
-    };
+    let turn = ask(&mut client, "открой Safari").await;
+    let [run, continued] = &turn.hops[..] else { panic!("a 250 ms model hands over: {:?}", turn.hops) };
+    let arguments = handed_over(run);
     assert!(arguments.type_url.ends_with("megamind_scenario.v1.TAssistantContinueArguments"));
-    assert!(!run.answer.features.expect("features").is_irrelevant);
+    assert!(!run.response.as_run().unwrap().features.as_ref().expect("features").is_irrelevant);
+    assert_eq!((continued.handler(), continued.request_id()), (Handler::Continue, "req-1"));
 
-    let answer = r#continue(&h.app, "req-1", arguments).await;
-    assert_in_budget("continue", answer.took);
-    let body = continue_body(answer.answer);
-    assert_eq!(speech(&body), "Открываю Safari.");
+    let body = turn.body();
+    assert_eq!(speech(body), "Открываю Safari.");
     let layout = body.layout.as_ref().unwrap();
     let Some(t_directive::Directive::OpenAppDirective(open)) = &layout.directives[0].directive else {
         panic!("{:?}", layout.directives)
@@ -97,35 +55,28 @@ async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
 async fn a_model_at_50_ms_is_answered_inside_run() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(50), "Привет!")).await;
     let h = spawn(&mock, |_| {}).await;
-    let run = run(&h.app, "req-1", "привет", None).await;
-    assert_in_budget("run", run.took);
-    let Some(t_scenario_run_response::Response::ResponseBody(body)) = run.answer.response else {
-        panic!("answered inside /run: {:?}", run.answer)
-    };
-    assert_eq!(speech(&body), "Привет!");
+    let turn = ask(&mut client(&h.app, Transport::Http), "привет").await;
+    assert_eq!(turn.hops.len(), 1, "answered inside /run: {:?}", turn.hops);
+    assert_eq!(turn.speech(), "Привет!");
 }
 
 #[tokio::test]
 async fn a_model_at_2_s_gets_both_handlers_answered_in_budget_and_the_repeat_gets_its_answer() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_secs(2), "Сейчас полдень.")).await;
     let h = spawn(&mock, |_| {}).await;
+    let mut client = client(&h.app, Transport::Http);
 
-    let run = run(&h.app, "req-1", "Который час?", None).await;
-    assert_in_budget("run", run.took);
+    let turn = ask(&mut client, "Который час?").await;
+    let [run, continued] = &turn.hops[..] else { panic!("{:?}", turn.hops) };
+    handed_over(run);
     assert!(run.took >= Duration::from_millis(140), "waited run_wait_ms first: {:?}", run.took);
-    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = run.answer.response else {
-        panic!("{:?}", run.answer)
-    };
-    let answer = r#continue(&h.app, "req-1", arguments).await;
-    assert_in_budget("continue", answer.took);
-    assert!(answer.took >= Duration::from_millis(250), "waited for the model first: {:?}", answer.took);
-    let body = continue_body(answer.answer);
-    assert_eq!(speech(&body), fallback());
+    assert!(continued.took >= Duration::from_millis(250), "waited for the model first: {:?}", continued.took);
+    assert_eq!(turn.speech(), fallback());
 
     // The model finishes; the user repeats the question and gets its answer.
     mock.wait_for_served(1).await;
-    let body = ask(&h.app, "req-2", "который час", body.state.clone()).await;
-    assert_eq!(speech(&body), "Сейчас полдень.");
+    let repeat = ask(&mut client, "который час").await;
+    assert_eq!(repeat.speech(), "Сейчас полдень.");
     assert_eq!(mock.calls(), 1, "the repeat was not a second model call");
     assert!(
         metrics_text(&h.metrics).contains(r#"megamind_assistant_answers_total{handler="continue",kind="fallback"} 1"#)
@@ -137,8 +88,8 @@ async fn a_500_then_ok_is_retried() {
     let mock = MockLlm::start(Reply::content("Готово.")).await;
     mock.push(Reply::status(500));
     let h = spawn(&mock, |c| c.retry_backoff_ms = 20).await;
-    let body = ask(&h.app, "req-1", "сделай", None).await;
-    assert_eq!(speech(&body), "Готово.");
+    let turn = ask(&mut client(&h.app, Transport::Http), "сделай").await;
+    assert_eq!(turn.speech(), "Готово.");
     assert_eq!(mock.calls(), 2);
     assert!(metrics_text(&h.metrics).contains("megamind_assistant_model_retries_total 1"));
 }
@@ -147,7 +98,7 @@ async fn a_500_then_ok_is_retried() {
 async fn a_hanging_model_is_answered_in_budget_with_the_fallback() {
     let mock = MockLlm::start(Reply::Hang).await;
     let h = spawn(&mock, |_| {}).await;
-    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), fallback());
 }
 
@@ -161,7 +112,7 @@ async fn garbage_and_resets_are_retried_then_apologized_for_in_budget() {
     for (name, reply) in cases {
         let mock = MockLlm::start(reply).await;
         let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
-        let body = ask(&h.app, "req-1", "вопрос", None).await;
+        let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
         assert_eq!(speech(&body), apology(), "{name}");
         let calls = if name == "not json" { 1 } else { 3 };
         assert_eq!(mock.calls(), calls, "{name}: retried only what may pass next time");
@@ -172,21 +123,18 @@ async fn garbage_and_resets_are_retried_then_apologized_for_in_budget() {
 async fn megamind_retrying_run_makes_exactly_one_model_call() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(400), "Один ответ.")).await;
     let h = spawn(&mock, |_| {}).await;
-    let app = &h.app;
+    let client = client(&h.app, Transport::Http);
     // Five at once while the first is in flight, then five after it answered.
-    let answers = futures_util::future::join_all((0..5).map(|_| run(app, "req-1", "вопрос", None))).await;
+    let answers = futures_util::future::join_all((0..5).map(|_| run(&client, "req-1", "вопрос"))).await;
     for answer in &answers {
-        assert_in_budget("run", answer.took);
+        assert_in_budget(answer);
     }
     for _ in 0..5 {
-        run(app, "req-1", "вопрос", None).await;
+        run(&client, "req-1", "вопрос").await;
     }
-    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) = answers[0].answer.response.clone()
-    else {
-        panic!("{:?}", answers[0].answer)
-    };
-    let body = continue_body(r#continue(app, "req-1", arguments).await.answer);
-    assert_eq!(speech(&body), "Один ответ.");
+    let arguments = handed_over(&answers[0]);
+    let continued = r#continue(&client, "req-1", arguments).await;
+    assert_eq!(speech(answer(&continued)), "Один ответ.");
     assert_eq!(mock.calls(), 1);
 }
 
@@ -195,12 +143,13 @@ async fn the_history_in_state_carries_over_two_turns() {
     let mock = MockLlm::start(Reply::content("Закрываю.")).await;
     mock.push(Reply::content(OPEN_SAFARI));
     let h = spawn(&mock, |_| {}).await;
-    let first = ask(&h.app, "req-1", "открой Safari", None).await;
-    let session = state_of(&first).session_id;
-    let second = ask(&h.app, "req-2", "а теперь закрой", first.state.clone()).await;
-    assert_eq!(speech(&second), "Закрываю.");
+    let mut client = client(&h.app, Transport::Http);
+    let first = ask(&mut client, "открой Safari").await;
+    let session = state_of(first.body()).session_id;
+    let second = ask(&mut client, "а теперь закрой").await;
+    assert_eq!(second.speech(), "Закрываю.");
 
-    let state = state_of(&second);
+    let state = state_of(second.body());
     assert_eq!(state.session_id, session);
     let turns: Vec<(&str, &str)> = state.turns.iter().map(|t| (t.user.as_str(), t.assistant.as_str())).collect();
     assert_eq!(turns, [("открой Safari", OPEN_SAFARI), ("а теперь закрой", "Закрываю.")]);
@@ -221,7 +170,7 @@ async fn the_history_in_state_carries_over_two_turns() {
 async fn a_stream_cut_anywhere_is_read_whole() {
     let mock = MockLlm::start(Reply::stream_cut(OPEN_SAFARI, 7, Duration::from_millis(2))).await;
     let h = spawn(&mock, |c| c.stream = true).await;
-    let body = ask(&h.app, "req-1", "открой Safari", None).await;
+    let body = ask(&mut client(&h.app, Transport::Http), "открой Safari").await.into_body();
     assert_eq!(speech(&body), "Открываю Safari.");
     assert_eq!(mock.received()[0].body["stream"], true);
     let text = metrics_text(&h.metrics);
@@ -236,9 +185,10 @@ async fn the_breaker_stops_calling_a_failing_backend() {
         c.breaker_failures = 2;
     })
     .await;
-    for (i, request_id) in ["req-1", "req-2", "req-3", "req-4"].into_iter().enumerate() {
-        let body = ask(&h.app, request_id, &format!("вопрос {i}"), None).await;
-        assert_eq!(speech(&body), apology(), "{request_id}");
+    let mut client = client(&h.app, Transport::Http);
+    for i in 0..4 {
+        let turn = ask(&mut client, &format!("вопрос {i}")).await;
+        assert_eq!(turn.speech(), apology(), "turn {i}");
     }
     assert_eq!(mock.calls(), 2, "calls after the breaker opened failed fast");
     let text = metrics_text(&h.metrics);
@@ -256,7 +206,7 @@ async fn continue_arguments_print_as_json_for_debugging() {
             "/assistant/run",
             "application/protobuf",
             Some("application/json"),
-            run_request("req-1", "вопрос", None).encode_to_vec(),
+            run_request("req-1", "вопрос").encode_to_vec(),
         )
         .await;
     let json: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
@@ -272,7 +222,7 @@ async fn serve_hosts_the_offline_assistant_out_of_the_box() {
     let registry = megamind_scenario::scenarios::builtin(&Config::default(), &metrics).unwrap();
     assert!(registry.names().any(|name| name == "assistant"), "built in: {}", registry.listed());
     let app = spawn_app(Config::default(), registry).await;
-    let body = ask(&app, "req-1", "закрой калькулятор", None).await;
+    let body = ask(&mut client(&app, Transport::Http), "закрой калькулятор").await.into_body();
     assert_eq!(speech(&body), "Закрываю Calculator.");
     let directive = &body.layout.as_ref().unwrap().directives[0].directive;
     assert!(matches!(directive, Some(t_directive::Directive::CloseAppDirective(d)) if d.app_name == "Calculator"));
@@ -282,7 +232,7 @@ async fn serve_hosts_the_offline_assistant_out_of_the_box() {
 async fn the_call_timeout_ends_a_hanging_call_and_the_user_hears_why() {
     let mock = MockLlm::start(Reply::Hang).await;
     let h = spawn(&mock, |c| c.call_timeout_ms = 200).await;
-    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), apology(), "the call ended before /continue gave up, so no fallback");
     let text = metrics_text(&h.metrics);
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
@@ -299,7 +249,7 @@ async fn the_first_token_timeout_ends_a_silent_stream() {
         c.first_token_timeout_ms = 100;
     })
     .await;
-    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), apology());
     assert_eq!(mock.calls(), 1, "a timeout is not retried");
 }
@@ -308,7 +258,7 @@ async fn the_first_token_timeout_ends_a_silent_stream() {
 async fn a_server_that_ignores_stream_is_read_as_json() {
     let mock = MockLlm::start(Reply::content("Без потока.")).await;
     let h = spawn(&mock, |c| c.stream = true).await;
-    let body = ask(&h.app, "req-1", "вопрос", None).await;
+    let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), "Без потока.");
     assert_eq!(mock.received()[0].body["stream"], true);
 }
@@ -320,12 +270,13 @@ async fn a_deeply_nested_model_answer_makes_an_answer_that_decodes_in_every_form
         format!(r#"{{"session_id": "session_1.000001", "command": "open_app", "args": {args}, "text": "Открываю."}}"#);
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(20), &reply)).await;
     let h = spawn(&mock, |_| {}).await;
-    let body = ask(&h.app, "deep-args", "открой", None).await;
-    assert_eq!(speech(&body), "Открываю.");
-    assert!(body.layout.as_ref().is_none_or(|l| l.directives.is_empty()), "the oversized command is dropped");
+    let turn = ask(&mut client(&h.app, Transport::Http), "открой").await;
+    assert_eq!(turn.speech(), "Открываю.");
+    assert!(turn.directives().is_empty(), "the oversized command is dropped");
+    let Request::Run(sent) = &turn.hops[0].request else { panic!("a turn starts with /run") };
     // The repeat is replayed from the cache in each debug format: each renders.
     for accept in ["text/protobuf", "application/json"] {
-        let request = run_request("deep-args", "открой", None).encode_to_vec();
+        let request = sent.encode_to_vec();
         let answer = h.app.post("/assistant/run", "application/protobuf", Some(accept), request).await;
         assert_eq!(answer.status(), 200, "{accept}");
         let text = answer.text().await.unwrap();

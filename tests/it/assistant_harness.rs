@@ -1,18 +1,20 @@
 //! What the assistant's black-box tests over HTTP and gRPC share: the server
-//! hosting only the assistant pointed at the mock model, the requests of a
-//! turn, the budget check and readers of the answer.
+//! hosting only the assistant pointed at the mock model, its client, turns
+//! with every call checked against the budget, single calls for requests a
+//! dialog would not send, and readers of the answer.
 
 #![allow(dead_code)]
 
 use std::{sync::Arc, time::Duration};
 
 use megamind_scenario::{
+    client::{Client, Hop, Request, Turn},
     config::Config,
     proto::{
         megamind_scenario::v1::TAssistantState,
         n_alice::n_scenarios::{
-            TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
-            TScenarioRunRequest, TTextInput, t_input, t_scenario_continue_response,
+            TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest,
+            TTextInput, t_input, t_scenario_run_response,
         },
     },
     scenarios::assistant::{Assistant, config::AssistantConfig},
@@ -21,7 +23,7 @@ use prost::Message;
 use prost_types::Any;
 
 use crate::{
-    helpers::{TestApp, registry_of, spawn_app},
+    helpers::{TestApp, Transport, registry_of, scenario_client, spawn_app},
     mock_llm::MockLlm,
 };
 
@@ -48,19 +50,29 @@ pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> 
     Harness { app: spawn_app(Config::default(), registry).await, metrics }
 }
 
-fn base(request_id: &str, state: Option<Any>) -> TScenarioBaseRequest {
-    TScenarioBaseRequest {
-        request_id: request_id.into(),
-        server_time_ms: 1_764_210_832_530,
-        state,
-        ..Default::default()
-    }
+fn base(request_id: &str) -> TScenarioBaseRequest {
+    TScenarioBaseRequest { request_id: request_id.into(), server_time_ms: 1_764_210_832_530, ..Default::default() }
 }
 
-/// `/run` of the user's typed `words`, with the state of the previous turn.
-pub fn run_request(request_id: &str, words: &str, state: Option<Any>) -> TScenarioRunRequest {
+/// The assistant's client on `app` over `transport`: RequestIds `req-1`,
+/// `req-2`, ..., the same `ServerTimeMs` as the single calls.
+pub fn client(app: &TestApp, transport: Transport) -> Client {
+    scenario_client(app, transport, "assistant").with_request_id_prefix("req-").with_base_request(base(""))
+}
+
+/// One turn of the user's `words`, each of its calls inside the budget.
+pub async fn ask(client: &mut Client, words: &str) -> Turn {
+    let turn = client.say(words).await.unwrap_or_else(|error| panic!("{words:?}: {error}"));
+    for hop in &turn.hops {
+        assert_in_budget(hop);
+    }
+    turn
+}
+
+/// `/run` of the user's typed `words` with no state.
+pub fn run_request(request_id: &str, words: &str) -> TScenarioRunRequest {
     TScenarioRunRequest {
-        base_request: Some(base(request_id, state)),
+        base_request: Some(base(request_id)),
         input: Some(TInput {
             event: Some(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() })),
             ..Default::default()
@@ -69,29 +81,35 @@ pub fn run_request(request_id: &str, words: &str, state: Option<Any>) -> TScenar
 }
 
 /// `/continue` with the `arguments` `/run` handed over.
-pub fn continue_request(request_id: &str, arguments: Any) -> TScenarioApplyRequest {
-    TScenarioApplyRequest {
-        arguments: Some(arguments),
-        base_request: Some(base(request_id, None)),
-        ..Default::default()
+fn continue_request(request_id: &str, arguments: Any) -> TScenarioApplyRequest {
+    TScenarioApplyRequest { arguments: Some(arguments), base_request: Some(base(request_id)), ..Default::default() }
+}
+
+/// One `/run` of `words` under `request_id`, as Megamind retries it.
+pub async fn run(client: &Client, request_id: &str, words: &str) -> Hop {
+    client.call(Request::Run(run_request(request_id, words))).await.expect("/run answers")
+}
+
+/// One `/continue` with `arguments` under `request_id`.
+pub async fn r#continue(client: &Client, request_id: &str, arguments: Any) -> Hop {
+    client.call(Request::Continue(continue_request(request_id, arguments))).await.expect("/continue answers")
+}
+
+pub fn assert_in_budget(hop: &Hop) {
+    assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
+}
+
+/// The `ContinueArguments` a `/run` handed over.
+pub fn handed_over(hop: &Hop) -> Any {
+    match hop.response.as_run().and_then(|run| run.response.as_ref()) {
+        Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => arguments.clone(),
+        other => panic!("/{} should hand over to /continue: {other:?}", hop.handler()),
     }
 }
 
-/// What a handler answered and how long it took.
-pub struct Timed<T> {
-    pub answer: T,
-    pub took: Duration,
-}
-
-pub fn assert_in_budget(handler: &str, took: Duration) {
-    assert!(took < BUDGET + MARGIN, "/{handler} answered after {took:?}");
-}
-
-pub fn continue_body(response: TScenarioContinueResponse) -> TScenarioResponseBody {
-    match response.response {
-        Some(t_scenario_continue_response::Response::ResponseBody(body)) => body,
-        other => panic!("/continue answered {other:?}"),
-    }
+/// The answer for the user a call gave.
+pub fn answer(hop: &Hop) -> &TScenarioResponseBody {
+    hop.response.body().unwrap_or_else(|| panic!("/{} answered {:?}", hop.handler(), hop.response))
 }
 
 pub fn speech(body: &TScenarioResponseBody) -> &str {

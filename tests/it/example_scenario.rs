@@ -5,13 +5,14 @@
 mod echo;
 
 use megamind_scenario::{
+    cli,
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
-    rules::metrics::ServerMetrics,
+    scenario::{ScenarioModule, module},
 };
 
-use crate::helpers::{TestApp, decode_answer, spawn_app};
+use crate::helpers::{TestApp, decode_answer, spawn_modules};
 
 /// `/run` of `scenario` with `utterance` in text format; the answer decoded.
 async fn run(app: &TestApp, scenario: &str, request_id: &str, utterance: &str) -> TScenarioRunResponse {
@@ -37,22 +38,44 @@ fn speech(answer: &TScenarioRunResponse) -> (bool, &str) {
     }
 }
 
+/// `serve ARGS` of the example's binary: the built-in scenarios and `echo`.
+fn serve(args: &[&str]) -> (Config, Vec<Box<dyn ScenarioModule>>) {
+    let mut modules = megamind_scenario::scenarios::modules();
+    modules.push(Box::new(echo::EchoModule));
+    let argv = ["echo_scenario", "serve"].iter().chain(args).copied();
+    match cli::parse(argv, modules, &|_| None).unwrap_or_else(|e| panic!("{args:?}: {e}")) {
+        cli::Parsed::Serve(serve) => (serve.loaded.config, serve.loaded.modules),
+        cli::Parsed::Convert(_) => unreachable!("serve parses as serve"),
+    }
+}
+
 #[tokio::test]
 async fn the_example_scenario_answers_next_to_the_built_in_ones() {
-    let config = Config::default();
-    let registry = echo::registry(&config, &ServerMetrics::new()).expect("the example's registry");
-    let app = spawn_app(config, registry).await;
+    let (config, modules) = serve(&["--echo-prefix", "Вы сказали: "]);
+    let app = spawn_modules(config, &modules).await;
 
     let echoed = run(&app, "echo", "echo-1", "привет, мир").await;
-    assert_eq!(speech(&echoed), (false, "привет, мир"));
+    assert_eq!(speech(&echoed), (false, "Вы сказали: привет, мир"), "its flag reached its table");
     assert_eq!(echoed.version, env!("CARGO_PKG_VERSION"), "the server fills Version");
-    let silent = run(&app, "echo", "echo-2", "  ").await;
+    let silent = run(&app, "echo", "echo-2", "   ").await;
     assert_eq!(speech(&silent), (true, "Мне нечего повторить."), "declines with a reason");
+    let (_, metrics) = app.get("/metrics").await;
+    assert!(metrics.contains("megamind_echo_repeats_total 1"), "its own metric: {metrics}");
 
     let assistant = run(&app, "assistant", "assistant-1", "открой Safari").await;
     assert_eq!(speech(&assistant), (false, "Открываю Safari."));
     let demo = run(&app, "demo", "demo-1", "кафе пушкин").await;
     assert!(!speech(&demo).0, "demo answers its POI example");
+}
+
+#[test]
+fn the_example_reads_its_own_table_and_refuses_unknown_keys() {
+    let (config, modules) = serve(&["--set", "echo.prefix=Эхо: "]);
+    assert_eq!(config.scenarios["echo"]["prefix"].as_str(), Some("Эхо: "));
+    let (config, modules_again) = serve(&["--set", "echo.prefx=x"]);
+    let error = module::build_all(&modules_again, &config.scenarios, &prometheus::Registry::new()).unwrap_err();
+    assert!(error.to_string().contains("echo: [echo] unknown field `prefx`"), "{error}");
+    drop(modules);
 }
 
 #[test]

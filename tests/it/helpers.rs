@@ -5,11 +5,12 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use megamind_scenario::{
+    client::Client,
     codec::{self, Format},
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::ServerMetrics,
-    scenario::{Registry, Scenario},
+    scenario::{Registry, Scenario, ScenarioModule, module},
     scenarios::demo::Demo,
     server::{self, App},
 };
@@ -107,6 +108,26 @@ pub fn grpc_request<T>(message: T, scenario: Option<&str>) -> tonic::Request<T> 
     request
 }
 
+/// How a [`Client`] reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Grpc,
+}
+
+/// Both transports, for tests that hold over either.
+pub const TRANSPORTS: [Transport; 2] = [Transport::Http, Transport::Grpc];
+
+/// A protocol client of `scenario` on `app` over `transport`.
+pub fn scenario_client(app: &TestApp, transport: Transport, scenario: &str) -> Client {
+    let address = app.addr.to_string();
+    let client = match transport {
+        Transport::Http => Client::http(&address),
+        Transport::Grpc => Client::grpc(&address),
+    };
+    client.expect("the test server's address is valid").with_scenario(scenario)
+}
+
 /// Starts the server with `config` (its addresses ignored: port 0, and a
 /// gRPC-only listener when `grpc_addr` is set) over `registry`.
 /// When `config` names no registered default scenario, the first one serves.
@@ -119,6 +140,14 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
     let metrics = ServerMetrics::new();
     let registry = megamind_scenario::scenarios::builtin(&config, metrics.registry()).expect("built-in scenarios");
     spawn_with_metrics(config, registry, metrics).await
+}
+
+/// Starts the server as `serve` does over `modules`: each built from its
+/// table of `config`, its metrics in the server's registry.
+pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
+    let metrics = ServerMetrics::new();
+    let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
+    spawn_with_metrics(config, built.registry, metrics).await
 }
 
 async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {

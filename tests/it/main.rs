@@ -10,6 +10,7 @@ mod assistant_grpc;
 mod assistant_harness;
 mod bad_input;
 mod budget;
+mod client;
 mod connections;
 #[cfg(unix)]
 mod deploy;

@@ -1,0 +1,181 @@
+//! Where the configuration comes from, in order: the defaults, a TOML file,
+//! then overrides (environment variables, flags, `--set key=value`), each a
+//! dotted key and a raw value. A raw value takes the type of the default it
+//! replaces (`--llm-model 7` stays the string `"7"`); a key without a default
+//! is read as a TOML value if it is one, else as a string.
+
+use std::path::PathBuf;
+
+use super::{Config, ConfigError};
+
+/// One value set from outside the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// A dotted key: `addr`, `budget.run_ms`, `assistant.model`.
+    pub key: String,
+    /// The value as written.
+    pub value: String,
+    /// Where it came from, for errors: `--llm-model`, `MEGAMIND_LLM_MODEL`, `--set`.
+    pub origin: String,
+}
+
+/// Everything `serve` is told, before it is read.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The TOML file, if any.
+    pub file: Option<PathBuf>,
+    /// Overrides, later ones winning.
+    pub overrides: Vec<Override>,
+}
+
+impl Sources {
+    /// The whole configuration table: the file with the overrides applied
+    /// (defaults not merged in; `defaults` only gives the overrides their types).
+    pub fn table(&self, defaults: &toml::Table) -> Result<toml::Table, ConfigError> {
+        let mut table = match &self.file {
+            None => toml::Table::new(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
+                toml::from_str(&text)
+                    .map_err(|e| ConfigError(vec![format!("{}: {}", path.display(), e.to_string().trim_end())]))?
+            }
+        };
+        let mut errors = Vec::new();
+        for Override { key, value, origin } in &self.overrides {
+            let result = typed(lookup(defaults, key), value).and_then(|value| set(&mut table, key, value));
+            if let Err(error) = result {
+                errors.push(format!("{origin} {key}={value:?}: {error}"));
+            }
+        }
+        if errors.is_empty() { Ok(table) } else { Err(ConfigError(errors)) }
+    }
+
+    /// The core configuration, validated; scenario tables kept for their scenarios.
+    pub fn load(&self, defaults: &toml::Table) -> Result<Config, ConfigError> {
+        let config = Config::from_table(self.table(defaults)?).map_err(|ConfigError(errors)| match &self.file {
+            Some(path) => ConfigError(errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()),
+            None => ConfigError(errors),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The value at a dotted key.
+pub fn lookup<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let mut parts = key.split('.');
+    let mut value = table.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_table()?.get(part)?;
+    }
+    Some(value)
+}
+
+/// Sets a dotted key, making the tables on its way.
+fn set(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|part| part.is_empty()) {
+        return Err("not a key: use names joined by dots, e.g. budget.run_ms".into());
+    }
+    let (last, path) = parts.split_last().ok_or("an empty key")?;
+    let mut table = table;
+    for (depth, part) in path.iter().enumerate() {
+        let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or_else(|| format!("{} is not a table", parts[..=depth].join(".")))?;
+    }
+    table.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// `raw` in the type of `default`.
+fn typed(default: Option<&toml::Value>, raw: &str) -> Result<toml::Value, String> {
+    use toml::Value;
+    match default {
+        Some(Value::String(_)) => Ok(Value::String(raw.to_owned())),
+        Some(Value::Integer(_)) => {
+            raw.trim().parse().map(Value::Integer).map_err(|_| format!("{raw:?} is not a whole number"))
+        }
+        Some(Value::Float(_)) => raw.trim().parse().map(Value::Float).map_err(|_| format!("{raw:?} is not a number")),
+        Some(Value::Boolean(_)) => match raw.trim() {
+            "true" => Ok(Value::Boolean(true)),
+            "false" => Ok(Value::Boolean(false)),
+            _ => Err(format!("{raw:?} is not true or false")),
+        },
+        _ => Ok(toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut table| table.remove("v"))
+            .unwrap_or_else(|| Value::String(raw.to_owned()))),
+    }
+}
+
+/// `over` merged into `base`, table by table; other values replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_by(key: &str, value: &str) -> Override {
+        Override { key: key.into(), value: value.into(), origin: "--set".into() }
+    }
+
+    #[test]
+    fn overrides_take_the_type_of_their_default() {
+        let mut defaults = Config::defaults_table();
+        defaults.insert("assistant".into(), toml::toml! { model = "default" stream = true temperature = 0.3 }.into());
+        let overrides = vec![
+            set_by("budget.run_ms", "250"),
+            set_by("addr", "0.0.0.0:9000"),
+            set_by("assistant.model", "7"),
+            set_by("assistant.stream", "false"),
+            set_by("assistant.temperature", "1"),
+            set_by("assistant.extra_body.stop", "[\"\\n\"]"),
+        ];
+        let sources = Sources { file: None, overrides };
+        let config = sources.load(&defaults).unwrap();
+        assert_eq!((config.budget.run_ms, config.addr.port()), (250, 9000));
+        let assistant = &config.scenarios["assistant"];
+        assert_eq!(assistant["model"].as_str(), Some("7"), "a string stays a string");
+        assert_eq!(assistant["stream"].as_bool(), Some(false));
+        assert_eq!(assistant["temperature"].as_float(), Some(1.0));
+        assert_eq!(assistant["extra_body"]["stop"].as_array().map(Vec::len), Some(1), "no default: read as TOML");
+    }
+
+    #[test]
+    fn every_bad_override_is_reported_with_its_origin() {
+        let overrides = vec![
+            Override { key: "budget.run_ms".into(), value: "fast".into(), origin: "--run-budget-ms".into() },
+            set_by("log_level", "debug"),
+            set_by("log_level.x", "1"),
+            set_by("a..b", "1"),
+        ];
+        let error = Sources { file: None, overrides }.load(&Config::defaults_table()).unwrap_err();
+        assert_eq!(error.0.len(), 3, "{error}");
+        assert!(error.0[0].starts_with("--run-budget-ms budget.run_ms=\"fast\": \"fast\" is not a whole number"));
+        assert!(error.0[1].contains("log_level is not a table"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_by_name() {
+        let sources = Sources { file: None, overrides: vec![set_by("budget.rn_ms", "5")] };
+        let error = sources.load(&Config::defaults_table()).unwrap_err().to_string();
+        assert!(error.contains("rn_ms"), "{error}");
+    }
+
+    #[test]
+    fn tables_merge_key_by_key() {
+        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
+        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
+        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
+    }
+}
