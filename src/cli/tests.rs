@@ -1,0 +1,130 @@
+//! Tests of the command line: flags, environment, `--set`, help, `convert`.
+
+use super::*;
+
+/// `serve ARGS` read with `env` as the environment.
+fn serve_with(args: &[&str], env: &[(&str, &str)]) -> Result<Loaded, ParseError> {
+    let argv = ["megamind-scenario", "serve"].iter().chain(args).copied();
+    let env = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| (*value).to_owned());
+    match parse(argv, scenarios::modules(), &env)? {
+        Parsed::Serve(command) => Ok(command.loaded),
+        Parsed::Convert(_) => unreachable!("serve parses as serve"),
+    }
+}
+
+fn serve(args: &[&str]) -> Config {
+    serve_with(args, &[]).unwrap_or_else(|e| panic!("{args:?}: {e}")).config
+}
+
+#[test]
+fn flags_override_the_file_and_all_budgets_at_once() {
+    let config = serve(&["--budget-ms", "500", "--commit-budget-ms", "900"]);
+    assert_eq!(config.budget.run_ms, 500);
+    assert_eq!(config.budget.commit_ms, 900);
+}
+
+#[test]
+fn flags_win_over_their_environment_and_set_wins_over_both() {
+    let env = [("MEGAMIND_MAX_IN_FLIGHT", "7"), ("MEGAMIND_BODY_LIMIT", "1000")];
+    let config = serve_with(&["--body-limit", "2000"], &env).unwrap().config;
+    assert_eq!((config.max_in_flight, config.body_limit), (7, 2000));
+    let config = serve_with(&["--body-limit", "2000", "--set", "body_limit=3000"], &env).unwrap().config;
+    assert_eq!(config.body_limit, 3000);
+    let error = serve_with(&["--set", "body_limit"], &[]).unwrap_err().to_string();
+    assert!(error.contains("KEY=VALUE"), "{error}");
+    let error = serve_with(&[], &[("MEGAMIND_MAX_IN_FLIGHT", "many")]).unwrap_err().to_string();
+    assert!(error.contains("MEGAMIND_MAX_IN_FLIGHT max_in_flight=\"many\": \"many\" is not a whole number"), "{error}");
+}
+
+#[test]
+fn cache_flags_set_the_commit_reserve() {
+    let limits = serve(&["--cache-commit-max-entries", "10", "--cache-commit-max-bytes", "4096"]).cache_limits();
+    assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));
+}
+
+#[test]
+fn set_reaches_a_scenario_table_and_unknown_tables_are_refused() {
+    let config = serve(&["--set", "assistant.model=qwen", "--set", "assistant.run_wait_ms=120"]);
+    assert_eq!(config.scenarios["assistant"]["model"].as_str(), Some("qwen"));
+    assert_eq!(config.scenarios["assistant"]["run_wait_ms"].as_integer(), Some(120));
+    let loaded = serve_with(&["--set", "nosuch.key=1"], &[]).unwrap();
+    let error = module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("[nosuch]: no scenario of that name (scenarios: demo, assistant)"), "{error}");
+}
+
+#[test]
+fn help_shows_every_default_from_the_defaults_themselves() {
+    let help = match parse(["megamind-scenario", "serve", "--help"], scenarios::modules(), &|_| None) {
+        Err(ParseError::Usage(help)) => help.to_string(),
+        other => panic!("--help prints help, got {other:?}"),
+    };
+    assert!(help.contains("[default: 127.0.0.1:8080] [env: MEGAMIND_ADDR]"), "{help}");
+    assert!(help.contains("--cache-ttl-secs"), "{help}");
+    let ttl = Config::default().cache.ttl_secs;
+    assert!(help.contains(&format!("seconds an answer is replayed [default: {ttl}]")), "{help}");
+}
+
+#[test]
+fn print_config_shows_every_table_and_reads_back() {
+    let loaded = serve_with(&["--max-in-flight", "9"], &[]).unwrap();
+    let text = loaded.to_toml();
+    assert!(text.contains("max_in_flight = 9"), "{text}");
+    assert!(text.contains("[budget]") && text.contains("[cache]") && text.contains("[demo]"), "{text}");
+    let again = Config::from_toml(&text).unwrap();
+    assert_eq!(again.max_in_flight, 9);
+    assert_eq!(again.budget, loaded.config.budget);
+}
+
+#[test]
+fn convert_round_trips_text_through_binary() {
+    let text = "BaseRequest {\n  RequestId: \"r-1\"\n}\nInput {\n  Text {\n    Utterance: \"привет\"\n  }\n}\n";
+    let to_binary = ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Text, to: Format::Binary };
+    let mut binary = Vec::new();
+    convert(&to_binary, text.as_bytes(), &mut binary).unwrap();
+    let to_text = ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Binary, to: Format::Text };
+    let mut back = Vec::new();
+    convert(&to_text, &binary[..], &mut back).unwrap();
+    assert_eq!(String::from_utf8(back).unwrap(), text);
+}
+
+#[test]
+fn host_names_are_accepted_and_resolved_at_bind_time() {
+    let config = serve(&["--addr", "localhost:0"]);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let listener = runtime.block_on(bind(&config.addr, "")).expect("localhost binds");
+    assert!(listener.local_addr().unwrap().ip().is_loopback());
+    let nowhere = "no-such-host.invalid:0".parse().unwrap();
+    let error = report(&runtime.block_on(bind(&nowhere, "")).unwrap_err());
+    assert!(error.contains("cannot listen on no-such-host.invalid:0: cannot resolve"), "{error}");
+}
+
+#[test]
+fn a_bare_word_log_level_is_refused_with_the_levels_named() {
+    let error = serve_with(&["--log-level", "verbose"], &[]).unwrap_err().to_string();
+    assert!(error.contains("\"verbose\" is not a level (trace, debug, info, warn, error, off)"), "{error}");
+}
+
+#[test]
+fn connection_flags_reach_the_configuration() {
+    let limits = serve(&["--idle-timeout-ms", "500", "--max-connections", "7"]).connection_limits();
+    assert_eq!((limits.idle_timeout.as_millis(), limits.max_connections), (500, 7));
+}
+
+#[test]
+fn convert_errors_name_their_cause_once() {
+    let args = ConvertArgs { message_type: "TScenarioRunRequest".into(), from: Format::Text, to: Format::Binary };
+    let error = convert(&args, &b"BaseRequest {"[..], Vec::new()).unwrap_err();
+    let line = report(&error);
+    let cause = error.chain().last().unwrap().to_string();
+    assert_eq!(line.matches(&cause).count(), 1, "{line}");
+    assert!(line.starts_with("invalid text format"), "{line}");
+}
+
+#[test]
+fn convert_names_the_problem() {
+    let args = ConvertArgs { message_type: "TNope".into(), from: Format::Text, to: Format::Binary };
+    let error = convert(&args, &b""[..], Vec::new()).unwrap_err().to_string();
+    assert!(error.contains("TNope"), "{error}");
+}

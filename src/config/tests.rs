@@ -1,0 +1,119 @@
+//! Tests of the configuration: defaults, TOML, validation.
+
+use super::*;
+
+#[test]
+fn defaults_are_valid_and_megamind_shaped() {
+    let config = Config::default();
+    config.validate().unwrap();
+    assert_eq!(config.budgets().run, Duration::from_millis(300));
+    assert_eq!(config.body_limit, 4 * 1024 * 1024);
+}
+
+#[test]
+fn toml_overrides_defaults() {
+    let config =
+        Config::from_toml("addr = \"0.0.0.0:9000\"\n[budget]\ncommit_ms = 800\n[cache]\nttl_secs = 5\n").unwrap();
+    assert_eq!(config.addr.port(), 9000);
+    assert_eq!(config.budgets().commit, Duration::from_millis(800));
+    assert_eq!(config.budgets().run, Duration::from_millis(300));
+    assert_eq!(config.cache_limits().ttl, Duration::from_secs(5));
+    assert_eq!(config.cache_limits().commit_max_entries, Limits::default().commit_max_entries);
+    let config = Config::from_toml("[cache]\ncommit_max_entries = 7\ncommit_max_bytes = 4096\n").unwrap();
+    let limits = config.cache_limits();
+    assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (7, 4096));
+    assert_eq!(limits.max_entries, Limits::default().max_entries);
+    assert_eq!(config.grpc_addr, None);
+}
+
+#[test]
+fn a_grpc_address_is_read_and_must_differ_from_the_main_one() {
+    let config = Config::from_toml("grpc_addr = \"0.0.0.0:9090\"").unwrap();
+    assert_eq!(config.grpc_addr.as_ref().map(|a| a.port()), Some(9090));
+    config.validate().unwrap();
+    let clash = Config { grpc_addr: Some(Config::default().addr), ..Config::default() };
+    assert!(clash.validate().unwrap_err().to_string().contains("grpc_addr"), "same address refused");
+    let clash = Config { grpc_addr: Some("127.0.0.1:8080".parse().unwrap()), ..Config::default() };
+    assert!(clash.validate().unwrap_err().to_string().contains("grpc_addr"), "same address refused");
+}
+
+#[test]
+fn unknown_keys_and_bad_types_fail_with_the_key_named() {
+    let error = Config::from_toml("adr = \"x\"").unwrap_err().to_string();
+    assert!(error.contains("adr"), "{error}");
+    let error = Config::from_toml("[budget]\nrun_ms = \"fast\"").unwrap_err().to_string();
+    assert!(error.contains("run_ms"), "{error}");
+}
+
+#[test]
+fn every_problem_is_reported_together() {
+    let mut config = Config::default();
+    config.budget.run_ms = 0;
+    config.max_in_flight = 0;
+    config.log_level = "info,[".into();
+    config.cache.commit_max_bytes = 0;
+    let error = config.validate().unwrap_err();
+    assert_eq!(error.0.len(), 5, "{error}");
+    assert!(error.to_string().contains("cache.commit_max_bytes must be above 0"), "{error}");
+    assert!(error.to_string().contains("budget.run_ms = 0"));
+}
+
+#[test]
+fn connection_limits_have_safe_defaults_and_are_read() {
+    let limits = Config::default().connection_limits();
+    assert!(limits.header_timeout <= Duration::from_secs(10));
+    assert!(limits.idle_timeout > Duration::from_secs(60), "outlives a balancer's idle timeout");
+    assert!(Config::default().shutdown_delay_ms > 0, "a rolling restart gives balancers time");
+    let config =
+        Config::from_toml("max_connections = 5\nheader_timeout_ms = 200\nh2_max_concurrent_streams = 4").unwrap();
+    assert_eq!(config.connection_limits().max_connections, 5);
+    assert_eq!(config.connection_limits().header_timeout, Duration::from_millis(200));
+    assert_eq!(config.connection_limits().h2_max_concurrent_streams, 4);
+    let zero = Config { send_timeout_ms: 0, max_connections: 0, ..Config::default() };
+    let error = zero.validate().unwrap_err().to_string();
+    assert!(error.contains("send_timeout_ms") && error.contains("max_connections"), "{error}");
+    let config = Config::from_toml("max_open_requests = 7\nhttp1_read_buffer_bytes = 16384").unwrap();
+    assert_eq!(config.connection_limits().max_open_requests, 7);
+    assert_eq!(config.connection_limits().http1_read_buffer, 16384);
+    let small = Config { max_open_requests: 0, http1_read_buffer_bytes: 4096, ..Config::default() };
+    let error = small.validate().unwrap_err().to_string();
+    assert!(error.contains("max_open_requests") && error.contains("http1_read_buffer_bytes = 4096"), "{error}");
+}
+
+#[test]
+fn a_host_name_is_a_valid_address() {
+    let config = Config::from_toml("addr = \"localhost:9000\"").unwrap();
+    assert_eq!((config.addr.to_string().as_str(), config.addr.port()), ("localhost:9000", 9000));
+    config.validate().unwrap();
+    let error = Config::from_toml("addr = \"localhost\"").unwrap_err().to_string();
+    assert!(error.contains("host:port"), "{error}");
+}
+
+#[test]
+fn a_log_level_that_is_not_one_is_refused() {
+    let config = Config { log_level: "verbose".into(), ..Config::default() };
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("log_level \"verbose\"") && error.contains("debug"), "{error}");
+    for good in ["info", "DEBUG", "warn,megamind_scenario::access=debug", "hyper=trace,info"] {
+        Config { log_level: good.into(), ..Config::default() }.validate().unwrap();
+    }
+}
+
+#[test]
+fn scenario_tables_are_kept_for_their_scenarios() {
+    let config =
+        Config::from_toml("addr = \"0.0.0.0:9000\"\n[assistant]\nmodel = \"qwen\"\n[budget]\nrun_ms = 200\n").unwrap();
+    assert_eq!(config.scenarios["assistant"]["model"].as_str(), Some("qwen"));
+    assert_eq!((config.addr.port(), config.budget.run_ms), (9000, 200), "core tables stay the core's");
+    assert!(!config.scenarios.contains_key("budget"));
+    let error = Config::from_toml("assistant = 1").unwrap_err().to_string();
+    assert!(error.contains("assistant"), "a key that is not a table is the core's, and unknown: {error}");
+}
+
+#[test]
+fn the_defaults_table_holds_every_core_key() {
+    let table = Config::defaults_table();
+    assert_eq!(table["addr"].as_str(), Some("127.0.0.1:8080"));
+    assert_eq!(table["budget"]["run_ms"].as_integer(), Some(300));
+    assert_eq!(Config::from_table(table).unwrap(), Config::default(), "it reads back as the defaults");
+}
