@@ -8,9 +8,8 @@ use serde::Deserialize;
 
 use crate::{
     dispatch::DispatchLimits,
-    rules::{budget::Budgets, idempotency::Limits},
+    rules::{budget::Budgets, connections::ConnectionLimits, idempotency::Limits},
     scenarios::assistant::config::AssistantConfig,
-    server::ConnectionLimits,
 };
 
 mod listen;

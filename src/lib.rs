@@ -11,11 +11,13 @@
 //! - [`dispatch`]: the one implementation behind every transport.
 //! - [`rules`]: budget, idempotency cache, overload, logging, metrics.
 //! - [`store`]: the single-flight store the idempotency cache and scenarios share.
+//! - [`app`]: the server's shared state (`App`), built from the configuration.
 //! - [`transport`]: HTTP and gRPC adapters onto the dispatcher.
 //! - [`server`]: the accept loop, health, readiness and graceful drain.
 //! - [`config`] and [`cli`]: configuration and the command line.
 //! - [`upstream`]: outbound HTTP clients.
 
+pub mod app;
 pub mod cli;
 pub mod codec;
 pub mod config;

@@ -5,15 +5,7 @@
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
@@ -26,84 +18,14 @@ mod connections;
 
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
-pub use connections::ConnectionLimits;
 use connections::{Connections, Stage};
 
-use crate::{
-    config::{Config, ConfigError},
-    dispatch::Dispatcher,
-    rules::{
-        budget::Budgets,
-        idempotency::IdempotencyCache,
-        metrics::{ConnectionMetrics, ServerMetrics},
-        overload::Admission,
-    },
-    scenario::Registry,
-    transport::{
-        grpc::{self, GrpcRoutes},
-        http,
-    },
+// Re-exported for the composition root, which builds the state and serves it.
+use crate::transport::{
+    grpc::{self, GrpcRoutes},
+    http,
 };
-
-/// Everything a connection needs, shared by all of them.
-#[derive(Debug)]
-pub struct App {
-    /// Runs calls under the server's rules.
-    pub dispatcher: Dispatcher,
-    /// Largest request body accepted, in bytes.
-    pub body_limit: usize,
-    /// How long `/readyz` says "draining" while the server still serves,
-    /// before it stops accepting: time for load balancers to notice.
-    pub shutdown_delay: Duration,
-    /// How long in-flight requests may take to finish once accepting stopped.
-    pub drain_timeout: Duration,
-    /// Per-handler budgets: a request's body must arrive within its handler's.
-    pub budgets: Budgets,
-    /// Connection count, timeouts and HTTP/2 streams.
-    pub connection_limits: ConnectionLimits,
-    /// Open connections, waits for a free slot, closes by reason.
-    pub connection_metrics: ConnectionMetrics,
-    draining: AtomicBool,
-}
-
-impl App {
-    /// Builds the server state for `config` over the scenarios of `registry`.
-    pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
-        App::with_metrics(config, registry, ServerMetrics::new())
-    }
-
-    /// As [`App::new`], recording into `metrics` (whose registry the
-    /// scenarios may already have registered their own collectors in).
-    pub fn with_metrics(config: &Config, registry: Registry, metrics: ServerMetrics) -> Result<App, ConfigError> {
-        if registry.get(&config.default_scenario).is_none() {
-            return Err(ConfigError(vec![format!(
-                "default_scenario {:?} is not registered (scenarios: {})",
-                config.default_scenario,
-                registry.listed()
-            )]));
-        }
-        let cache = IdempotencyCache::new(config.cache_limits());
-        let admission = Admission::new(config.max_in_flight, config.priority_reserve);
-        let limits = config.dispatch_limits();
-        let connection_metrics = ConnectionMetrics::register(metrics.registry());
-        let dispatcher = Dispatcher::new(registry, Some(&config.default_scenario), limits, cache, admission, metrics);
-        Ok(App {
-            dispatcher,
-            body_limit: config.body_limit,
-            shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
-            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
-            budgets: config.budgets(),
-            connection_limits: config.connection_limits(),
-            connection_metrics,
-            draining: AtomicBool::new(false),
-        })
-    }
-
-    /// Whether shutdown has started (`/readyz` answers 503 then).
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-}
+pub use crate::{app::App, rules::connections::ConnectionLimits};
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
@@ -157,7 +79,7 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let slots = Arc::new(Semaphore::new(accept::connection_cap(app.connection_limits.max_connections)));
     let acceptor = Acceptor { bound, slots, metrics };
     acceptor.run_until(shutdown, &connections).await;
-    app.draining.store(true, Ordering::Release);
+    app.start_draining();
     connections.enter(Stage::Draining);
     grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {

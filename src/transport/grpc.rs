@@ -37,11 +37,11 @@ use tonic::{
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
+    app::App,
     codec::Format,
     dispatch::{Call, Reply, Transport},
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
-    server::App,
     transport::http::USER_TICKET,
 };
 

@@ -16,10 +16,10 @@ use hyper::body::Body;
 use tokio::time::Instant;
 
 use crate::{
+    app::App,
     codec::{self, Format},
     dispatch::{Call, Reply, Transport, response_descriptor},
     scenario::Handler,
-    server::App,
 };
 
 /// The header Megamind puts the user's TVM ticket in.

@@ -23,5 +23,6 @@ mod idempotency;
 mod interop;
 mod lifecycle;
 mod metrics;
+mod modules;
 #[cfg(unix)]
 mod python_tools;
