@@ -49,7 +49,7 @@ fn dispatch(c: &mut Criterion) {
                         format: Format::Binary,
                         started: Instant::now(),
                         client_timeout: None,
-                        user_ticket: None,
+                        meta: Default::default(),
                         transport: Transport::Http,
                     };
                     let scenario = app.dispatcher.scenario(Some("demo")).unwrap();

@@ -5,13 +5,16 @@
 //! Transports and the server both import this module; it imports neither.
 
 use std::{
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
 use crate::{
     config::{Config, ConfigError},
-    dispatch::Dispatcher,
+    dispatch::{Authenticator, Dispatcher},
     rules::{
         budget::Budgets,
         connections::ConnectionLimits,
@@ -74,6 +77,13 @@ impl App {
             connection_metrics,
             draining: AtomicBool::new(false),
         })
+    }
+
+    /// The same state, asking `authenticator` about every call before
+    /// anything else is done for it (by default every caller is let in).
+    pub fn with_authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> App {
+        self.dispatcher = self.dispatcher.with_authenticator(authenticator);
+        self
     }
 
     /// Whether shutdown has started (`/readyz` answers 503 then).

@@ -18,12 +18,9 @@ use tokio::time::Instant;
 use crate::{
     app::App,
     codec::{self, Format},
-    dispatch::{Call, Reply, Transport, response_descriptor},
+    dispatch::{Call, CallMeta, Refusal, Reply, Transport, response_descriptor},
     scenario::Handler,
 };
-
-/// The header Megamind puts the user's TVM ticket in.
-pub const USER_TICKET: &str = "x-ya-user-ticket";
 
 /// Answers one HTTP request.
 pub async fn handle<B>(app: &App, request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
@@ -67,15 +64,16 @@ where
         None => Format::Binary,
         Some(Ok(value)) => match Format::from_media_type(value) {
             Some(format) => format,
-            None => return Ok(unsupported_media_type(value)),
+            None => return Ok(refused(version, &Refusal::UnsupportedMediaType(value.to_owned()))),
         },
-        Some(Err(_)) => return Ok(unsupported_media_type("(not ASCII)")),
+        Some(Err(_)) => return Ok(refused(version, &Refusal::UnsupportedMediaType("(not ASCII)".into()))),
     };
     let answer_format =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
-    let user_ticket = header_string(headers, USER_TICKET);
+    let meta = CallMeta::from_headers(headers);
+    let too_large = Refusal::BodyTooLarge { limit: app.body_limit };
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
-        return Ok(closing(version, too_large(app.body_limit)));
+        return Ok(refused(version, &too_large));
     }
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
@@ -83,22 +81,54 @@ where
     let read = Limited::new(request.into_body(), app.body_limit).collect();
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(error)) if error.is::<LengthLimitError>() => return Ok(closing(version, too_large(app.body_limit))),
-        Ok(Err(error)) => {
-            let reason = format!("cannot read the request body: {error}\n");
-            return Ok(closing(version, plain(StatusCode::BAD_REQUEST, reason)));
-        }
-        Err(_elapsed) => {
-            let reason =
-                format!("the request body did not arrive within the {} ms budget of /{handler}\n", budget.as_millis());
-            return Ok(closing(version, plain(StatusCode::REQUEST_TIMEOUT, reason)));
-        }
+        Ok(Err(error)) if error.is::<LengthLimitError>() => return Ok(refused(version, &too_large)),
+        Ok(Err(error)) => return Ok(refused(version, &Refusal::BodyUnreadable(error.to_string()))),
+        Err(_elapsed) => return Ok(refused(version, &Refusal::BodyTooSlow { handler, limit: budget })),
     };
-    let call = Call { handler, body, format, started, client_timeout: None, user_ticket, transport: Transport::Http };
+    let call = Call { handler, body, format, started, client_timeout: None, meta, transport: Transport::Http };
     match app.dispatcher.dispatch(scenario, call).await {
         Reply::Answer(binary) => Ok(render(handler, binary, answer_format)),
-        Reply::Overloaded => Ok(plain(StatusCode::TOO_MANY_REQUESTS, "overloaded: /run is refused, retry later\n")),
+        Reply::Refused(refusal) => Ok(refused(version, &refusal)),
     }
+}
+
+/// The HTTP answer of each refusal: its status and a plain-text reason. A
+/// refusal given before the body was read to its end closes an HTTP/1.1
+/// connection, which cannot carry another request after it.
+pub fn refused(version: Version, refusal: &Refusal) -> Response<Full<Bytes>> {
+    let (status, reason): (StatusCode, Bytes) = match refusal {
+        Refusal::Overloaded => {
+            (StatusCode::TOO_MANY_REQUESTS, Bytes::from_static(b"overloaded: /run is refused, retry later\n"))
+        }
+        Refusal::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, format!("unauthenticated: {why}\n").into()),
+        Refusal::UnknownScenario { name, known } => {
+            (StatusCode::NOT_FOUND, format!("no scenario {name:?}; scenarios: {known}\n").into())
+        }
+        Refusal::BodyTooLarge { limit } => {
+            (StatusCode::PAYLOAD_TOO_LARGE, format!("request body is over the limit of {limit} bytes\n").into())
+        }
+        Refusal::BodyTooSlow { handler, limit } => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request body did not arrive within the {} ms budget of /{handler}\n", limit.as_millis())
+                .into(),
+        ),
+        Refusal::BodyUnreadable(why) => {
+            (StatusCode::BAD_REQUEST, format!("cannot read the request body: {why}\n").into())
+        }
+        Refusal::UnsupportedMediaType(value) => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "unsupported Content-Type {value:?}: use application/protobuf (or application/x-protobuf), \
+                 application/json, or text/protobuf (or text/plain)\n"
+            )
+            .into(),
+        ),
+    };
+    let mut response = plain(status, reason);
+    if matches!(refusal, Refusal::BodyTooLarge { .. } | Refusal::BodyTooSlow { .. } | Refusal::BodyUnreadable(_)) {
+        close_after(version, &mut response);
+    }
+    response
 }
 
 fn render(handler: Handler, binary: Bytes, format: Format) -> Response<Full<Bytes>> {
@@ -125,23 +155,12 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
-fn header_string(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
-}
-
 /// Says `Connection: close` on an HTTP/1 answer, after which the connection
 /// closes (HTTP/2 has no such header: its connections close by GOAWAY).
 pub fn close_after<B>(version: Version, response: &mut Response<B>) {
     if version < Version::HTTP_2 {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-}
-
-/// `response`, closing the connection after it: the request body was not
-/// read to its end, so the connection cannot carry another request.
-fn closing(version: Version, mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
-    close_after(version, &mut response);
-    response
 }
 
 /// A plain-text answer.
@@ -161,18 +180,4 @@ fn not_found(app: &App, path: &str) -> Response<Full<Bytes>> {
             app.dispatcher.registry().listed()
         ),
     )
-}
-
-fn unsupported_media_type(value: &str) -> Response<Full<Bytes>> {
-    plain(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        format!(
-            "unsupported Content-Type {value:?}: use application/protobuf (or application/x-protobuf), \
-             application/json, or text/protobuf (or text/plain)\n"
-        ),
-    )
-}
-
-fn too_large(limit: usize) -> Response<Full<Bytes>> {
-    plain(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is over the limit of {limit} bytes\n"))
 }
