@@ -1,6 +1,9 @@
 //! The server: accepts connections (HTTP/1.1 keep-alive and h2c on one
-//! address), serves them, and drains them on shutdown. gRPC requests
-//! (`application/grpc*`) go to [`GrpcRoutes`], everything else to HTTP.
+//! address), serves them, and drains them on shutdown. Each request goes to
+//! one transport: gRPC (`application/grpc*`) to [`GrpcRoutes`], a `POST`
+//! naming a scenario handler to the HTTP fast path, anything else to the
+//! router. When draining starts, [`App::shutdown`] fires, ending long-lived
+//! answers while the connections are still served.
 //!
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
@@ -11,6 +14,7 @@ use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::{Request, Response, body::Incoming};
 use tokio::{net::TcpListener, sync::Semaphore};
+use tonic::codegen::Service;
 
 mod accept;
 mod activity;
@@ -23,7 +27,7 @@ use connections::{Connections, Stage};
 // Re-exported for the composition root, which builds the state and serves it.
 use crate::transport::{
     grpc::{self, GrpcRoutes},
-    http,
+    http, router,
 };
 pub use crate::{app::App, rules::connections::ConnectionLimits};
 
@@ -71,7 +75,9 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
     let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
     // One shared handle per listener: a request clones one `Arc`, not each part.
-    let routing = |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), grpc_only });
+    let router = router::router(app.clone());
+    let routing =
+        |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), router: router.clone(), grpc_only });
     let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
     bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
     let metrics = app.connection_metrics.clone();
@@ -104,24 +110,29 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
 struct Routing {
     app: Arc<App>,
     grpc: GrpcRoutes,
+    router: axum::Router,
     /// Refuse everything but gRPC (the separate gRPC address).
     grpc_only: bool,
 }
 
-/// Sends gRPC to its routes and everything else to the HTTP handler.
-async fn route(
-    routing: Arc<Routing>,
-    request: Request<Incoming>,
-) -> Result<Response<Either<Full<Bytes>, tonic::body::Body>>, Infallible> {
+/// An answer of any transport. The fast path's is not boxed: it is one
+/// buffer, and boxing it would cost an allocation per call.
+type AnyBody = Either<Full<Bytes>, Either<tonic::body::Body, axum::body::Body>>;
+
+/// Sends gRPC to its routes, scenario calls to the HTTP fast path, and
+/// everything else to the router.
+async fn route(routing: Arc<Routing>, request: Request<Incoming>) -> Result<Response<AnyBody>, Infallible> {
     let version = request.version();
     let mut response = if grpc::is_grpc(&request) {
-        routing.grpc.clone().handle(request).await.map(Either::Right)
+        routing.grpc.clone().handle(request).await.map(|body| Either::Right(Either::Left(body)))
     } else if routing.grpc_only {
         let reason = "this address serves gRPC only (Content-Type: application/grpc); HTTP is on the main address\n";
         http::plain(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE, reason).map(Either::Left)
+    } else if let Some(target) = http::fast_path(&routing.app, &request) {
+        http::handle(&routing.app, target, request).await.map(Either::Left)
     } else {
-        // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
-        http::handle(&routing.app, request).await?.map(Either::Left)
+        let Ok(response) = routing.router.clone().call(request).await;
+        response.map(|body| Either::Right(Either::Right(body)))
     };
     if routing.app.is_draining() {
         // The client reconnects, and the balancer sends it to a server that stays.

@@ -1,13 +1,14 @@
-//! The HTTP transport: `POST /{scenario}/{handler}` and `POST /{handler}`
-//! for the default scenario, bodies in binary, JSON or text format.
+//! The HTTP fast path: `POST /{scenario}/{handler}` and `POST /{handler}`
+//! for the default scenario, bodies in binary, JSON or text format. It takes
+//! only a `POST` naming a scenario handler ([`fast_path`]), and allocates
+//! nothing of its own but the call's body and answer; every other request
+//! goes to the router ([`super::router`]).
 //!
-//! Routing problems get their HTTP status (404, 405, 413, 415) with a plain
-//! text reason; everything inside a routed call is a 200 with the protocol
-//! answer, except `/run` under overload (429). The body must arrive within
-//! the handler's budget (408 otherwise); an answer given without reading the
-//! whole body (408, 413, 400) closes an HTTP/1.1 connection and says so.
-
-use std::convert::Infallible;
+//! Everything inside a call is a 200 with the protocol answer; a refusal
+//! gets its status and a plain-text reason from [`refused`], the one mapping
+//! (429 for `/run` under overload, 401, 413, 408, 400, 415). The body must
+//! arrive within the handler's budget; an answer given without reading the
+//! whole body closes an HTTP/1.1 connection and says so.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
@@ -19,61 +20,67 @@ use crate::{
     app::App,
     codec::{self, Format},
     dispatch::{Call, CallMeta, Refusal, Reply, Transport, response_descriptor},
-    scenario::Handler,
+    scenario::{Handler, registry::Registered},
 };
 
-/// Answers one HTTP request.
-pub async fn handle<B>(app: &App, request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+/// The scenario handler a request calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The scenario.
+    pub scenario: &'a Registered,
+    /// The handler.
+    pub handler: Handler,
+}
+
+/// The scenario handler `path` names: `/{scenario}/{handler}`, or
+/// `/{handler}` of the default scenario.
+pub fn target<'a>(app: &'a App, path: &str) -> Option<Target<'a>> {
+    let mut parts = path.trim_matches('/').splitn(3, '/');
+    let (scenario, handler) = match [parts.next(), parts.next(), parts.next()] {
+        [Some(handler), None, None] => (None, handler),
+        [Some(scenario), Some(handler), None] => (Some(scenario), handler),
+        _ => return None,
+    };
+    let handler = Handler::from_name(handler)?;
+    Some(Target { scenario: app.dispatcher.scenario(scenario)?, handler })
+}
+
+/// The call `request` makes when the fast path takes it: a `POST` naming a
+/// scenario handler.
+pub fn fast_path<'a, B>(app: &'a App, request: &Request<B>) -> Option<Target<'a>> {
+    if request.method() != Method::POST {
+        return None;
+    }
+    target(app, request.uri().path())
+}
+
+/// Answers one call of `target`.
+pub async fn handle<B>(
+    app: &App,
+    Target { scenario, handler }: Target<'_>,
+    request: Request<B>,
+) -> Response<Full<Bytes>>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let started = Instant::now();
     let version = request.version();
-    let path = request.uri().path();
-    let mut parts = path.trim_matches('/').splitn(3, '/');
-    let (scenario_name, handler_name) = match [parts.next(), parts.next(), parts.next()] {
-        [Some("healthz"), None, None] => return Ok(plain(StatusCode::OK, "ok\n")),
-        [Some("readyz"), None, None] if app.is_draining() => {
-            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n"));
-        }
-        [Some("readyz"), None, None] => return Ok(plain(StatusCode::OK, "ready\n")),
-        [Some("metrics"), None, None] => {
-            let mut response = plain(StatusCode::OK, app.dispatcher.metrics().render());
-            let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-            response.headers_mut().insert(header::CONTENT_TYPE, content_type);
-            return Ok(response);
-        }
-        [Some(handler), None, None] => (None, handler),
-        [Some(scenario), Some(handler), None] => (Some(scenario), handler),
-        _ => return Ok(not_found(app, path)),
-    };
-    let Some(handler) = Handler::from_name(handler_name) else {
-        return Ok(not_found(app, path));
-    };
-    let Some(scenario) = app.dispatcher.scenario(scenario_name) else {
-        return Ok(not_found(app, path));
-    };
-    if request.method() != Method::POST {
-        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "scenario handlers take POST\n");
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return Ok(response);
-    }
     let headers = request.headers();
     let format = match headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) {
         None => Format::Binary,
         Some(Ok(value)) => match Format::from_media_type(value) {
             Some(format) => format,
-            None => return Ok(refused(version, &Refusal::UnsupportedMediaType(value.to_owned()))),
+            None => return refused(version, &Refusal::UnsupportedMediaType(value.to_owned())),
         },
-        Some(Err(_)) => return Ok(refused(version, &Refusal::UnsupportedMediaType("(not ASCII)".into()))),
+        Some(Err(_)) => return refused(version, &Refusal::UnsupportedMediaType("(not ASCII)".into())),
     };
     let answer_format =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
     let meta = CallMeta::from_headers(headers);
     let too_large = Refusal::BodyTooLarge { limit: app.body_limit };
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
-        return Ok(refused(version, &too_large));
+        return refused(version, &too_large);
     }
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
@@ -81,14 +88,14 @@ where
     let read = Limited::new(request.into_body(), app.body_limit).collect();
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(error)) if error.is::<LengthLimitError>() => return Ok(refused(version, &too_large)),
-        Ok(Err(error)) => return Ok(refused(version, &Refusal::BodyUnreadable(error.to_string()))),
-        Err(_elapsed) => return Ok(refused(version, &Refusal::BodyTooSlow { handler, limit: budget })),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => return refused(version, &too_large),
+        Ok(Err(error)) => return refused(version, &Refusal::BodyUnreadable(error.to_string())),
+        Err(_elapsed) => return refused(version, &Refusal::BodyTooSlow { handler, limit: budget }),
     };
     let call = Call { handler, body, format, started, client_timeout: None, meta, transport: Transport::Http };
     match app.dispatcher.dispatch(scenario, call).await {
-        Reply::Answer(binary) => Ok(render(handler, binary, answer_format)),
-        Reply::Refused(refusal) => Ok(refused(version, &refusal)),
+        Reply::Answer(binary) => render(handler, binary, answer_format),
+        Reply::Refused(refusal) => refused(version, &refusal),
     }
 }
 
@@ -169,15 +176,4 @@ pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<Full<Bytes>
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     response
-}
-
-fn not_found(app: &App, path: &str) -> Response<Full<Bytes>> {
-    plain(
-        StatusCode::NOT_FOUND,
-        format!(
-            "no such scenario handler: {path}\nroutes: POST /{{scenario}}/{{run|continue|commit|apply}} \
-             (scenarios: {}), POST /{{run|continue|commit|apply}} for the default scenario\n",
-            app.dispatcher.registry().listed()
-        ),
-    )
 }

@@ -142,6 +142,18 @@ async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Ser
     TestApp { addr, grpc_addr, http, shutdown: Some(tx), server: Some(server) }
 }
 
+/// Serves `app` on port 0 (the main address only), as `serve` would.
+pub async fn serve_app(app: App) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+    let addr = listener.local_addr().expect("local addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(server::serve(listener, Arc::new(app), async move {
+        let _ = rx.await;
+    }));
+    let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
+    TestApp { addr, grpc_addr: None, http, shutdown: Some(tx), server: Some(server) }
+}
+
 /// A registry of one scenario.
 pub fn registry_of(name: &str, scenario: Arc<dyn Scenario>) -> Registry {
     let mut registry = Registry::new();

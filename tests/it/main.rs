@@ -26,3 +26,5 @@ mod metrics;
 mod modules;
 #[cfg(unix)]
 mod python_tools;
+mod refusals;
+mod router;
