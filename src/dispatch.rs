@@ -13,7 +13,9 @@
 //!    retry whose first call is being answered;
 //! 4. **run** the scenario inside the call's deadline (work that overruns it
 //!    may finish in the background, to complete the cache entry);
-//! 5. **encode** the scenario's answer as the handler's binary response;
+//! 5. **encode** the scenario's answer as the handler's binary response,
+//!    inside the run's work: work finishing in the background still
+//!    completes the cache entry with the bytes a repeat is given;
 //! 6. **log** the summary line and record the metrics.
 //!
 //! Transports hand over a [`Call`] and get a [`Reply`]: the binary answer,

@@ -92,6 +92,8 @@ impl<'a> Setup<'a> {
 
     /// Serves `path` (axum syntax: `/llm/calls/{id}`) with `route`. Routes
     /// other than `POST /{scenario}/{handler}` go through the server's router.
+    /// An answer that streams for long takes the server's `Shutdown`
+    /// (`crate::app::Shutdown`, an extractor) and ends when it fires.
     pub fn route(&mut self, path: &str, route: axum::routing::MethodRouter) {
         self.routes.push((path.to_owned(), route));
     }

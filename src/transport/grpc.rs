@@ -9,9 +9,12 @@
 //! scenario when absent). Like HTTP's 200, protocol failures (bad body, missing
 //! `RequestId`, timeout, scenario error) are OK responses carrying the protocol
 //! `Error`; gRPC statuses are kept for what the protocol cannot answer: an
-//! unknown scenario (`NOT_FOUND`), an unknown method (`UNIMPLEMENTED`), `Run`
-//! under overload (`RESOURCE_EXHAUSTED`) and a message over the body limit
-//! (`OUT_OF_RANGE`, from tonic's decoder).
+//! unknown method (`UNIMPLEMENTED`), a message over the body limit
+//! (`OUT_OF_RANGE`, from tonic's decoder), and each [`Refusal`], mapped once
+//! by [`status`]: an unknown scenario (`NOT_FOUND`), `Run` under overload
+//! (`RESOURCE_EXHAUSTED`), a caller the authenticator refuses
+//! (`UNAUTHENTICATED`), a message that does not arrive in time
+//! (`DEADLINE_EXCEEDED`).
 
 use std::{
     convert::Infallible,
