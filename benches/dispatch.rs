@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use megamind_scenario::{
+    app::App,
     codec::Format,
     config::Config,
     dispatch::{Call, Transport},
     scenario::Handler,
     scenarios,
-    server::App,
 };
 use tracing_subscriber::{EnvFilter, fmt};
 
@@ -49,7 +49,7 @@ fn dispatch(c: &mut Criterion) {
                         format: Format::Binary,
                         started: Instant::now(),
                         client_timeout: None,
-                        user_ticket: None,
+                        meta: Default::default(),
                         transport: Transport::Http,
                     };
                     let scenario = app.dispatcher.scenario(Some("demo")).unwrap();

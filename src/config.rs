@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     dispatch::DispatchLimits,
-    rules::{budget::Budgets, idempotency::Limits},
-    server::ConnectionLimits,
+    rules::{budget::Budgets, connections::ConnectionLimits, idempotency::Limits},
 };
 
 mod listen;

@@ -1,13 +1,30 @@
-//! The one implementation behind every transport: decode, deduplicate, admit,
-//! run the scenario inside its budget, encode, log.
+//! The one implementation behind every transport: a pipeline of small
+//! named steps, each a function of [`Dispatcher`]:
 //!
-//! Transports hand over a [`Call`] (raw body, format, arrival time) and get a
-//! [`Reply`] holding the binary answer; they only frame it. Every answer is a
-//! well-formed response of the handler's type: failures inside a routed call
-//! become the protocol `Error`, never a transport error, except `/run` under
-//! overload, which the transport refuses (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
-//! Admission comes after the idempotency cache: a repeat is replayed, or
-//! waits for its first call, even at the concurrency limit.
+//! 1. **authenticate** ([`Authenticator`]), before anything else is done for
+//!    the call: a cached answer is never given to a caller who could not
+//!    have asked for it;
+//! 2. **decode** the body into the handler's request type and its `RequestId`;
+//! 3. **cache lookup** by `RequestId`: a repeat replays the first call's
+//!    answer, or waits for it. Admission (the concurrency limit) is asked
+//!    only by a call that would lead, so repeats replay or wait at any load.
+//!    This is deliberate: a repeat runs no scenario work, only holds its
+//!    connection until its deadline, and refusing it under load would fail a
+//!    retry whose first call is being answered;
+//! 4. **run** the scenario inside the call's deadline (work that overruns it
+//!    may finish in the background, to complete the cache entry);
+//! 5. **encode** the scenario's answer as the handler's binary response,
+//!    inside the run's work: work finishing in the background still
+//!    completes the cache entry with the bytes a repeat is given;
+//! 6. **log** the summary line and record the metrics.
+//!
+//! Transports hand over a [`Call`] and get a [`Reply`]: the binary answer,
+//! which they only frame, or a [`Refusal`], which each maps once to its own
+//! terms. Every answer is a well-formed response of the handler's type:
+//! failures inside a routed call become the protocol `Error`, never a
+//! transport error. The dispatcher refuses only `/run` under overload (the
+//! other handlers answer the `Error` `overloaded`) and what the
+//! authenticator refuses.
 
 use std::{any::Any, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
@@ -16,14 +33,22 @@ use futures_util::FutureExt;
 use prost_reflect::MessageDescriptor;
 use tokio::time::Instant;
 
+mod authenticator;
+pub mod call;
+mod request;
 mod wire;
 
+pub use authenticator::{AcceptAll, Authenticator};
+pub use call::{Call, CallMeta, Outcome, Refusal, Reply, Transport};
+pub use request::MAX_REQUEST_ID;
 pub use wire::{error_body, response_descriptor};
 
-use self::wire::encode;
+use self::{
+    request::{Request, log_text},
+    wire::encode,
+};
 use crate::{
     codec::{self, Format},
-    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
     rules::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Key, Lease, Lookup},
@@ -33,80 +58,6 @@ use crate::{
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
 };
-
-/// Which transport a call came by, for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// HTTP/1.1 or h2c with binary, JSON or text bodies.
-    Http,
-    /// gRPC.
-    Grpc,
-}
-
-impl Transport {
-    /// The label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Http => "http",
-            Transport::Grpc => "grpc",
-        }
-    }
-}
-
-/// One handler call as a transport received it.
-#[derive(Debug)]
-pub struct Call {
-    /// The handler.
-    pub handler: Handler,
-    /// The request body as received.
-    pub body: Bytes,
-    /// The body's format.
-    pub format: Format,
-    /// When the request arrived: the budget counts from here.
-    pub started: Instant,
-    /// How long the client said it waits (gRPC `grpc-timeout`), when it did:
-    /// a call is answered within the shorter of this and the handler's budget.
-    pub client_timeout: Option<Duration>,
-    /// `X-Ya-User-Ticket`, when present.
-    pub user_ticket: Option<String>,
-    /// The transport.
-    pub transport: Transport,
-}
-
-/// What the transport sends back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    /// The binary response message of the handler's type.
-    Answer(Bytes),
-    /// `/run` refused under overload.
-    Overloaded,
-}
-
-/// How a call ended, for the log line and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The scenario answered.
-    Ok,
-    /// A repeat answered with the first call's answer.
-    Replay,
-    /// A repeat that waited for the first call past its deadline: answered
-    /// `timeout`, but no budget of its own was overrun.
-    ReplayTimeout,
-    /// A protocol `Error` (its `Type`), or `overloaded` for a refused `/run`.
-    Error(&'static str),
-}
-
-impl Outcome {
-    /// The label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Replay => "replay",
-            Outcome::ReplayTimeout => "replay_timeout",
-            Outcome::Error(kind) => kind,
-        }
-    }
-}
 
 /// Server-side limits the dispatcher applies.
 #[derive(Debug, Clone)]
@@ -133,11 +84,12 @@ pub struct Dispatcher {
     cache: IdempotencyCache,
     admission: Admission,
     metrics: ServerMetrics,
+    authenticator: Arc<dyn Authenticator>,
 }
 
 impl Dispatcher {
-    /// A dispatcher over `registry`; `default_scenario` serves `/run` and the
-    /// other un-prefixed paths.
+    /// A dispatcher over `registry` that lets every caller in ([`AcceptAll`]);
+    /// `default_scenario` serves `/run` and the other un-prefixed paths.
     pub fn new(
         registry: Registry,
         default_scenario: Option<&str>,
@@ -152,7 +104,13 @@ impl Dispatcher {
         let default_scenario = default_scenario.and_then(|name| registry.get(name)).map(|r| r.name.clone());
         metrics.watch_cache(&cache);
         metrics.watch_admission(&admission);
-        Dispatcher { registry, default_scenario, limits, cache, admission, metrics }
+        let authenticator = Arc::new(AcceptAll);
+        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, authenticator }
+    }
+
+    /// The same dispatcher, asking `authenticator` about every call.
+    pub fn with_authenticator(self, authenticator: Arc<dyn Authenticator>) -> Dispatcher {
+        Dispatcher { authenticator, ..self }
     }
 
     /// The metrics calls are recorded in.
@@ -176,92 +134,174 @@ impl Dispatcher {
     }
 
     /// Answers one call of `scenario` and logs its summary line.
-    pub async fn dispatch(&self, scenario: &Registered, call: Call) -> Reply {
+    pub async fn dispatch(&self, scenario: &Registered, mut call: Call) -> Reply {
         let mut request_id = String::new();
-        let (reply, outcome) = self.handle(scenario, &call, &mut request_id).await;
-        if let (Reply::Answer(body), true) = (&reply, logging::bodies_enabled()) {
-            log_body("answer", response_descriptor(call.handler), body);
-        }
-        let latency = call.started.elapsed();
-        let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
-        self.metrics.observe(&scenario.name, handler, transport, outcome, latency);
-        logging::summary(transport, &scenario.name, handler, &request_id, outcome, latency);
+        let (reply, outcome) = self.handle(scenario, &mut call, &mut request_id).await;
+        self.log(scenario, &call, &request_id, &reply, outcome);
         reply
     }
 
-    async fn handle(&self, registered: &Registered, call: &Call, request_id: &mut String) -> (Reply, Outcome) {
-        let handler = call.handler;
-        let scenario = &registered.scenario;
-        let failure = |kind: &'static str, message: String| {
-            (Reply::Answer(error_body(handler, scenario.version(), kind, message)), Outcome::Error(kind))
-        };
-        let request = match Request::decode(handler, &call.body, call.format) {
-            Ok(request) => request,
-            Err(error) => return failure("bad_request", error.to_string()),
-        };
-        *request_id = request.request_id().to_owned();
-        if request_id.is_empty() {
-            return failure("bad_request", "BaseRequest.RequestId is missing or empty".into());
+    /// The steps up to the reply; `request_id` is filled in once decoded.
+    async fn handle(&self, registered: &Registered, call: &mut Call, request_id: &mut String) -> (Reply, Outcome) {
+        if let Err(refusal) = self.authenticate(registered, call) {
+            let outcome = Outcome::Error(refusal.error_type());
+            return (Reply::Refused(refusal), outcome);
         }
+        let request = match self.decode(registered, call, request_id) {
+            Ok(request) => request,
+            Err(failed) => return failed,
+        };
+        let deadline = Deadline::new(&self.limits.budgets, call);
+        let lead = match self.lookup(registered, call.handler, request_id, &deadline).await {
+            Ok(lead) => lead,
+            Err(answered) => return answered,
+        };
+        // Moved, not cloned: the call needs its tickets no more.
+        let meta = std::mem::take(&mut call.meta);
+        let ctx = CallContext { request_id: request_id.clone(), deadline: deadline.at, meta };
+        self.run(registered, call.handler, request, ctx, lead, &deadline).await
+    }
+
+    /// Step 1: whether the caller may make this call at all.
+    fn authenticate(&self, registered: &Registered, call: &Call) -> Result<(), Refusal> {
+        self.authenticator.authenticate(&registered.name, call.handler, &call.meta)
+    }
+
+    /// Step 2: the request, its `RequestId` copied into `request_id`.
+    fn decode(
+        &self,
+        registered: &Registered,
+        call: &Call,
+        request_id: &mut String,
+    ) -> Result<Request, (Reply, Outcome)> {
+        let request = Request::decode(call.handler, &call.body, call.format)
+            .map_err(|error| failure(registered, call.handler, "bad_request", error.to_string()))?;
+        request.request_id().clone_into(request_id);
         if logging::bodies_enabled() {
             request.log();
         }
-        let budgets = &self.limits.budgets;
-        let budget = budgets.of(handler);
-        let client_timeout = call.client_timeout.filter(|client| *client < budget);
-        let deadline = match client_timeout {
-            Some(client) => call.started + client.saturating_sub(budgets.reserve),
-            None => budgets.deadline(handler, call.started),
-        };
-        let limit = || match client_timeout {
-            Some(client) => format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
-            None => format!("the {} ms budget of /{handler}", budget.as_millis()),
-        };
-        // The cache before admission: a repeat replays, or waits for the first
-        // call, whatever the load; only a call that leads runs the scenario and
-        // needs a slot. Waiters take none: they hold no scenario work, only
-        // their connection, and end by their deadline.
+        Ok(request)
+    }
+
+    /// Step 3: the call's entry in the idempotency cache. A repeat is
+    /// answered here (replayed, or after waiting for its first call); a call
+    /// that would lead asks admission for a slot, and leads with it.
+    async fn lookup(
+        &self,
+        registered: &Registered,
+        handler: Handler,
+        request_id: &str,
+        deadline: &Deadline,
+    ) -> Result<Lead, (Reply, Outcome)> {
+        // Waiters take no slot: they hold no scenario work, only their
+        // connection, and end by their deadline.
         let mut permit = None;
         let may_lead = || {
             permit = self.admission.try_admit(handler);
             permit.is_some()
         };
+        let fail = |kind, message| failure(registered, handler, kind, message);
         match self.cache.begin_if(Key::new(registered.id, handler, request_id), may_lead) {
-            Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
-            Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline, waiter.wait()).await {
+            Lookup::Lead(lease) => Ok(Lead { lease, permit }),
+            Lookup::Hit(body) => Err((Reply::Answer(body), Outcome::Replay)),
+            Lookup::Wait(waiter) => Err(match tokio::time::timeout_at(deadline.at, waiter.wait()).await {
                 Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
-                Ok(None) => failure("internal", "the first call with this RequestId failed without an answer".into()),
+                Ok(None) => fail("internal", "the first call with this RequestId failed without an answer".into()),
                 Err(_) => {
-                    let message = format!("the first call with this RequestId did not answer within {}", limit());
-                    let (reply, _) = failure("timeout", message);
-                    (reply, Outcome::ReplayTimeout)
+                    let limit = deadline.limit();
+                    let message = format!("the first call with this RequestId did not answer within {limit}");
+                    (fail("timeout", message).0, Outcome::ReplayTimeout)
                 }
-            },
-            Lookup::Refused => match handler {
-                Handler::Run => (Reply::Overloaded, Outcome::Error("overloaded")),
-                _ => failure("overloaded", "the server is at its concurrency limit".into()),
-            },
-            Lookup::Full => failure(
+            }),
+            Lookup::Refused => Err(match handler {
+                Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
+                _ => fail("overloaded", "the server is at its concurrency limit".into()),
+            }),
+            Lookup::Full => Err(fail(
                 "overloaded",
                 format!("the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"),
-            ),
-            Lookup::Lead(lease) => {
-                let ctx =
-                    CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
-                let mut work = Box::pin(run_scenario(scenario.clone(), handler, request, ctx, lease));
-                // Most scenarios answer on the first poll: no timer for them.
-                if let Some((body, outcome)) = (&mut work).now_or_never() {
-                    return (Reply::Answer(body), outcome);
-                }
-                tokio::select! {
-                    biased;
-                    (body, outcome) = &mut work => (Reply::Answer(body), outcome),
-                    () = tokio::time::sleep_until(deadline) => {
-                        detach(work, permit, self.limits.detach_limit);
-                        failure("timeout", format!("the scenario did not answer within {}", limit()))
-                    }
-                }
+            )),
+        }
+    }
+
+    /// Steps 4 and 5: runs the scenario and encodes its answer, within the
+    /// deadline; past it, the work goes on in the background holding its
+    /// slot and the call answers `timeout`.
+    async fn run(
+        &self,
+        registered: &Registered,
+        handler: Handler,
+        request: Request,
+        ctx: CallContext,
+        Lead { lease, permit }: Lead,
+        deadline: &Deadline,
+    ) -> (Reply, Outcome) {
+        let mut work = Box::pin(run_scenario(registered.scenario.clone(), handler, request, ctx, lease));
+        // Most scenarios answer on the first poll: no timer for them.
+        if let Some((body, outcome)) = (&mut work).now_or_never() {
+            return (Reply::Answer(body), outcome);
+        }
+        tokio::select! {
+            biased;
+            (body, outcome) = &mut work => (Reply::Answer(body), outcome),
+            () = tokio::time::sleep_until(deadline.at) => {
+                detach(work, permit, self.limits.detach_limit);
+                let message = format!("the scenario did not answer within {}", deadline.limit());
+                failure(registered, handler, "timeout", message)
             }
+        }
+    }
+
+    /// Step 6: the summary line, the metrics, and at `debug` the answer.
+    fn log(&self, scenario: &Registered, call: &Call, request_id: &str, reply: &Reply, outcome: Outcome) {
+        if let (Reply::Answer(body), true) = (reply, logging::bodies_enabled()) {
+            log_body("answer", response_descriptor(call.handler), body);
+        }
+        let latency = call.started.elapsed();
+        let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
+        self.metrics.observe(&scenario.name, handler, transport, outcome, latency);
+        logging::summary(transport, &scenario.name, handler, request_id, outcome, latency);
+    }
+}
+
+/// The protocol `Error` answer of `kind`.
+fn failure(registered: &Registered, handler: Handler, kind: &'static str, message: String) -> (Reply, Outcome) {
+    (Reply::Answer(error_body(handler, registered.scenario.version(), kind, message)), Outcome::Error(kind))
+}
+
+/// What a call that leads holds: its cache entry, to complete with its
+/// answer, and its admission slot.
+struct Lead {
+    lease: Lease,
+    permit: Option<Permit>,
+}
+
+/// When a call must be answered: the handler's budget, or the client's
+/// shorter deadline.
+struct Deadline {
+    at: Instant,
+    handler: Handler,
+    budget: Duration,
+    /// The client's timeout, when shorter than the budget.
+    client: Option<Duration>,
+}
+
+impl Deadline {
+    fn new(budgets: &Budgets, call: &Call) -> Deadline {
+        let (handler, budget) = (call.handler, budgets.of(call.handler));
+        let client = call.client_timeout.filter(|client| *client < budget);
+        let at = match client {
+            Some(client) => call.started + client.saturating_sub(budgets.reserve),
+            None => budgets.deadline(handler, call.started),
+        };
+        Deadline { at, handler, budget, client }
+    }
+
+    /// What the deadline is, for messages.
+    fn limit(&self) -> String {
+        match self.client {
+            Some(client) => format!("the client's deadline of {} ms (grpc-timeout)", client.as_millis()),
+            None => format!("the {} ms budget of /{}", self.budget.as_millis(), self.handler),
         }
     }
 }
@@ -274,78 +314,6 @@ fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit:
         // Past the limit the work is dropped; its lease then frees the entry.
         let _ = tokio::time::timeout(limit, work).await;
     });
-}
-
-/// A decoded request of either type.
-enum Request {
-    Run(TScenarioRunRequest),
-    Apply(TScenarioApplyRequest),
-}
-
-/// Longest `BaseRequest.RequestId` accepted, in bytes: it keys the cache and
-/// is written into every log line.
-pub const MAX_REQUEST_ID: usize = 256;
-
-/// Why a request body was refused before any scenario saw it.
-#[derive(Debug, thiserror::Error)]
-enum BadRequest {
-    #[error(transparent)]
-    Codec(#[from] codec::CodecError),
-    #[error("BaseRequest.RequestId is {0} bytes long, over the limit of {MAX_REQUEST_ID}")]
-    RequestIdTooLong(usize),
-    #[error("{0} is nested deeper than the limit of {max} levels", max = codec::depth::MAX_DEPTH)]
-    TooDeep(&'static str),
-}
-
-impl Request {
-    fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
-        let request = match handler {
-            Handler::Run => Request::Run(codec::decode(body, format)?),
-            _ => Request::Apply(codec::decode(body, format)?),
-        };
-        let length = request.request_id().len();
-        if length > MAX_REQUEST_ID {
-            return Err(BadRequest::RequestIdTooLong(length));
-        }
-        // JSON and text were measured whole as they were parsed; binary `Any`
-        // payloads are still bytes, which a printer or a scenario may expand.
-        if format == Format::Binary {
-            request.check_any_depth()?;
-        }
-        Ok(request)
-    }
-
-    fn request_id(&self) -> &str {
-        self.base().map_or("", |b| b.request_id.as_str())
-    }
-
-    fn base(&self) -> Option<&TScenarioBaseRequest> {
-        match self {
-            Request::Run(r) => r.base_request.as_ref(),
-            Request::Apply(r) => r.base_request.as_ref(),
-        }
-    }
-
-    /// Measures the `Any` fields of a request: `BaseRequest.State` sits at
-    /// level 3 (request, `BaseRequest`, `State`), `Arguments` at level 2.
-    fn check_any_depth(&self) -> Result<(), BadRequest> {
-        use codec::depth::check_any;
-        if let Some(state) = self.base().and_then(|b| b.state.as_ref()) {
-            check_any(state, 3).map_err(|_| BadRequest::TooDeep("BaseRequest.State"))?;
-        }
-        if let Request::Apply(TScenarioApplyRequest { arguments: Some(arguments), .. }) = self {
-            check_any(arguments, 2).map_err(|_| BadRequest::TooDeep("Arguments"))?;
-        }
-        Ok(())
-    }
-
-    fn log(&self) {
-        let text = match self {
-            Request::Run(r) => codec::redact::redacted_text(r),
-            Request::Apply(r) => codec::redact::redacted_text(r),
-        };
-        log_text("request", text);
-    }
 }
 
 /// Runs the scenario, encodes its answer and completes the lease with it.
@@ -408,10 +376,5 @@ fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
     log_text(what, text);
 }
 
-/// Writes a body's text to the debug log (the log line caps its length).
-fn log_text(what: &str, text: Result<String, impl std::fmt::Display>) {
-    match text {
-        Ok(text) => tracing::debug!(target: logging::ACCESS_TARGET, "{what}\n{text}"),
-        Err(error) => tracing::debug!(target: logging::ACCESS_TARGET, "{what} not printable: {error}"),
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -6,17 +6,29 @@
 //! # Layout
 //! - [`proto`]: generated protocol types and the descriptor pool.
 //! - [`codec`]: binary, JSON and text format; our text printer; redaction.
-//! - [`scenario`]: the `Scenario` trait, handlers, errors, the registry.
+//! - [`scenario`]: the `Scenario` trait, handlers, errors, the caller's
+//!   tickets (`CallMeta`), the registry, what a scenario module registers.
 //! - [`scenarios`]: the built-in scenarios, one module each (`demo`, ...).
-//! - [`dispatch`]: the one implementation behind every transport.
-//! - [`rules`]: budget, idempotency cache, overload, logging, metrics.
+//! - [`dispatch`]: the call pipeline behind every transport (authenticate,
+//!   decode, cache lookup, run, encode, log); `Call`, `Reply`, `Refusal`.
+//! - [`rules`]: budget, idempotency cache, overload, connection limits,
+//!   logging, metrics.
 //! - [`store`]: the single-flight store the idempotency cache and scenarios share.
-//! - [`transport`]: HTTP and gRPC adapters onto the dispatcher.
-//! - [`server`]: the accept loop, health, readiness and graceful drain.
-//! - [`config`] and [`cli`]: configuration and the command line.
+//! - [`app`]: the server's shared state (`App`): dispatcher, limits, the
+//!   routes scenarios registered, the drain signal (`Shutdown`).
+//! - [`transport`]: the HTTP fast path, the router for every other HTTP
+//!   request, and gRPC; each maps a `Refusal` once.
+//! - [`server`]: the accept loop, connections, and graceful drain.
+//! - [`config`] and [`cli`]: configuration and the command line; `cli` is
+//!   the composition root, the one place that names the scenarios it hosts.
 //! - [`upstream`]: outbound HTTP clients.
 //! - [`client`]: a protocol client that plays a scenario as Megamind does.
+//!
+//! Dependencies point one way: `server` → `transport` → `app` → `dispatch`
+//! → `scenario`. `tests/it/modules.rs` checks that top-level modules form
+//! no cycle and that core modules name no scenario.
 
+pub mod app;
 pub mod cli;
 pub mod client;
 pub mod codec;

@@ -1,8 +1,9 @@
 //! The rules the server enforces for every scenario, whatever the transport:
-//! the time budget, idempotency by `RequestId`, overload admission, and the
-//! request log.
+//! the time budget, idempotency by `RequestId`, overload admission, limits
+//! on connections, and the request log.
 
 pub mod budget;
+pub mod connections;
 pub mod idempotency;
 pub mod logging;
 pub mod metrics;

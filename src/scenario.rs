@@ -4,6 +4,7 @@
 //! `continue`, `commit` and `apply`. The server around it enforces the budget,
 //! idempotency, overload and logging, so a scenario holds only its own logic.
 
+pub mod meta;
 pub mod module;
 pub mod registry;
 
@@ -19,7 +20,8 @@ use crate::proto::n_alice::n_scenarios::{
     TScenarioRunRequest, TScenarioRunResponse,
 };
 
-pub use module::{Flag, ScenarioModule, Setup, SetupError};
+pub use meta::CallMeta;
+pub use module::{BuildError, Flag, ScenarioModule, Setup, SetupError};
 pub use registry::Registry;
 
 /// The scenario handlers Megamind calls.
@@ -68,8 +70,8 @@ pub struct CallContext {
     pub request_id: String,
     /// When the server answers `timeout` if the scenario has not answered.
     pub deadline: Instant,
-    /// The TVM user ticket (`X-Ya-User-Ticket`) when the user is logged in.
-    pub user_ticket: Option<String>,
+    /// The caller's tickets, as it sent them.
+    pub meta: CallMeta,
 }
 
 /// A failure a scenario reports; the server answers it as the protocol

@@ -5,8 +5,8 @@ pub mod assistant;
 pub mod demo;
 
 use crate::{
-    config::{Config, ConfigError},
-    scenario::{Registry, ScenarioModule, module},
+    config::Config,
+    scenario::{BuildError, Registry, ScenarioModule, module},
 };
 
 /// Every built-in scenario, as `serve` hosts them.
@@ -17,6 +17,6 @@ pub fn modules() -> Vec<Box<dyn ScenarioModule>> {
 /// The built-in scenarios configured by `config`, their metrics in
 /// `metrics`: what tests and embedders host. Routes the scenarios register
 /// need [`module::build_all`], which `serve` uses.
-pub fn builtin(config: &Config, metrics: &prometheus::Registry) -> Result<Registry, ConfigError> {
+pub fn builtin(config: &Config, metrics: &prometheus::Registry) -> Result<Registry, BuildError> {
     Ok(module::build_all(&modules(), &config.scenarios, metrics)?.registry)
 }

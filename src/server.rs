@@ -1,24 +1,20 @@
 //! The server: accepts connections (HTTP/1.1 keep-alive and h2c on one
-//! address), serves them, and drains them on shutdown. gRPC requests
-//! (`application/grpc*`) go to [`GrpcRoutes`], everything else to HTTP.
+//! address), serves them, and drains them on shutdown. Each request goes to
+//! one transport: gRPC (`application/grpc*`) to [`GrpcRoutes`], a `POST`
+//! naming a scenario handler to the HTTP fast path, anything else to the
+//! router. When draining starts, [`App::shutdown`] fires, ending long-lived
+//! answers while the connections are still served.
 //!
 //! [`serve`] takes its listener and a shutdown future, so tests bind port 0
 //! and run as many servers as they like.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::{Request, Response, body::Incoming};
 use tokio::{net::TcpListener, sync::Semaphore};
+use tonic::codegen::Service;
 
 mod accept;
 mod activity;
@@ -26,84 +22,14 @@ mod connections;
 
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
-pub use connections::ConnectionLimits;
 use connections::{Connections, Stage};
 
-use crate::{
-    config::{Config, ConfigError},
-    dispatch::Dispatcher,
-    rules::{
-        budget::Budgets,
-        idempotency::IdempotencyCache,
-        metrics::{ConnectionMetrics, ServerMetrics},
-        overload::Admission,
-    },
-    scenario::Registry,
-    transport::{
-        grpc::{self, GrpcRoutes},
-        http,
-    },
+// Re-exported for the composition root, which builds the state and serves it.
+use crate::transport::{
+    grpc::{self, GrpcRoutes},
+    http, router,
 };
-
-/// Everything a connection needs, shared by all of them.
-#[derive(Debug)]
-pub struct App {
-    /// Runs calls under the server's rules.
-    pub dispatcher: Dispatcher,
-    /// Largest request body accepted, in bytes.
-    pub body_limit: usize,
-    /// How long `/readyz` says "draining" while the server still serves,
-    /// before it stops accepting: time for load balancers to notice.
-    pub shutdown_delay: Duration,
-    /// How long in-flight requests may take to finish once accepting stopped.
-    pub drain_timeout: Duration,
-    /// Per-handler budgets: a request's body must arrive within its handler's.
-    pub budgets: Budgets,
-    /// Connection count, timeouts and HTTP/2 streams.
-    pub connection_limits: ConnectionLimits,
-    /// Open connections, waits for a free slot, closes by reason.
-    pub connection_metrics: ConnectionMetrics,
-    draining: AtomicBool,
-}
-
-impl App {
-    /// Builds the server state for `config` over the scenarios of `registry`.
-    pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
-        App::with_metrics(config, registry, ServerMetrics::new())
-    }
-
-    /// As [`App::new`], recording into `metrics` (whose registry the
-    /// scenarios may already have registered their own collectors in).
-    pub fn with_metrics(config: &Config, registry: Registry, metrics: ServerMetrics) -> Result<App, ConfigError> {
-        if registry.get(&config.default_scenario).is_none() {
-            return Err(ConfigError(vec![format!(
-                "default_scenario {:?} is not registered (scenarios: {})",
-                config.default_scenario,
-                registry.listed()
-            )]));
-        }
-        let cache = IdempotencyCache::new(config.cache_limits());
-        let admission = Admission::new(config.max_in_flight, config.priority_reserve);
-        let limits = config.dispatch_limits();
-        let connection_metrics = ConnectionMetrics::register(metrics.registry());
-        let dispatcher = Dispatcher::new(registry, Some(&config.default_scenario), limits, cache, admission, metrics);
-        Ok(App {
-            dispatcher,
-            body_limit: config.body_limit,
-            shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
-            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
-            budgets: config.budgets(),
-            connection_limits: config.connection_limits(),
-            connection_metrics,
-            draining: AtomicBool::new(false),
-        })
-    }
-
-    /// Whether shutdown has started (`/readyz` answers 503 then).
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-}
+pub use crate::{app::App, rules::connections::ConnectionLimits};
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
@@ -149,7 +75,9 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
     let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
     // One shared handle per listener: a request clones one `Arc`, not each part.
-    let routing = |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), grpc_only });
+    let router = router::router(app.clone());
+    let routing =
+        |grpc_only| Arc::new(Routing { app: app.clone(), grpc: grpc.clone(), router: router.clone(), grpc_only });
     let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
     bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
     let metrics = app.connection_metrics.clone();
@@ -157,7 +85,7 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let slots = Arc::new(Semaphore::new(accept::connection_cap(app.connection_limits.max_connections)));
     let acceptor = Acceptor { bound, slots, metrics };
     acceptor.run_until(shutdown, &connections).await;
-    app.draining.store(true, Ordering::Release);
+    app.start_draining();
     connections.enter(Stage::Draining);
     grpc.set_serving(false).await;
     if !app.shutdown_delay.is_zero() {
@@ -182,24 +110,29 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
 struct Routing {
     app: Arc<App>,
     grpc: GrpcRoutes,
+    router: axum::Router,
     /// Refuse everything but gRPC (the separate gRPC address).
     grpc_only: bool,
 }
 
-/// Sends gRPC to its routes and everything else to the HTTP handler.
-async fn route(
-    routing: Arc<Routing>,
-    request: Request<Incoming>,
-) -> Result<Response<Either<Full<Bytes>, tonic::body::Body>>, Infallible> {
+/// An answer of any transport. The fast path's is not boxed: it is one
+/// buffer, and boxing it would cost an allocation per call.
+type AnyBody = Either<Full<Bytes>, Either<tonic::body::Body, axum::body::Body>>;
+
+/// Sends gRPC to its routes, scenario calls to the HTTP fast path, and
+/// everything else to the router.
+async fn route(routing: Arc<Routing>, request: Request<Incoming>) -> Result<Response<AnyBody>, Infallible> {
     let version = request.version();
     let mut response = if grpc::is_grpc(&request) {
-        routing.grpc.clone().handle(request).await.map(Either::Right)
+        routing.grpc.clone().handle(request).await.map(|body| Either::Right(Either::Left(body)))
     } else if routing.grpc_only {
         let reason = "this address serves gRPC only (Content-Type: application/grpc); HTTP is on the main address\n";
         http::plain(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE, reason).map(Either::Left)
+    } else if let Some(target) = http::fast_path(&routing.app, &request) {
+        http::handle(&routing.app, target, request).await.map(Either::Left)
     } else {
-        // Not boxed: the HTTP answer is one buffer, and boxing it costs an allocation per call.
-        http::handle(&routing.app, request).await?.map(Either::Left)
+        let Ok(response) = routing.router.clone().call(request).await;
+        response.map(|body| Either::Right(Either::Right(body)))
     };
     if routing.app.is_draining() {
         // The client reconnects, and the balancer sends it to a server that stays.

@@ -37,6 +37,20 @@ fn flags_win_over_their_environment_and_set_wins_over_both() {
 }
 
 #[test]
+fn a_scenario_s_flags_and_their_variables_reach_its_table() {
+    let args = ["--llm-model", "qwen", "--llm-run-wait-ms", "120", "--llm-stream", "false"];
+    let loaded = serve_with(&args, &[("MEGAMIND_LLM_API_KEY", "sk-from-env")]).unwrap();
+    let assistant = &loaded.config.scenarios["assistant"];
+    assert_eq!(assistant["model"].as_str(), Some("qwen"));
+    assert_eq!(assistant["run_wait_ms"].as_integer(), Some(120));
+    assert_eq!(assistant["stream"].as_bool(), Some(false));
+    assert_eq!(assistant["api_key"].as_str(), Some("sk-from-env"));
+    let printed = loaded.to_toml();
+    assert!(printed.contains("run_wait_ms = 120") && !printed.contains("sk-from-env"), "{printed}");
+    module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).expect("it builds");
+}
+
+#[test]
 fn cache_flags_set_the_commit_reserve() {
     let limits = serve(&["--cache-commit-max-entries", "10", "--cache-commit-max-bytes", "4096"]).cache_limits();
     assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));

@@ -26,7 +26,8 @@ use crate::{
         },
     },
     scenario::Handler,
-    transport::{grpc::SCENARIO_KEY, http::USER_TICKET},
+    scenario::meta::USER_TICKET,
+    transport::grpc::SCENARIO_KEY,
 };
 
 /// The transport to one server.

@@ -109,18 +109,6 @@ fn typed(default: Option<&toml::Value>, raw: &str) -> Result<toml::Value, String
     }
 }
 
-/// `over` merged into `base`, table by table; other values replaced.
-pub fn merge(base: &mut toml::Table, over: toml::Table) {
-    for (key, value) in over {
-        match (base.get_mut(&key), value) {
-            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
-            (_, value) => {
-                base.insert(key, value);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,12 +158,5 @@ mod tests {
         let sources = Sources { file: None, overrides: vec![set_by("budget.rn_ms", "5")] };
         let error = sources.load(&Config::defaults_table()).unwrap_err().to_string();
         assert!(error.contains("rn_ms"), "{error}");
-    }
-
-    #[test]
-    fn tables_merge_key_by_key() {
-        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
-        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
-        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
     }
 }

@@ -92,6 +92,8 @@ impl<'a> Setup<'a> {
 
     /// Serves `path` (axum syntax: `/llm/calls/{id}`) with `route`. Routes
     /// other than `POST /{scenario}/{handler}` go through the server's router.
+    /// An answer that streams for long takes the server's `Shutdown`
+    /// (`crate::app::Shutdown`, an extractor) and ends when it fires.
     pub fn route(&mut self, path: &str, route: axum::routing::MethodRouter) {
         self.routes.push((path.to_owned(), route));
     }
@@ -148,7 +150,7 @@ pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
 pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
     let mut table = module.defaults();
     if let Some(configured) = configured {
-        crate::config::sources::merge(&mut table, configured.clone());
+        merge(&mut table, configured.clone());
     }
     table
 }
@@ -161,7 +163,7 @@ pub fn build_all(
     modules: &[Box<dyn ScenarioModule>],
     tables: &std::collections::BTreeMap<String, toml::Table>,
     metrics: &prometheus::Registry,
-) -> Result<Built, crate::config::ConfigError> {
+) -> Result<Built, BuildError> {
     let mut errors = Vec::new();
     let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
     for name in tables.keys().filter(|name| !names.contains(&name.as_str())) {
@@ -188,5 +190,34 @@ pub fn build_all(
             }
         }
     }
-    if errors.is_empty() { Ok(built) } else { Err(crate::config::ConfigError(errors)) }
+    if errors.is_empty() { Ok(built) } else { Err(BuildError(errors)) }
+}
+
+/// Why the scenarios could not be built: every problem found, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid scenario configuration:\n  - {}", .0.join("\n  - "))]
+pub struct BuildError(pub Vec<String>);
+
+/// `over` merged into `base`, table by table; other values replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_merge_key_by_key() {
+        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
+        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
+        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
+    }
 }

@@ -220,7 +220,8 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_requests_are_declined_with_a_reason() {
-        let ctx = CallContext { request_id: "r".into(), deadline: tokio::time::Instant::now(), user_ticket: None };
+        let ctx =
+            CallContext { request_id: "r".into(), deadline: tokio::time::Instant::now(), meta: Default::default() };
         let answer = Demo::new().run(TScenarioRunRequest::default(), ctx).await.unwrap().into_owned();
         assert!(answer.features.unwrap().is_irrelevant);
         let Some(t_scenario_run_response::Response::ResponseBody(body)) = answer.response else { panic!("no body") };

@@ -9,9 +9,12 @@
 //! scenario when absent). Like HTTP's 200, protocol failures (bad body, missing
 //! `RequestId`, timeout, scenario error) are OK responses carrying the protocol
 //! `Error`; gRPC statuses are kept for what the protocol cannot answer: an
-//! unknown scenario (`NOT_FOUND`), an unknown method (`UNIMPLEMENTED`), `Run`
-//! under overload (`RESOURCE_EXHAUSTED`) and a message over the body limit
-//! (`OUT_OF_RANGE`, from tonic's decoder).
+//! unknown method (`UNIMPLEMENTED`), a message over the body limit
+//! (`OUT_OF_RANGE`, from tonic's decoder), and each [`Refusal`], mapped once
+//! by [`status`]: an unknown scenario (`NOT_FOUND`), `Run` under overload
+//! (`RESOURCE_EXHAUSTED`), a caller the authenticator refuses
+//! (`UNAUTHENTICATED`), a message that does not arrive in time
+//! (`DEADLINE_EXCEEDED`).
 
 use std::{
     convert::Infallible,
@@ -37,12 +40,11 @@ use tonic::{
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
+    app::App,
     codec::Format,
-    dispatch::{Call, Reply, Transport},
+    dispatch::{Call, CallMeta, Refusal, Reply, Transport},
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
-    server::App,
-    transport::http::USER_TICKET,
 };
 
 /// The metadata key naming the scenario to call.
@@ -167,8 +169,9 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let budget = app.budgets.of(handler);
     let limit = client_timeout.map_or(budget, |client| client.min(budget));
     let deadline = started + limit;
-    let request = request.map(|body| Body::new(BodyDeadline { body, deadline, limit, timer: None }));
-    let method = Method { app: app.clone(), scenario, handler, started, client_timeout };
+    let request = request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None }));
+    let meta = CallMeta::from_headers(request.headers());
+    let method = Method { app: app.clone(), scenario, handler, started, client_timeout, meta };
     Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await
 }
 
@@ -176,6 +179,7 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
 struct BodyDeadline {
     body: Body,
     deadline: tokio::time::Instant,
+    handler: Handler,
     limit: Duration,
     /// Set the first time the body is not ready: most messages arrive at once.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -194,8 +198,7 @@ impl hyper::body::Body for BodyDeadline {
         if timer.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        let ms = self.limit.as_millis();
-        Poll::Ready(Some(Err(Status::deadline_exceeded(format!("the request message did not arrive within {ms} ms")))))
+        Poll::Ready(Some(Err(status(&Refusal::BodyTooSlow { handler: self.handler, limit: self.limit }))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -221,7 +224,28 @@ fn method_handler(path: &str) -> Option<Handler> {
 
 fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
     let known = app.dispatcher.registry().listed();
-    Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {known}")).into_http()
+    status(&Refusal::UnknownScenario { name: name.to_owned(), known }).into_http()
+}
+
+/// The gRPC status of each refusal.
+pub fn status(refusal: &Refusal) -> Status {
+    match refusal {
+        Refusal::Overloaded => Status::resource_exhausted("overloaded: Run is refused, retry later"),
+        Refusal::Unauthenticated(why) => Status::unauthenticated(format!("unauthenticated: {why}")),
+        Refusal::UnknownScenario { name, known } => {
+            Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {known}"))
+        }
+        Refusal::BodyTooLarge { limit } => {
+            Status::out_of_range(format!("request message is over the limit of {limit} bytes"))
+        }
+        Refusal::BodyTooSlow { limit, .. } => {
+            Status::deadline_exceeded(format!("the request message did not arrive within {} ms", limit.as_millis()))
+        }
+        Refusal::BodyUnreadable(why) => Status::invalid_argument(format!("cannot read the request message: {why}")),
+        Refusal::UnsupportedMediaType(value) => {
+            Status::invalid_argument(format!("unsupported content-type {value:?} for gRPC"))
+        }
+    }
 }
 
 /// The header a gRPC client states its deadline in.
@@ -253,6 +277,7 @@ struct Method {
     handler: Handler,
     started: Instant,
     client_timeout: Option<Duration>,
+    meta: CallMeta,
 }
 
 impl UnaryService<Bytes> for Method {
@@ -260,21 +285,21 @@ impl UnaryService<Bytes> for Method {
     type Future = BoxFuture<'static, Result<tonic::Response<Bytes>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let user_ticket = request.metadata().get(USER_TICKET).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let call = Call {
             handler: self.handler,
             body: request.into_inner(),
             format: Format::Binary,
             started: self.started,
             client_timeout: self.client_timeout,
-            user_ticket,
+            // Called once per request: the tickets move into the call.
+            meta: std::mem::take(&mut self.meta),
             transport: Transport::Grpc,
         };
         let (app, scenario) = (self.app.clone(), self.scenario.clone());
         Box::pin(async move {
             match app.dispatcher.dispatch(&scenario, call).await {
                 Reply::Answer(body) => Ok(tonic::Response::new(body)),
-                Reply::Overloaded => Err(Status::resource_exhausted("overloaded: Run is refused, retry later")),
+                Reply::Refused(refusal) => Err(status(&refusal)),
             }
         })
     }

@@ -65,7 +65,7 @@ impl Scripted {
     /// Records `request`; its `BaseRequest`.
     fn record(&self, handler: Handler, request: TScenarioApplyRequest, ctx: &CallContext) -> TScenarioBaseRequest {
         let base = request.base_request.clone().unwrap_or_default();
-        self.seen.lock().unwrap().push(Seen { handler, request, user_ticket: ctx.user_ticket.clone() });
+        self.seen.lock().unwrap().push(Seen { handler, request, user_ticket: ctx.meta.user_ticket.clone() });
         base
     }
 

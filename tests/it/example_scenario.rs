@@ -61,6 +61,8 @@ async fn the_example_scenario_answers_next_to_the_built_in_ones() {
     assert_eq!(speech(&silent), (true, "Мне нечего повторить."), "declines with a reason");
     let (_, metrics) = app.get("/metrics").await;
     assert!(metrics.contains("megamind_echo_repeats_total 1"), "its own metric: {metrics}");
+    let (status, last) = app.get("/echo/last").await;
+    assert_eq!((status.as_u16(), last.as_str()), (200, "привет, мир"), "its own route");
 
     let assistant = run(&app, "assistant", "assistant-1", "открой Safari").await;
     assert_eq!(speech(&assistant), (false, "Открываю Safari."));

@@ -147,14 +147,23 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
 pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
     let metrics = ServerMetrics::new();
     let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
-    spawn_with_metrics(config, built.registry, metrics).await
+    spawn_with_routes(config, built.registry, metrics, built.routes).await
 }
 
-async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
+async fn spawn_with_metrics(config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
+    spawn_with_routes(config, registry, metrics, Vec::new()).await
+}
+
+async fn spawn_with_routes(
+    mut config: Config,
+    registry: Registry,
+    metrics: ServerMetrics,
+    routes: Vec<(String, axum::routing::MethodRouter)>,
+) -> TestApp {
     if registry.get(&config.default_scenario).is_none() {
         config.default_scenario = registry.names().next().expect("a scenario").to_owned();
     }
-    let app = Arc::new(App::with_metrics(&config, registry, metrics).expect("valid test configuration"));
+    let app = Arc::new(App::with_routes(&config, registry, metrics, routes).expect("valid test configuration"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");
     let grpc_only = match config.grpc_addr {
@@ -169,6 +178,18 @@ async fn spawn_with_metrics(mut config: Config, registry: Registry, metrics: Ser
     }));
     let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
     TestApp { addr, grpc_addr, http, shutdown: Some(tx), server: Some(server) }
+}
+
+/// Serves `app` on port 0 (the main address only), as `serve` would.
+pub async fn serve_app(app: App) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+    let addr = listener.local_addr().expect("local addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(server::serve(listener, Arc::new(app), async move {
+        let _ = rx.await;
+    }));
+    let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
+    TestApp { addr, grpc_addr: None, http, shutdown: Some(tx), server: Some(server) }
 }
 
 /// A registry of one scenario.

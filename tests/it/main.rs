@@ -25,5 +25,8 @@ mod idempotency;
 mod interop;
 mod lifecycle;
 mod metrics;
+mod modules;
 #[cfg(unix)]
 mod python_tools;
+mod refusals;
+mod router;

@@ -116,7 +116,7 @@ pub struct TicketEcho;
 impl Scenario for TicketEcho {
     async fn run(&self, _: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
         Ok(TScenarioRunResponse {
-            version: ctx.user_ticket.unwrap_or_else(|| "no ticket".into()),
+            version: ctx.meta.user_ticket.unwrap_or_else(|| "no ticket".into()),
             ..Default::default()
         }
         .into())

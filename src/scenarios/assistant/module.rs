@@ -176,23 +176,6 @@ mod tests {
     }
 
     #[test]
-    fn the_flags_and_their_variables_reach_the_table_through_serve() {
-        let env = |name: &str| (name == "MEGAMIND_LLM_API_KEY").then(|| "sk-from-env".to_owned());
-        let argv =
-            ["megamind-scenario", "serve", "--llm-model", "qwen", "--llm-run-wait-ms", "120", "--llm-stream", "false"];
-        let Ok(crate::cli::Parsed::Serve(command)) = crate::cli::parse(argv, crate::scenarios::modules(), &env) else {
-            panic!("serve parses")
-        };
-        let loaded = command.loaded;
-        let table = crate::scenario::module::table_of(&AssistantModule, loaded.config.scenarios.get(NAME));
-        let config: AssistantConfig = parse_table(NAME, table).unwrap();
-        assert_eq!((config.model.as_str(), config.run_wait_ms, config.stream), ("qwen", 120, false));
-        assert_eq!(config.api_key.expose(), "sk-from-env");
-        let printed = loaded.to_toml();
-        assert!(printed.contains("run_wait_ms = 120") && !printed.contains("sk-from-env"), "{printed}");
-    }
-
-    #[test]
     fn the_api_key_never_shows() {
         let table: toml::Table = "api_key = \"sk-very-secret\"".parse().unwrap();
         let config: AssistantConfig = parse_table(NAME, table.clone()).unwrap();

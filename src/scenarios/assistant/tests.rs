@@ -77,7 +77,7 @@ fn assistant(backend: Arc<Scripted>, config: AssistantConfig) -> (Assistant, pro
 fn ctx(request_id: &str) -> CallContext {
     // Deadlines on tokio's clock, which the tests pause and advance.
     let deadline = Instant::now() + Duration::from_millis(290);
-    CallContext { request_id: request_id.into(), deadline, user_ticket: None }
+    CallContext { request_id: request_id.into(), deadline, meta: Default::default() }
 }
 
 fn run_request(request_id: &str, words: &str, state: Option<Any>) -> TScenarioRunRequest {

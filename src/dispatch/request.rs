@@ -1,0 +1,96 @@
+//! The decode step: a request body of either type, checked against the
+//! limits a scenario must not have to think about (`RequestId` length,
+//! nesting of `Any` payloads).
+
+use crate::{
+    codec::{self, Format},
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
+    rules::logging,
+    scenario::Handler,
+};
+
+/// Longest `BaseRequest.RequestId` accepted, in bytes: it keys the cache and
+/// is written into every log line.
+pub const MAX_REQUEST_ID: usize = 256;
+
+/// A decoded request of either type.
+pub(super) enum Request {
+    Run(TScenarioRunRequest),
+    Apply(TScenarioApplyRequest),
+}
+
+/// Why a request body was refused before any scenario saw it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BadRequest {
+    #[error(transparent)]
+    Codec(#[from] codec::CodecError),
+    #[error("BaseRequest.RequestId is missing or empty")]
+    NoRequestId,
+    #[error("BaseRequest.RequestId is {0} bytes long, over the limit of {MAX_REQUEST_ID}")]
+    RequestIdTooLong(usize),
+    #[error("{0} is nested deeper than the limit of {max} levels", max = codec::depth::MAX_DEPTH)]
+    TooDeep(&'static str),
+}
+
+impl Request {
+    pub(super) fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
+        let request = match handler {
+            Handler::Run => Request::Run(codec::decode(body, format)?),
+            _ => Request::Apply(codec::decode(body, format)?),
+        };
+        let length = request.request_id().len();
+        if length > MAX_REQUEST_ID {
+            return Err(BadRequest::RequestIdTooLong(length));
+        }
+        // JSON and text were measured whole as they were parsed; binary `Any`
+        // payloads are still bytes, which a printer or a scenario may expand.
+        if format == Format::Binary {
+            request.check_any_depth()?;
+        }
+        if length == 0 {
+            return Err(BadRequest::NoRequestId);
+        }
+        Ok(request)
+    }
+
+    pub(super) fn request_id(&self) -> &str {
+        self.base().map_or("", |b| b.request_id.as_str())
+    }
+
+    fn base(&self) -> Option<&TScenarioBaseRequest> {
+        match self {
+            Request::Run(r) => r.base_request.as_ref(),
+            Request::Apply(r) => r.base_request.as_ref(),
+        }
+    }
+
+    /// Measures the `Any` fields of a request: `BaseRequest.State` sits at
+    /// level 3 (request, `BaseRequest`, `State`), `Arguments` at level 2.
+    fn check_any_depth(&self) -> Result<(), BadRequest> {
+        use codec::depth::check_any;
+        if let Some(state) = self.base().and_then(|b| b.state.as_ref()) {
+            check_any(state, 3).map_err(|_| BadRequest::TooDeep("BaseRequest.State"))?;
+        }
+        if let Request::Apply(TScenarioApplyRequest { arguments: Some(arguments), .. }) = self {
+            check_any(arguments, 2).map_err(|_| BadRequest::TooDeep("Arguments"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the redacted request to the debug log.
+    pub(super) fn log(&self) {
+        let text = match self {
+            Request::Run(r) => codec::redact::redacted_text(r),
+            Request::Apply(r) => codec::redact::redacted_text(r),
+        };
+        log_text("request", text);
+    }
+}
+
+/// Writes a body's text to the debug log (the log line caps its length).
+pub(super) fn log_text(what: &str, text: Result<String, impl std::fmt::Display>) {
+    match text {
+        Ok(text) => tracing::debug!(target: logging::ACCESS_TARGET, "{what}\n{text}"),
+        Err(error) => tracing::debug!(target: logging::ACCESS_TARGET, "{what} not printable: {error}"),
+    }
+}

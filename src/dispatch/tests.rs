@@ -1,0 +1,88 @@
+use std::sync::Arc;
+
+use prost::Message;
+use tokio::time::Instant;
+
+use super::*;
+use crate::{
+    proto::n_alice::n_scenarios::{TScenarioBaseRequest, TScenarioRunRequest, TScenarioRunResponse},
+    rules::idempotency::Limits,
+    scenario::{ScenarioResult, meta::CallMeta},
+};
+
+/// Answers every `/run` with its user ticket as `Version`.
+struct Echo;
+
+#[async_trait::async_trait]
+impl Scenario for Echo {
+    async fn run(&self, _: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        Ok(TScenarioRunResponse { version: ctx.meta.user_ticket.unwrap_or_default(), ..Default::default() }.into())
+    }
+}
+
+/// Lets in only callers with a user ticket.
+#[derive(Debug)]
+struct TicketRequired;
+
+impl Authenticator for TicketRequired {
+    fn authenticate(&self, scenario: &str, handler: Handler, meta: &CallMeta) -> Result<(), Refusal> {
+        match meta.user_ticket {
+            Some(_) => Ok(()),
+            None => Err(Refusal::Unauthenticated(format!("/{scenario}/{handler} needs a user ticket"))),
+        }
+    }
+}
+
+fn dispatcher(max_in_flight: usize) -> Dispatcher {
+    let mut registry = Registry::new();
+    registry.register("echo", Arc::new(Echo)).unwrap();
+    let cache = IdempotencyCache::new(Limits::default());
+    let admission = Admission::new(max_in_flight, 0);
+    Dispatcher::new(registry, Some("echo"), DispatchLimits::default(), cache, admission, ServerMetrics::new())
+}
+
+fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
+    let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
+    Call {
+        handler: Handler::Run,
+        body: TScenarioRunRequest { base_request, ..Default::default() }.encode_to_vec().into(),
+        format: Format::Binary,
+        started: Instant::now(),
+        client_timeout: None,
+        meta: CallMeta { service_ticket: None, user_ticket: user_ticket.map(str::to_owned) },
+        transport: Transport::Http,
+    }
+}
+
+fn version(reply: Reply) -> String {
+    let Reply::Answer(body) = reply else { panic!("an answer: {reply:?}") };
+    TScenarioRunResponse::decode(body).unwrap().version
+}
+
+#[tokio::test]
+async fn the_scenario_gets_the_callers_tickets() {
+    let dispatcher = dispatcher(8);
+    let echo = dispatcher.scenario(None).unwrap();
+    assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("3:user:u"))).await), "3:user:u");
+}
+
+#[tokio::test]
+async fn a_refused_caller_gets_no_cached_answer() {
+    let dispatcher = dispatcher(8).with_authenticator(Arc::new(TicketRequired));
+    let echo = dispatcher.scenario(None).unwrap();
+    assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("3:user:u"))).await), "3:user:u");
+    // The answer of `r1` is cached now; a caller without a ticket is still refused.
+    let refused = dispatcher.dispatch(echo, run_call("r1", None)).await;
+    assert_eq!(refused, Reply::Refused(Refusal::Unauthenticated("/echo/run needs a user ticket".into())));
+    assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("another"))).await), "3:user:u");
+}
+
+#[tokio::test]
+async fn run_is_refused_at_the_limit_but_a_repeat_replays() {
+    let dispatcher = dispatcher(8);
+    let echo = dispatcher.scenario(None).unwrap();
+    assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("first"))).await), "first");
+    let _held: Vec<_> = std::iter::from_fn(|| dispatcher.admission.try_admit(Handler::Run)).collect();
+    assert_eq!(dispatcher.dispatch(echo, run_call("r2", None)).await, Reply::Refused(Refusal::Overloaded));
+    assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", None)).await), "first");
+}

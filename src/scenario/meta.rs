@@ -1,0 +1,48 @@
+//! What the caller says about itself besides the request message: the TVM
+//! tickets Megamind sends in headers (gRPC metadata are HTTP/2 headers, so
+//! both transports read them from one [`http::HeaderMap`] with
+//! [`CallMeta::from_headers`]).
+
+use http::HeaderMap;
+
+/// The header Megamind puts its own TVM service ticket in.
+pub const SERVICE_TICKET: &str = "x-ya-service-ticket";
+
+/// The header Megamind puts the user's TVM ticket in.
+pub const USER_TICKET: &str = "x-ya-user-ticket";
+
+/// The caller's credentials as it sent them, unchecked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallMeta {
+    /// `X-Ya-Service-Ticket`: who calls (Megamind), when present.
+    pub service_ticket: Option<String>,
+    /// `X-Ya-User-Ticket`: on whose behalf, when the user is logged in.
+    pub user_ticket: Option<String>,
+}
+
+impl CallMeta {
+    /// Reads the tickets from HTTP headers or gRPC metadata; a value that is
+    /// not visible ASCII counts as absent.
+    pub fn from_headers(headers: &HeaderMap) -> CallMeta {
+        let ticket = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
+        CallMeta { service_ticket: ticket(SERVICE_TICKET), user_ticket: ticket(USER_TICKET) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_are_read_by_their_header_names() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(CallMeta::from_headers(&headers), CallMeta::default());
+        headers.insert("X-Ya-Service-Ticket", "3:serv:s".parse().unwrap());
+        headers.insert(USER_TICKET, "3:user:u".parse().unwrap());
+        let meta = CallMeta::from_headers(&headers);
+        assert_eq!(meta.service_ticket.as_deref(), Some("3:serv:s"));
+        assert_eq!(meta.user_ticket.as_deref(), Some("3:user:u"));
+        headers.insert(USER_TICKET, http::HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(CallMeta::from_headers(&headers).user_ticket, None);
+    }
+}

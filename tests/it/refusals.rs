@@ -1,0 +1,58 @@
+//! Refusals as each transport says them: what the authenticator refuses is
+//! HTTP 401 and gRPC `UNAUTHENTICATED`, for every handler, before the cache.
+
+use std::sync::Arc;
+
+use megamind_scenario::{
+    app::App,
+    codec::Format,
+    config::Config,
+    dispatch::{Authenticator, CallMeta, Refusal},
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
+    scenario::Handler,
+    scenarios::demo::Demo,
+};
+use tonic::Code;
+
+use crate::helpers::{fixture, fixture_body, grpc_client, grpc_request, registry_of, serve_app};
+
+/// Lets in only callers with a service ticket.
+#[derive(Debug)]
+struct ServiceTicketRequired;
+
+impl Authenticator for ServiceTicketRequired {
+    fn authenticate(&self, _scenario: &str, handler: Handler, meta: &CallMeta) -> Result<(), Refusal> {
+        match meta.service_ticket {
+            Some(_) => Ok(()),
+            None => Err(Refusal::Unauthenticated(format!("/{handler} needs a service ticket"))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_caller_the_authenticator_refuses_is_unauthenticated_on_both_transports() {
+    let app = App::new(&Config::default(), registry_of("demo", Arc::new(Demo::new()))).unwrap();
+    let app = serve_app(app.with_authenticator(Arc::new(ServiceTicketRequired))).await;
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let ticketed = |path: &str| {
+        app.http
+            .post(app.url(path))
+            .header("content-type", "application/protobuf")
+            .header("x-ya-service-ticket", "3:serv")
+    };
+    assert_eq!(ticketed("/demo/run").body(body.clone()).send().await.unwrap().status(), 200);
+    // The same RequestId, answered and cached, is still refused without a ticket.
+    let answer = app.post("/demo/run", "application/protobuf", None, body).await;
+    assert_eq!(answer.status(), 401);
+    assert_eq!(answer.text().await.unwrap(), "unauthenticated: /run needs a service ticket\n");
+    let commit = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+    assert_eq!(app.post("/demo/commit", "application/protobuf", None, commit).await.status(), 401);
+
+    let mut client = grpc_client(&app).await;
+    let status = client.run(grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), None)).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let mut ticketed = grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), None);
+    ticketed.metadata_mut().insert("x-ya-service-ticket", "3:serv".parse().unwrap());
+    client.run(ticketed).await.expect("a ticketed call is answered");
+    assert_eq!(app.get("/healthz").await.0, 200, "the server's own routes ask no ticket");
+}
