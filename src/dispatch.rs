@@ -26,12 +26,13 @@ use crate::{
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
     rules::{
         budget::Budgets,
-        idempotency::{IdempotencyCache, Key, Lease, Lookup},
+        idempotency::{IdempotencyCache, Leading},
         logging,
         metrics::ServerMetrics,
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
+    store::{Begin, Key, Lease, StoreError, Waited},
 };
 
 /// Which transport a call came by, for logs and metrics.
@@ -222,57 +223,104 @@ impl Dispatcher {
         // needs a slot. Waiters take none: they hold no scenario work, only
         // their connection, and end by their deadline.
         let mut permit = None;
-        let may_lead = || {
+        let mut may_lead = || {
             permit = self.admission.try_admit(handler);
             permit.is_some()
         };
-        match self.cache.begin_if(Key::new(registered.id, handler, request_id), may_lead) {
-            Lookup::Hit(body) => (Reply::Answer(body), Outcome::Replay),
-            Lookup::Wait(waiter) => match tokio::time::timeout_at(deadline, waiter.wait()).await {
-                Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
-                Ok(None) => failure("internal", "the first call with this RequestId failed without an answer".into()),
-                Err(_) => {
-                    let message = format!("the first call with this RequestId did not answer within {}", limit());
-                    let (reply, _) = failure("timeout", message);
-                    (reply, Outcome::ReplayTimeout)
-                }
-            },
-            Lookup::Refused => match handler {
-                Handler::Run => (Reply::Overloaded, Outcome::Error("overloaded")),
-                _ => failure("overloaded", "the server is at its concurrency limit".into()),
-            },
-            Lookup::Full => failure(
-                "overloaded",
-                format!("the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"),
-            ),
-            Lookup::Lead(lease) => {
-                let ctx =
-                    CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
-                let mut work = Box::pin(run_scenario(scenario.clone(), handler, request, ctx, lease));
-                // Most scenarios answer on the first poll: no timer for them.
-                if let Some((body, outcome)) = (&mut work).now_or_never() {
-                    return (Reply::Answer(body), outcome);
-                }
-                tokio::select! {
-                    biased;
-                    (body, outcome) = &mut work => (Reply::Answer(body), outcome),
-                    () = tokio::time::sleep_until(deadline) => {
-                        detach(work, permit, self.limits.detach_limit);
-                        failure("timeout", format!("the scenario did not answer within {}", limit()))
-                    }
-                }
+        let leading = match self.lead_or_replay(registered, handler, request_id, deadline, &limit, &mut may_lead).await
+        {
+            Ok(leading) => leading,
+            Err(answered) => return answered,
+        };
+        let ctx = CallContext { request_id: request_id.clone(), deadline, user_ticket: call.user_ticket.clone() };
+        let mut work = Box::pin(run_scenario(scenario.clone(), handler, request, ctx));
+        // Most scenarios answer on the first poll: no timer for them.
+        if let Some(finished) = (&mut work).now_or_never() {
+            return finished.end(leading).await;
+        }
+        tokio::select! {
+            biased;
+            finished = &mut work => finished.end(leading).await,
+            () = tokio::time::sleep_until(deadline) => {
+                let lease = leading.into_lease();
+                detach(work, self.cache.clone(), lease, permit, deadline + self.limits.detach_limit);
+                failure("timeout", format!("the scenario did not answer within {}", limit()))
             }
+        }
+    }
+
+    /// The idempotency cache's say on a call: `Ok` with the lease when the
+    /// call leads, else the answer (a replay, the end of a wait for the
+    /// first call, or a refusal).
+    async fn lead_or_replay(
+        &self,
+        registered: &Registered,
+        handler: Handler,
+        request_id: &str,
+        deadline: Instant,
+        limit: impl Fn() -> String,
+        may_lead: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Leading<'_>, (Reply, Outcome)> {
+        let failure = |kind: &'static str, message: String| {
+            Err((
+                Reply::Answer(error_body(handler, registered.scenario.version(), kind, message)),
+                Outcome::Error(kind),
+            ))
+        };
+        let unavailable = |error: StoreError| failure("unavailable", format!("the idempotency cache failed: {error}"));
+        // Work past its budget may go on until the detach limit: its lease lasts as long.
+        let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
+        let key = Key::new(&registered.name, handler, request_id);
+        let waiter = match self.cache.begin(key, lease_ttl, may_lead).await {
+            Ok(Begin::Lead(lease)) => return Ok(self.cache.leading(lease)),
+            Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
+            Ok(Begin::Wait(waiter)) => waiter,
+            Ok(Begin::Refused) => {
+                return match handler {
+                    Handler::Run => Err((Reply::Overloaded, Outcome::Error("overloaded"))),
+                    _ => failure("overloaded", "the server is at its concurrency limit".into()),
+                };
+            }
+            Ok(Begin::Full) => {
+                return failure(
+                    "overloaded",
+                    format!(
+                        "the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"
+                    ),
+                );
+            }
+            Err(error) => return unavailable(error),
+        };
+        match self.cache.wait(&waiter, deadline).await {
+            Ok(Waited::Done(body)) => Err((Reply::Answer(body), Outcome::Replay)),
+            Ok(Waited::Abandoned) => {
+                failure("internal", "the first call with this RequestId failed without an answer".into())
+            }
+            Ok(Waited::TimedOut) => {
+                let message = format!("the first call with this RequestId did not answer within {}", limit());
+                failure("timeout", message).map_err(|(reply, _)| (reply, Outcome::ReplayTimeout))
+            }
+            Err(error) => unavailable(error),
         }
     }
 }
 
 /// Lets work that overran its budget finish in the background, holding its
 /// admission slot, so that its answer still completes the idempotency entry.
-fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit: Option<Permit>, limit: Duration) {
+/// At `until` the work is dropped and its lease abandoned.
+fn detach(
+    work: impl Future<Output = Finished> + Send + 'static,
+    cache: IdempotencyCache,
+    lease: Lease,
+    permit: Option<Permit>,
+    until: Instant,
+) {
     tokio::spawn(async move {
         let _permit = permit;
-        // Past the limit the work is dropped; its lease then frees the entry.
-        let _ = tokio::time::timeout(limit, work).await;
+        let answer = tokio::time::timeout_at(until, work).await.ok().and_then(Finished::into_kept);
+        if let Err(error) = cache.end(lease, answer).await {
+            tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
+        }
     });
 }
 
@@ -348,15 +396,35 @@ impl Request {
     }
 }
 
-/// Runs the scenario, encodes its answer and completes the lease with it.
-/// A panic becomes an `internal` error and leaves nothing in the cache.
-async fn run_scenario(
-    scenario: Arc<dyn Scenario>,
-    handler: Handler,
-    request: Request,
-    ctx: CallContext,
-    lease: Lease,
-) -> (Bytes, Outcome) {
+/// What a scenario's work ended with.
+struct Finished {
+    body: Bytes,
+    outcome: Outcome,
+    /// Whether repeats may replay the answer: not after a panic, so that a
+    /// retry runs again.
+    keep: bool,
+}
+
+impl Finished {
+    /// The answer to keep for repeats, if any.
+    fn into_kept(self) -> Option<Bytes> {
+        self.keep.then_some(self.body)
+    }
+
+    /// Ends the lease with this answer and gives it back to the caller. An
+    /// answer the cache could not keep is still the caller's.
+    async fn end(self, leading: Leading<'_>) -> (Reply, Outcome) {
+        let kept = self.keep.then(|| self.body.clone());
+        if let Err(error) = leading.end(kept).await {
+            tracing::warn!(%error, "an answer was not kept for repeats");
+        }
+        (Reply::Answer(self.body), self.outcome)
+    }
+}
+
+/// Runs the scenario and encodes its answer. A panic becomes an `internal`
+/// error that is not kept.
+async fn run_scenario(scenario: Arc<dyn Scenario>, handler: Handler, request: Request, ctx: CallContext) -> Finished {
     let result = AssertUnwindSafe(call_handler(&*scenario, handler, request, ctx)).catch_unwind().await;
     let (body, outcome) = match result {
         Ok(Ok(body)) => (body, Outcome::Ok),
@@ -365,14 +433,13 @@ async fn run_scenario(
             (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
         }
         Err(panic) => {
-            drop(lease);
             let message = format!("the scenario panicked: {}", panic_message(&*panic));
             tracing::error!(handler = handler.as_str(), "{message}");
-            return (error_body(handler, scenario.version(), "internal", message), Outcome::Error("internal"));
+            let body = error_body(handler, scenario.version(), "internal", message);
+            return Finished { body, outcome: Outcome::Error("internal"), keep: false };
         }
     };
-    lease.complete(body.clone());
-    (body, outcome)
+    Finished { body, outcome, keep: true }
 }
 
 async fn call_handler(
