@@ -413,12 +413,15 @@ impl Finished {
 
     /// Ends the lease with this answer and gives it back to the caller. An
     /// answer the cache could not keep is still the caller's.
-    async fn end(self, leading: Leading<'_>) -> (Reply, Outcome) {
-        let kept = self.keep.then(|| self.body.clone());
-        if let Err(error) = leading.end(kept).await {
-            tracing::warn!(%error, "an answer was not kept for repeats");
+    fn end(self, leading: Leading<'_>) -> impl Future<Output = (Reply, Outcome)> + Send + '_ {
+        // The lease goes to the store's future now, so that no future of ours holds it.
+        let ending = leading.end(self.keep.then(|| self.body.clone()));
+        async move {
+            if let Err(error) = ending.await {
+                tracing::warn!(%error, "an answer was not kept for repeats");
+            }
+            (Reply::Answer(self.body), self.outcome)
         }
-        (Reply::Answer(self.body), self.outcome)
     }
 }
 

@@ -16,9 +16,10 @@
 //!
 //! A store shared by replicas maps onto this trait as follows, say over
 //! Redis. `begin` reads the value key (`GET`), and on a miss claims the entry
-//! with `SET claim:<key> <token> NX PX <lease_ttl>`: the claim set, the caller
-//! leads (`may_lead` asked first, the claim given back with a compare-and-delete
-//! if it says no); not set, it waits. `complete` stores the value with
+//! with `SET claim:<key> <token> NX PX <lease_ttl>`. The claim set, the
+//! caller asks `may_lead` and leads, or, refused, deletes its claim again
+//! (compare-and-delete) and publishes, which ends the wait of any caller
+//! that began waiting meanwhile; not set, it waits. `complete` stores the value with
 //! `SET <key> <value> PX <ttl>` and deletes the claim in one script that first
 //! checks the claim still holds this lease's token, so a lease that ran out
 //! (and was perhaps claimed again) stores nothing; `abandon` is the same
@@ -82,8 +83,9 @@ pub enum StoreError {
     /// The store could not be reached or answered garbage.
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
-    /// A lease or waiter handed to a store other than the one it came from.
-    #[error("a lease or waiter from another store")]
+    /// A lease or waiter whose token this store cannot read: it came from
+    /// another kind of store.
+    #[error("a lease or waiter from another kind of store")]
     Foreign,
 }
 

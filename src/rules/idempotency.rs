@@ -21,7 +21,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use futures_util::FutureExt;
+use futures_util::{FutureExt, future::BoxFuture};
 use tokio::time::Instant;
 
 use super::metrics::CacheCounters;
@@ -49,39 +49,46 @@ impl IdempotencyCache {
         IdempotencyCache { store, counters }
     }
 
+    // `begin`, `wait` and `end` hand the store's future on rather than being
+    // `async fn`s of their own, which would copy the key or the lease into a
+    // future of theirs and grow every call's future by as much.
+
     /// Finds the answer for `key`, or the call to wait for, or makes this
     /// call the first, with a lease lasting `lease_ttl`. A call that would
     /// lead asks `may_lead` first (only then: replays and waits never do) and
     /// is [`Begin::Refused`] with no entry left behind if it says no.
-    pub async fn begin(
-        &self,
+    pub fn begin<'a>(
+        &'a self,
         key: Key,
         lease_ttl: Duration,
-        may_lead: &mut (dyn FnMut() -> bool + Send),
-    ) -> Result<Begin, StoreError> {
+        may_lead: &'a mut (dyn FnMut() -> bool + Send),
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send + 'a {
         let handler = key.handler;
-        let begin = self.store.begin(key, lease_ttl, may_lead).await?;
-        match &begin {
-            Begin::Hit(_) => self.counters.hits.inc(),
-            Begin::Wait(_) => self.counters.waits.inc(),
-            Begin::Lead(_) => self.counters.misses.inc(),
-            Begin::Full => self.counters.refused(handler).inc(),
-            Begin::Refused => {}
+        let begin = self.store.begin(key, lease_ttl, may_lead);
+        async move {
+            let begin = begin.await?;
+            match &begin {
+                Begin::Hit(_) => self.counters.hits.inc(),
+                Begin::Wait(_) => self.counters.waits.inc(),
+                Begin::Lead(_) => self.counters.misses.inc(),
+                Begin::Full => self.counters.refused(handler).inc(),
+                Begin::Refused => {}
+            }
+            Ok(begin)
         }
-        Ok(begin)
     }
 
     /// The first call's answer, or how waiting for it ended.
-    pub async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError> {
-        self.store.wait(waiter, deadline).await
+    pub fn wait<'a>(&'a self, waiter: &'a Waiter, deadline: Instant) -> BoxFuture<'a, Result<Waited, StoreError>> {
+        self.store.wait(waiter, deadline)
     }
 
     /// Ends a lease: with the answer to keep for repeats, or, for `None`,
     /// without one (its waiters get [`Waited::Abandoned`], a retry leads).
-    pub async fn end(&self, lease: Lease, answer: Option<Bytes>) -> Result<(), StoreError> {
+    pub fn end(&self, lease: Lease, answer: Option<Bytes>) -> BoxFuture<'_, Result<(), StoreError>> {
         match answer {
-            Some(answer) => self.store.complete(lease, answer).await,
-            None => self.store.abandon(lease).await,
+            Some(answer) => self.store.complete(lease, answer),
+            None => self.store.abandon(lease),
         }
     }
 
@@ -135,12 +142,12 @@ pub struct Leading<'a> {
     lease: Option<Lease>,
 }
 
-impl Leading<'_> {
+impl<'a> Leading<'a> {
     /// Ends the lease as [`IdempotencyCache::end`] does.
-    pub async fn end(mut self, answer: Option<Bytes>) -> Result<(), StoreError> {
+    pub fn end(mut self, answer: Option<Bytes>) -> BoxFuture<'a, Result<(), StoreError>> {
         match self.lease.take() {
-            Some(lease) => self.cache.end(lease, answer).await,
-            None => Ok(()),
+            Some(lease) => self.cache.end(lease, answer),
+            None => Box::pin(std::future::ready(Ok(()))),
         }
     }
 
