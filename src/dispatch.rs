@@ -51,12 +51,13 @@ use crate::{
     codec::{self, Format},
     rules::{
         budget::Budgets,
-        idempotency::{IdempotencyCache, Key, Lease, Lookup},
+        idempotency::{IdempotencyCache, Leading},
         logging,
         metrics::ServerMetrics,
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, Scenario, ScenarioError, registry::Registered},
+    store::{Begin, Key, Lease, StoreError, Waited},
 };
 
 /// Server-side limits the dispatcher applies.
@@ -192,36 +193,49 @@ impl Dispatcher {
         handler: Handler,
         request_id: &str,
         deadline: &Deadline,
-    ) -> Result<Lead, (Reply, Outcome)> {
+    ) -> Result<Lead<'_>, (Reply, Outcome)> {
         // Waiters take no slot: they hold no scenario work, only their
         // connection, and end by their deadline.
         let mut permit = None;
-        let may_lead = || {
+        let mut may_lead = || {
             permit = self.admission.try_admit(handler);
             permit.is_some()
         };
         let fail = |kind, message| failure(registered, handler, kind, message);
-        match self.cache.begin_if(Key::new(registered.id, handler, request_id), may_lead) {
-            Lookup::Lead(lease) => Ok(Lead { lease, permit }),
-            Lookup::Hit(body) => Err((Reply::Answer(body), Outcome::Replay)),
-            Lookup::Wait(waiter) => Err(match tokio::time::timeout_at(deadline.at, waiter.wait()).await {
-                Ok(Some(body)) => (Reply::Answer(body), Outcome::Replay),
-                Ok(None) => fail("internal", "the first call with this RequestId failed without an answer".into()),
-                Err(_) => {
-                    let limit = deadline.limit();
-                    let message = format!("the first call with this RequestId did not answer within {limit}");
-                    (fail("timeout", message).0, Outcome::ReplayTimeout)
-                }
-            }),
-            Lookup::Refused => Err(match handler {
-                Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
-                _ => fail("overloaded", "the server is at its concurrency limit".into()),
-            }),
-            Lookup::Full => Err(fail(
-                "overloaded",
-                format!("the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"),
-            )),
-        }
+        let unavailable = |error: StoreError| fail("unavailable", format!("the idempotency cache failed: {error}"));
+        // Work past its budget may go on until the detach limit: its lease lasts as long.
+        let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
+        let key = Key::new(&registered.name, handler, request_id);
+        let waiter = match self.cache.begin(key, lease_ttl, &mut may_lead).await {
+            Ok(Begin::Lead(lease)) => return Ok(Lead { leading: self.cache.leading(lease), permit }),
+            Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
+            Ok(Begin::Wait(waiter)) => waiter,
+            Ok(Begin::Refused) => {
+                return Err(match handler {
+                    Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
+                    _ => fail("overloaded", "the server is at its concurrency limit".into()),
+                });
+            }
+            Ok(Begin::Full) => {
+                let message = format!(
+                    "the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"
+                );
+                return Err(fail("overloaded", message));
+            }
+            Err(error) => return Err(unavailable(error)),
+        };
+        Err(match self.cache.wait(&waiter, deadline.at).await {
+            Ok(Waited::Done(body)) => (Reply::Answer(body), Outcome::Replay),
+            Ok(Waited::Abandoned) => {
+                fail("internal", "the first call with this RequestId failed without an answer".into())
+            }
+            Ok(Waited::TimedOut) => {
+                let limit = deadline.limit();
+                let message = format!("the first call with this RequestId did not answer within {limit}");
+                (fail("timeout", message).0, Outcome::ReplayTimeout)
+            }
+            Err(error) => unavailable(error),
+        })
     }
 
     /// Steps 4 and 5: runs the scenario and encodes its answer, within the
@@ -233,19 +247,20 @@ impl Dispatcher {
         handler: Handler,
         request: Request,
         ctx: CallContext,
-        Lead { lease, permit }: Lead,
+        Lead { leading, permit }: Lead<'_>,
         deadline: &Deadline,
     ) -> (Reply, Outcome) {
-        let mut work = Box::pin(run_scenario(registered.scenario.clone(), handler, request, ctx, lease));
+        let mut work = Box::pin(run_scenario(registered.scenario.clone(), handler, request, ctx));
         // Most scenarios answer on the first poll: no timer for them.
-        if let Some((body, outcome)) = (&mut work).now_or_never() {
-            return (Reply::Answer(body), outcome);
+        if let Some(finished) = (&mut work).now_or_never() {
+            return finished.end(leading).await;
         }
         tokio::select! {
             biased;
-            (body, outcome) = &mut work => (Reply::Answer(body), outcome),
+            finished = &mut work => finished.end(leading).await,
             () = tokio::time::sleep_until(deadline.at) => {
-                detach(work, permit, self.limits.detach_limit);
+                let lease = leading.into_lease();
+                detach(work, self.cache.clone(), lease, permit, deadline.at + self.limits.detach_limit);
                 let message = format!("the scenario did not answer within {}", deadline.limit());
                 failure(registered, handler, "timeout", message)
             }
@@ -269,10 +284,10 @@ fn failure(registered: &Registered, handler: Handler, kind: &'static str, messag
     (Reply::Answer(error_body(handler, registered.scenario.version(), kind, message)), Outcome::Error(kind))
 }
 
-/// What a call that leads holds: its cache entry, to complete with its
-/// answer, and its admission slot.
-struct Lead {
-    lease: Lease,
+/// What a call that leads holds: its cache entry, to end with its answer
+/// (abandoned if the call is dropped first), and its admission slot.
+struct Lead<'a> {
+    leading: Leading<'a>,
     permit: Option<Permit>,
 }
 
@@ -308,23 +323,55 @@ impl Deadline {
 
 /// Lets work that overran its budget finish in the background, holding its
 /// admission slot, so that its answer still completes the idempotency entry.
-fn detach(work: impl Future<Output = (Bytes, Outcome)> + Send + 'static, permit: Option<Permit>, limit: Duration) {
+/// At `until` the work is dropped and its lease abandoned.
+fn detach(
+    work: impl Future<Output = Finished> + Send + 'static,
+    cache: IdempotencyCache,
+    lease: Lease,
+    permit: Option<Permit>,
+    until: Instant,
+) {
     tokio::spawn(async move {
         let _permit = permit;
-        // Past the limit the work is dropped; its lease then frees the entry.
-        let _ = tokio::time::timeout(limit, work).await;
+        let answer = tokio::time::timeout_at(until, work).await.ok().and_then(Finished::into_kept);
+        if let Err(error) = cache.end(lease, answer).await {
+            tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
+        }
     });
 }
 
-/// Runs the scenario, encodes its answer and completes the lease with it.
-/// A panic becomes an `internal` error and leaves nothing in the cache.
-async fn run_scenario(
-    scenario: Arc<dyn Scenario>,
-    handler: Handler,
-    request: Request,
-    ctx: CallContext,
-    lease: Lease,
-) -> (Bytes, Outcome) {
+/// What a scenario's work ended with.
+struct Finished {
+    body: Bytes,
+    outcome: Outcome,
+    /// Whether repeats may replay the answer: not after a panic, so that a
+    /// retry runs again.
+    keep: bool,
+}
+
+impl Finished {
+    /// The answer to keep for repeats, if any.
+    fn into_kept(self) -> Option<Bytes> {
+        self.keep.then_some(self.body)
+    }
+
+    /// Ends the lease with this answer and gives it back to the caller. An
+    /// answer the cache could not keep is still the caller's.
+    fn end(self, leading: Leading<'_>) -> impl Future<Output = (Reply, Outcome)> + Send + '_ {
+        // The lease goes to the store's future now, so that no future of ours holds it.
+        let ending = leading.end(self.keep.then(|| self.body.clone()));
+        async move {
+            if let Err(error) = ending.await {
+                tracing::warn!(%error, "an answer was not kept for repeats");
+            }
+            (Reply::Answer(self.body), self.outcome)
+        }
+    }
+}
+
+/// Runs the scenario and encodes its answer. A panic becomes an `internal`
+/// error that is not kept.
+async fn run_scenario(scenario: Arc<dyn Scenario>, handler: Handler, request: Request, ctx: CallContext) -> Finished {
     let result = AssertUnwindSafe(call_handler(&*scenario, handler, request, ctx)).catch_unwind().await;
     let (body, outcome) = match result {
         Ok(Ok(body)) => (body, Outcome::Ok),
@@ -333,14 +380,13 @@ async fn run_scenario(
             (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
         }
         Err(panic) => {
-            drop(lease);
             let message = format!("the scenario panicked: {}", panic_message(&*panic));
             tracing::error!(handler = handler.as_str(), "{message}");
-            return (error_body(handler, scenario.version(), "internal", message), Outcome::Error("internal"));
+            let body = error_body(handler, scenario.version(), "internal", message);
+            return Finished { body, outcome: Outcome::Error("internal"), keep: false };
         }
     };
-    lease.complete(body.clone());
-    (body, outcome)
+    Finished { body, outcome, keep: true }
 }
 
 async fn call_handler(

@@ -11,7 +11,27 @@
 //!
 //! Two rules use it: the idempotency cache (answers by scenario, handler
 //! and `RequestId`) and the assistant's model calls (one call per call id).
-//! Each holds a store of its own with its own bounds.
+//! Each holds a store of its own with its own bounds. [`MemoryStore`] is the
+//! one implementation so far.
+//!
+//! A store shared by replicas maps onto this trait as follows, say over
+//! Redis. `begin` reads the value key (`GET`), and on a miss claims the entry
+//! with `SET claim:<key> <token> NX PX <lease_ttl>`. The claim set, the
+//! caller asks `may_lead` and leads, or, refused, deletes its claim again
+//! (compare-and-delete) and publishes, which ends the wait of any caller
+//! that began waiting meanwhile; not set, it waits. `complete` stores the value with
+//! `SET <key> <value> PX <ttl>` and deletes the claim in one script that first
+//! checks the claim still holds this lease's token, so a lease that ran out
+//! (and was perhaps claimed again) stores nothing; `abandon` is the same
+//! compare-and-delete without a value. Both then `PUBLISH` on the key's
+//! channel. `wait` subscribes to that channel (or polls the value key every
+//! few milliseconds) until its deadline, and reads `Abandoned` from a claim
+//! gone without a value. Expiry is Redis's own, so `purge_expired` does
+//! nothing; `usage` reports what this replica knows (its leases in flight).
+//! The reserve for `/commit` and `/apply` becomes a Redis database or memory
+//! policy of its own (`noeviction`), which answers a write with an error when
+//! full: that error is [`Begin::Full`]. Every network call needs a bound of
+//! its own well inside the 300 ms budget; past it, [`StoreError::Unavailable`].
 
 use std::{any::Any, fmt, sync::Arc, time::Duration};
 
@@ -22,8 +42,10 @@ use tokio::time::Instant;
 use crate::scenario::Handler;
 
 mod key;
+pub mod memory;
 
 pub use key::{Key, RequestId, ScenarioName};
+pub use memory::MemoryStore;
 
 /// What a caller of [`FlightStore::begin`] does next.
 #[derive(Debug)]
@@ -61,6 +83,10 @@ pub enum StoreError {
     /// The store could not be reached or answered garbage.
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// A lease or waiter whose token this store cannot read: it came from
+    /// another kind of store.
+    #[error("a lease or waiter from another kind of store")]
+    Foreign,
 }
 
 /// The store's own handle on an entry, opaque to callers: the in-memory

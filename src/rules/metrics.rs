@@ -13,13 +13,13 @@ use prometheus::{
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
-use crate::scenario::Handler;
+use crate::{scenario::Handler, store::Usage};
 
 /// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
 
-/// A gauge read from the cache at scrape time: name, help, reader.
-type PulledGauge = (&'static str, &'static str, fn(&IdempotencyCache) -> usize);
+/// A gauge read from the cache's usage at scrape time: name, help, reader.
+type PulledGauge = (&'static str, &'static str, fn(&Usage) -> usize);
 
 /// The server's metrics and the registry `/metrics` renders.
 #[derive(Debug, Clone)]
@@ -30,7 +30,8 @@ pub struct ServerMetrics {
     budget_overruns: IntCounterVec,
 }
 
-/// Counters of the idempotency cache, shared with the cache that bumps them.
+/// Counters of the idempotency cache, shared with the cache that bumps them
+/// (and with its memory store, which counts the evictions).
 #[derive(Debug, Clone)]
 pub struct CacheCounters {
     /// Repeats answered from a completed entry.
@@ -53,6 +54,11 @@ impl CacheCounters {
     /// The eviction counter of `handler`.
     pub fn evicted(&self, handler: Handler) -> &IntCounter {
         &self.evicted[handler as usize]
+    }
+
+    /// The eviction counters by handler, for a store to count in.
+    pub fn evictions_by_handler(&self) -> [IntCounter; 4] {
+        self.evicted.clone()
     }
 
     /// The refusal counter of `handler`.
@@ -155,27 +161,24 @@ impl ServerMetrics {
             self.register(Box::new(counter.clone()));
         }
         let pulled: [PulledGauge; 5] = [
-            ("megamind_idempotency_entries", "Answers held by the idempotency cache.", IdempotencyCache::entries),
-            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", IdempotencyCache::bytes),
+            ("megamind_idempotency_entries", "Answers held by the idempotency cache.", |u| u.entries),
+            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", |u| u.bytes),
             (
                 "megamind_idempotency_commit_entries",
                 "/commit and /apply answers held (part of megamind_idempotency_entries).",
-                IdempotencyCache::commit_entries,
+                |u| u.reserved_entries,
             ),
             (
                 "megamind_idempotency_commit_bytes",
                 "Bytes of /commit and /apply answers held (part of megamind_idempotency_bytes).",
-                IdempotencyCache::commit_bytes,
+                |u| u.reserved_bytes,
             ),
-            (
-                "megamind_idempotency_in_flight",
-                "First calls running whose repeats would wait.",
-                IdempotencyCache::in_flight,
-            ),
+            ("megamind_idempotency_in_flight", "First calls running whose repeats would wait.", |u| u.in_flight),
         ];
         for (name, help, read) in pulled {
             let cache = cache.clone();
-            let gauge = PullingGauge::new(name, help, Box::new(move || read(&cache) as f64)).expect("valid metric");
+            let gauge =
+                PullingGauge::new(name, help, Box::new(move || read(&cache.usage()) as f64)).expect("valid metric");
             self.register(Box::new(gauge));
         }
     }

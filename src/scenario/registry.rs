@@ -9,9 +9,6 @@ use super::Scenario;
 pub struct Registered {
     /// The name in paths, metadata and metric labels.
     pub name: Arc<str>,
-    /// A number unique within the registry: the idempotency cache keys by it,
-    /// which costs no shared reference count per call as the name would.
-    pub id: u32,
     /// The scenario itself.
     pub scenario: Arc<dyn Scenario>,
 }
@@ -63,8 +60,7 @@ impl Registry {
             return Err(RegistryError::Duplicate(name.to_owned()));
         }
         let name: Arc<str> = name.into();
-        let id = self.scenarios.len() as u32;
-        self.scenarios.insert(name.clone(), Registered { name, id, scenario });
+        self.scenarios.insert(name.clone(), Registered { name, scenario });
         Ok(self)
     }
 

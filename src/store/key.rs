@@ -1,7 +1,10 @@
 //! What identifies one entry: the scenario's name, the handler and the
 //! `RequestId` (or another id the scenario chooses), short ones kept inline.
 
-use std::fmt;
+use std::{
+    fmt,
+    hash::{Hash, Hasher},
+};
 
 use crate::scenario::Handler;
 
@@ -26,7 +29,7 @@ impl Key {
     /// What keeping `value` under this key costs: the value plus the key and
     /// the bookkeeping around them.
     pub fn cost(&self, value: &[u8]) -> usize {
-        value.len() + self.request_id.as_str().len() + 160
+        value.len() + self.request_id.0.as_bytes().len() + 160
     }
 }
 
@@ -82,7 +85,7 @@ const INLINE: usize = 46;
 
 /// A string, inline when short: a key then costs no allocation, and hashing
 /// or comparing an old entry's key on eviction reads no other memory.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 enum Inline {
     /// Up to [`INLINE`] bytes, zero-padded.
     Short { len: u8, bytes: [u8; INLINE] },
@@ -100,12 +103,31 @@ impl Inline {
         Inline::Short { len: text.len() as u8, bytes }
     }
 
+    /// The text's bytes, read without checking them again as `as_str` does.
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Inline::Short { len, bytes } => &bytes[..usize::from(*len)],
+            Inline::Long(text) => text.as_bytes(),
+        }
+    }
+
     fn as_str(&self) -> &str {
         match self {
             // Only `new` fills the bytes: a whole `str`, so always UTF-8.
             Inline::Short { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
             Inline::Long(text) => text,
         }
+    }
+}
+
+/// Hashes the text alone, not its padding, which would cost every call as
+/// much again. Agrees with `Eq`: a string of up to [`INLINE`] bytes is
+/// always `Short`, so equal texts are equal `Inline`s.
+impl Hash for Inline {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+        // As `str` does, so that the parts of a key cannot run into each other.
+        state.write_u8(0xff);
     }
 }
 
@@ -124,5 +146,20 @@ mod tests {
         }
         assert_ne!(Key::new("a", Handler::Run, "r"), Key::new("b", Handler::Run, "r"), "scenarios part keys");
         assert_ne!(Key::new("a", Handler::Run, "r"), Key::new("a", Handler::Commit, "r"), "so do handlers");
+    }
+
+    #[test]
+    fn keys_hash_by_their_text() {
+        let state = std::hash::RandomState::new();
+        let hash_in = |key: &Key| std::hash::BuildHasher::hash_one(&state, key);
+        let long = "z".repeat(INLINE + 1);
+        for id in ["r-1", long.as_str()] {
+            assert_eq!(hash_in(&Key::new("demo", Handler::Run, id)), hash_in(&Key::new("demo", Handler::Run, id)));
+        }
+        assert_ne!(
+            hash_in(&Key::new("ab", Handler::Run, "c")),
+            hash_in(&Key::new("a", Handler::Run, "bc")),
+            "the parts do not run into each other"
+        );
     }
 }

@@ -18,6 +18,7 @@ use megamind_scenario::{
 
 use crate::{
     helpers::{decode_answer, fixture_body, registry_of, spawn_app},
+    metrics::sample,
     scenarios::Sleepy,
 };
 
@@ -91,4 +92,32 @@ async fn per_handler_budgets_apply() {
         .await;
     let commit: TScenarioCommitResponse = decode_answer(&commit, Format::Binary);
     assert!(matches!(commit.response, Some(t_scenario_commit_response::Response::Success(_))));
+}
+
+#[tokio::test]
+async fn work_dropped_at_the_detach_limit_lets_a_retry_run_again() {
+    let (_, registry) = sleepy_app(Duration::from_secs(5));
+    let mut config = Config::default();
+    config.budget.run_ms = 50;
+    config.detach_limit_ms = 100;
+    let app = spawn_app(config, registry).await;
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let (status, _) = app.post_binary("/sleepy/run", body.clone()).await;
+    assert_eq!(status, 200);
+
+    // Dropped 100 ms past its deadline, the work abandons its lease: no entry is left in flight.
+    let in_flight = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_in_flight") };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight().await != Some(0.0) {
+        assert!(Instant::now() < deadline, "the lease of the dropped work was kept");
+        tokio::task::yield_now().await;
+    }
+    let (status, _) = app.post_binary("/sleepy/run", body).await;
+    assert_eq!(status, 200);
+    let (_, text) = app.get("/metrics").await;
+    let series = |outcome: &str| {
+        format!(r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="sleepy",transport="http"}}"#)
+    };
+    assert_eq!(sample(&text, &series("timeout")), Some(2.0), "the retry ran the scenario again: {text}");
+    assert_eq!(sample(&text, &series("replay_timeout")), None, "{text}");
 }

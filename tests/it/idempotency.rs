@@ -223,3 +223,30 @@ async fn a_repeat_that_times_out_waiting_is_counted_replay_timeout() {
     );
     assert_eq!(counting.runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_first_call_its_client_gave_up_on_lets_a_retry_run_at_once() {
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let app = Arc::new(spawn_app(Config::default(), registry_of("counting", counting.clone())).await);
+    let entered = counting.entered.notified();
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("given-up")).await }
+    });
+    entered.await;
+    first.abort();
+
+    // The server drops the call once its connection closes; the call's lease
+    // goes with it, rather than holding repeats until it runs out.
+    let in_flight = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_in_flight") };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while in_flight().await != Some(0.0) {
+        assert!(std::time::Instant::now() < deadline, "the lease of the dropped call was kept");
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(1);
+    let (status, _) = app.post_binary("/counting/run", run_request("given-up")).await;
+    assert_eq!(status, 200);
+    assert_eq!(counting.runs.load(Ordering::SeqCst), 2, "the retry ran the scenario");
+}

@@ -1,10 +1,10 @@
-//! One bounded share of the cache: its completed answers in completion order
-//! and what they cost.
+//! One bounded share of the memory store: its values in completion order and
+//! what they cost.
 //!
-//! `/run` and `/continue` answers share an evicting pool: past a bound the
-//! oldest answer goes. `/commit` and `/apply` answers have a reserve of their
-//! own that never evicts: a live answer stays for its whole TTL, and a new
-//! call is refused while the reserve is full. With one TTL per pool,
+//! Values of `/run` and `/continue` share an evicting pool: past a bound the
+//! oldest value goes. Values of `/commit` and `/apply` have a reserve of their
+//! own that never evicts: a live value stays for its whole TTL, and a new
+//! lead is refused while the reserve is full. With one TTL per pool,
 //! completion order is also expiry order, so eviction and expiry both pop
 //! from the FIFO's front.
 
@@ -38,9 +38,9 @@ pub(super) type Stale = SmallVec<[(Completed, bool); 4]>;
 /// What happens when a pool is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum WhenFull {
-    /// The oldest answers are evicted.
+    /// The oldest values are evicted.
     Evict,
-    /// New entries are refused; answers leave only when they expire.
+    /// New entries are refused; values leave only when they expire.
     Refuse,
 }
 
@@ -80,8 +80,8 @@ impl Pool {
     }
 
     /// Takes room for one more entry; `false` when a `Refuse` pool is full.
-    /// Its byte bound is checked here, before the answer's size is known,
-    /// so it may be passed by the answers of the entries led meanwhile.
+    /// Its byte bound is checked here, before the value's size is known,
+    /// so it may be passed by the values of the entries led meanwhile.
     pub(super) fn claim(&self) -> bool {
         if self.when_full == WhenFull::Evict {
             return true;
@@ -94,15 +94,15 @@ impl Pool {
             .is_ok()
     }
 
-    /// Gives back a claim whose entry ended without an answer or completed.
+    /// Gives back a claim whose entry ended without a value or completed.
     pub(super) fn release(&self) {
         if self.when_full == WhenFull::Refuse {
             self.leading.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
-    /// Counts a completed answer in and queues it; returns what must go now
-    /// (expired answers, and for an `Evict` pool the oldest ones past a bound).
+    /// Counts a completed value in and queues it; returns what must go now
+    /// (expired values, and for an `Evict` pool the oldest ones past a bound).
     pub(super) fn push(&self, record: Completed, now: Instant) -> Stale {
         self.completed.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(record.cost, Ordering::Relaxed);
@@ -121,7 +121,7 @@ impl Pool {
         self.take_stale(&mut fifo, now)
     }
 
-    /// Counts one answer out of the totals, once: the FIFO's pop and a new
+    /// Counts one value out of the totals, once: the FIFO's pop and a new
     /// lead replacing an expired entry may both try, whichever comes first.
     pub(super) fn count_out(&self, slot: &Slot, cost: usize) {
         if slot.counted.swap(false, Ordering::AcqRel) {
