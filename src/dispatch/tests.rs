@@ -1,3 +1,5 @@
+//! Tests of the pipeline: authentication before the cache, refusals, tickets reaching the scenario.
+
 use std::sync::Arc;
 
 use prost::Message;
@@ -7,7 +9,7 @@ use super::*;
 use crate::{
     proto::n_alice::n_scenarios::{TScenarioBaseRequest, TScenarioRunRequest, TScenarioRunResponse},
     rules::idempotency::Limits,
-    scenario::{ScenarioResult, meta::CallMeta},
+    scenario::{Scenario, ScenarioResult, meta::CallMeta},
 };
 
 /// Answers every `/run` with its user ticket as `Version`.

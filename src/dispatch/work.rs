@@ -1,0 +1,119 @@
+//! The run step's work: the scenario's handler called, its answer encoded,
+//! a panic caught; and work past its budget finishing in the background.
+
+use std::{any::Any, panic::AssertUnwindSafe, sync::Arc};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use tokio::time::Instant;
+
+use super::{
+    Outcome, Reply,
+    request::Request,
+    wire::{encode, error_body},
+};
+use crate::{
+    rules::{
+        idempotency::{IdempotencyCache, Leading},
+        overload::Permit,
+    },
+    scenario::{CallContext, Handler, Scenario, ScenarioError},
+    store::Lease,
+};
+
+/// Lets work that overran its budget finish in the background, holding its
+/// admission slot, so that its answer still completes the idempotency entry.
+/// At `until` the work is dropped and its lease abandoned.
+pub(super) fn detach(
+    work: impl Future<Output = Finished> + Send + 'static,
+    cache: IdempotencyCache,
+    lease: Lease,
+    permit: Option<Permit>,
+    until: Instant,
+) {
+    tokio::spawn(async move {
+        let _permit = permit;
+        let answer = tokio::time::timeout_at(until, work).await.ok().and_then(Finished::into_kept);
+        if let Err(error) = cache.end(lease, answer).await {
+            tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
+        }
+    });
+}
+
+/// What a scenario's work ended with.
+pub(super) struct Finished {
+    body: Bytes,
+    outcome: Outcome,
+    /// Whether repeats may replay the answer: not after a panic, so that a
+    /// retry runs again.
+    keep: bool,
+}
+
+impl Finished {
+    /// The answer to keep for repeats, if any.
+    fn into_kept(self) -> Option<Bytes> {
+        self.keep.then_some(self.body)
+    }
+
+    /// Ends the lease with this answer and gives it back to the caller. An
+    /// answer the cache could not keep is still the caller's.
+    pub(super) fn end(self, leading: Leading<'_>) -> impl Future<Output = (Reply, Outcome)> + Send + '_ {
+        // The lease goes to the store's future now, so that no future of ours holds it.
+        let ending = leading.end(self.keep.then(|| self.body.clone()));
+        async move {
+            if let Err(error) = ending.await {
+                tracing::warn!(%error, "an answer was not kept for repeats");
+            }
+            (Reply::Answer(self.body), self.outcome)
+        }
+    }
+}
+
+/// Runs the scenario and encodes its answer. A panic becomes an `internal`
+/// error that is not kept.
+pub(super) async fn run_scenario(
+    scenario: Arc<dyn Scenario>,
+    handler: Handler,
+    request: Request,
+    ctx: CallContext,
+) -> Finished {
+    let result = AssertUnwindSafe(call_handler(&*scenario, handler, request, ctx)).catch_unwind().await;
+    let (body, outcome) = match result {
+        Ok(Ok(body)) => (body, Outcome::Ok),
+        Ok(Err(error)) => {
+            let kind = error.error_type();
+            (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
+        }
+        Err(panic) => {
+            let message = format!("the scenario panicked: {}", panic_message(&*panic));
+            tracing::error!(handler = handler.as_str(), "{message}");
+            let body = error_body(handler, scenario.version(), "internal", message);
+            return Finished { body, outcome: Outcome::Error("internal"), keep: false };
+        }
+    };
+    Finished { body, outcome, keep: true }
+}
+
+async fn call_handler(
+    scenario: &dyn Scenario,
+    handler: Handler,
+    request: Request,
+    ctx: CallContext,
+) -> Result<Bytes, ScenarioError> {
+    let body = match (handler, request) {
+        (Handler::Run, Request::Run(request)) => encode(scenario, scenario.run(request, ctx).await?),
+        (Handler::Continue, Request::Apply(request)) => encode(scenario, scenario.r#continue(request, ctx).await?),
+        (Handler::Commit, Request::Apply(request)) => encode(scenario, scenario.commit(request, ctx).await?),
+        (Handler::Apply, Request::Apply(request)) => encode(scenario, scenario.apply(request, ctx).await?),
+        (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
+    };
+    Ok(body.into())
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
