@@ -164,19 +164,7 @@ mod tests {
     use axum::routing::get;
 
     use super::*;
-    use crate::{
-        proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
-        scenario::{CallContext, Scenario, ScenarioResult},
-    };
-
-    struct Nop;
-
-    #[async_trait::async_trait]
-    impl Scenario for Nop {
-        async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
-            Ok(TScenarioRunResponse::default().into())
-        }
-    }
+    use crate::scenario::registry::tests::Nop;
 
     #[test]
     fn routes_axum_would_panic_on_are_configuration_errors() {

@@ -81,19 +81,20 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::{
-        proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
-        scenario::{CallContext, ScenarioResult},
-    };
 
-    struct Nop;
+    /// A scenario that answers every `/run` with an empty response.
+    pub(crate) struct Nop;
 
     #[async_trait::async_trait]
     impl Scenario for Nop {
-        async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
-            Ok(TScenarioRunResponse::default().into())
+        async fn run(
+            &self,
+            _: crate::proto::n_alice::n_scenarios::TScenarioRunRequest,
+            _: crate::scenario::CallContext,
+        ) -> crate::scenario::ScenarioResult<crate::proto::n_alice::n_scenarios::TScenarioRunResponse> {
+            Ok(crate::proto::n_alice::n_scenarios::TScenarioRunResponse::default().into())
         }
     }
 
