@@ -2,26 +2,23 @@
 //! that started them): one call per id however often `/run`, `/continue` or
 //! the user's repeated question ask for it.
 //!
-//! Single flight is a [`FlightStore`]'s, under the key (`assistant`, `/run`,
-//! call id). The first asker leads: the call runs in a task of its own, so
-//! that it outlives the handler that started it (the server may drop a
-//! handler at its budget), bounded by the model call timeout; the others wait
-//! for it. The task completes the lease with the call's
-//! [outcome](super::outcome) as bytes, which the store keeps for the
-//! retention's TTL within its entry and byte bounds (oldest evicted first), or
-//! abandons it if the call panicked. A task dropped with neither (the runtime
-//! shutting down) leaves its lease to run out after the call timeout and a
-//! margin; a retry then calls again. New calls are capped through the
-//! store's `may_lead` by a count of running calls, given back by a guard in
-//! the task however it ends.
+//! Single flight is a [`FlightStore`]'s, keyed (`assistant`, `/run`, call
+//! id). The first asker leads and runs the call in a task of its own, so that
+//! it outlives the handler that started it (the server may drop a handler at
+//! its budget); the others wait for it. The task completes the lease with the
+//! call's [outcome](super::outcome) as bytes, kept for the retention's TTL
+//! within its bounds (oldest evicted first), or abandons it if the call
+//! panicked. A task dropped with neither (the runtime shutting down) leaves
+//! its lease to run out after the call timeout and a margin; a retry then
+//! calls again. New calls are capped through `may_lead` by a count of running
+//! calls that a guard in the task gives back however the task ends.
 //!
-//! The store holds bytes only. Each call's [`CallRecord`] (the backend's
-//! events, for followers) is kept in memory beside it, from the call's start
-//! until the retention's TTL after its end, within the retention's entry and
-//! byte bounds of its own: the store evicts without telling, so the two are
-//! bounded alike rather than together. A call that ends without an outcome
-//! drops its record. A std mutex guards the records: it is held for a few map
-//! operations and never across an await.
+//! The store holds bytes only: each call's [`CallRecord`] (its events, for
+//! followers) is kept in memory beside it, from the call's start to the TTL
+//! after its end, within the retention's bounds of its own (the store evicts
+//! without telling). A call that ends without an outcome drops its record. A
+//! std mutex guards the records, held for a few map operations and never
+//! across an await.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -79,13 +76,13 @@ struct Shared {
     max_in_flight: usize,
     in_flight: AtomicUsize,
     in_flight_gauge: IntGauge,
-    retention: Retention,
     records: Mutex<Records>,
 }
 
 /// The records of running and kept calls.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Records {
+    retention: Retention,
     by_id: HashMap<Box<str>, Kept>,
     /// Records of finished calls in finishing order, which with one TTL is
     /// also expiry order.
@@ -202,8 +199,13 @@ impl Calls {
             max_in_flight,
             in_flight: AtomicUsize::new(0),
             in_flight_gauge,
-            retention,
-            records: Mutex::default(),
+            records: Mutex::new(Records {
+                retention,
+                by_id: HashMap::new(),
+                finished: VecDeque::new(),
+                finished_bytes: 0,
+                generation: 0,
+            }),
         };
         Calls { shared: Arc::new(shared) }
     }
@@ -270,8 +272,7 @@ impl Calls {
     /// A reader of the events of call `id` from the first, if it is
     /// running or kept.
     pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
-        let retention = self.shared.retention;
-        self.shared.records().get(id, Instant::now(), retention).map(|record| record.follow())
+        self.shared.records().get(id, Instant::now()).map(|record| record.follow())
     }
 
     /// Calls running now.
@@ -303,16 +304,17 @@ impl Records {
         (record, self.generation)
     }
 
-    fn get(&mut self, id: &str, now: Instant, retention: Retention) -> Option<Arc<CallRecord>> {
-        self.purge(now, retention);
+    fn get(&mut self, id: &str, now: Instant) -> Option<Arc<CallRecord>> {
+        self.purge(now);
         self.by_id.get(id).map(|kept| kept.record.clone())
     }
 
     /// Keeps the record of a call that ended with an outcome for the TTL.
-    fn keep(&mut self, finished: Finished, now: Instant, retention: Retention) {
-        self.finished_bytes += finished.bytes;
-        self.finished.push_back(finished);
-        self.purge(now, retention);
+    fn keep(&mut self, id: Box<str>, generation: u64, bytes: usize, now: Instant) {
+        let expiry = now + self.retention.ttl;
+        self.finished_bytes += bytes;
+        self.finished.push_back(Finished { expiry, id, generation, bytes });
+        self.purge(now);
     }
 
     /// Drops the record of a call that ended without an outcome.
@@ -322,9 +324,10 @@ impl Records {
         }
     }
 
-    fn purge(&mut self, now: Instant, retention: Retention) {
+    fn purge(&mut self, now: Instant) {
+        let Retention { max_entries, max_bytes, .. } = self.retention;
         while let Some(oldest) = self.finished.front() {
-            let over = self.finished.len() > retention.max_entries || self.finished_bytes > retention.max_bytes;
+            let over = self.finished.len() > max_entries || self.finished_bytes > max_bytes;
             if oldest.expiry > now && !over {
                 break;
             }
@@ -398,14 +401,10 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.record.finish();
-        let shared = &self.shared;
-        let mut records = shared.records();
+        let mut records = self.shared.records();
         if self.kept {
-            let now = Instant::now();
             let bytes = RECORD_COST + self.id.len() + self.record.bytes();
-            let id = std::mem::take(&mut self.id);
-            let finished = Finished { expiry: now + shared.retention.ttl, id, generation: self.generation, bytes };
-            records.keep(finished, now, shared.retention);
+            records.keep(std::mem::take(&mut self.id), self.generation, bytes, Instant::now());
         } else {
             records.forget(&self.id, self.generation);
         }
