@@ -45,9 +45,10 @@
 //! `[assistant]` table and [`module`] the scenario module `serve` builds;
 //! [`backend`] the model trait and its events; [`openai`] with
 //! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP
-//! backend; [`offline`] the embedded one; [`calls`] single flight, each call
-//! with its [`record`] of events; [`state`] the dialog state and the handover
-//! arguments; [`metrics`].
+//! backend; [`offline`] the embedded one; [`calls`] single flight over a
+//! [`crate::store::FlightStore`], each call with its [`record`] of events and
+//! its [`outcome`] stored as bytes; [`state`] the dialog state and the
+//! handover arguments; [`metrics`].
 
 pub mod answer;
 pub mod backend;
