@@ -45,9 +45,10 @@
 //! `[assistant]` table and [`module`] the scenario module `serve` builds;
 //! [`backend`] the model trait and its events; [`openai`] with
 //! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP
-//! backend; [`offline`] the embedded one; [`calls`] single flight, each call
-//! with its [`record`] of events; [`state`] the dialog state and the handover
-//! arguments; [`metrics`].
+//! backend; [`offline`] the embedded one; [`calls`] single flight over a
+//! [`crate::store::FlightStore`], each call with its [`record`] of events and
+//! its [`outcome`] stored as bytes; [`state`] the dialog state and the
+//! handover arguments; [`metrics`].
 
 pub mod answer;
 pub mod backend;
@@ -59,6 +60,7 @@ pub mod metrics;
 pub mod module;
 pub mod offline;
 pub mod openai;
+mod outcome;
 pub(crate) mod policy;
 pub mod prompt;
 pub mod record;
@@ -81,11 +83,12 @@ use tokio::time::{Instant, timeout_at};
 
 use self::{
     backend::{BackendError, ModelBackend, ModelRequest},
-    calls::{AtCapacity, Calls, Handle, ModelOutcome},
+    calls::{AtCapacity, Calls, Handle},
     config::AssistantConfig,
     metrics::AssistantMetrics,
+    outcome::ModelOutcome,
     policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan},
-    record::Follower,
+    record::{CallRecord, Follower},
     state::Caps,
     turn::TurnInput,
 };
@@ -168,7 +171,13 @@ impl Assistant {
             max_entries: config.max_retained,
             max_bytes: config.max_retained_bytes,
         };
-        let calls = Calls::new(config.max_in_flight, retention, metrics.in_flight.clone());
+        let calls = Calls::new(
+            config.max_in_flight,
+            config.call_timeout(),
+            retention,
+            metrics.in_flight.clone(),
+            metrics.evicted.clone(),
+        );
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
         Assistant { backend, policy, calls, metrics, config: config.clone(), caps }
     }
@@ -190,8 +199,8 @@ impl Assistant {
     }
 
     /// The call `args.call_id`: the running or kept one, else a new one.
-    fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
-        let (handle, _) = self.calls.begin(&args.call_id, |record| {
+    async fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
+        let call = |record: Arc<CallRecord>| {
             let state = args.state.clone().unwrap_or_default();
             let messages = self.policy.messages(&state, &args.utterance);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
@@ -206,7 +215,8 @@ impl Assistant {
                 metrics.model_call(&*backend, &outcome, started.elapsed());
                 outcome
             }
-        })?;
+        };
+        let (handle, _) = self.calls.begin(&args.call_id, call).await?;
         Ok(handle)
     }
 
@@ -249,13 +259,13 @@ impl Assistant {
     }
 
     /// The pending call the user's `utterance` repeats, if it can still answer.
-    fn repeated_call(&self, pending: Option<TAssistantPending>, utterance: &str) -> Option<String> {
+    async fn repeated_call(&self, pending: Option<TAssistantPending>, utterance: &str) -> Option<String> {
         let pending = pending?;
         if turn::normalize(&pending.utterance) != turn::normalize(utterance) {
             return None;
         }
         // A failed call is not worth repeating: the repeat calls again.
-        let handle = self.calls.get(&pending.call_id)?;
+        let handle = self.calls.get(&pending.call_id).await?;
         if handle.ready().is_some_and(|outcome| outcome.is_err()) {
             return None;
         }
@@ -294,9 +304,9 @@ impl Scenario for Assistant {
             }
         };
         let pending = state.pending.take();
-        let call_id = self.repeated_call(pending, &utterance).unwrap_or_else(|| ctx.request_id.clone());
+        let call_id = self.repeated_call(pending, &utterance).await.unwrap_or_else(|| ctx.request_id.clone());
         let args = TAssistantContinueArguments { call_id, utterance, state: Some(state) };
-        let Ok(mut handle) = self.start(&args) else {
+        let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
             return Ok(reply::irrelevant(BUSY).into());
@@ -322,7 +332,7 @@ impl Scenario for Assistant {
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
         let args = state::continue_arguments(request.arguments.as_ref())?;
-        let body = match self.start(&args) {
+        let body = match self.start(&args).await {
             Err(AtCapacity) => {
                 tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");
                 let mut state = args.state.clone().unwrap_or_default();
@@ -330,7 +340,7 @@ impl Scenario for Assistant {
                 self.metrics.answer("continue", "refused");
                 reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
             }
-            Ok(mut handle) => match handle.wait_until(stop_by).await {
+            Ok(handle) => match handle.wait_until(stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome),
                 None => {
                     let mut state = args.state.clone().unwrap_or_default();

@@ -2,43 +2,55 @@
 //! that started them): one call per id however often `/run`, `/continue` or
 //! the user's repeated question ask for it.
 //!
-//! A call runs in its own task, so it outlives the handler that started it
-//! (the server may drop a handler at its budget); the caller bounds it with
-//! the model call timeout. Its outcome is kept for `ttl` after it finishes so
-//! that `/continue` and a follow-up turn get it instead of paying again;
-//! finished entries sit in a FIFO in finishing order, which with one TTL is
-//! also expiry order, and the oldest go first when the count or bytes bound
-//! is reached. In-flight calls are capped and never evicted.
+//! Single flight is a [`FlightStore`]'s, keyed (`assistant`, `/run`, call
+//! id). The first asker leads and runs the call in a task of its own, so that
+//! it outlives the handler that started it (the server may drop a handler at
+//! its budget); the others wait for it. The task completes the lease with the
+//! call's [outcome](super::outcome) as bytes, kept for the retention's TTL
+//! within its bounds (oldest evicted first), or abandons it if the call
+//! panicked. A task dropped with neither (the runtime shutting down) leaves
+//! its lease to run out after the call timeout and a margin; a retry then
+//! calls again. New calls are capped through `may_lead` by a count of running
+//! calls that a guard in the task gives back however the task ends.
 //!
-//! Each call has its [`CallRecord`] beside its outcome: the events of the
-//! backend, for followers, kept as long as the outcome and counted in its
-//! bytes.
-//!
-//! A std mutex guards the map: it is held for a few map operations and never
+//! The store holds bytes only: each call's [`CallRecord`] (its events, for
+//! followers) is kept in memory beside it, from the call's start to the TTL
+//! after its end, within the retention's bounds of its own (the store evicts
+//! without telling). A call that ends without an outcome drops its record. A
+//! std mutex guards the records, held for a few map operations and never
 //! across an await.
 
 use std::{
     collections::{HashMap, VecDeque},
     future::Future,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
-use prometheus::IntGauge;
-use tokio::{
-    sync::watch,
-    time::{Instant, timeout_at},
-};
+use futures_util::FutureExt;
+use prometheus::{IntCounter, IntGauge};
+use tokio::time::Instant;
 
 use super::{
-    backend::{BackendError, Completion, MAX_ANSWER_BYTES},
+    backend::{BackendError, MAX_ANSWER_BYTES},
+    module::NAME,
+    outcome::{self, ModelOutcome},
     record::{CallRecord, Follower},
 };
+use crate::{
+    scenario::Handler,
+    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},
+};
 
-/// How a model call ended.
-pub(crate) type ModelOutcome = Result<Completion, BackendError>;
-
-type Slot = watch::Receiver<Option<Arc<ModelOutcome>>>;
+/// How long a lease outlasts the model call timeout: the task starts a
+/// little after its lease and stores the outcome after the call.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
+/// What keeping a record costs besides its id and events.
+const RECORD_COST: usize = 128;
 
 /// The calls, shared by the handlers of one scenario.
 #[derive(Debug, Clone)]
@@ -53,28 +65,39 @@ pub(crate) struct Retention {
     pub(crate) ttl: Duration,
     /// Finished calls kept at most.
     pub(crate) max_entries: usize,
-    /// Bytes of answers kept at most.
+    /// Bytes of outcomes kept at most, and as many of records.
     pub(crate) max_bytes: usize,
 }
 
 #[derive(Debug)]
 struct Shared {
+    store: Arc<dyn FlightStore>,
+    lease_ttl: Duration,
     max_in_flight: usize,
-    retention: Retention,
+    in_flight: AtomicUsize,
     in_flight_gauge: IntGauge,
-    state: Mutex<State>,
+    records: Mutex<Records>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    entries: HashMap<Box<str>, Entry>,
+/// The records of running and kept calls.
+#[derive(Debug)]
+struct Records {
+    retention: Retention,
+    by_id: HashMap<Box<str>, Kept>,
+    /// Records of finished calls in finishing order, which with one TTL is
+    /// also expiry order.
     finished: VecDeque<Finished>,
     finished_bytes: usize,
-    in_flight: usize,
     generation: u64,
 }
 
-/// A finished call in the FIFO.
+#[derive(Debug)]
+struct Kept {
+    record: Arc<CallRecord>,
+    // Tells a newer call under a reused id from the one a FIFO entry names.
+    generation: u64,
+}
+
 #[derive(Debug)]
 struct Finished {
     expiry: Instant,
@@ -83,19 +106,14 @@ struct Finished {
     bytes: usize,
 }
 
-#[derive(Debug)]
-struct Entry {
-    slot: Slot,
-    record: Arc<CallRecord>,
-    // Tells a newer call under a reused id from the one a FIFO entry names.
-    generation: u64,
-}
-
 /// A call to wait for.
 #[derive(Debug, Clone)]
 pub(crate) struct Handle {
-    slot: Slot,
-    record: Arc<CallRecord>,
+    store: Arc<dyn FlightStore>,
+    /// The lease followed, while the outcome is unknown.
+    waiter: Option<Waiter>,
+    /// Decoded once per handle.
+    outcome: OnceLock<Arc<ModelOutcome>>,
 }
 
 /// The in-flight cap is reached: no new call was started.
@@ -103,45 +121,118 @@ pub(crate) struct Handle {
 pub(crate) struct AtCapacity;
 
 impl Handle {
-    /// The outcome if the call has finished.
-    pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
-        self.slot.borrow().clone()
+    fn waiting(store: Arc<dyn FlightStore>, waiter: Waiter) -> Handle {
+        Handle { store, waiter: Some(waiter), outcome: OnceLock::new() }
     }
 
-    /// A reader of the call's events from the first.
-    pub(crate) fn follow(&self) -> Follower {
-        self.record.follow()
+    fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
+        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)) }
+    }
+
+    /// The outcome if the call has finished, as far as the store knows
+    /// without waiting.
+    pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
+        if let Some(outcome) = self.outcome.get() {
+            return Some(outcome.clone());
+        }
+        // A wait until now answers at once whatever is there.
+        let waited = self.store.wait(self.waiter.as_ref()?, Instant::now()).now_or_never()?;
+        self.settle(waited)
     }
 
     /// Waits for the outcome until `deadline`; `None` when still running.
-    pub(crate) async fn wait_until(&mut self, deadline: Instant) -> Option<Arc<ModelOutcome>> {
-        match timeout_at(deadline, self.slot.wait_for(Option::is_some)).await {
-            Ok(Ok(outcome)) => outcome.clone(),
-            // The task went away without an outcome (runtime shutting down).
-            Ok(Err(_)) => Some(Arc::new(Err(BackendError::Connect("the model call was abandoned".into())))),
-            Err(_) => None,
+    pub(crate) async fn wait_until(&self, deadline: Instant) -> Option<Arc<ModelOutcome>> {
+        if let Some(outcome) = self.outcome.get() {
+            return Some(outcome.clone());
         }
+        let waited = self.store.wait(self.waiter.as_ref()?, deadline).await;
+        self.settle(waited)
+    }
+
+    fn settle(&self, waited: Result<Waited, StoreError>) -> Option<Arc<ModelOutcome>> {
+        let outcome = match waited {
+            Ok(Waited::TimedOut) => return None,
+            Ok(Waited::Done(bytes)) => outcome::decode(&bytes),
+            // The task went away without an outcome (a panic, or a runtime
+            // shutting down and its lease run out).
+            Ok(Waited::Abandoned) => Err(BackendError::Connect("the model call was abandoned".into())),
+            Err(error) => Err(unavailable(&error)),
+        };
+        Some(self.outcome.get_or_init(|| Arc::new(outcome)).clone())
     }
 }
 
 impl Calls {
-    /// At most `max_in_flight` calls at once; finished ones kept as `retention` says.
-    pub(crate) fn new(max_in_flight: usize, retention: Retention, in_flight_gauge: IntGauge) -> Calls {
-        let shared = Shared { max_in_flight, retention, in_flight_gauge, state: Mutex::default() };
+    /// At most `max_in_flight` calls at once, each over by `call_timeout`;
+    /// finished ones kept in a memory store of their own as `retention` says,
+    /// its evictions counted in `evicted`.
+    pub(crate) fn new(
+        max_in_flight: usize,
+        call_timeout: Duration,
+        retention: Retention,
+        in_flight_gauge: IntGauge,
+        evicted: IntCounter,
+    ) -> Calls {
+        let limits = Limits {
+            ttl: retention.ttl,
+            max_entries: retention.max_entries,
+            max_bytes: retention.max_bytes,
+            // No `/commit` or `/apply` keys here: the reserve stays empty.
+            ..Limits::default()
+        };
+        let store = MemoryStore::new(limits, std::array::from_fn(|_| evicted.clone()));
+        Calls::with_store(Arc::new(store), max_in_flight, call_timeout, retention, in_flight_gauge)
+    }
+
+    /// As [`Calls::new`], over any store, which keeps the outcomes by its own
+    /// bounds (`retention` bounds the records).
+    pub(crate) fn with_store(
+        store: Arc<dyn FlightStore>,
+        max_in_flight: usize,
+        call_timeout: Duration,
+        retention: Retention,
+        in_flight_gauge: IntGauge,
+    ) -> Calls {
+        let shared = Shared {
+            store,
+            lease_ttl: call_timeout + LEASE_MARGIN,
+            max_in_flight,
+            in_flight: AtomicUsize::new(0),
+            in_flight_gauge,
+            records: Mutex::new(Records {
+                retention,
+                by_id: HashMap::new(),
+                finished: VecDeque::new(),
+                finished_bytes: 0,
+                generation: 0,
+            }),
+        };
         Calls { shared: Arc::new(shared) }
     }
 
     /// The call `id`, if it is running or finished recently.
-    pub(crate) fn get(&self, id: &str) -> Option<Handle> {
-        let mut state = self.shared.lock();
-        self.shared.purge(&mut state, Instant::now());
-        state.entries.get(id).map(Entry::handle)
+    pub(crate) async fn get(&self, id: &str) -> Option<Handle> {
+        let store = &self.shared.store;
+        match store.begin(key(id), self.shared.lease_ttl, &mut || false).await {
+            Ok(Begin::Hit(bytes)) => Some(Handle::done(store.clone(), outcome::decode(&bytes))),
+            Ok(Begin::Wait(waiter)) => Some(Handle::waiting(store.clone(), waiter)),
+            // Not asked to lead; a store that leads anyway gets its lease back.
+            Ok(Begin::Lead(lease)) => {
+                let _ = store.abandon(lease).await;
+                None
+            }
+            Ok(Begin::Full | Begin::Refused) => None,
+            Err(error) => {
+                tracing::warn!(%error, call_id = id, "assistant: the model calls' store is out of reach");
+                None
+            }
+        }
     }
 
     /// The call `id`: the running or recent one, else a new one running
     /// `call` in a task of its own, its events going to the record it is
     /// given. `true` when this started it.
-    pub(crate) fn begin<F>(
+    pub(crate) async fn begin<F>(
         &self,
         id: &str,
         call: impl FnOnce(Arc<CallRecord>) -> F,
@@ -149,226 +240,176 @@ impl Calls {
     where
         F: Future<Output = ModelOutcome> + Send + 'static,
     {
-        let mut state = self.shared.lock();
-        self.shared.purge(&mut state, Instant::now());
-        if let Some(entry) = state.entries.get(id) {
-            return Ok((entry.handle(), false));
-        }
-        if state.in_flight >= self.shared.max_in_flight {
+        let shared = &self.shared;
+        let mut claimed = None;
+        let mut may_lead = || {
+            claimed = InFlight::claim(shared);
+            claimed.is_some()
+        };
+        let begun = shared.store.begin(key(id), shared.lease_ttl, &mut may_lead).await;
+        let store = shared.store.clone();
+        let lease = match begun {
+            Ok(Begin::Hit(bytes)) => return Ok((Handle::done(store, outcome::decode(&bytes)), false)),
+            Ok(Begin::Wait(waiter)) => return Ok((Handle::waiting(store, waiter), false)),
+            // `Full`: a shared store out of room for new calls.
+            Ok(Begin::Full | Begin::Refused) => return Err(AtCapacity),
+            Err(error) => return Ok((Handle::done(store, Err(unavailable(&error))), false)),
+            Ok(Begin::Lead(lease)) => lease,
+        };
+        let Some(in_flight) = claimed else {
+            // A store that led without asking: the cap still holds.
+            let _ = store.abandon(lease).await;
             return Err(AtCapacity);
-        }
-        let (tx, slot) = watch::channel(None);
-        let record = Arc::new(CallRecord::new(MAX_ANSWER_BYTES));
-        state.generation += 1;
-        let generation = state.generation;
-        state.entries.insert(id.into(), Entry { slot: slot.clone(), record: record.clone(), generation });
-        state.in_flight += 1;
-        self.shared.in_flight_gauge.inc();
-        drop(state);
-
-        let guard =
-            Finish { shared: self.shared.clone(), id: id.into(), generation, record: record.clone(), finished: None };
-        let call = call(record.clone());
-        tokio::spawn(async move {
-            let mut guard = guard;
-            let outcome = call.await;
-            // Whoever sees the outcome sees the whole record.
-            guard.record.finish();
-            guard.finished = Some(cost(&outcome) + guard.record.bytes());
-            tx.send_replace(Some(Arc::new(outcome)));
-        });
-        Ok((Handle { slot, record }, true))
+        };
+        let (record, generation) = shared.records().start(id);
+        let running =
+            Running { shared: shared.clone(), id: id.into(), generation, record: record.clone(), kept: false };
+        let handle = Handle::waiting(store, lease.waiter());
+        tokio::spawn(running.run(call(record), lease, in_flight));
+        Ok((handle, true))
     }
 
     /// A reader of the events of call `id` from the first, if it is
     /// running or kept.
     pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
-        self.get(id).map(|handle| handle.follow())
+        self.shared.records().get(id, Instant::now()).map(|record| record.follow())
     }
 
     /// Calls running now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.shared.lock().in_flight
-    }
-
-    /// Calls running or kept.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.shared.lock().entries.len()
+        self.shared.in_flight.load(Ordering::Acquire)
     }
 }
 
-impl Entry {
-    fn handle(&self) -> Handle {
-        Handle { slot: self.slot.clone(), record: self.record.clone() }
-    }
+fn key(id: &str) -> Key {
+    Key::new(NAME, Handler::Run, id)
+}
+
+fn unavailable(error: &StoreError) -> BackendError {
+    BackendError::Connect(format!("the model call is out of reach: {error}"))
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn records(&self) -> MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Records {
+    /// A new record for call `id`, in place of any older one.
+    fn start(&mut self, id: &str) -> (Arc<CallRecord>, u64) {
+        let record = Arc::new(CallRecord::new(MAX_ANSWER_BYTES));
+        self.generation += 1;
+        self.by_id.insert(id.into(), Kept { record: record.clone(), generation: self.generation });
+        (record, self.generation)
     }
 
-    fn purge(&self, state: &mut State, now: Instant) {
-        let limits = self.retention;
-        while let Some(oldest) = state.finished.front() {
-            let over = state.finished.len() > limits.max_entries || state.finished_bytes > limits.max_bytes;
+    fn get(&mut self, id: &str, now: Instant) -> Option<Arc<CallRecord>> {
+        self.purge(now);
+        self.by_id.get(id).map(|kept| kept.record.clone())
+    }
+
+    /// Keeps the record of a call that ended with an outcome for the TTL.
+    fn keep(&mut self, id: Box<str>, generation: u64, bytes: usize, now: Instant) {
+        let expiry = now + self.retention.ttl;
+        self.finished_bytes += bytes;
+        self.finished.push_back(Finished { expiry, id, generation, bytes });
+        self.purge(now);
+    }
+
+    /// Drops the record of a call that ended without an outcome.
+    fn forget(&mut self, id: &str, generation: u64) {
+        if self.by_id.get(id).is_some_and(|kept| kept.generation == generation) {
+            self.by_id.remove(id);
+        }
+    }
+
+    fn purge(&mut self, now: Instant) {
+        let Retention { max_entries, max_bytes, .. } = self.retention;
+        while let Some(oldest) = self.finished.front() {
+            let over = self.finished.len() > max_entries || self.finished_bytes > max_bytes;
             if oldest.expiry > now && !over {
                 break;
             }
-            if let Some(Finished { id, generation, bytes, .. }) = state.finished.pop_front() {
-                state.finished_bytes -= bytes;
-                if state.entries.get(&id).is_some_and(|e| e.generation == generation) {
-                    state.entries.remove(&id);
-                }
+            if let Some(Finished { id, generation, bytes, .. }) = self.finished.pop_front() {
+                self.finished_bytes -= bytes;
+                self.forget(&id, generation);
             }
         }
     }
 }
 
-/// What keeping an outcome costs: its text plus the bookkeeping around it
-/// (its record is counted apart).
-fn cost(outcome: &ModelOutcome) -> usize {
-    128 + match outcome {
-        Ok(completion) => completion.text.len(),
-        Err(error) => error.to_string().len(),
+/// One running call, counted against the cap.
+#[derive(Debug)]
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    /// One more running call, unless the cap is reached.
+    fn claim(shared: &Arc<Shared>) -> Option<InFlight> {
+        let max = shared.max_in_flight;
+        shared.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        shared.in_flight_gauge.inc();
+        Some(InFlight(shared.clone()))
     }
 }
 
-/// Marks the call finished when its task ends, however it ends: kept for
-/// the TTL with an outcome, forgotten without one (a retry then calls again).
-struct Finish {
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight_gauge.dec();
+    }
+}
+
+/// The task of one call: ends its record however the task ends, kept for
+/// the TTL with an outcome, dropped without one.
+#[derive(Debug)]
+struct Running {
     shared: Arc<Shared>,
     id: Box<str>,
     generation: u64,
     record: Arc<CallRecord>,
-    // The outcome's cost once there is one.
-    finished: Option<usize>,
+    kept: bool,
 }
 
-impl Drop for Finish {
+impl Running {
+    async fn run(mut self, call: impl Future<Output = ModelOutcome>, lease: Lease, in_flight: InFlight) {
+        // Given back when the task ends, even dropped unfinished.
+        let _in_flight = in_flight;
+        let outcome = AssertUnwindSafe(call).catch_unwind().await;
+        // Whoever sees the outcome sees the whole record.
+        self.record.finish();
+        let store = &self.shared.store;
+        let ended = match outcome {
+            Ok(outcome) => {
+                let ended = store.complete(lease, outcome::encode(&outcome)).await;
+                self.kept = ended.is_ok();
+                ended
+            }
+            // Abandoned at once, so that a retry calls again without waiting
+            // for the lease to run out.
+            Err(_) => {
+                tracing::error!(call_id = %self.id, "assistant: the model call panicked");
+                store.abandon(lease).await
+            }
+        };
+        if let Err(error) = ended {
+            tracing::warn!(%error, call_id = %self.id, "assistant: a model call's lease was not ended; it runs out");
+        }
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
         self.record.finish();
-        let shared = &self.shared;
-        let mut state = shared.lock();
-        state.in_flight -= 1;
-        shared.in_flight_gauge.dec();
-        if let Some(bytes) = self.finished {
-            let id = std::mem::take(&mut self.id);
-            let expiry = Instant::now() + shared.retention.ttl;
-            state.finished.push_back(Finished { expiry, id, generation: self.generation, bytes });
-            state.finished_bytes += bytes;
-            shared.purge(&mut state, Instant::now());
-        } else if state.entries.get(&self.id).is_some_and(|e| e.generation == self.generation) {
-            state.entries.remove(&self.id);
+        let mut records = self.shared.records();
+        if self.kept {
+            let bytes = RECORD_COST + self.id.len() + self.record.bytes();
+            records.keep(std::mem::take(&mut self.id), self.generation, bytes, Instant::now());
+        } else {
+            records.forget(&self.id, self.generation);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::sync::oneshot;
-
-    const TTL: Duration = Duration::from_secs(60);
-
-    fn calls(max_in_flight: usize, max_entries: usize) -> Calls {
-        let retention = Retention { ttl: TTL, max_entries, max_bytes: 1 << 20 };
-        Calls::new(max_in_flight, retention, IntGauge::new("g", "g").unwrap())
-    }
-
-    fn done(text: &str) -> ModelOutcome {
-        Ok(Completion { text: text.into(), attempts: 1, ..Completion::default() })
-    }
-
-    /// A call that finishes when the returned sender says so.
-    fn controlled() -> (oneshot::Sender<ModelOutcome>, impl Future<Output = ModelOutcome> + Send + 'static) {
-        let (tx, rx) = oneshot::channel();
-        (tx, async move { rx.await.unwrap_or_else(|_| done("dropped")) })
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_call_per_id_and_everyone_gets_its_outcome() {
-        let calls = calls(10, 100);
-        let (tx, call) = controlled();
-        let (mut first, started) = calls.begin("r1", |_| call).unwrap();
-        assert!(started);
-        let (mut second, started) = calls.begin("r1", |_| async { done("second call") }).unwrap();
-        assert!(!started, "joined, not started");
-        assert_eq!(calls.in_flight(), 1);
-
-        let soon = Instant::now() + Duration::from_millis(150);
-        assert!(first.wait_until(soon).await.is_none(), "still running at the deadline");
-        tx.send(done("answer")).unwrap();
-        let outcome = second.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
-        assert_eq!(outcome.as_ref().as_ref().unwrap().text, "answer");
-        assert_eq!(first.ready().unwrap().as_ref().as_ref().unwrap().text, "answer");
-        tokio::task::yield_now().await;
-        assert_eq!(calls.in_flight(), 0);
-
-        let (third, started) = calls.begin("r1", |_| async { done("again") }).unwrap();
-        assert!(!started, "a finished call is reused within the TTL");
-        assert_eq!(third.ready().unwrap().as_ref().as_ref().unwrap().text, "answer");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn finished_calls_expire_after_the_ttl() {
-        let calls = calls(10, 100);
-        let (mut handle, _) = calls.begin("r1", |_| async { done("a") }).unwrap();
-        handle.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
-        tokio::time::advance(TTL - Duration::from_secs(1)).await;
-        assert!(calls.get("r1").is_some());
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(calls.get("r1").is_none(), "expired");
-        let (_, started) = calls.begin("r1", |_| async { done("b") }).unwrap();
-        assert!(started, "a new call after expiry");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn in_flight_calls_are_capped_and_not_evicted() {
-        let calls = calls(2, 1);
-        let (tx1, c1) = controlled();
-        let (_tx2, c2) = controlled();
-        calls.begin("a", |_| c1).unwrap();
-        calls.begin("b", |_| c2).unwrap();
-        assert_eq!(calls.begin("c", |_| async { done("c") }).unwrap_err(), AtCapacity);
-        assert!(calls.begin("a", |_| async { done("x") }).is_ok(), "joining is not capped");
-
-        tx1.send(done("a")).unwrap();
-        tokio::task::yield_now().await;
-        let (mut c, started) = calls.begin("c", |_| async { done("c") }).unwrap();
-        assert!(started, "a slot freed up");
-        c.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
-        tokio::task::yield_now().await;
-        assert_eq!(calls.len(), 2, "max_retained 1 evicted finished 'a', kept running 'b' and finished 'c'");
-        assert!(calls.get("a").is_none() && calls.get("b").is_some() && calls.get("c").is_some());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn finished_answers_are_bounded_by_bytes() {
-        let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 3 * (128 + 1000) };
-        let calls = Calls::new(10, retention, IntGauge::new("g", "g").unwrap());
-        for id in ["a", "b", "c", "d"] {
-            let (mut handle, _) = calls.begin(id, |_| async { done(&"x".repeat(1000)) }).unwrap();
-            handle.wait_until(Instant::now() + Duration::from_secs(1)).await.unwrap();
-            tokio::task::yield_now().await;
-        }
-        assert!(calls.get("a").is_none(), "the oldest answer went first");
-        assert!(["b", "c", "d"].iter().all(|id| calls.get(id).is_some()));
-        assert_eq!(calls.shared.lock().finished_bytes, 3 * 1128);
-    }
-
-    #[test]
-    fn a_call_dropped_without_an_outcome_is_forgotten() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let calls = calls(10, 100);
-        let handle =
-            runtime.block_on(async { calls.begin("r1", |_| std::future::pending::<ModelOutcome>()).unwrap().0 });
-        assert_eq!(calls.in_flight(), 1);
-        // A runtime shutting down drops its tasks without an outcome.
-        drop(runtime);
-        assert_eq!(calls.in_flight(), 0);
-        assert!(calls.get("r1").is_none(), "a retry calls again");
-        assert!(handle.ready().is_none());
-    }
-}
+mod tests;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use super::{backend::ModelBackend, calls::ModelOutcome};
+use super::{backend::ModelBackend, outcome::ModelOutcome};
 
 /// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
 pub const MODEL_CALLS: &str = "megamind_assistant_model_calls_total";
@@ -17,6 +17,9 @@ pub const MODEL_SECONDS: &str = "megamind_assistant_model_call_seconds";
 pub const FIRST_TOKEN_SECONDS: &str = "megamind_assistant_model_first_token_seconds";
 /// Model calls running now.
 pub const IN_FLIGHT: &str = "megamind_assistant_model_calls_in_flight";
+/// Outcomes of finished model calls evicted before their TTL to stay within
+/// `max_retained` and `max_retained_bytes`.
+pub const EVICTED: &str = "megamind_assistant_model_calls_evicted_total";
 /// Retried attempts.
 pub const RETRIES: &str = "megamind_assistant_model_retries_total";
 /// The breaker: 0 closed, 1 half-open, 2 open.
@@ -38,6 +41,7 @@ pub struct AssistantMetrics {
     pub(crate) model_seconds: HistogramVec,
     pub(crate) first_token_seconds: HistogramVec,
     pub(crate) in_flight: IntGauge,
+    pub(crate) evicted: IntCounter,
     pub(crate) retries: IntCounter,
     pub(crate) breaker: IntGauge,
     pub(crate) answers: IntCounterVec,
@@ -61,6 +65,7 @@ impl AssistantMetrics {
                 "Seconds from the request to the first streamed token.",
             )?,
             in_flight: IntGauge::new(IN_FLIGHT, "Model calls running now.")?,
+            evicted: IntCounter::new(EVICTED, "Outcomes of finished model calls evicted before their TTL.")?,
             retries: IntCounter::new(RETRIES, "Model call attempts that were retries.")?,
             breaker: IntGauge::new(BREAKER, "Circuit breaker of the model backend: 0 closed, 1 half-open, 2 open.")?,
             answers: IntCounterVec::new(Opts::new(ANSWERS, "Answers by handler and kind."), &["handler", "kind"])?,
@@ -73,6 +78,7 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.model_seconds.clone()))?;
         registry.register(Box::new(metrics.first_token_seconds.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
+        registry.register(Box::new(metrics.evicted.clone()))?;
         registry.register(Box::new(metrics.retries.clone()))?;
         registry.register(Box::new(metrics.breaker.clone()))?;
         registry.register(Box::new(metrics.answers.clone()))?;

@@ -12,7 +12,7 @@ use crate::scenario::{
 };
 
 /// The registered name, and the name of the table.
-const NAME: &str = "assistant";
+pub(crate) const NAME: &str = "assistant";
 
 /// The assistant scenario's module.
 #[derive(Debug, Clone, Copy, Default)]
