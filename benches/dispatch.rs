@@ -14,7 +14,7 @@ use megamind_scenario::{
     codec::Format,
     config::Config,
     dispatch::{Call, Transport},
-    scenario::Handler,
+    scenario::{Handler, module},
     scenarios,
 };
 use tracing_subscriber::{EnvFilter, fmt};
@@ -26,7 +26,7 @@ fn dispatch(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = Config::default();
     let metrics = megamind_scenario::rules::metrics::ServerMetrics::new();
-    let registry = scenarios::builtin(&config, metrics.registry()).unwrap();
+    let registry = module::build_all(&scenarios::modules(), &config.scenarios, metrics.registry()).unwrap().registry;
     let app = Arc::new(App::with_metrics(&config, registry, metrics).unwrap());
     let mut stamped = bodies::Stamped::new("poi_run_request", "TScenarioRunRequest");
     let mut n = 0u64;

@@ -124,7 +124,7 @@ pub fn main() -> anyhow::Result<()> {
 }
 
 /// Runs the command line hosting `modules` (a binary of its own adds its
-/// scenarios to [`scenarios::builtin`] and calls this).
+/// scenarios to [`scenarios::modules`] and calls this).
 pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match parse(args, modules, &|name| std::env::var(name).ok()).map_err(|e| e.exit())? {

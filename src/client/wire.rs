@@ -26,8 +26,7 @@ use crate::{
         },
     },
     scenario::Handler,
-    scenario::meta::USER_TICKET,
-    transport::grpc::SCENARIO_KEY,
+    scenario::meta::{SCENARIO_KEY, USER_TICKET},
 };
 
 /// The transport to one server.

@@ -11,6 +11,9 @@ pub const SERVICE_TICKET: &str = "x-ya-service-ticket";
 /// The header Megamind puts the user's TVM ticket in.
 pub const USER_TICKET: &str = "x-ya-user-ticket";
 
+/// The gRPC metadata key naming the scenario to call (the default one when absent).
+pub const SCENARIO_KEY: &str = "x-scenario";
+
 /// The caller's credentials as it sent them, unchecked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallMeta {

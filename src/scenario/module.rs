@@ -179,7 +179,9 @@ pub fn build_all(
                 }
             }
             Err(error) => {
-                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())))
+                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())));
+                // A scenario that did not build serves no routes either.
+                continue;
             }
         }
         for (path, route) in setup.into_routes() {

@@ -47,8 +47,7 @@ use crate::{
     scenario::{Handler, registry::Registered},
 };
 
-/// The metadata key naming the scenario to call.
-pub const SCENARIO_KEY: &str = "x-scenario";
+pub use crate::scenario::meta::SCENARIO_KEY;
 
 /// Whether `request` is gRPC (`application/grpc`, `application/grpc+proto`, ...).
 pub fn is_grpc<B>(request: &Request<B>) -> bool {

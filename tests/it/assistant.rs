@@ -4,7 +4,12 @@
 
 use std::time::Duration;
 
-use megamind_scenario::{client::Request, config::Config, proto::n_alice::n_scenarios::t_directive, scenario::Handler};
+use megamind_scenario::{
+    client::Request,
+    config::Config,
+    proto::n_alice::n_scenarios::t_directive,
+    scenario::{Handler, module},
+};
 use prost::Message;
 
 use crate::{
@@ -219,7 +224,8 @@ async fn continue_arguments_print_as_json_for_debugging() {
 #[tokio::test]
 async fn serve_hosts_the_offline_assistant_out_of_the_box() {
     let metrics = prometheus::Registry::new();
-    let registry = megamind_scenario::scenarios::builtin(&Config::default(), &metrics).unwrap();
+    let modules = megamind_scenario::scenarios::modules();
+    let registry = module::build_all(&modules, &Config::default().scenarios, &metrics).unwrap().registry;
     assert!(registry.names().any(|name| name == "assistant"), "built in: {}", registry.listed());
     let app = spawn_app(Config::default(), registry).await;
     let body = ask(&mut client(&app, Transport::Http), "закрой калькулятор").await.into_body();

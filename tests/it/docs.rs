@@ -7,7 +7,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use megamind_scenario::{config::Config, rules::metrics::ServerMetrics, scenarios};
+use megamind_scenario::{config::Config, rules::metrics::ServerMetrics, scenario::module, scenarios};
 
 use crate::helpers::spawn_builtin;
 
@@ -35,7 +35,7 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
         for block in blocks(&read(doc), "toml") {
             let config = Config::from_toml(block).unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
             config.validate().unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
-            scenarios::builtin(&config, ServerMetrics::new().registry())
+            module::build_all(&scenarios::modules(), &config.scenarios, ServerMetrics::new().registry())
                 .unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
             checked += 1;
         }

@@ -72,12 +72,11 @@ async fn the_example_scenario_answers_next_to_the_built_in_ones() {
 
 #[test]
 fn the_example_reads_its_own_table_and_refuses_unknown_keys() {
-    let (config, modules) = serve(&["--set", "echo.prefix=Эхо: "]);
+    let (config, _) = serve(&["--set", "echo.prefix=Эхо: "]);
     assert_eq!(config.scenarios["echo"]["prefix"].as_str(), Some("Эхо: "));
-    let (config, modules_again) = serve(&["--set", "echo.prefx=x"]);
-    let error = module::build_all(&modules_again, &config.scenarios, &prometheus::Registry::new()).unwrap_err();
+    let (config, modules) = serve(&["--set", "echo.prefx=x"]);
+    let error = module::build_all(&modules, &config.scenarios, &prometheus::Registry::new()).unwrap_err();
     assert!(error.to_string().contains("echo: [echo] unknown field `prefx`"), "{error}");
-    drop(modules);
 }
 
 #[test]

@@ -137,9 +137,7 @@ pub async fn spawn_app(config: Config, registry: Registry) -> TestApp {
 
 /// Starts the server as `serve` does: the built-in scenarios, their metrics in the server's registry.
 pub async fn spawn_builtin(config: Config) -> TestApp {
-    let metrics = ServerMetrics::new();
-    let registry = megamind_scenario::scenarios::builtin(&config, metrics.registry()).expect("built-in scenarios");
-    spawn_with_metrics(config, registry, metrics).await
+    spawn_modules(config, &megamind_scenario::scenarios::modules()).await
 }
 
 /// Starts the server as `serve` does over `modules`: each built from its
