@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(answer.command.is_none() || answer.dropped.is_none(), "a command both kept and dropped");
 
-    let body = reply::answer(&answer, &TAssistantState::default());
+    let body = reply::answer(&answer, &answer.text, &TAssistantState::default());
     let response = TScenarioRunResponse {
         response: Some(t_scenario_run_response::Response::ResponseBody(body)),
         ..Default::default()

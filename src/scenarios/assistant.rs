@@ -67,6 +67,7 @@ pub mod record;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
+pub(crate) mod speech;
 pub(crate) mod state;
 pub(crate) mod turn;
 mod upstream_json;
@@ -236,7 +237,7 @@ impl Assistant {
                 return self.apology(handler, &state);
             }
         };
-        match self.policy.interpret(&args.utterance, completion, &state) {
+        match self.policy.interpret(&args.utterance, completion, &state, "") {
             Interpretation::Answer(body) => {
                 self.metrics.answer(handler.as_str(), "model");
                 *body
@@ -305,7 +306,7 @@ impl Scenario for Assistant {
         };
         let pending = state.pending.take();
         let call_id = self.repeated_call(pending, &utterance).await.unwrap_or_else(|| ctx.request_id.clone());
-        let args = TAssistantContinueArguments { call_id, utterance, state: Some(state) };
+        let args = TAssistantContinueArguments { call_id, utterance, state: Some(state), ..Default::default() };
         let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
@@ -344,10 +345,13 @@ impl Scenario for Assistant {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome),
                 None => {
                     let mut state = args.state.clone().unwrap_or_default();
-                    state.pending =
-                        Some(TAssistantPending { call_id: args.call_id.clone(), utterance: args.utterance });
+                    state.pending = Some(TAssistantPending {
+                        call_id: args.call_id.clone(),
+                        utterance: args.utterance,
+                        ..Default::default()
+                    });
                     self.metrics.answer("continue", "fallback");
-                    reply::spoken(&self.config.fallback_text, true, &state, "assistant.fallback")
+                    reply::spoken(&self.config.filler_texts[0], true, &state, "assistant.fallback")
                 }
             },
         };

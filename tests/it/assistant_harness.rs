@@ -125,7 +125,7 @@ pub fn metrics_text(metrics: &prometheus::Registry) -> String {
 }
 
 pub fn fallback() -> String {
-    AssistantConfig::default().fallback_text
+    AssistantConfig::default().filler_texts[0].clone()
 }
 
 pub fn apology() -> String {

@@ -63,8 +63,19 @@ pub struct AssistantConfig {
     pub history_turns: usize,
     /// Bytes of dialog turns kept in the state.
     pub history_max_bytes: usize,
-    /// Spoken by `/continue` when the model is still thinking.
-    pub fallback_text: String,
+    /// Spoken by `/continue` when the model is still thinking, with the
+    /// callback that fetches the answer: one after the other, never the same
+    /// twice in a row.
+    pub filler_texts: Vec<String>,
+    /// Longest spoken answer, in characters, cut at a sentence boundary; the
+    /// whole text goes to the card.
+    pub max_speech_chars: usize,
+    /// Send the system prompt once at start-up and after `warmup_idle_secs`
+    /// without calls, so that the model server's prefix cache holds it:
+    /// `auto` (for servers on loopback or a private network), `on`, `off`.
+    pub warmup: Warmup,
+    /// Idle time after which the warm-up is sent again, in seconds.
+    pub warmup_idle_secs: u64,
     /// Spoken when the model failed.
     pub apology_text: String,
 }
@@ -95,7 +106,10 @@ impl Default for AssistantConfig {
             max_retained_bytes: 64 << 20,
             history_turns: 6,
             history_max_bytes: 8 * 1024,
-            fallback_text: "Секунду, ещё думаю — спросите меня ещё раз.".into(),
+            filler_texts: ["Секунду.", "Ещё мгновение.", "Сейчас скажу.", "Почти готово."].map(String::from).to_vec(),
+            max_speech_chars: 400,
+            warmup: Warmup::Auto,
+            warmup_idle_secs: 600,
             apology_text: "Извините, сейчас не получается ответить. Попробуйте ещё раз чуть позже.".into(),
         }
     }
@@ -143,7 +157,15 @@ impl AssistantConfig {
         check(self.max_retained_bytes > 0, "max_retained_bytes must be above 0".into());
         check(self.history_turns > 0, "history_turns must be above 0".into());
         check(self.history_max_bytes >= 256, "history_max_bytes must be at least 256".into());
-        check(!self.fallback_text.trim().is_empty(), "fallback_text must not be empty".into());
+        check(
+            !self.filler_texts.is_empty() && self.filler_texts.iter().all(|t| !t.trim().is_empty()),
+            "filler_texts must hold at least one phrase, none of them empty".into(),
+        );
+        check(
+            self.max_speech_chars >= 40,
+            format!("max_speech_chars = {}: must be at least 40", self.max_speech_chars),
+        );
+        check(self.warmup_idle_secs > 0, "warmup_idle_secs must be above 0".into());
         check(!self.apology_text.trim().is_empty(), "apology_text must not be empty".into());
         if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
@@ -168,6 +190,19 @@ impl AssistantConfig {
     pub(crate) fn result_ttl(&self) -> Duration {
         Duration::from_secs(self.result_ttl_secs)
     }
+}
+
+/// When the system prompt is sent ahead of the first call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Warmup {
+    /// For a model server on loopback or a private network (a local server
+    /// keeps a prefix cache; a paid API bills the call).
+    Auto,
+    /// Always.
+    On,
+    /// Never.
+    Off,
 }
 
 /// A credential: deserialized and parsed like a string, never printed.

@@ -19,7 +19,7 @@ pub(crate) const NAME: &str = "assistant";
 pub struct AssistantModule;
 
 /// The flags of `serve`: long name, key, environment variable, help.
-const FLAGS: [Flag; 24] = [
+const FLAGS: [Flag; 27] = [
     Flag::new(
         "llm-base-url",
         "base_url",
@@ -80,8 +80,18 @@ const FLAGS: [Flag; 24] = [
     Flag::new("llm-history-turns", "history_turns", "Dialog turns kept in the state").env("MEGAMIND_LLM_HISTORY_TURNS"),
     Flag::new("llm-history-max-bytes", "history_max_bytes", "Bytes of dialog turns kept in the state")
         .env("MEGAMIND_LLM_HISTORY_MAX_BYTES"),
-    Flag::new("llm-fallback-text", "fallback_text", "Spoken by `/continue` while the model is still thinking")
-        .env("MEGAMIND_LLM_FALLBACK_TEXT"),
+    Flag::new(
+        "llm-filler-texts",
+        "filler_texts",
+        "Phrases spoken while the model is still thinking, as a TOML array: '[\"Секунду.\", \"Ещё мгновение.\"]'",
+    )
+    .env("MEGAMIND_LLM_FILLER_TEXTS"),
+    Flag::new("llm-max-speech-chars", "max_speech_chars", "Longest spoken answer in characters (the card has it all)")
+        .env("MEGAMIND_LLM_MAX_SPEECH_CHARS"),
+    Flag::new("llm-warmup", "warmup", "Send the system prompt ahead of the first call: auto, on or off")
+        .env("MEGAMIND_LLM_WARMUP"),
+    Flag::new("llm-warmup-idle-secs", "warmup_idle_secs", "Idle seconds after which the warm-up is sent again")
+        .env("MEGAMIND_LLM_WARMUP_IDLE_SECS"),
     Flag::new("llm-apology-text", "apology_text", "Spoken when the model failed").env("MEGAMIND_LLM_APOLOGY_TEXT"),
 ];
 
@@ -142,7 +152,7 @@ mod tests {
     #[test]
     fn every_flag_sets_a_key_of_the_table_from_its_own_variable() {
         let flags = AssistantModule.flags();
-        assert_eq!(flags.len(), 24);
+        assert_eq!(flags.len(), 27);
         let defaults = AssistantModule.defaults();
         for flag in &flags {
             assert_eq!(flag.long, format!("llm-{}", flag.key.replace('_', "-")), "{flag:?}");

@@ -21,7 +21,7 @@ use super::{
     backend::{ChatMessage, Completion},
     config::AssistantConfig,
     metrics::AssistantMetrics,
-    prompt, reply,
+    prompt, reply, speech,
     state::{self, Caps},
     turn::TurnInput,
 };
@@ -63,9 +63,21 @@ pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
     /// The messages of the model call answering `utterance` in `state`.
     fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage>;
 
+    /// What of `partial`, the text a running call has streamed so far, may
+    /// be spoken before the call ends: its first complete sentences of prose,
+    /// within the voice-length cap; empty when nothing may.
+    fn ready_speech<'a>(&self, partial: &'a str) -> &'a str;
+
     /// What `completion`, the answer of the call about `utterance`, means
-    /// in `state` (the state before this turn).
-    fn interpret(&self, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation;
+    /// in `state` (the state before this turn), `spoken` being what
+    /// [`DialogPolicy::ready_speech`] gave of it and was spoken already.
+    fn interpret(
+        &self,
+        utterance: &str,
+        completion: &Completion,
+        state: &TAssistantState,
+        spoken: &str,
+    ) -> Interpretation;
 }
 
 /// The chat with app actions.
@@ -73,6 +85,7 @@ pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
 pub(crate) struct ChatPolicy {
     system_prompt: Arc<str>,
     caps: Caps,
+    max_speech_chars: usize,
     commands: IntCounterVec,
 }
 
@@ -96,7 +109,12 @@ impl ChatPolicy {
             }
         };
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
-        Ok(ChatPolicy { system_prompt, caps, commands: metrics.commands.clone() })
+        Ok(ChatPolicy {
+            system_prompt,
+            caps,
+            max_speech_chars: config.max_speech_chars,
+            commands: metrics.commands.clone(),
+        })
     }
 }
 
@@ -113,7 +131,20 @@ impl DialogPolicy for ChatPolicy {
         prompt::messages(&self.system_prompt, &state.session_id, &state.turns, utterance)
     }
 
-    fn interpret(&self, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation {
+    fn ready_speech<'a>(&self, partial: &'a str) -> &'a str {
+        if !speech::is_prose(partial) {
+            return "";
+        }
+        speech::voice_cap(speech::complete_sentences(partial, false), self.max_speech_chars)
+    }
+
+    fn interpret(
+        &self,
+        utterance: &str,
+        completion: &Completion,
+        state: &TAssistantState,
+        spoken: &str,
+    ) -> Interpretation {
         let answer = answer::parse(&completion.text);
         match (&answer.command, answer.dropped) {
             (Some(command), _) => self.commands.with_label_values(&[command.name(), "accepted"]).inc(),
@@ -127,7 +158,10 @@ impl DialogPolicy for ChatPolicy {
         // The model's own words, verbatim, so that it sees its format again.
         let turn = TAssistantTurn { user: utterance.to_owned(), assistant: completion.text.clone() };
         state::push_turn(&mut state.turns, turn, self.caps);
-        Interpretation::Answer(Box::new(reply::answer(&answer, &state)))
+        let voice = speech::voice_cap(&answer.text, self.max_speech_chars);
+        // What streamed and was spoken is the start of the answer: the rest follows.
+        let speech = voice.strip_prefix(spoken).map_or(voice, str::trim_start);
+        Interpretation::Answer(Box::new(reply::answer(&answer, speech, &state)))
     }
 }
 
@@ -164,7 +198,8 @@ mod tests {
     fn the_answer_is_spoken_with_its_directive_and_remembered() {
         let raw = r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
         let state = TAssistantState { session_id: "s".into(), ..Default::default() };
-        let Interpretation::Answer(body) = policy().interpret("открой Safari", &completion(raw), &state) else {
+        let Interpretation::Answer(body) = policy().interpret("открой Safari", &completion(raw), &state, "")
+        else {
             panic!("an answer")
         };
         let layout = body.layout.as_ref().unwrap();
@@ -173,7 +208,7 @@ mod tests {
         let new_state = state::decode(body.state.as_ref(), Caps { turns: 10, bytes: 1 << 20 });
         assert_eq!(new_state.session_id, "s");
         assert_eq!(new_state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: raw.into() }]);
-        assert_eq!(policy().interpret("?", &completion("{\"text\": \""), &state), Interpretation::Unusable);
+        assert_eq!(policy().interpret("?", &completion("{\"text\": \""), &state, ""), Interpretation::Unusable);
     }
 
     #[test]
@@ -181,7 +216,7 @@ mod tests {
         let state = TAssistantState {
             session_id: "session_1.000002".into(),
             turns: vec![TAssistantTurn { user: "раз".into(), assistant: "Ок.".into() }],
-            pending: None,
+            ..Default::default()
         };
         let messages = policy().messages(&state, "два");
         let contents: Vec<&str> = messages.iter().skip(1).map(|m| m.content.as_str()).collect();

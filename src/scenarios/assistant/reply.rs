@@ -22,14 +22,19 @@ pub(crate) fn features() -> TScenarioFeatures {
     TScenarioFeatures { intent: "assistant".into(), ..Default::default() }
 }
 
-/// The model's answer: speech and card from `text`, a directive per command.
-pub fn answer(answer: &ModelAnswer, state: &TAssistantState) -> TScenarioResponseBody {
+/// The model's answer: `speech` spoken (the voice-length part of its text
+/// not spoken yet), its whole `text` on the card, a directive per command.
+pub fn answer(answer: &ModelAnswer, speech: &str, state: &TAssistantState) -> TScenarioResponseBody {
     let directives = answer.command.iter().map(directive).collect();
     let intent = answer.command.as_ref().map_or("assistant.chat", |c| match c {
         Command::OpenApp { .. } => "assistant.open_app",
         Command::CloseApp { .. } => "assistant.close_app",
     });
-    body(&answer.text, directives, false, state, intent)
+    let mut body = body(&answer.text, directives, false, state, intent);
+    if let Some(layout) = body.layout.as_mut() {
+        layout.output_speech = speech.into();
+    }
+    body
 }
 
 /// A phrase of the scenario's own (fallback, apology); `listen` keeps the
@@ -103,7 +108,7 @@ mod tests {
     #[test]
     fn a_command_becomes_a_directive_with_its_payload_and_speech() {
         let raw = r#"{"session_id":"s","command":"close_app","args":{"app_name":"Safari"},"text":"Закрываю Safari."}"#;
-        let body = answer(&parse(raw), &TAssistantState::default());
+        let body = answer(&parse(raw), "Закрываю Safari.", &TAssistantState::default());
         let layout = body.layout.unwrap();
         assert_eq!(layout.output_speech, "Закрываю Safari.");
         assert_eq!(layout.cards, [TCard { card: Some(t_card::Card::Text("Закрываю Safari.".into())) }]);
@@ -119,7 +124,7 @@ mod tests {
     #[test]
     fn empty_text_gives_no_card() {
         let raw = r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":""}"#;
-        let layout = answer(&parse(raw), &TAssistantState::default()).layout.unwrap();
+        let layout = answer(&parse(raw), "", &TAssistantState::default()).layout.unwrap();
         assert!(layout.cards.is_empty() && layout.output_speech.is_empty());
         assert_eq!(layout.directives.len(), 1);
     }

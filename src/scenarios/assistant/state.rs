@@ -182,7 +182,7 @@ mod tests {
         let state = TAssistantState {
             session_id: "session_1.000001".into(),
             turns: vec![turn("a", "b"), turn("c", "d"), turn("e", "f")],
-            pending: None,
+            ..Default::default()
         };
         let back = decode(Some(&encode(&state)), caps);
         assert_eq!(back.session_id, "session_1.000001");

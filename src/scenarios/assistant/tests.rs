@@ -165,7 +165,7 @@ async fn a_slow_model_hands_over_then_falls_back_then_answers_the_repeat() {
     let started = Instant::now();
     let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
     assert_eq!(started.elapsed(), Duration::from_millis(290 - 15), "the deadline minus the margin");
-    assert_eq!(speech(&body), AssistantConfig::default().fallback_text);
+    assert_eq!(speech(&body), AssistantConfig::default().filler_texts[0].clone());
     assert!(body.layout.as_ref().unwrap().should_listen && body.expects_request);
     let state = state_of(&body);
     let pending = state.pending.clone().unwrap();
