@@ -58,7 +58,7 @@ use crate::{
 };
 
 /// How many callbacks one turn follows unless told otherwise.
-pub const DEFAULT_MAX_CALLBACKS: usize = 5;
+pub const DEFAULT_MAX_CALLBACKS: usize = 128;
 
 /// A dialog with one scenario on one server: its transport, its settings and
 /// the session it carries (`State`, whether the session is new, the
@@ -70,6 +70,7 @@ pub struct Client {
     template: TScenarioBaseRequest,
     request_id_prefix: String,
     max_callbacks: usize,
+    follow_callbacks: bool,
     state: Option<Any>,
     new_session: bool,
     requests: u64,
@@ -113,6 +114,7 @@ impl Client {
             template: TScenarioBaseRequest::default(),
             request_id_prefix: unique_prefix(),
             max_callbacks: DEFAULT_MAX_CALLBACKS,
+            follow_callbacks: true,
             state: None,
             new_session: true,
             requests: 0,
@@ -160,6 +162,14 @@ impl Client {
     /// [`DEFAULT_MAX_CALLBACKS`]); one more is [`ClientError::TooManyCallbacks`].
     pub fn with_max_callbacks(mut self, max: usize) -> Client {
         self.max_callbacks = max;
+        self.follow_callbacks = true;
+        self
+    }
+
+    /// Plays a client that does not follow callbacks: a turn ends with the
+    /// first answer for the user, whatever directives it carries.
+    pub fn ignoring_callbacks(mut self) -> Client {
+        self.follow_callbacks = false;
         self
     }
 
@@ -200,7 +210,7 @@ impl Client {
             let (body, irrelevant) = self.play(&request_id, input, &mut hops).await?;
             self.new_session = false;
             self.state = body.state.clone();
-            let Some(callback) = callback_of(&body) else {
+            let Some(callback) = callback_of(&body).filter(|_| self.follow_callbacks) else {
                 return Ok(Turn::new(hops, body, irrelevant));
             };
             if callbacks == self.max_callbacks {

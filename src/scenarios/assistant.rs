@@ -10,14 +10,24 @@
 //!   idempotency cache), waits `run_wait_ms` (150 ms) and answers the model's
 //!   answer if it is there; otherwise it hands over at once with
 //!   `ContinueArguments` (`TAssistantContinueArguments`) and `Features`.
-//! - `/continue` waits for the same call until its own deadline minus
-//!   `answer_margin_ms` and answers. If the model is still thinking it
-//!   speaks the fallback ("Секунду, ещё думаю — спросите меня ещё раз") with
-//!   the microphone open, and records the call as pending in the state.
+//! - `/continue` waits for the same call until its own deadline minus the
+//!   [margin](margin) (`answer_margin_ms`, 30 ms, plus how late answers have
+//!   recently been built) and answers. If the model is still thinking, it
+//!   holds: it speaks the complete sentences a streamed answer has produced
+//!   since the last hop, else the next filler (`filler_texts`, never the same
+//!   twice in a row), and adds a `CallbackDirective` ([`callback`]). The
+//!   client sends it back as `Input.Callback` of a new `/run`, which joins
+//!   the same call: it answers if the call is done, else hands over to
+//!   `/continue` again. What was held (the hops, the sentences spoken, the
+//!   last filler) rides in the state. The final answer speaks what was not
+//!   spoken yet; the card holds the whole text. Hops are bounded by the
+//!   call's own timeout (then the apology) and by [`callback::max_hops`].
 //! - The call goes on, bounded by `call_timeout_ms` (30 s), and its answer is
-//!   kept `result_ttl_secs`. The user's repeat of the same question (same
-//!   words, case and punctuation aside) in the next turn gets that answer
-//!   instead of a new call; a different question starts a new one.
+//!   kept `result_ttl_secs`. A client that does not follow callbacks still
+//!   works: a hold keeps the microphone open, and the user's repeat of the
+//!   same question (same words, case and punctuation aside) joins the call
+//!   too; a call that failed gives its apology once, and the next repeat
+//!   calls again. A different question starts a new call.
 //! - `ContinueArguments` carry the words and the state, so a `/continue`
 //!   that lands on another instance (or after the answer expired) starts the
 //!   call itself instead of failing.
@@ -54,8 +64,10 @@ pub mod answer;
 pub mod backend;
 mod backoff;
 mod breaker;
+mod callback;
 pub(crate) mod calls;
 pub mod config;
+mod margin;
 pub mod metrics;
 pub mod module;
 pub mod offline;
@@ -79,13 +91,14 @@ pub use module::AssistantModule;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use prost_types::Any;
+use prost_types::{Any, Struct};
 use tokio::time::{Instant, timeout_at};
 
 use self::{
     backend::{BackendError, ModelBackend, ModelRequest},
     calls::{AtCapacity, Calls, Handle},
     config::AssistantConfig,
+    margin::Margin,
     metrics::AssistantMetrics,
     outcome::ModelOutcome,
     policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan},
@@ -107,6 +120,8 @@ use crate::{
 /// Spoken when declining a turn that brings nothing to answer.
 const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
 const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
+/// Spoken when declining a callback for a call the dialog no longer waits for.
+const NOTHING_PENDING: &str = "Этот ответ уже не ждут.";
 
 /// Why the assistant could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +143,7 @@ pub struct Assistant {
     metrics: AssistantMetrics,
     config: AssistantConfig,
     caps: Caps,
+    margin: Margin,
 }
 
 impl Assistant {
@@ -180,7 +196,8 @@ impl Assistant {
             metrics.evicted.clone(),
         );
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
-        Assistant { backend, policy, calls, metrics, config: config.clone(), caps }
+        let margin = Margin::new(config.answer_margin());
+        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin }
     }
 
     /// The backend's name: `openai` or `offline`.
@@ -206,7 +223,7 @@ impl Assistant {
             let messages = self.policy.messages(&state, &args.utterance);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
             let timeout = self.config.call_timeout();
-            let session_id = state.session_id;
+            let (session_id, call_id) = (state.session_id, args.call_id.clone());
             async move {
                 let started = Instant::now();
                 let request = ModelRequest { messages, session_id, deadline: started + timeout };
@@ -214,6 +231,10 @@ impl Assistant {
                     .await
                     .unwrap_or(Err(BackendError::Timeout("call")));
                 metrics.model_call(&*backend, &outcome, started.elapsed());
+                // Logged here, once, whether or not anyone still waits for it.
+                if let Err(error) = &outcome {
+                    tracing::warn!(%call_id, %error, "assistant: the model call failed");
+                }
                 outcome
             }
         };
@@ -230,14 +251,10 @@ impl Assistant {
     ) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         state.pending = None;
-        let completion = match outcome {
-            Ok(completion) => completion,
-            Err(error) => {
-                tracing::warn!(call_id = %args.call_id, %error, "assistant: the model call failed; apologizing");
-                return self.apology(handler, &state);
-            }
+        let Ok(completion) = outcome else {
+            return self.apology(handler, &state);
         };
-        match self.policy.interpret(&args.utterance, completion, &state, "") {
+        match self.policy.interpret(&args.utterance, completion, &state, &args.spoken) {
             Interpretation::Answer(body) => {
                 self.metrics.answer(handler.as_str(), "model");
                 *body
@@ -249,6 +266,45 @@ impl Assistant {
         }
     }
 
+    /// The answer of a `/continue` whose call is still running: what the
+    /// model has said in complete sentences since the last hop, else the next
+    /// filler; with the callback that fetches the rest (SPEC §2.1). Past the
+    /// hops a call may take, the apology.
+    fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
+        let mut state = args.state.clone().unwrap_or_default();
+        if args.hops >= callback::max_hops(self.config.call_timeout()) {
+            tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
+            state.pending = None;
+            return self.apology(Handler::Continue, &state);
+        }
+        let partial = self.calls.partial_text(&args.call_id).unwrap_or_default();
+        let ready = self.policy.ready_speech(&partial);
+        let new = ready.strip_prefix(args.spoken.as_str()).map(str::trim).filter(|new| !new.is_empty());
+        let (speech, spoken, listen, kind) = match new {
+            Some(new) => (new, ready, false, "partial"),
+            None => {
+                let fillers = &self.config.filler_texts;
+                let next = callback::next_filler(state.last_filler, fillers.len());
+                state.last_filler = u32::try_from(next + 1).unwrap_or(0);
+                // The microphone stays open for a client that does not follow
+                // callbacks: the user's repeat joins the call too.
+                (fillers[next].as_str(), args.spoken.as_str(), true, "filler")
+            }
+        };
+        state.pending = Some(TAssistantPending {
+            call_id: args.call_id.clone(),
+            utterance: args.utterance.clone(),
+            hops: args.hops.saturating_add(1),
+            spoken: spoken.to_owned(),
+        });
+        self.metrics.answer("continue", kind);
+        let mut body = reply::spoken(speech, listen, &state, "assistant.hold");
+        if let Some(layout) = body.layout.as_mut() {
+            layout.directives.push(callback::directive(&args.call_id));
+        }
+        body
+    }
+
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
         self.metrics.answer(handler.as_str(), "apology");
         reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
@@ -256,21 +312,49 @@ impl Assistant {
 
     /// Where waiting must stop to answer by `deadline`.
     fn stop_by(&self, deadline: Instant) -> Instant {
-        deadline.checked_sub(self.config.answer_margin()).unwrap_or(deadline)
+        deadline.checked_sub(self.margin.get()).unwrap_or(deadline)
     }
 
-    /// The pending call the user's `utterance` repeats, if it can still answer.
-    async fn repeated_call(&self, pending: Option<TAssistantPending>, utterance: &str) -> Option<String> {
-        let pending = pending?;
-        if turn::normalize(&pending.utterance) != turn::normalize(utterance) {
-            return None;
+    /// Notes how late past `stop_by` an answer was ready, for the margin.
+    fn answered(&self, stop_by: Instant) {
+        self.margin.observe(Instant::now().saturating_duration_since(stop_by));
+    }
+
+    /// What the words of a `/run` ask: the pending call when they repeat its
+    /// question (its answer, or its apology when it failed, given once),
+    /// else a new call under this request's id.
+    fn asked(&self, request_id: &str, utterance: String, mut state: TAssistantState) -> TAssistantContinueArguments {
+        match state.pending.take() {
+            Some(pending) if turn::normalize(&pending.utterance) == turn::normalize(&utterance) => {
+                TAssistantContinueArguments {
+                    call_id: pending.call_id,
+                    utterance,
+                    state: Some(state),
+                    hops: pending.hops,
+                    spoken: pending.spoken,
+                }
+            }
+            _ => TAssistantContinueArguments {
+                call_id: request_id.to_owned(),
+                utterance,
+                state: Some(state),
+                ..Default::default()
+            },
         }
-        // A failed call is not worth repeating: the repeat calls again.
-        let handle = self.calls.get(&pending.call_id).await?;
-        if handle.ready().is_some_and(|outcome| outcome.is_err()) {
-            return None;
-        }
-        Some(pending.call_id)
+    }
+
+    /// The call our callback comes back for: the pending call its payload
+    /// names, or `None` when the dialog holds no such call (a stale or
+    /// foreign callback).
+    fn resumed(&self, payload: Option<&Struct>, mut state: TAssistantState) -> Option<TAssistantContinueArguments> {
+        let pending = state.pending.take().filter(|p| Some(p.call_id.as_str()) == callback::call_id(payload))?;
+        Some(TAssistantContinueArguments {
+            call_id: pending.call_id,
+            utterance: pending.utterance,
+            state: Some(state),
+            hops: pending.hops,
+            spoken: pending.spoken,
+        })
     }
 }
 
@@ -296,17 +380,23 @@ impl Scenario for Assistant {
             self.metrics.answer("run", "irrelevant");
             return Ok(reply::irrelevant(NO_WORDS).into());
         };
-        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
-        let utterance = match self.policy.plan(&input, &state) {
-            TurnPlan::CallModel { utterance } => utterance,
-            TurnPlan::Decline { reason } => {
-                self.metrics.answer("run", "irrelevant");
-                return Ok(reply::irrelevant(&reason).into());
+        let state = state::of_request(&base, &ctx.request_id, self.caps);
+        let args = match input {
+            TurnInput::Callback { name, payload } if name == callback::NAME => {
+                let Some(args) = self.resumed(payload.as_ref(), state) else {
+                    self.metrics.answer("run", "stale_callback");
+                    return Ok(reply::irrelevant(NOTHING_PENDING).into());
+                };
+                args
             }
+            input => match self.policy.plan(&input, &state) {
+                TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
+                TurnPlan::Decline { reason } => {
+                    self.metrics.answer("run", "irrelevant");
+                    return Ok(reply::irrelevant(&reason).into());
+                }
+            },
         };
-        let pending = state.pending.take();
-        let call_id = self.repeated_call(pending, &utterance).await.unwrap_or_else(|| ctx.request_id.clone());
-        let args = TAssistantContinueArguments { call_id, utterance, state: Some(state), ..Default::default() };
         let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
@@ -344,14 +434,9 @@ impl Scenario for Assistant {
             Ok(handle) => match handle.wait_until(stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome),
                 None => {
-                    let mut state = args.state.clone().unwrap_or_default();
-                    state.pending = Some(TAssistantPending {
-                        call_id: args.call_id.clone(),
-                        utterance: args.utterance,
-                        ..Default::default()
-                    });
-                    self.metrics.answer("continue", "fallback");
-                    reply::spoken(&self.config.filler_texts[0], true, &state, "assistant.fallback")
+                    let body = self.hold(&args);
+                    self.answered(stop_by);
+                    body
                 }
             },
         };

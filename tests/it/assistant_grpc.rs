@@ -62,7 +62,7 @@ async fn a_model_at_50_ms_is_answered_inside_run() {
 async fn a_model_at_2_s_gets_run_and_continue_answered_in_budget_with_the_fallback() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_secs(2), "Сейчас полдень.")).await;
     let h = spawn(&mock, |_| {}).await;
-    let mut client = client(&h.app, Transport::Grpc);
+    let mut client = client(&h.app, Transport::Grpc).ignoring_callbacks();
 
     let turn = ask(&mut client, "Который час?").await;
     let [run, continued] = &turn.hops[..] else { panic!("{:?}", turn.hops) };
@@ -110,7 +110,7 @@ async fn hangs_garbage_and_resets_get_answers_in_budget() {
     for (name, reply, expected, calls) in cases {
         let mock = MockLlm::start(reply).await;
         let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
-        let turn = ask(&mut client(&h.app, Transport::Grpc), "вопрос").await;
+        let turn = ask(&mut client(&h.app, Transport::Grpc).ignoring_callbacks(), "вопрос").await;
         assert_eq!(turn.speech(), expected, "{name}");
         assert_eq!(mock.calls(), calls, "{name}");
     }

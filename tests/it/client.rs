@@ -277,7 +277,8 @@ async fn callbacks_are_sent_back_with_fresh_request_ids_and_the_state_they_came_
 #[tokio::test]
 async fn callbacks_past_the_bound_are_an_error_that_says_so() {
     for transport in TRANSPORTS {
-        let (_app, scenario, mut client) = scripted(transport).await;
+        let (_app, scenario, client) = scripted(transport).await;
+        let mut client = client.with_max_callbacks(5);
         let error = client.say("перезвони 6").await.unwrap_err();
         assert!(matches!(error, ClientError::TooManyCallbacks { max: 5 }), "{transport:?}: {error}");
         assert!(error.to_string().contains("after 5 callbacks"), "{error}");

@@ -131,6 +131,7 @@ impl Handle {
 
     /// The outcome if the call has finished, as far as the store knows
     /// without waiting.
+    #[cfg(test)]
     pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
         if let Some(outcome) = self.outcome.get() {
             return Some(outcome.clone());
@@ -211,6 +212,7 @@ impl Calls {
     }
 
     /// The call `id`, if it is running or finished recently.
+    #[cfg(test)]
     pub(crate) async fn get(&self, id: &str) -> Option<Handle> {
         let store = &self.shared.store;
         match store.begin(key(id), self.shared.lease_ttl, &mut || false).await {
@@ -273,6 +275,11 @@ impl Calls {
     /// running or kept.
     pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
         self.shared.records().get(id, Instant::now()).map(|record| record.follow())
+    }
+
+    /// The text call `id` has streamed so far, if it is running or kept.
+    pub(crate) fn partial_text(&self, id: &str) -> Option<String> {
+        self.shared.records().get(id, Instant::now()).map(|record| record.text())
     }
 
     /// Calls running now.

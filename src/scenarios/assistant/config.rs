@@ -92,7 +92,7 @@ impl Default for AssistantConfig {
             stream: true,
             system_prompt_file: None,
             run_wait_ms: 150,
-            answer_margin_ms: 15,
+            answer_margin_ms: 30,
             call_timeout_ms: 30_000,
             connect_timeout_ms: 2_000,
             first_token_timeout_ms: 15_000,

@@ -71,6 +71,19 @@ impl CallRecord {
         Follower { rx: self.tx.subscribe(), next: 0 }
     }
 
+    /// The answer's text so far: its text pieces, joined.
+    pub(crate) fn text(&self) -> String {
+        let recording = self.tx.borrow();
+        recording
+            .events
+            .iter()
+            .filter_map(|event| match event {
+                ModelEvent::TextDelta(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// What the record holds, in bytes, for the retention bound.
     pub(crate) fn bytes(&self) -> usize {
         self.tx.borrow().bytes
@@ -194,7 +207,9 @@ mod tests {
         let mut late = record.follow();
         assert_eq!(late.next().await, Some(text("Сей")));
         assert_eq!(late.next().await, Some(text("час ")));
+        assert_eq!(record.text(), "Сейчас ", "the text so far, without waiting");
         call.await.unwrap();
+        assert_eq!(record.text(), "Сейчас полдень.");
         let whole = [text("Сей"), text("час "), text("полдень."), ModelEvent::Finish { reason: "stop".into() }];
         assert_eq!(drain(&mut early).await, whole[1..]);
         assert_eq!(drain(&mut late).await, whole[2..]);
