@@ -5,6 +5,7 @@ mod mock_llm;
 mod scenarios;
 
 mod assistant;
+mod assistant_backend;
 mod assistant_callbacks;
 mod assistant_events;
 mod assistant_grpc;

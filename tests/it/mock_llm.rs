@@ -113,6 +113,22 @@ impl Reply {
         Reply::Sse { chunks }
     }
 
+    /// Headers of a whole JSON answer, then part of its body, then the
+    /// connection closes: a server that died mid-answer.
+    pub fn dropped_mid_answer() -> Reply {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n";
+        Reply::Garbage { delay: Duration::ZERO, bytes: format!("{head}{{\"choices\": [{{\"index\"").into_bytes() }
+    }
+
+    /// A stream that delivers `text` as one token, then the connection closes
+    /// before the stream ends.
+    pub fn dropped_mid_stream(text: &str) -> Reply {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        let event = sse_event(&serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]}));
+        let frame = [format!("{:x}\r\n", event.len()).as_bytes(), &event, b"\r\n"].concat();
+        Reply::Garbage { delay: Duration::ZERO, bytes: [head.as_bytes(), &frame].concat() }
+    }
+
     /// A stream of `text` whose bytes are written in writes of `size` bytes,
     /// cutting events, lines and characters wherever they fall.
     pub fn stream_cut(text: &str, size: usize, gap: Duration) -> Reply {

@@ -2,7 +2,7 @@
 //! phrases spoken when the model cannot answer. Every field has a default, so
 //! an empty table (or none) runs the embedded offline backend.
 
-use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr, time::Duration};
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -23,8 +23,10 @@ pub struct AssistantConfig {
     pub temperature: f64,
     /// `max_tokens` of the request body.
     pub max_tokens: u32,
-    /// More request body fields (`top_p`, `stop`, ...), merged in as given.
-    pub extra_body: BTreeMap<String, serde_json::Value>,
+    /// More request body fields (`top_p`, `stop`, `response_format`, ...),
+    /// merged in as given, in the order written (a JSON schema's properties
+    /// are generated in that order).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// Ask for an SSE stream (time to first token, first-token timeout).
     pub stream: bool,
     /// A file holding the system prompt; empty uses the built-in one.
@@ -88,7 +90,7 @@ impl Default for AssistantConfig {
             model: "default".into(),
             temperature: 0.3,
             max_tokens: 512,
-            extra_body: BTreeMap::new(),
+            extra_body: serde_json::Map::new(),
             stream: true,
             system_prompt_file: None,
             run_wait_ms: 150,

@@ -25,8 +25,10 @@ pub const RETRIES: &str = "megamind_assistant_model_retries_total";
 /// The breaker: 0 closed, 1 half-open, 2 open.
 pub const BREAKER: &str = "megamind_assistant_breaker_state";
 /// Answers by `handler` and `kind`: `model` (the model's answer), `handover`
-/// (`/run` passed to `/continue`), `fallback` (still thinking), `apology`
-/// (the model failed), `refused` (the in-flight cap), `irrelevant` (nothing to answer).
+/// (`/run` passed to `/continue`), `filler` and `partial` (held with a
+/// callback: a filler, or the first sentences), `apology`
+/// (the model failed), `refused` (the in-flight cap), `irrelevant` (nothing to
+/// answer), `stale_callback` (a callback for no pending call).
 pub const ANSWERS: &str = "megamind_assistant_answers_total";
 /// Commands of model answers by `command` and `outcome` (`accepted` or why dropped).
 pub const COMMANDS: &str = "megamind_assistant_commands_total";

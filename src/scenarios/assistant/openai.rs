@@ -1,9 +1,12 @@
 //! The OpenAI-compatible HTTP backend: `POST {base_url}/chat/completions`
 //! on vLLM, Ollama, llama.cpp's server, OpenAI and the like.
 //!
-//! One call is a few attempts inside its deadline: connection errors, 429 and
-//! 5xx are retried after a jittered backoff when the backoff still fits; the
-//! breaker fails calls fast while the backend keeps failing. With `stream` on
+//! One call is a few attempts inside its deadline: connection errors
+//! (a connection refused, reset or closed mid-answer), 429 and 5xx are
+//! retried after a jittered backoff when the backoff still fits; the breaker
+//! counts calls, not attempts, and fails calls fast while the backend keeps
+//! failing. The first-token timeout bounds only a stream: a server asked for
+//! the whole answer may send even its headers only at the end. With `stream` on
 //! the answer comes as SSE and each piece goes to the [`EventSink`] as it
 //! comes; a server that ignores `stream` and answers plain JSON is read as
 //! such, its events handed over at once. Once an event is out, the call is
@@ -40,6 +43,7 @@ pub struct OpenAi {
     url: String,
     api_key: Secret,
     body: Map<String, Value>,
+    stream: bool,
     first_token_timeout: Duration,
     max_retries: u32,
     retry_backoff: Duration,
@@ -63,6 +67,33 @@ impl From<BackendError> for Failure {
 }
 
 impl OpenAi {
+    /// The attempts of one call: retried while the error may pass and the
+    /// backoff fits the deadline; each attempt asks the breaker first.
+    async fn attempts(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
+        let mut retry = 0;
+        loop {
+            if !self.breaker.admit() {
+                return Err(BackendError::CircuitOpen);
+            }
+            let failure = match self.attempt(request, events).await {
+                Ok(completion) => return Ok(Completion { attempts: retry + 1, ..completion }),
+                Err(failure) => failure,
+            };
+            if !failure.error.is_retryable() || failure.streamed || retry >= self.max_retries {
+                return Err(failure.error);
+            }
+            let wait = backoff::delay(self.retry_backoff, retry, backoff::random())
+                .max(failure.retry_after.unwrap_or_default());
+            if Instant::now() + wait >= request.deadline {
+                return Err(failure.error);
+            }
+            tracing::debug!(error = %failure.error, wait_ms = wait.as_millis() as u64, "assistant: retrying the model call");
+            self.retries.inc();
+            tokio::time::sleep(wait).await;
+            retry += 1;
+        }
+    }
+
     /// A client for `config.base_url`; counts retries in `retries`.
     pub fn new(config: &AssistantConfig, retries: IntCounter) -> Result<OpenAi, AssistantError> {
         let client = crate::upstream::client_builder()
@@ -86,6 +117,7 @@ impl OpenAi {
             url,
             api_key: config.api_key.clone(),
             body,
+            stream: config.stream,
             first_token_timeout: Duration::from_millis(config.first_token_timeout_ms),
             max_retries: config.max_retries,
             retry_backoff: Duration::from_millis(config.retry_backoff_ms),
@@ -101,7 +133,10 @@ impl OpenAi {
 
     async fn attempt(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, Failure> {
         let started = Instant::now();
-        let first_deadline = (started + self.first_token_timeout).min(request.deadline);
+        // Only a stream has a first token early: a server asked for the whole
+        // answer (llama.cpp's) sends even its headers only at the end.
+        let first_deadline =
+            if self.stream { (started + self.first_token_timeout).min(request.deadline) } else { request.deadline };
         let first_timeout = if first_deadline < request.deadline { "first_token" } else { "call" };
         let mut body = self.body.clone();
         body.insert("messages".into(), json!(request.messages));
@@ -173,36 +208,17 @@ impl ModelBackend for OpenAi {
     }
 
     async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
-        let mut retry = 0;
-        loop {
-            if !self.breaker.admit() {
-                return Err(BackendError::CircuitOpen);
-            }
-            let failure = match self.attempt(request, events).await {
-                Ok(completion) => {
-                    self.breaker.success();
-                    return Ok(Completion { attempts: retry + 1, ..completion });
-                }
-                Err(failure) => failure,
-            };
-            if failure.error.is_backend_failure() {
-                self.breaker.failure();
-            } else {
-                self.breaker.success();
-            }
-            if !failure.error.is_retryable() || failure.streamed || retry >= self.max_retries {
-                return Err(failure.error);
-            }
-            let wait = backoff::delay(self.retry_backoff, retry, backoff::random())
-                .max(failure.retry_after.unwrap_or_default());
-            if Instant::now() + wait >= request.deadline {
-                return Err(failure.error);
-            }
-            tracing::debug!(error = %failure.error, wait_ms = wait.as_millis() as u64, "assistant: retrying the model call");
-            self.retries.inc();
-            tokio::time::sleep(wait).await;
-            retry += 1;
+        let outcome = self.attempts(request, events).await;
+        // One call is one verdict for the breaker, however many attempts it
+        // took: a turn against a dead server is one failure, not three.
+        match &outcome {
+            Ok(_) => self.breaker.success(),
+            Err(BackendError::CircuitOpen) => {}
+            Err(error) if error.is_backend_failure() => self.breaker.failure(),
+            // The server answered, if not well: it is reachable.
+            Err(_) => self.breaker.success(),
         }
+        outcome
     }
 
     fn breaker_state(&self) -> i64 {
@@ -234,6 +250,16 @@ fn classify(error: &reqwest::Error) -> BackendError {
     }
 }
 
+/// An error while reading a body that had begun: the connection broke
+/// (closed or reset mid-answer), whatever reqwest calls it, so a retry may
+/// pass where nothing was delivered yet.
+fn broken(error: &reqwest::Error) -> BackendError {
+    match classify(error) {
+        BackendError::BadResponse(message) => BackendError::Connect(message),
+        other => other,
+    }
+}
+
 /// Reads the body up to `limit + 1` bytes (one more tells the caller it was
 /// too large) before `deadline`.
 async fn read_body(response: &mut reqwest::Response, limit: usize, deadline: Instant) -> Result<Vec<u8>, BackendError> {
@@ -241,7 +267,7 @@ async fn read_body(response: &mut reqwest::Response, limit: usize, deadline: Ins
     loop {
         match timeout_at(deadline, response.chunk()).await {
             Err(_) => return Err(BackendError::Timeout("call")),
-            Ok(Err(error)) => return Err(classify(&error)),
+            Ok(Err(error)) => return Err(broken(&error)),
             Ok(Ok(None)) => return Ok(body),
             Ok(Ok(Some(bytes))) => {
                 let room = (limit + 1).saturating_sub(body.len());
@@ -271,7 +297,7 @@ async fn read_stream(
             if completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
         let (events, ended) = match timeout_at(until, response.chunk()).await {
             Err(_) => return Err(fail(BackendError::Timeout(which), streamed)),
-            Ok(Err(error)) => return Err(fail(classify(&error), streamed)),
+            Ok(Err(error)) => return Err(fail(broken(&error), streamed)),
             Ok(Ok(None)) => (decoder.finish(), true),
             Ok(Ok(Some(bytes))) => (decoder.push(&bytes), false),
         };

@@ -1,0 +1,121 @@
+//! The OpenAI-compatible backend on the wire, against the mock model: the
+//! first-token timeout only for streams, a connection dropped mid-answer
+//! retried while nothing was delivered, the breaker counting calls, and
+//! `extra_body` sent in the order it was written.
+
+use std::time::Duration;
+
+use crate::{
+    assistant_harness::{apology, ask, client, metrics_text, spawn},
+    helpers::Transport,
+    mock_llm::{MockLlm, Reply},
+};
+
+#[tokio::test]
+async fn without_a_stream_the_first_token_timeout_does_not_cut_a_slow_answer() {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(900), "Готово.")).await;
+    let h = spawn(&mock, |c| {
+        c.stream = false;
+        c.first_token_timeout_ms = 200;
+    })
+    .await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "сделай").await;
+    assert_eq!(turn.speech(), "Готово.", "{:?}", turn.speeches());
+    assert_eq!(mock.calls(), 1);
+
+    // With a stream, the same wait for the first token is a timeout.
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(900), "Готово.")).await;
+    let h = spawn(&mock, |c| {
+        c.stream = true;
+        c.first_token_timeout_ms = 200;
+    })
+    .await;
+    assert_eq!(ask(&mut client(&h.app, Transport::Http), "сделай").await.speech(), apology());
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_connection_dropped_mid_answer_is_a_connection_failure_and_is_retried() {
+    let mock = MockLlm::start(Reply::content("Со второй попытки.")).await;
+    mock.push(Reply::dropped_mid_answer());
+    let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    assert_eq!(turn.speech(), "Со второй попытки.");
+    assert_eq!(mock.calls(), 2, "retried once");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains("megamind_assistant_model_retries_total 1"), "{text}");
+    assert!(!text.contains("bad_response"), "{text}");
+}
+
+#[tokio::test]
+async fn a_stream_dropped_after_a_token_is_not_retried() {
+    let mock = MockLlm::start(Reply::content("не должно понадобиться")).await;
+    mock.push(Reply::dropped_mid_stream("Начало ответа"));
+    let h = spawn(&mock, |c| {
+        c.stream = true;
+        c.retry_backoff_ms = 10;
+    })
+    .await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    assert_eq!(turn.speech(), apology(), "a retry would repeat what was delivered");
+    assert_eq!(mock.calls(), 1);
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn the_breaker_counts_failed_calls_not_attempts() {
+    // A port nothing listens on: every attempt is refused at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mock = MockLlm::start(Reply::content("unused")).await;
+    let h = spawn(&mock, |c| {
+        c.base_url = format!("http://{closed}/v1");
+        c.breaker_failures = 2;
+        c.max_retries = 2;
+        c.retry_backoff_ms = 1;
+        c.warmup = megamind_scenario::scenarios::assistant::config::Warmup::Off;
+    })
+    .await;
+    let mut client = client(&h.app, Transport::Http);
+    assert_eq!(ask(&mut client, "раз").await.speech(), apology());
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains("megamind_assistant_model_retries_total 2"), "three attempts: {text}");
+    assert!(text.contains("megamind_assistant_breaker_state 0"), "one failed call, still closed: {text}");
+
+    assert_eq!(ask(&mut client, "два").await.speech(), apology());
+    assert!(metrics_text(&h.metrics).contains("megamind_assistant_breaker_state 2"), "open after two calls");
+    assert_eq!(ask(&mut client, "три").await.speech(), apology());
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 2"#), "{text}");
+    assert!(text.contains(r#"outcome="circuit_open"} 1"#), "the third fails fast: {text}");
+    assert!(text.contains("megamind_assistant_model_retries_total 4"), "and makes no attempt: {text}");
+}
+
+#[tokio::test]
+async fn extra_body_keeps_the_order_it_was_written_in() {
+    let mock = MockLlm::start(Reply::content("Ок.")).await;
+    let table: toml::Table = r#"
+        [response_format]
+        type = "json_object"
+        [response_format.schema]
+        type = "object"
+        required = ["text"]
+        [response_format.schema.properties.text]
+        type = "string"
+        [response_format.schema.properties.command]
+        type = "string"
+        [response_format.schema.properties.session_id]
+        type = "string"
+        [response_format.schema.properties.args]
+        type = "object"
+    "#
+    .parse()
+    .unwrap();
+    let extra: serde_json::Map<String, serde_json::Value> = table.try_into().unwrap();
+    let h = spawn(&mock, |c| c.extra_body = extra).await;
+    ask(&mut client(&h.app, Transport::Http), "привет").await;
+    let sent = serde_json::to_string(&mock.received()[0].body["response_format"]["schema"]["properties"]).unwrap();
+    let at = |key: &str| sent.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("{key} in {sent}"));
+    assert!(at("text") < at("command") && at("command") < at("session_id") && at("session_id") < at("args"), "{sent}");
+}
