@@ -278,10 +278,10 @@ impl Assistant {
             return self.apology(Handler::Continue, &state);
         }
         let partial = self.calls.partial_text(&args.call_id).unwrap_or_default();
-        let ready = self.policy.ready_speech(&partial);
+        let ready = self.policy.ready_speech(&partial, &state);
         let new = ready.strip_prefix(args.spoken.as_str()).map(str::trim).filter(|new| !new.is_empty());
         let (speech, spoken, listen, kind) = match new {
-            Some(new) => (new, ready, false, "partial"),
+            Some(new) => (new, ready.as_str(), false, "partial"),
             None => {
                 let fillers = &self.config.filler_texts;
                 let next = callback::next_filler(state.last_filler, fillers.len());

@@ -30,7 +30,8 @@ use crate::{
 /// Allowed lateness past the budget: scheduling on a shared 2-core machine.
 pub const MARGIN: Duration = Duration::from_millis(60);
 pub const BUDGET: Duration = Duration::from_millis(300);
-pub const OPEN_SAFARI: &str = r#"{"session_id": "session_1.000001", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
+/// The mock fills in the session id its request's prompt tells.
+pub const OPEN_SAFARI: &str = r#"{"session_id": "{session_id}", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
 
 /// The server and the registry the assistant's metrics went to.
 pub struct Harness {

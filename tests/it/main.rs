@@ -10,6 +10,7 @@ mod assistant_callbacks;
 mod assistant_events;
 mod assistant_grpc;
 mod assistant_harness;
+mod assistant_words;
 mod bad_input;
 mod budget;
 mod client;

@@ -138,6 +138,46 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// The reply with `{session_id}` replaced by the session id the request's
+    /// system prompt tells (`session_<digits>.<digits>`), as a model that
+    /// follows its prompt would answer.
+    fn for_session(self, request: &serde_json::Value) -> Reply {
+        let Some(id) = session_id(request) else { return self };
+        // Bytewise: a chunk may end inside a character.
+        let fill = |bytes: Vec<u8>| {
+            let mut filled = Vec::with_capacity(bytes.len());
+            let mut rest = &bytes[..];
+            while let Some(at) = rest.windows(12).position(|w| w == b"{session_id}") {
+                filled.extend_from_slice(&rest[..at]);
+                filled.extend_from_slice(id.as_bytes());
+                rest = &rest[at + 12..];
+            }
+            filled.extend_from_slice(rest);
+            filled
+        };
+        match self {
+            Reply::Json { delay, status, body } => {
+                let body = String::from_utf8(fill(body.into_bytes())).unwrap_or_default();
+                Reply::Json { delay, status, body }
+            }
+            Reply::Sse { chunks } => Reply::Sse { chunks: chunks.into_iter().map(|(gap, b)| (gap, fill(b))).collect() },
+            other => other,
+        }
+    }
+}
+
+/// The first `session_<digits>.<digits>` of the request's system message.
+fn session_id(request: &serde_json::Value) -> Option<String> {
+    let system = request["messages"][0]["content"].as_str()?;
+    system.match_indices("session_").find_map(|(at, _)| {
+        let rest = &system[at + "session_".len()..];
+        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let id = rest[..end].trim_end_matches('.');
+        (id.contains('.') && id.len() > 2).then(|| format!("session_{id}"))
+    })
+}
+
 /// The `usage` the mock reports.
 fn usage() -> serde_json::Value {
     serde_json::json!({"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16})
@@ -251,6 +291,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             let next = shared.script.lock().unwrap().pop_front();
             next.unwrap_or_else(|| shared.default.lock().unwrap().clone())
         };
+        let reply = reply.for_session(&received.body);
         shared.received.lock().unwrap().push(received);
         shared.calls.send_modify(|c| *c += 1);
         let keep_alive = match reply {

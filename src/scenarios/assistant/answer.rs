@@ -6,11 +6,15 @@
 //! non-empty `args.app_name` or `args.app_path`, `close_app` a non-empty
 //! `args.app_name`; a command without a `session_id` or its app name is
 //! dropped and only `text` is kept; an unknown command is dropped too. When
-//! JSON is found, it decides: prose around it is not spoken. A JSON object
-//! with neither `text` nor `command` is not an answer object, and the whole
-//! answer is spoken as plain text, unless it is JSON that does not parse (a
-//! truncated object, a fence around garbage): that is never read aloud, the
-//! text is empty. Parsing never fails: any input is an [`ModelAnswer`].
+//! JSON is found, it decides: prose around it is not spoken. Raw JSON is never
+//! read aloud: an object with neither `text` nor `command` says nothing, and
+//! so does JSON that does not parse (a fence around garbage). An answer
+//! object cut off (by `max_tokens`, a dropped stream) is never mistaken for
+//! the objects nested in it; its `text` is kept when that string is whole,
+//! its command never. Parsing never fails: any input is a [`ModelAnswer`].
+//! Whether the command is this session's, and what a completion cut at
+//! `max_tokens` keeps, are [`ModelAnswer::for_session`] and
+//! [`ModelAnswer::truncated`].
 
 use prost_types::{ListValue, Struct, Value as ProtoValue, value::Kind};
 use serde_json::{Map, Value};
@@ -61,6 +65,15 @@ pub enum Command {
 }
 
 impl Command {
+    /// The `session_id` of the model's object.
+    pub fn session_id(&self) -> &str {
+        let (Command::OpenApp { payload, .. } | Command::CloseApp { payload, .. }) = self;
+        match payload.fields.get("session_id").and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StringValue(id)) => id.trim(),
+            _ => "",
+        }
+    }
+
     /// The command's name as the model gives it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -84,6 +97,12 @@ pub enum Dropped {
     /// The object is nested deeper than [`MAX_PAYLOAD_DEPTH`] or larger than
     /// [`MAX_PAYLOAD_BYTES`]: it cannot travel as a payload.
     OversizedPayload,
+    /// The answer was cut off (unclosed JSON, or `max_tokens` reached): what
+    /// it would have done is unknown.
+    Truncated,
+    /// The `session_id` is not this session's (a small model copies ids from
+    /// the examples it was shown).
+    WrongSession,
 }
 
 impl Dropped {
@@ -95,6 +114,8 @@ impl Dropped {
             Dropped::UnknownCommand => "unknown_command",
             Dropped::BadCommand => "bad_command",
             Dropped::OversizedPayload => "oversized_payload",
+            Dropped::Truncated => "truncated",
+            Dropped::WrongSession => "wrong_session",
         }
     }
 }
@@ -102,13 +123,111 @@ impl Dropped {
 /// Understands `raw`, whatever it is.
 pub fn parse(raw: &str) -> ModelAnswer {
     let raw = raw.trim();
+    let nothing = |dropped| ModelAnswer { text: String::new(), command: None, dropped };
     match find_object(raw) {
         Some(object) if object.contains_key("text") || object.contains_key("command") => from_object(object),
-        None if raw.starts_with('{') || raw.starts_with("```") => {
-            ModelAnswer { text: String::new(), command: None, dropped: None }
+        Some(_) if raw.starts_with('{') || raw.starts_with("```") => nothing(None),
+        // Prose around an object that is no answer: the prose before it.
+        Some(_) => {
+            let start = top_level_braces(raw).next().unwrap_or(raw.len());
+            ModelAnswer { text: raw[..start].trim().to_owned(), command: None, dropped: None }
         }
-        _ => ModelAnswer { text: raw.to_owned(), command: None, dropped: None },
+        None => match cut_object(raw) {
+            // An answer object cut off: its whole `text`, else the prose before it.
+            Some(start) => {
+                let cut = &raw[start..];
+                let text = salvaged_text(cut).unwrap_or_else(|| raw[..start].trim().to_owned());
+                let dropped = cut.contains("\"command\"").then_some(Dropped::Truncated);
+                ModelAnswer { text, command: None, dropped }
+            }
+            None if raw.starts_with('{') || raw.starts_with("```") => nothing(None),
+            None => ModelAnswer { text: raw.to_owned(), command: None, dropped: None },
+        },
     }
+}
+
+impl ModelAnswer {
+    /// The answer with its command dropped unless it names `session_id`.
+    pub fn for_session(mut self, session_id: &str) -> ModelAnswer {
+        let named = self.command.as_ref().map(Command::session_id);
+        if named.is_some_and(|named| named != session_id) {
+            self.command = None;
+            self.dropped = Some(Dropped::WrongSession);
+        }
+        self
+    }
+
+    /// The answer of a completion cut at `max_tokens`: no command, whatever
+    /// it said, and its text up to the last complete sentence (or word),
+    /// unless `text_is_whole` (a JSON string that closed before the cut).
+    pub fn truncated(mut self, text_is_whole: bool) -> ModelAnswer {
+        if self.command.take().is_some() {
+            self.dropped = Some(Dropped::Truncated);
+        }
+        if text_is_whole {
+            return self;
+        }
+        let text = self.text.trim();
+        let sentences = super::speech::complete_sentences(text, false);
+        self.text = if !sentences.is_empty() {
+            sentences.to_owned()
+        } else {
+            // Not one whole sentence: the whole words, marked as cut.
+            match text.rfind(char::is_whitespace) {
+                Some(space) => format!("{}…", text[..space].trim_end()),
+                None => String::new(),
+            }
+        };
+        self
+    }
+}
+
+/// Where an answer object that does not close starts: the first `{` outside
+/// any other, followed by a key, that does not parse.
+fn cut_object(raw: &str) -> Option<usize> {
+    top_level_braces(raw).take(MAX_OBJECT_STARTS).find(|&start| {
+        raw[start + 1..].trim_start().starts_with('"')
+            && serde_json::Deserializer::from_str(&raw[start..]).into_iter::<Value>().next().is_some_and(|r| r.is_err())
+    })
+}
+
+/// The `text` of a cut answer object, when its string value is whole.
+fn salvaged_text(cut: &str) -> Option<String> {
+    cut.match_indices("\"text\"").find_map(|(at, key)| {
+        let value = cut[at + key.len()..].trim_start().strip_prefix(':')?.trim_start();
+        match serde_json::Deserializer::from_str(value).into_iter::<String>().next() {
+            Some(Ok(text)) => Some(text.trim().to_owned()),
+            _ => None,
+        }
+    })
+}
+
+/// Positions of the `{`s of `raw` that no other `{` encloses: an object
+/// nested in an answer cut off is never taken for the answer. Strings are
+/// followed inside braces only, where they are JSON; prose quotes outside.
+fn top_level_braces(raw: &str) -> impl Iterator<Item = usize> + '_ {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    raw.char_indices().filter_map(move |(at, c)| {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            return None;
+        }
+        match c {
+            '"' if depth > 0 => in_string = true,
+            '{' => {
+                depth += 1;
+                return (depth == 1).then_some(at);
+            }
+            '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        None
+    })
 }
 
 fn find_object(raw: &str) -> Option<Map<String, Value>> {
@@ -123,8 +242,9 @@ fn find_object(raw: &str) -> Option<Map<String, Value>> {
     if let Some(Value::Object(object)) = fenced(raw).and_then(|inner| serde_json::from_str::<Value>(inner).ok()) {
         return Some(object);
     }
-    // Prose around the object: the first `{` that starts a whole object.
-    raw.match_indices('{').take(MAX_OBJECT_STARTS).find_map(|(start, _)| {
+    // Prose around the object: the first `{` outside any other that starts a
+    // whole object.
+    top_level_braces(raw).take(MAX_OBJECT_STARTS).find_map(|start| {
         match serde_json::Deserializer::from_str(&raw[start..]).into_iter::<Value>().next() {
             Some(Ok(Value::Object(object))) => Some(object),
             _ => None,

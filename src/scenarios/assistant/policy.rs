@@ -15,6 +15,7 @@
 use std::{fmt, sync::Arc};
 
 use prometheus::IntCounterVec;
+use serde_json::json;
 
 use super::{
     AssistantError, NO_WORDS, answer,
@@ -63,10 +64,12 @@ pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
     /// The messages of the model call answering `utterance` in `state`.
     fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage>;
 
-    /// What of `partial`, the text a running call has streamed so far, may
-    /// be spoken before the call ends: its first complete sentences of prose,
-    /// within the voice-length cap; empty when nothing may.
-    fn ready_speech<'a>(&self, partial: &'a str) -> &'a str;
+    /// What of `partial`, the text a running call has streamed so far in
+    /// `state`, may be spoken before the call ends: its first complete
+    /// sentences of prose, as the voice says them (the start of what
+    /// [`DialogPolicy::interpret`] would say of the whole); empty when
+    /// nothing may.
+    fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String;
 
     /// What `completion`, the answer of the call about `utterance`, means
     /// in `state` (the state before this turn), `spoken` being what
@@ -131,11 +134,12 @@ impl DialogPolicy for ChatPolicy {
         prompt::messages(&self.system_prompt, &state.session_id, &state.turns, utterance)
     }
 
-    fn ready_speech<'a>(&self, partial: &'a str) -> &'a str {
+    fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String {
         if !speech::is_prose(partial) {
-            return "";
+            return String::new();
         }
-        speech::voice_cap(speech::complete_sentences(partial, false), self.max_speech_chars)
+        let sentences = speech::complete_sentences(partial, false);
+        speech::for_voice(sentences, &state.session_id, self.max_speech_chars)
     }
 
     fn interpret(
@@ -145,7 +149,11 @@ impl DialogPolicy for ChatPolicy {
         state: &TAssistantState,
         spoken: &str,
     ) -> Interpretation {
-        let answer = answer::parse(&completion.text);
+        let mut answer = answer::parse(&completion.text).for_session(&state.session_id);
+        if completion.finish_reason.as_deref() == Some("length") {
+            answer = answer.truncated(!speech::is_prose(&completion.text));
+        }
+        answer.text = speech::scrub(&answer.text, &state.session_id);
         match (&answer.command, answer.dropped) {
             (Some(command), _) => self.commands.with_label_values(&[command.name(), "accepted"]).inc(),
             (None, Some(reason)) => self.commands.with_label_values(&["any", reason.as_str()]).inc(),
@@ -155,14 +163,37 @@ impl DialogPolicy for ChatPolicy {
             return Interpretation::Unusable;
         }
         let mut state = state.clone();
-        // The model's own words, verbatim, so that it sees its format again.
-        let turn = TAssistantTurn { user: utterance.to_owned(), assistant: completion.text.clone() };
+        let turn = TAssistantTurn { user: utterance.to_owned(), assistant: remembered(&answer) };
         state::push_turn(&mut state.turns, turn, self.caps);
-        let voice = speech::voice_cap(&answer.text, self.max_speech_chars);
+        let voice = speech::for_voice(&answer.text, &state.session_id, self.max_speech_chars);
         // What streamed and was spoken is the start of the answer: the rest follows.
-        let speech = voice.strip_prefix(spoken).map_or(voice, str::trim_start);
+        let speech = voice.strip_prefix(spoken).map_or(voice.as_str(), str::trim_start);
         Interpretation::Answer(Box::new(reply::answer(&answer, speech, &state)))
     }
+}
+
+/// Longest answer kept in the history, in bytes: what the model is shown of
+/// its earlier turns, re-sent with every call.
+const REMEMBERED_BYTES: usize = 600;
+
+/// What the history keeps of an answer: what was said (the card's text,
+/// capped at a sentence end), or for a command the answer object in its
+/// canonical form, so that the model sees its format again but not its
+/// rambling.
+fn remembered(answer: &answer::ModelAnswer) -> String {
+    let Some(command) = &answer.command else {
+        let text = super::clip(&answer.text, REMEMBERED_BYTES);
+        let sentences = speech::complete_sentences(text, text.len() == answer.text.len());
+        return if sentences.is_empty() { text.to_owned() } else { sentences.to_owned() };
+    };
+    let args = match command {
+        answer::Command::OpenApp { app_name, app_path, .. } if app_name.is_empty() => json!({"app_path": app_path}),
+        answer::Command::OpenApp { app_name, .. } | answer::Command::CloseApp { app_name, .. } => {
+            json!({"app_name": app_name})
+        }
+    };
+    let text = super::clip(&answer.text, REMEMBERED_BYTES);
+    json!({"session_id": command.session_id(), "command": command.name(), "args": args, "text": text}).to_string()
 }
 
 #[cfg(test)]
@@ -221,7 +252,9 @@ mod tests {
         let messages = policy().messages(&state, "два");
         let contents: Vec<&str> = messages.iter().skip(1).map(|m| m.content.as_str()).collect();
         assert_eq!(contents, ["раз", "Ок.", "два"]);
-        assert!(messages[0].content.starts_with(prompt::DEFAULT_SYSTEM_PROMPT));
-        assert!(messages[0].content.ends_with("session_1.000002"));
+        let static_part =
+            &prompt::DEFAULT_SYSTEM_PROMPT[..prompt::DEFAULT_SYSTEM_PROMPT.find(prompt::SESSION_ID).unwrap()];
+        assert!(messages[0].content.starts_with(static_part));
+        assert!(messages[0].content.contains(r#""session_id": "session_1.000002""#));
     }
 }

@@ -70,6 +70,49 @@ pub(crate) fn is_prose(text: &str) -> bool {
     !matches!(text.trim_start().chars().next(), Some('{' | '[' | '`') | None)
 }
 
+/// `text` without the lines that only echo the prompt's session line (a
+/// small model repeats what it was told last) or name the session id.
+pub(crate) fn scrub(text: &str, session_id: &str) -> String {
+    let echoes = |line: &str| {
+        let lower = line.trim().to_lowercase();
+        (!session_id.is_empty() && line.contains(session_id))
+            || lower.starts_with("the session id")
+            || lower.starts_with("session id")
+            || lower.starts_with("in commands, use the session id")
+    };
+    let kept: Vec<&str> = text.lines().filter(|line| !echoes(line)).collect();
+    kept.join("\n").trim().to_owned()
+}
+
+/// `text` for a voice: without the Markdown marks a speech synthesizer would
+/// read aloud (emphasis, headings, bullets, backticks) and without code
+/// blocks. Prose comes out as it went in; an answer that was all code keeps
+/// its words rather than going silent.
+pub(crate) fn unmark(text: &str) -> String {
+    let mut lines = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let line = trimmed.trim_start_matches('#').trim_start();
+        let line = ["- ", "* ", "+ "].iter().find_map(|bullet| line.strip_prefix(bullet)).unwrap_or(line);
+        lines.push(line.replace("**", "").replace("__", "").replace('`', ""));
+    }
+    let spoken = lines.join("\n").trim().to_owned();
+    if spoken.is_empty() { text.replace("```", "").trim().to_owned() } else { spoken }
+}
+
+/// What of `text` is said: no session echoes, no Markdown, voice-length.
+pub(crate) fn for_voice(text: &str, session_id: &str, max_chars: usize) -> String {
+    voice_cap(&unmark(&scrub(text, session_id)), max_chars).to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +140,23 @@ mod tests {
         assert_eq!(voice_cap("Слово", 3), "Сло", "a single long word is cut inside");
         let long = "Ж".repeat(50);
         assert_eq!(voice_cap(&long, 10).chars().count(), 10, "counted in characters, not bytes");
+    }
+
+    #[test]
+    fn session_echoes_are_not_said() {
+        let text = "Привет!\nThe session id is: session_1.000001\nЧем помочь?";
+        assert_eq!(scrub(text, "session_1.000001"), "Привет!\nЧем помочь?");
+        assert_eq!(scrub("Ваш id session_9.1 вот", "session_9.1"), "");
+        assert_eq!(scrub("Session id: x\nОк.", ""), "Ок.");
+        assert_eq!(scrub("Открываю Safari.", "session_1.000001"), "Открываю Safari.");
+    }
+
+    #[test]
+    fn markdown_marks_are_not_read_aloud() {
+        assert_eq!(unmark("## Итог\n- **раз**\n* два\nвызови `ls`"), "Итог\nраз\nдва\nвызови ls");
+        assert_eq!(unmark("Вот:\n```sh\nrm -rf /\n```\nГотово."), "Вот:\nГотово.");
+        assert_eq!(unmark("```\nтолько код\n```"), "только код", "never silent");
+        assert_eq!(unmark("Обычная фраза."), "Обычная фраза.");
     }
 
     #[test]

@@ -58,15 +58,16 @@ impl ModelBackend for Scripted {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
         tokio::time::sleep(self.delay).await;
-        let text = self.reply.clone()?;
+        let text = self.reply.clone()?.replace("{session_id}", &request.session_id);
         events.event(ModelEvent::TextDelta(text.clone()));
         events.event(ModelEvent::Finish { reason: "stop".into() });
         Ok(backend::Completion { text, attempts: 1, ..backend::Completion::default() })
     }
 }
 
+/// The backend fills in the session id of its request.
 const OPEN_SAFARI: &str =
-    r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
+    r#"{"session_id":"{session_id}","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
 
 fn assistant(backend: Arc<Scripted>, config: AssistantConfig) -> (Assistant, prometheus::Registry) {
     let registry = prometheus::Registry::new();
@@ -145,7 +146,8 @@ async fn a_fast_model_is_answered_inside_run() {
     let directive = body.layout.as_ref().unwrap().directives[0].directive.clone();
     assert!(matches!(directive, Some(t_directive::Directive::OpenAppDirective(ref d)) if d.app_name == "Safari"));
     let state = state_of(&body);
-    assert_eq!(state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: OPEN_SAFARI.into() }]);
+    let remembered = OPEN_SAFARI.replace("{session_id}", &state.session_id);
+    assert_eq!(state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: remembered }]);
     assert!(state.session_id.starts_with("session_1764210832.530"), "{}", state.session_id);
     assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="model"} 1"#));
     assert!(metric(&registry, r#"megamind_assistant_model_calls_total{backend="scripted",outcome="ok"} 1"#));
@@ -250,7 +252,7 @@ async fn history_and_session_id_carry_over_and_reset() {
         let requests = backend.requests.lock().unwrap();
         let contents: Vec<&str> = requests[1].messages.iter().skip(1).map(|m| m.content.as_str()).collect();
         assert_eq!(contents, ["раз", "Ок.", "два"]);
-        assert!(requests[1].messages[0].content.ends_with(&state.session_id));
+        assert!(requests[1].messages[0].content.contains(&state.session_id));
         assert_eq!(requests[1].session_id, state.session_id);
     }
     let mut reset = run_request("r3", "три", second.state.clone());

@@ -144,13 +144,30 @@ fn table() -> Vec<(&'static str, String, Want)> {
             Command("open_app", "Safari", "", "Открываю Safari."),
         ),
         ("a JSON string", r#""Привет!""#.into(), Text("Привет!")),
-        // Not an answer object: spoken as the plain text it is.
-        ("other JSON object", r#"{"answer": 42}"#.into(), Text(r#"{"answer": 42}"#)),
+        // Not an answer object: raw JSON is never read aloud.
+        ("other JSON object", r#"{"answer": 42}"#.into(), Text("")),
         ("prose with braces", "Множество {1, 2} пусто?".into(), Text("Множество {1, 2} пусто?")),
+        ("prose before an object that is no answer", r#"Вот данные: {"answer": 42}"#.into(), Text("Вот данные:")),
         ("a JSON array", "[1, 2]".into(), Text("[1, 2]")),
         ("a number", "42".into(), Text("42")),
         // Broken JSON is never read aloud.
-        ("truncated object", SAFARI[..60].into(), Text("")),
+        ("truncated object", SAFARI[..60].into(), Drop("", Dropped::Truncated)),
+        (
+            "cut after the nested args: never the inner object, never raw",
+            r#"{"session_id": "s", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Откры"#.into(),
+            Drop("", Dropped::Truncated),
+        ),
+        (
+            "cut after a whole text: the text, never the command",
+            r#"{"text": "Открываю Safari.", "command": "open_app", "args": {"app_na"#.into(),
+            Drop("Открываю Safari.", Dropped::Truncated),
+        ),
+        (
+            "prose, then a cut object: the prose",
+            r#"Конечно! {"session_id": "s", "command": "open_app", "args": {"app_name": "Safari"}"#.into(),
+            Drop("Конечно!", Dropped::Truncated),
+        ),
+        ("a cut text-only object", r#"{"text": "Привет, как"#.into(), Text("")),
         ("fence around garbage", "```json\n{oops\n```".into(), Text("")),
         ("empty", "".into(), Text("")),
         ("whitespace", " \n\t ".into(), Text("")),
@@ -183,6 +200,38 @@ fn every_rule_of_seed_000() {
             }
         }
     }
+}
+
+#[test]
+fn no_prefix_of_an_answer_object_yields_a_command_or_speaks_json() {
+    for (end, _) in SAFARI.char_indices().skip(1) {
+        let cut = parse(&SAFARI[..end]);
+        assert!(cut.command.is_none(), "cut at {end}: {cut:?}");
+        assert!(!cut.text.contains('{') && !cut.text.contains('"'), "cut at {end}: {cut:?}");
+    }
+    assert!(parse(SAFARI).command.is_some());
+}
+
+#[test]
+fn a_command_of_another_session_is_dropped() {
+    let answer = parse(SAFARI).for_session("session_1764210832.530743");
+    assert!(answer.command.is_some() && answer.dropped.is_none());
+    let answer = parse(SAFARI).for_session("session_1.000001");
+    assert_eq!((answer.command, answer.dropped), (None, Some(Dropped::WrongSession)));
+    assert_eq!(answer.text, "Открываю Safari.", "the text is still said");
+    let plain = parse("Привет!").for_session("x");
+    assert_eq!((plain.text.as_str(), plain.dropped), ("Привет!", None));
+}
+
+#[test]
+fn an_answer_cut_at_max_tokens_keeps_whole_sentences_and_no_command() {
+    let cut = parse("Жили-были дед и баба. У них была кур").truncated(false);
+    assert_eq!(cut.text, "Жили-были дед и баба.");
+    let cut = parse("Одно длинное предложение без конца и кр").truncated(false);
+    assert_eq!(cut.text, "Одно длинное предложение без конца и…", "whole words when no sentence is");
+    let cut = parse(SAFARI).truncated(true);
+    assert_eq!((cut.command, cut.dropped), (None, Some(Dropped::Truncated)), "never a command from a cut answer");
+    assert_eq!(cut.text, "Открываю Safari.");
 }
 
 #[test]
