@@ -85,10 +85,11 @@ pub(crate) mod turn;
 mod upstream_json;
 #[doc(hidden)]
 pub mod upstream_sse;
+mod warmup;
 
 pub use module::AssistantModule;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use prost_types::{Any, Struct};
@@ -144,6 +145,7 @@ pub struct Assistant {
     config: AssistantConfig,
     caps: Caps,
     margin: Margin,
+    activity: Arc<warmup::Activity>,
 }
 
 impl Assistant {
@@ -158,12 +160,48 @@ impl Assistant {
         } else {
             tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
         }
-        let backend: Arc<dyn ModelBackend> = if config.is_offline() {
-            Arc::new(offline::Offline)
-        } else {
-            Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?)
+        if config.is_offline() {
+            return Assistant::with_backend(config, Arc::new(offline::Offline), metrics);
+        }
+        let backend = Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?);
+        let assistant = Assistant::with_backend(config, backend.clone(), metrics)?;
+        if warmup::wanted(config.warmup, &config.base_url) {
+            assistant.keep_warm(backend);
+        }
+        Ok(assistant)
+    }
+
+    /// Starts the warm-up task ([`warmup`]), when there is a runtime to run it.
+    fn keep_warm(&self, backend: Arc<openai::OpenAi>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("assistant: no runtime to warm the model server up from");
+            return;
         };
-        Assistant::with_backend(config, backend, metrics)
+        // A session of its own: the prompt's static text is what warms.
+        let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
+        let messages = self.policy.messages(&state, "Привет");
+        let (timeout, counter) = (self.config.call_timeout(), self.metrics.warmups.clone());
+        let warm = move || {
+            let (backend, messages, counter) = (backend.clone(), messages.clone(), counter.clone());
+            async move {
+                let started = Instant::now();
+                match backend.warm_up(&messages, started + timeout).await {
+                    Ok(()) => {
+                        counter.with_label_values(&["ok"]).inc();
+                        tracing::info!(
+                            ms = started.elapsed().as_millis() as u64,
+                            "assistant: the model server is warm"
+                        );
+                    }
+                    Err(error) => {
+                        counter.with_label_values(&["failed"]).inc();
+                        tracing::warn!(%error, "assistant: the model server's warm-up failed");
+                    }
+                }
+            }
+        };
+        let idle = Duration::from_secs(self.config.warmup_idle_secs);
+        runtime.spawn(warmup::keep_warm(Arc::downgrade(&self.activity), idle, warm));
     }
 
     /// The assistant over any backend (tests, benchmarks, other backends).
@@ -197,7 +235,8 @@ impl Assistant {
         );
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
-        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin }
+        let activity = warmup::Activity::new();
+        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity }
     }
 
     /// The backend's name: `openai` or `offline`.
@@ -224,6 +263,7 @@ impl Assistant {
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
             let timeout = self.config.call_timeout();
             let (session_id, call_id) = (state.session_id, args.call_id.clone());
+            self.activity.touch();
             async move {
                 let started = Instant::now();
                 let request = ModelRequest { messages, session_id, deadline: started + timeout };

@@ -119,3 +119,34 @@ async fn extra_body_keeps_the_order_it_was_written_in() {
     let at = |key: &str| sent.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("{key} in {sent}"));
     assert!(at("text") < at("command") && at("command") < at("session_id") && at("session_id") < at("args"), "{sent}");
 }
+
+#[tokio::test]
+async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_turn() {
+    use megamind_scenario::scenarios::assistant::config::Warmup;
+    let mock = MockLlm::start(Reply::content("Ок.")).await;
+    let h = spawn(&mock, |c| c.warmup = Warmup::Auto).await;
+    mock.wait_for_calls(1).await;
+    let warmup = &mock.received()[0].body;
+    assert_eq!((warmup["max_tokens"].as_u64(), warmup["stream"].as_bool()), (Some(1), Some(false)), "{warmup}");
+    assert_eq!(warmup["messages"][0]["role"], "system");
+    let warm_prompt = warmup["messages"][0]["content"].as_str().unwrap().to_owned();
+    // The mock counts its answer written; the server counts it read.
+    let warmed = r#"megamind_assistant_warmups_total{outcome="ok"} 1"#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !metrics_text(&h.metrics).contains(warmed) {
+        assert!(std::time::Instant::now() < deadline, "{}", metrics_text(&h.metrics));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    ask(&mut client(&h.app, Transport::Http), "привет").await;
+    assert_eq!(mock.calls(), 2, "the warm-up, then the turn");
+    let turn_prompt = mock.received()[1].body["messages"][0]["content"].as_str().unwrap().to_owned();
+    let common = warm_prompt.bytes().zip(turn_prompt.bytes()).take_while(|(a, b)| a == b).count();
+    assert!(common > turn_prompt.len() / 2, "the cached prefix covers the prompt's static text: {common} bytes");
+    assert_eq!(mock.received()[1].body["max_tokens"], 512);
+
+    let quiet = MockLlm::start(Reply::content("Ок.")).await;
+    let h = spawn(&quiet, |c| c.warmup = Warmup::Off).await;
+    ask(&mut client(&h.app, Transport::Http), "привет").await;
+    assert_eq!(quiet.calls(), 1, "no warm-up when it is off");
+}

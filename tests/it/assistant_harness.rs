@@ -17,7 +17,10 @@ use megamind_scenario::{
             TTextInput, t_input, t_scenario_run_response,
         },
     },
-    scenarios::assistant::{Assistant, config::AssistantConfig},
+    scenarios::assistant::{
+        Assistant,
+        config::{AssistantConfig, Warmup},
+    },
 };
 use prost::Message;
 use prost_types::Any;
@@ -40,11 +43,12 @@ pub struct Harness {
 }
 
 /// The server hosting only the assistant, pointed at `mock` (API key
-/// `sk-test`, no streaming), `tweak` applied last.
+/// `sk-test`, no streaming, no warm-up), `tweak` applied last.
 pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> Harness {
     let mut config = AssistantConfig::with_base_url(mock.base_url());
     config.api_key = "sk-test".into();
     config.stream = false;
+    config.warmup = Warmup::Off;
     tweak(&mut config);
     let metrics = prometheus::Registry::new();
     let registry = registry_of("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant")));

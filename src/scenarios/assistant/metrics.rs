@@ -32,6 +32,8 @@ pub const BREAKER: &str = "megamind_assistant_breaker_state";
 pub const ANSWERS: &str = "megamind_assistant_answers_total";
 /// Commands of model answers by `command` and `outcome` (`accepted` or why dropped).
 pub const COMMANDS: &str = "megamind_assistant_commands_total";
+/// Warm-ups of the model server by `outcome` (`ok`, `failed`).
+pub const WARMUPS: &str = "megamind_assistant_warmups_total";
 
 /// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
 const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
@@ -48,6 +50,7 @@ pub struct AssistantMetrics {
     pub(crate) breaker: IntGauge,
     pub(crate) answers: IntCounterVec,
     pub(crate) commands: IntCounterVec,
+    pub(crate) warmups: IntCounterVec,
 }
 
 impl AssistantMetrics {
@@ -75,6 +78,7 @@ impl AssistantMetrics {
                 Opts::new(COMMANDS, "Commands of model answers, accepted or dropped."),
                 &["command", "outcome"],
             )?,
+            warmups: IntCounterVec::new(Opts::new(WARMUPS, "Warm-ups of the model server."), &["outcome"])?,
         };
         registry.register(Box::new(metrics.model_calls.clone()))?;
         registry.register(Box::new(metrics.model_seconds.clone()))?;
@@ -85,6 +89,7 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.breaker.clone()))?;
         registry.register(Box::new(metrics.answers.clone()))?;
         registry.register(Box::new(metrics.commands.clone()))?;
+        registry.register(Box::new(metrics.warmups.clone()))?;
         Ok(metrics)
     }
 

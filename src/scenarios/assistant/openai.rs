@@ -22,7 +22,9 @@ use tokio::time::{Instant, timeout_at};
 
 use super::{
     AssistantError,
-    backend::{BackendError, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest},
+    backend::{
+        BackendError, ChatMessage, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest,
+    },
     backoff,
     breaker::Breaker,
     clip,
@@ -124,6 +126,32 @@ impl OpenAi {
             breaker: Breaker::new(config.breaker_failures, Duration::from_millis(config.breaker_cooldown_ms)),
             retries,
         })
+    }
+
+    /// Sends `messages` once with `max_tokens: 1`, so that the server's
+    /// prefix cache holds them: no retries, no breaker, the body read and
+    /// dropped. `Ok` when the server answered 2xx by `deadline`.
+    pub(crate) async fn warm_up(&self, messages: &[ChatMessage], deadline: Instant) -> Result<(), BackendError> {
+        let mut body = self.body.clone();
+        body.insert("messages".into(), json!(messages));
+        body.insert("max_tokens".into(), json!(1));
+        body.insert("stream".into(), json!(false));
+        let mut call = self.client.post(&self.url).json(&body);
+        if !self.api_key.is_empty() {
+            call = call.bearer_auth(self.api_key.expose());
+        }
+        let mut response = match timeout_at(deadline, call.send()).await {
+            Err(_) => return Err(BackendError::Timeout("call")),
+            Ok(Err(error)) => return Err(classify(&error)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        let body = read_body(&mut response, MAX_ERROR_BODY, deadline).await?;
+        if !status.is_success() {
+            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
+            return Err(BackendError::Status { status: status.as_u16(), message });
+        }
+        Ok(())
     }
 
     /// The endpoint called.
