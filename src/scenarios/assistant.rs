@@ -164,44 +164,61 @@ impl Assistant {
             return Assistant::with_backend(config, Arc::new(offline::Offline), metrics);
         }
         let backend = Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?);
-        let assistant = Assistant::with_backend(config, backend.clone(), metrics)?;
+        let assistant = Assistant::with_backend(config, backend, metrics)?;
         if warmup::wanted(config.warmup, &config.base_url) {
-            assistant.keep_warm(backend);
+            assistant.keep_warm()?;
         }
         Ok(assistant)
     }
 
-    /// Starts the warm-up task ([`warmup`]), when there is a runtime to run it.
-    fn keep_warm(&self, backend: Arc<openai::OpenAi>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("assistant: no runtime to warm the model server up from");
-            return;
-        };
+    /// Starts the warm-up task ([`warmup`]) on the runtime this runs in, or,
+    /// when the scenario is built before any runtime (as `serve` builds it),
+    /// on a thread of its own with a small runtime and an HTTP client of its
+    /// own, so that no connection outlives the runtime that drives it.
+    fn keep_warm(&self) -> Result<(), AssistantError> {
         // A session of its own: the prompt's static text is what warms.
         let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
         let messages = self.policy.messages(&state, "Привет");
-        let (timeout, counter) = (self.config.call_timeout(), self.metrics.warmups.clone());
-        let warm = move || {
-            let (backend, messages, counter) = (backend.clone(), messages.clone(), counter.clone());
-            async move {
-                let started = Instant::now();
-                match backend.warm_up(&messages, started + timeout).await {
-                    Ok(()) => {
-                        counter.with_label_values(&["ok"]).inc();
-                        tracing::info!(
-                            ms = started.elapsed().as_millis() as u64,
-                            "assistant: the model server is warm"
-                        );
-                    }
-                    Err(error) => {
-                        counter.with_label_values(&["failed"]).inc();
-                        tracing::warn!(%error, "assistant: the model server's warm-up failed");
+        let (config, metrics) = (self.config.clone(), self.metrics.clone());
+        let activity = Arc::downgrade(&self.activity);
+        let task = async move {
+            let backend = match openai::OpenAi::new(&config, metrics.retries.clone()) {
+                Ok(backend) => Arc::new(backend),
+                Err(error) => return tracing::warn!(%error, "assistant: no warm-up"),
+            };
+            let (timeout, counter) = (config.call_timeout(), metrics.warmups.clone());
+            let warm = move || {
+                let (backend, messages, counter) = (backend.clone(), messages.clone(), counter.clone());
+                async move {
+                    let started = Instant::now();
+                    match backend.warm_up(&messages, started + timeout).await {
+                        Ok(()) => {
+                            counter.with_label_values(&["ok"]).inc();
+                            let ms = started.elapsed().as_millis() as u64;
+                            tracing::info!(ms, "assistant: the model server is warm");
+                        }
+                        Err(error) => {
+                            counter.with_label_values(&["failed"]).inc();
+                            tracing::warn!(%error, "assistant: the model server's warm-up failed");
+                        }
                     }
                 }
-            }
+            };
+            warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
         };
-        let idle = Duration::from_secs(self.config.warmup_idle_secs);
-        runtime.spawn(warmup::keep_warm(Arc::downgrade(&self.activity), idle, warm));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(task);
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up's runtime: {e}")))?;
+        std::thread::Builder::new()
+            .name("assistant-warmup".into())
+            .spawn(move || runtime.block_on(task))
+            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up's thread: {e}")))?;
+        Ok(())
     }
 
     /// The assistant over any backend (tests, benchmarks, other backends).

@@ -150,3 +150,24 @@ async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_tur
     ask(&mut client(&h.app, Transport::Http), "привет").await;
     assert_eq!(quiet.calls(), 1, "no warm-up when it is off");
 }
+
+#[tokio::test]
+async fn the_served_binary_warms_a_local_model_server_up_before_its_runtime_serves() {
+    // `serve` builds the scenarios before its runtime starts: the warm-up
+    // must not depend on one being there.
+    let mock = MockLlm::start(Reply::content("Ок.")).await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--llm-base-url", &mock.base_url()])
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let warmed = tokio::time::timeout(Duration::from_secs(30), mock.wait_for_calls(1)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warmed.is_ok(), "no warm-up request reached the model server");
+    let body = &mock.received()[0].body;
+    assert_eq!(body["max_tokens"], 1, "{body}");
+    assert_eq!(body["messages"][0]["role"], "system");
+}
