@@ -66,19 +66,20 @@ impl DialogLoad {
     /// Plays the dialogs and prints the row.
     pub async fn run(&self) {
         let base = format!("http://{}", self.server.addr);
-        let dialogs = (0..DIALOGS).map(|i| {
-            let base = base.clone();
-            async move {
-                let mut client = Client::http(&base)
-                    .expect("a client")
-                    .with_scenario("assistant")
-                    .with_request_id_prefix(&format!("dialog-{i}-"));
-                match client.say("который час?").await {
-                    Ok(turn) => Some(played(&turn)),
-                    Err(error) => {
-                        println!("dialog {i}: {error}");
-                        None
-                    }
+        // Built ahead: building an HTTP client is work that would otherwise
+        // delay the answers of the dialogs already talking.
+        let clients: Vec<Client> = (0..DIALOGS)
+            .map(|i| {
+                let client = Client::http(&base).expect("a client").with_scenario("assistant");
+                client.with_request_id_prefix(&format!("dialog-{i}-"))
+            })
+            .collect();
+        let dialogs = clients.into_iter().enumerate().map(|(i, mut client)| async move {
+            match client.say("который час?").await {
+                Ok(turn) => Some(played(&turn)),
+                Err(error) => {
+                    println!("dialog {i}: {error}");
+                    None
                 }
             }
         });
@@ -116,7 +117,24 @@ impl DialogLoad {
             BUDGET.as_millis(),
             slowest.as_secs_f64() * 1000.0
         );
-        println!("  model calls: {} for {} dialogs", self.mock.calls(), played.len());
+        println!(
+            "  model calls: {} for {} dialogs; the server counted {} answers past a budget",
+            self.mock.calls(),
+            played.len(),
+            self.server_overruns().map_or("?".into(), |n| n.to_string())
+        );
+    }
+
+    /// `megamind_budget_overruns_total` summed from the server's `/metrics`:
+    /// lateness the server saw itself, apart from what the client adds.
+    fn server_overruns(&self) -> Option<u64> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.server.addr).ok()?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n").ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        let counts = text.lines().filter(|line| line.starts_with("megamind_budget_overruns_total"));
+        Some(counts.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64)
     }
 }
 
