@@ -37,6 +37,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Convert one protocol message between binary, JSON and text format (stdin to stdout).
     Convert(ConvertArgs),
+    /// Play Megamind against a running server: from the terminal, from YAML scripts with expectations, or from a
+    /// server's debug log (exit 1 when an expectation fails or an answer differs, 2 when it cannot run).
+    Dialog(crate::dialog::DialogArgs),
 }
 
 /// `serve`: the flags below, plus the core's and each scenario's settings
@@ -134,16 +137,25 @@ pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
         }
         Parsed::Serve(loaded) => serve(loaded.loaded),
         Parsed::Convert(args) => convert(&args, std::io::stdin().lock(), std::io::stdout().lock()),
+        Parsed::Dialog(args) => {
+            let code = crate::dialog::main(&args);
+            // Its own exit codes: 1 a failed expectation, 2 could not run.
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            std::process::exit(i32::from(code))
+        }
     }
 }
 
-/// A command line read.
+/// A command line read; more subcommands may come.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Parsed {
     /// `serve`.
     Serve(Box<ServeCommand>),
     /// `convert`.
     Convert(ConvertArgs),
+    /// `dialog`.
+    Dialog(crate::dialog::DialogArgs),
 }
 
 /// `serve`, its configuration read.
@@ -192,6 +204,7 @@ pub fn parse(
     let cli = Cli::from_arg_matches(&matches)?;
     let args = match cli.command {
         Command::Convert(args) => return Ok(Parsed::Convert(args)),
+        Command::Dialog(args) => return Ok(Parsed::Dialog(args)),
         Command::Serve(args) => args,
     };
     let mut overrides = flags::overrides(&flags, matches.subcommand_matches("serve"), env);

@@ -10,6 +10,7 @@ pub mod depth;
 pub mod json;
 pub mod quote;
 pub mod redact;
+pub mod structs;
 pub mod text;
 
 use bytes::Bytes;

@@ -22,7 +22,8 @@
 //! - [`config`] and [`cli`]: configuration and the command line; `cli` is
 //!   the composition root, the one place that names the scenarios it hosts.
 //! - [`upstream`]: outbound HTTP clients.
-//! - [`client`]: a protocol client that plays a scenario as Megamind does.
+//! - [`client`]: a protocol client that plays a scenario as Megamind does;
+//!   [`dialog`], the command that plays it from the terminal, scripts or logs.
 //!
 //! Dependencies point one way: `server` → `transport` → `app` → `dispatch`
 //! → `scenario`. `tests/it/modules.rs` checks that top-level modules form
@@ -33,6 +34,7 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod config;
+pub mod dialog;
 pub mod dispatch;
 pub mod proto;
 pub mod rules;

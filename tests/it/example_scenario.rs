@@ -45,7 +45,7 @@ fn serve(args: &[&str]) -> (Config, Vec<Box<dyn ScenarioModule>>) {
     let argv = ["echo_scenario", "serve"].iter().chain(args).copied();
     match cli::parse(argv, modules, &|_| None).unwrap_or_else(|e| panic!("{args:?}: {e}")) {
         cli::Parsed::Serve(serve) => (serve.loaded.config, serve.loaded.modules),
-        cli::Parsed::Convert(_) => unreachable!("serve parses as serve"),
+        _ => unreachable!("serve parses as serve"),
     }
 }
 

@@ -17,6 +17,7 @@ mod client;
 mod connections;
 #[cfg(unix)]
 mod deploy;
+mod dialog_cmd;
 mod dialogs;
 mod docs;
 mod example_scenario;

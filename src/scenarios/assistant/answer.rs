@@ -16,7 +16,9 @@
 //! `max_tokens` keeps, are [`ModelAnswer::for_session`] and
 //! [`ModelAnswer::truncated`].
 
-use prost_types::{ListValue, Struct, Value as ProtoValue, value::Kind};
+use prost_types::{Struct, value::Kind};
+
+pub(crate) use crate::codec::structs::struct_from_json as to_struct;
 use serde_json::{Map, Value};
 
 /// How many `{` positions are tried when looking for JSON inside prose:
@@ -335,23 +337,6 @@ fn non_empty(value: Option<&Value>) -> Option<&str> {
         Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim()),
         _ => None,
     }
-}
-
-/// A JSON object as a `google.protobuf.Struct` (numbers become doubles).
-pub(crate) fn to_struct(object: Map<String, Value>) -> Struct {
-    Struct { fields: object.into_iter().map(|(k, v)| (k, to_proto_value(v))).collect() }
-}
-
-fn to_proto_value(value: Value) -> ProtoValue {
-    let kind = match value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-        Value::String(s) => Kind::StringValue(s),
-        Value::Array(items) => Kind::ListValue(ListValue { values: items.into_iter().map(to_proto_value).collect() }),
-        Value::Object(object) => Kind::StructValue(to_struct(object)),
-    };
-    ProtoValue { kind: Some(kind) }
 }
 
 #[cfg(test)]

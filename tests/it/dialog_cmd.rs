@@ -1,0 +1,199 @@
+//! `megamind-scenario dialog` against the real binary: the golden dialogs
+//! pass, a wrong expectation fails with a readable diff, JUnit XML is
+//! written, bad scripts and a server that is down are told apart (exit 2),
+//! a recorded session replays as a script, and a debug log replays with the
+//! differing answer reported.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_megamind-scenario");
+
+/// The real server on an ephemeral port, its log going to `log`.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(log_level: &str, log: &Path) -> Server {
+    let file = std::fs::File::create(log).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--addr", "127.0.0.1:0", "--log-level", log_level])
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(file)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the server starts");
+    // Owned at once, so that it is stopped however the wait below ends.
+    let mut server = Server { child, url: String::new() };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(addr) = text.lines().find_map(|l| l.split("serving addr=").nth(1)) {
+            server.url = format!("http://{}", addr.split_whitespace().next().unwrap());
+            return server;
+        }
+        assert!(Instant::now() < deadline, "no serving line in {}", log.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn dialog(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("dialog")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dialog starts");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dialog-cmd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn golden() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dialogs");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    files
+}
+
+#[test]
+fn the_golden_dialogs_pass_and_write_junit() {
+    let server = serve("info", &temp("golden.log"));
+    let junit = temp("golden.xml");
+    let mut args = vec!["--server", &server.url, "--junit", junit.to_str().unwrap(), "--script"];
+    let files = golden();
+    args.extend(files.iter().map(String::as_str));
+    let out = dialog(&args, "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("✓ POI: a cafe on /run, its phone through a callback"), "{stdout}");
+    assert!(stdout.contains("7 dialogs: 7 passed, 0 failed"), "{stdout}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.starts_with("<?xml") && xml.contains(r#"<testsuites name="dialogs" tests="7" failures="0">"#), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 7);
+    assert_eq!(xml.matches("</testsuite>").count(), files.len());
+}
+
+#[test]
+fn a_wrong_expectation_fails_with_a_readable_diff() {
+    let server = serve("info", &temp("wrong.log"));
+    let script = temp("wrong.yaml");
+    std::fs::write(
+        &script,
+        "dialogs:\n  - name: wrong on purpose\n    scenario: assistant\n    turns:\n      - say: открой Safari\n        \
+         expect:\n          speech: Закрываю Safari.\n          directives[0].OpenAppDirective.AppName: Safari\n",
+    )
+    .unwrap();
+    let out = dialog(&["--server", &server.url, "--script", script.to_str().unwrap()], "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("✗ wrong on purpose"), "{stdout}");
+    assert!(stdout.contains("turn 1 (say \"открой Safari\"): speech"), "{stdout}");
+    assert!(stdout.contains("- expected \"Закрываю Safari.\""), "{stdout}");
+    assert!(stdout.contains("+ got      \"Открываю Safari.\""), "{stdout}");
+    assert!(!stdout.contains("AppName"), "only what failed is shown: {stdout}");
+}
+
+#[test]
+fn bad_scripts_and_a_server_that_is_down_exit_2_saying_why() {
+    let broken = temp("broken.yaml");
+    std::fs::write(&broken, "dialogs:\n  - name: x\n    turns:\n      - say: [unclosed\n").unwrap();
+    let out = dialog(&["--script", broken.to_str().unwrap()], "");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("{}:4:", broken.display())), "file:line:column: {stderr}");
+
+    // A path the schema lacks is refused before anything is sent: the
+    // server named here is down, and that is never reached.
+    let unknown = temp("unknown.yaml");
+    std::fs::write(
+        &unknown,
+        "dialogs:\n  - name: x\n    turns:\n      - say: hi\n        expect: {Layout.Speech: hi}\n",
+    )
+    .unwrap();
+    let down = "http://127.0.0.1:9";
+    let out = dialog(&["--server", down, "--script", unknown.to_str().unwrap()], "");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("TLayout has no field \"Speech\"") && !stderr.contains("reached"), "{stderr}");
+
+    let fine = temp("fine.yaml");
+    std::fs::write(&fine, "dialogs:\n  - name: x\n    turns:\n      - say: hi\n").unwrap();
+    let out = dialog(&["--server", down, "--script", fine.to_str().unwrap()], "");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be reached"), "{stderr}");
+}
+
+#[test]
+fn a_recorded_session_replays_as_a_script() {
+    let server = serve("info", &temp("record.log"));
+    let recording = temp("recorded.yaml");
+    let out = dialog(
+        &["--server", &server.url, "--record", recording.to_str().unwrap()],
+        "открой Safari\nзакрой калькулятор\n/quit\nне дойдёт\n",
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("> открой Safari") && stdout.contains("speech: \"Открываю Safari.\""), "{stdout}");
+    assert!(stdout.contains("/run") && stdout.contains("directives: [OpenAppDirective]"), "{stdout}");
+    assert!(!stdout.contains("не дойдёт"), "nothing after /quit: {stdout}");
+    let yaml = std::fs::read_to_string(&recording).unwrap();
+    assert!(yaml.contains("Закрываю Calculator."), "{yaml}");
+    let out = dialog(&["--server", &server.url, "--script", recording.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out.stdout));
+}
+
+#[test]
+fn a_debug_log_replays_and_a_changed_answer_is_reported() {
+    let log = temp("debug.log");
+    let server = serve("debug", &log);
+    let script = golden().into_iter().find(|f| f.ends_with("assistant.yaml")).unwrap();
+    let out = dialog(&["--server", &server.url, "--script", &script], "");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    // Every line of the log is written by the time the answers are read.
+    let logged = std::fs::read_to_string(&log).unwrap();
+
+    let out = dialog(&["--server", &server.url, "--replay", log.to_str().unwrap(), "--ignore", "State"], "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("= /assistant/run"), "{stdout}");
+    assert!(stdout.contains("3 calls replayed: 3 the same, 0 differ"), "{stdout}");
+
+    let changed = temp("changed.log");
+    std::fs::write(&changed, logged.replace("Закрываю Calculator.", "Закрываю Калькулятор.")).unwrap();
+    let out = dialog(&["--server", &server.url, "--replay", changed.to_str().unwrap(), "--ignore", "State"], "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("≠ /assistant/run"), "{stdout}");
+    assert!(stdout.contains("- ") && stdout.contains("Калькулятор") && stdout.contains("+ "), "{stdout}");
+    assert!(stdout.contains("1 differ"), "{stdout}");
+}
