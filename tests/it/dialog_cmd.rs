@@ -179,10 +179,21 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     let script = golden().into_iter().find(|f| f.ends_with("assistant.yaml")).unwrap();
     let out = dialog(&["--server", &server.url, "--script", &script], "");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    // Every line of the log is written by the time the answers are read.
-    let logged = std::fs::read_to_string(&log).unwrap();
+    // The server writes its log in batches: wait for the three calls' summary
+    // lines, then replay a copy (the replay's own calls go to the log too).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let logged = loop {
+        let logged = std::fs::read_to_string(&log).unwrap();
+        if logged.matches("scenario=assistant handler=run").count() >= 3 {
+            break logged;
+        }
+        assert!(Instant::now() < deadline, "the calls never reached the log: {logged}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let copy = temp("debug-copy.log");
+    std::fs::write(&copy, &logged).unwrap();
 
-    let out = dialog(&["--server", &server.url, "--replay", log.to_str().unwrap(), "--ignore", "State"], "");
+    let out = dialog(&["--server", &server.url, "--replay", copy.to_str().unwrap(), "--ignore", "State"], "");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("= /assistant/run"), "{stdout}");
