@@ -75,7 +75,7 @@ fn print_turn(
         } else {
             String::new()
         };
-        writeln!(out, "  /{:<9} {ms:>4} ms{late}", hop.handler().as_str())?;
+        writeln!(out, "  /{:<9} {ms:>4} ms of {} ms{late}", hop.handler().as_str(), args.budget_ms)?;
     }
     let body = turn.body();
     if args.verbose {
