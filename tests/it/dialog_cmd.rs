@@ -208,3 +208,24 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     assert!(stdout.contains("- ") && stdout.contains("Калькулятор") && stdout.contains("+ "), "{stdout}");
     assert!(stdout.contains("1 differ"), "{stdout}");
 }
+
+#[test]
+fn a_server_that_answers_garbage_exits_2_naming_what_was_wrong() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Answers every request 200 with bytes that are no protocol message.
+    let garbage = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: 4\r\n\r\n\xff\xff\xff\xff",
+        );
+    });
+    let out = dialog(&["--server", &url], "привет\n");
+    garbage.join().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("does not decode"), "{stderr}");
+}
