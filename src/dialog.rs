@@ -163,9 +163,11 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     for loaded in &scripts {
         println!("{}", loaded.file);
         let mut results = Vec::new();
-        for (number, (dialog, expectations)) in loaded.dialogs.iter().enumerate() {
+        for (dialog, expectations) in &loaded.dialogs {
             let scenario = dialog.scenario.as_deref().unwrap_or(&args.scenario);
-            let mut client = client(args, scenario)?.with_request_id_prefix(&format!("dialog-{number}-"));
+            // The client's own RequestIds are unique to the run: a second run
+            // is not answered from the server's idempotency cache.
+            let mut client = client(args, scenario)?;
             let started = std::time::Instant::now();
             let mut failures = Vec::new();
             let mut turns = Vec::new();

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::expect::Expectation;
+use crate::{
+    codec::{self, Format},
+    proto::n_alice::n_scenarios::TScenarioRunRequest,
+};
 
 /// Largest script file read, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
@@ -123,6 +127,11 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
             if inputs.iter().filter(|set| **set).count() != 1 {
                 return Err(ScriptError(format!("{at}: write exactly one of say, voice, callback, request")));
             }
+            if let Some(text) = &turn.request {
+                codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text).map_err(|e| {
+                    ScriptError(format!("{at}: request: not a TScenarioRunRequest in text format: {e}"))
+                })?;
+            }
             let expectation = Expectation::compile(&turn.expect).map_err(|e| ScriptError(format!("{at}: {e}")))?;
             expectations.push(expectation);
         }
@@ -178,5 +187,7 @@ dialogs:
         let error = parse("f", path).unwrap_err().to_string();
         assert!(error.contains("turn 1") && error.contains("NoSuchField"), "{error}");
         assert!(parse("f", "dialogs: []\n").is_err());
+        let request = "dialogs:\n  - name: x\n    turns:\n      - request: 'Input { Nope: 1 }'\n";
+        assert!(parse("f", request).unwrap_err().to_string().contains("request: not a TScenarioRunRequest"));
     }
 }
