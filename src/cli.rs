@@ -40,6 +40,9 @@ pub enum Command {
     /// Play Megamind against a running server: from the terminal, from YAML scripts with expectations, or from a
     /// server's debug log (exit 1 when an expectation fails or an answer differs, 2 when it cannot run).
     Dialog(crate::dialog::DialogArgs),
+    /// Check a JSONSeq v1 SSE transcript (a file, `-` for standard input, or a URL) against the contract: every
+    /// violation with the event's index and the rule (exit 1 when any, 2 when it cannot be read).
+    ValidateJsonseq(crate::jsonseq::ValidateArgs),
 }
 
 /// `serve`: the flags below, plus the core's and each scenario's settings
@@ -137,13 +140,16 @@ pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
         }
         Parsed::Serve(loaded) => serve(loaded.loaded),
         Parsed::Convert(args) => convert(&args, std::io::stdin().lock(), std::io::stdout().lock()),
-        Parsed::Dialog(args) => {
-            let code = crate::dialog::main(&args);
-            // Its own exit codes: 1 a failed expectation, 2 could not run.
-            let _ = std::io::Write::flush(&mut std::io::stdout());
-            std::process::exit(i32::from(code))
-        }
+        Parsed::Dialog(args) => exit_with(crate::dialog::main(&args)),
+        Parsed::ValidateJsonseq(args) => exit_with(crate::jsonseq::main(&args)),
     }
+}
+
+/// Ends the process with a subcommand's own exit code (1 and 2 say
+/// different things there), its output flushed.
+fn exit_with(code: u8) -> ! {
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    std::process::exit(i32::from(code))
 }
 
 /// A command line read; more subcommands may come.
@@ -156,6 +162,8 @@ pub enum Parsed {
     Convert(ConvertArgs),
     /// `dialog`.
     Dialog(crate::dialog::DialogArgs),
+    /// `validate-jsonseq`.
+    ValidateJsonseq(crate::jsonseq::ValidateArgs),
 }
 
 /// `serve`, its configuration read.
@@ -205,6 +213,7 @@ pub fn parse(
     let args = match cli.command {
         Command::Convert(args) => return Ok(Parsed::Convert(args)),
         Command::Dialog(args) => return Ok(Parsed::Dialog(args)),
+        Command::ValidateJsonseq(args) => return Ok(Parsed::ValidateJsonseq(args)),
         Command::Serve(args) => args,
     };
     let mut overrides = flags::overrides(&flags, matches.subcommand_matches("serve"), env);

@@ -36,6 +36,7 @@ pub mod codec;
 pub mod config;
 pub mod dialog;
 pub mod dispatch;
+pub mod jsonseq;
 pub mod proto;
 pub mod rules;
 pub mod scenario;

@@ -8,7 +8,7 @@ fn serve_with(args: &[&str], env: &[(&str, &str)]) -> Result<Loaded, ParseError>
     let env = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| (*value).to_owned());
     match parse(argv, scenarios::modules(), &env)? {
         Parsed::Serve(command) => Ok(command.loaded),
-        Parsed::Convert(_) | Parsed::Dialog(_) => unreachable!("serve parses as serve"),
+        _ => unreachable!("serve parses as serve"),
     }
 }
 

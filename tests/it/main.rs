@@ -34,3 +34,4 @@ mod modules;
 mod python_tools;
 mod refusals;
 mod router;
+mod validate_jsonseq;

@@ -1,0 +1,90 @@
+//! An SSE transcript (what `curl -N` prints of a `text/event-stream`) read
+//! into events: `event:` names one, `data:` lines join with newlines, `id:`
+//! is kept, `:` lines are comments, a blank line ends an event; an event
+//! without a name is a `message`, as the SSE standard says. Bounded: at most
+//! [`MAX_EVENTS`] events of at most [`MAX_EVENT_BYTES`] each are read.
+
+/// Events read at most; past it the transcript is cut (and says so).
+pub const MAX_EVENTS: usize = 100_000;
+/// Largest event kept, in bytes of data.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// One event of a transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Its `event:` name (`message` when none).
+    pub name: String,
+    /// Its `data:` lines, joined with `\n`.
+    pub data: String,
+    /// Its `id:`, when it had one.
+    pub id: Option<String>,
+    /// Its data was cut at [`MAX_EVENT_BYTES`].
+    pub cut: bool,
+}
+
+/// The events of `text`, and whether there were more than [`MAX_EVENTS`].
+pub fn parse_transcript(text: &str) -> (Vec<Event>, bool) {
+    let mut events = Vec::new();
+    let mut current: Option<Event> = None;
+    let mut has_data = false;
+    for line in text.lines().chain(std::iter::once("")) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            has_data = false;
+            if let Some(event) = current.take() {
+                if events.len() == MAX_EVENTS {
+                    return (events, true);
+                }
+                events.push(event);
+            }
+            continue;
+        }
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        let event =
+            current.get_or_insert_with(|| Event { name: "message".into(), data: String::new(), id: None, cut: false });
+        match field {
+            "event" => event.name = value.to_owned(),
+            "id" => event.id = Some(value.to_owned()),
+            "data" => {
+                if std::mem::replace(&mut has_data, true) {
+                    event.data.push('\n');
+                }
+                if event.data.len() + value.len() > MAX_EVENT_BYTES {
+                    event.cut = true;
+                } else {
+                    event.data.push_str(value);
+                }
+            }
+            // `retry` and unknown fields are ignored, as the standard says.
+            _ => {}
+        }
+    }
+    (events, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_names_data_and_ids_are_read() {
+        let text = ": comment\nid: 1\nevent: thinking_start\ndata: {}\n\nevent: final_delta\r\ndata: {\"text\":\r\ndata: \"a\"}\r\n\r\ndata: plain\n";
+        let (events, more) = parse_transcript(text);
+        assert!(!more);
+        assert_eq!(events.len(), 3);
+        assert_eq!(
+            (events[0].name.as_str(), events[0].data.as_str(), events[0].id.as_deref()),
+            ("thinking_start", "{}", Some("1"))
+        );
+        assert_eq!(events[1].data, "{\"text\":\n\"a\"}");
+        assert_eq!(
+            (events[2].name.as_str(), events[2].data.as_str()),
+            ("message", "plain"),
+            "the last event without a blank line"
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! `megamind-scenario validate-jsonseq` on transcripts from a file, standard
+//! input and a URL: the seed's example is valid, a broken one is reported
+//! with the event's index and the rule, an unreadable source exits 2.
+
+use std::{
+    io::{Read, Write},
+    process::{Command, Output, Stdio},
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_megamind-scenario");
+
+/// The seed's example (seed 002 §5) with the ids every event carries.
+fn seed_transcript() -> String {
+    let events = [
+        ("serp_summary", r#""text":"用户要一份三分化训练计划，包含频率与动作选择。""#),
+        ("thinking_start", ""),
+        ("phase_start", r#""id":1,"title":"需求拆解""#),
+        ("phase_delta", r#""id":1,"text":"目标=增肌；器械=健身房；每周3-4练。""#),
+        ("thinking_end", ""),
+        ("final_delta", r##""text":"# 三分化训练方案\n- Day1 推...\n""##),
+        ("serp_queries", r#""queries":["三分化训练怎么安排","三分化训练动作选择","三分化训练频率与恢复"]"#),
+        ("final_end", ""),
+    ];
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, (name, fields))| {
+            let comma = if fields.is_empty() { "" } else { "," };
+            format!(
+                "id: {i}\nevent: {name}\ndata: {{\"message_id\":\"m-1\",\"request_id\":\"r-1\"{comma}{fields}}}\n\n"
+            )
+        })
+        .collect()
+}
+
+fn validate(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("validate-jsonseq")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_seed_example_is_valid_from_a_file_and_from_standard_input() {
+    let path = std::env::temp_dir().join(format!("jsonseq-{}.sse", std::process::id()));
+    std::fs::write(&path, seed_transcript()).unwrap();
+    let out = validate(&[path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("valid: 8 events"));
+    let out = validate(&[], &seed_transcript());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
+
+#[test]
+fn violations_name_the_events_index_and_the_rule() {
+    let broken = seed_transcript().replacen("event: thinking_end", "event: final_delta", 1);
+    let out = validate(&["-"], &broken);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("#4 final_delta: order:"), "{stdout}");
+    assert!(stdout.contains("violations in 8 events"), "{stdout}");
+}
+
+#[test]
+fn a_stream_is_read_from_a_url_and_an_unreadable_source_exits_2() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/llm/stream/r-1", listener.local_addr().unwrap());
+    let body = seed_transcript();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        let _ = stream.write_all(head.as_bytes());
+        // Event by event, as a live stream arrives.
+        for event in body.split_inclusive("\n\n") {
+            let _ = stream.write_all(event.as_bytes());
+            let _ = stream.flush();
+        }
+    });
+    let out = validate(&[&url], "");
+    server.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("valid: 8 events"));
+
+    let out = validate(&["/nonexistent/transcript.sse"], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/transcript.sse"), "{}", text(&out.stderr));
+}
