@@ -50,16 +50,8 @@ fn serve(log_level: &str, log: &Path) -> Server {
 }
 
 fn dialog(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("dialog")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dialog starts");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+    let args: Vec<&str> = std::iter::once("dialog").chain(args.iter().copied()).collect();
+    crate::helpers::run_binary(&args, stdin.as_bytes())
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -234,12 +234,17 @@ pub fn decode_answer<T: prost::Message + ReflectMessage + Default>(body: &[u8], 
 
 /// Runs the binary's `convert` with `args`, `input` on its standard input.
 pub fn convert(args: &[&str], input: &[u8]) -> std::process::Output {
+    let args: Vec<&str> = std::iter::once("convert").chain(args.iter().copied()).collect();
+    run_binary(&args, input)
+}
+
+/// Runs the binary with `args`, `input` on its standard input, to its end.
+pub fn run_binary(args: &[&str], input: &[u8]) -> std::process::Output {
     use std::{
         io::Write,
         process::{Command, Stdio},
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .arg("convert")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

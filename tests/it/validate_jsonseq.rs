@@ -4,10 +4,8 @@
 
 use std::{
     io::{Read, Write},
-    process::{Command, Output, Stdio},
+    process::Output,
 };
-
-const BIN: &str = env!("CARGO_BIN_EXE_megamind-scenario");
 
 /// The seed's example (seed 002 §5) with the ids every event carries.
 fn seed_transcript() -> String {
@@ -34,16 +32,8 @@ fn seed_transcript() -> String {
 }
 
 fn validate(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("validate-jsonseq")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+    let args: Vec<&str> = std::iter::once("validate-jsonseq").chain(args.iter().copied()).collect();
+    crate::helpers::run_binary(&args, stdin.as_bytes())
 }
 
 fn text(bytes: &[u8]) -> String {
