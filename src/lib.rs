@@ -22,6 +22,8 @@
 //! - [`config`] and [`cli`]: configuration and the command line; `cli` is
 //!   the composition root, the one place that names the scenarios it hosts.
 //! - [`upstream`]: outbound HTTP clients.
+//! - [`parts`]: JSON answers served whole or in parts from one snapshot
+//!   (`?part=N`), for the `/llm/...` routes; the client that reassembles them.
 //! - [`client`]: a protocol client that plays a scenario as Megamind does;
 //!   [`dialog`], the command that plays it from the terminal, scripts or logs.
 //!
@@ -37,6 +39,7 @@ pub mod config;
 pub mod dialog;
 pub mod dispatch;
 pub mod jsonseq;
+pub mod parts;
 pub mod proto;
 pub mod rules;
 pub mod scenario;

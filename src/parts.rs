@@ -1,0 +1,352 @@
+//! JSON answers served whole or in parts (seed 003), for the `/llm/...` JSON
+//! API routes. [`Parts::respond`] takes an answer's current serialized JSON
+//! and answers the part a request asks for (`?part=N`, from 1).
+//!
+//! An answer of at most `chunk_bytes` bytes comes whole:
+//! `{"is_consequential": false, "content": <the JSON itself>, "part": 1,
+//! "total_parts": 1, "snapshot": "<etag>"}`. A larger one comes in parts whose
+//! `content` strings are exact substrings of the serialized JSON, never split
+//! inside a UTF-8 character, at most `chunk_bytes` each: concatenating them in
+//! order gives the JSON byte for byte ([`split`]).
+//!
+//! **The snapshot rule.** All parts a client reassembles come from one
+//! version of the answer, named by a strong ETag (a hash of its bytes), sent
+//! as the `ETag` header and as `"snapshot"` in every part. Part 1 of a large
+//! answer keeps that version for `snapshot_ttl`, also as the resource's
+//! latest. A later part names its snapshot (`?snapshot=ETAG` or
+//! `If-Match: ETAG`) and is served from it while it is kept, or from the
+//! current answer while that is the same version; otherwise 410 (or 412 when
+//! we know the answer changed): start again from part 1. A later part naming
+//! nothing is served from the resource's latest snapshot if the current
+//! answer still equals it, else 412; with no snapshot of the resource at all
+//! (part 1 asked elsewhere, or long ago) it comes from the current answer.
+//!
+//! **The bounds.** Snapshots are bounded by count and by total bytes (the
+//! oldest go first) and expire after the TTL; an answer too large to keep is
+//! still served, and its later parts come from the current answer while it is
+//! unchanged.
+
+mod error;
+mod snapshots;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    fmt,
+    hash::{DefaultHasher, Hasher},
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+pub use self::error::PartError;
+use self::{
+    error::json_response,
+    snapshots::{Found, Snapshots},
+};
+
+/// How answers are cut and how many snapshots are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartsConfig {
+    /// The most bytes of serialized JSON one part carries (at least 1 is used).
+    pub chunk_bytes: usize,
+    /// How long a snapshot is kept after its part 1 was served.
+    pub snapshot_ttl: Duration,
+    /// The most snapshots kept at once.
+    pub max_snapshots: usize,
+    /// The most bytes kept at once, over all snapshots (content, resource and ETag).
+    pub max_snapshot_bytes: usize,
+}
+
+impl Default for PartsConfig {
+    fn default() -> PartsConfig {
+        PartsConfig {
+            chunk_bytes: 64 * 1024,
+            snapshot_ttl: Duration::from_secs(60),
+            max_snapshots: 1024,
+            max_snapshot_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The query of a part: `?part=N&snapshot=ETAG`, both optional, kept as raw
+/// strings so that [`Parts::respond`] (not the extractor) judges them and a
+/// bad value gets our JSON error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct PartQuery {
+    /// The part asked for, from 1; none means 1.
+    pub part: Option<String>,
+    /// The snapshot the part must come from (an ETag, quoted or bare).
+    pub snapshot: Option<String>,
+}
+
+impl PartQuery {
+    /// Reads `part` and `snapshot` from a raw query string, ignoring other
+    /// keys. Unlike axum's `Query`, it never fails: a repeated key keeps
+    /// every value, comma-joined, which then names no valid part or snapshot.
+    pub fn from_query(query: Option<&str>) -> PartQuery {
+        let mut parsed = PartQuery::default();
+        for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            let slot = match &*key {
+                "part" => &mut parsed.part,
+                "snapshot" => &mut parsed.snapshot,
+                _ => continue,
+            };
+            match slot {
+                Some(seen) => {
+                    seen.push(',');
+                    seen.push_str(&value);
+                }
+                None => *slot = Some(value.into_owned()),
+            }
+        }
+        parsed
+    }
+}
+
+/// The snapshots of answers served in parts: cheap to clone (the clones
+/// share them), bounded by count and bytes, each expiring after the TTL.
+#[derive(Clone)]
+pub struct Parts {
+    config: Arc<PartsConfig>,
+    // A std mutex: it guards map operations only (a lookup, an insert, an
+    // eviction), never an await nor the cutting and serializing of a part,
+    // which work on an `Arc<str>` taken out, so it is cheaper than an async one.
+    snapshots: Arc<Mutex<Snapshots>>,
+}
+
+impl fmt::Debug for Parts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parts").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// Where a part's bytes come from: the answer as it is now, or a kept snapshot.
+enum Source<'a> {
+    Current(&'a str),
+    Kept(Arc<str>),
+}
+
+impl Source<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Source::Current(text) => text,
+            Source::Kept(text) => text,
+        }
+    }
+}
+
+impl Parts {
+    /// Parts cut and kept as `config` says.
+    pub fn new(config: PartsConfig) -> Parts {
+        let config = PartsConfig { chunk_bytes: config.chunk_bytes.max(1), ..config };
+        let snapshots = Snapshots::new(config.snapshot_ttl, config.max_snapshots, config.max_snapshot_bytes);
+        Parts { config: Arc::new(config), snapshots: Arc::new(Mutex::new(snapshots)) }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &PartsConfig {
+        &self.config
+    }
+
+    /// The answer for `resource` (the request path, say), whose current
+    /// serialized JSON (compact, from serde_json) is `current`, as the part
+    /// `query` and `if_match` ask for: the part's JSON with
+    /// `Content-Type: application/json`, `ETag` and `Cache-Control: no-store`,
+    /// or a [`PartError`]'s JSON error.
+    pub fn respond(
+        &self,
+        resource: &str,
+        current: &str,
+        query: &PartQuery,
+        if_match: Option<&HeaderValue>,
+    ) -> Response {
+        match self.part(resource, current, query, if_match) {
+            Ok((etag, body)) => json_response(StatusCode::OK, body, Some(&etag)),
+            Err(error) => error.into_response(),
+        }
+    }
+
+    /// The part's ETag and JSON body, or why there is none.
+    pub fn part(
+        &self,
+        resource: &str,
+        current: &str,
+        query: &PartQuery,
+        if_match: Option<&HeaderValue>,
+    ) -> Result<(String, String), PartError> {
+        let part = parse_part(query.part.as_deref())?;
+        let names = match &query.snapshot {
+            // The query is explicit and wins over a header a proxy may add.
+            Some(name) => Some(vec![normalize_tag(name)]),
+            None => if_match.and_then(if_match_tags),
+        };
+        let now = Instant::now();
+        let (source, etag) = match names {
+            Some(names) => self.named(resource, current, &names, now)?,
+            None if part == 1 => {
+                let etag = etag_of(current);
+                if current.len() > self.config.chunk_bytes {
+                    self.lock().keep(resource, &etag, current, now);
+                }
+                (Source::Current(current), etag)
+            }
+            None => self.latest(resource, current, now)?,
+        };
+        let body = self.body(source.as_str(), part, &etag)?;
+        Ok((etag, body))
+    }
+
+    /// The source of a part naming its snapshot (any of `names`).
+    fn named<'a>(
+        &self,
+        resource: &str,
+        current: &'a str,
+        names: &[String],
+        now: Instant,
+    ) -> Result<(Source<'a>, String), PartError> {
+        let mut recorded = false;
+        for name in names {
+            match self.lock().get(resource, name, now) {
+                Found::Content(content) => return Ok((Source::Kept(content), name.clone())),
+                Found::Record => recorded = true,
+                Found::Nothing => {}
+            }
+        }
+        let etag = etag_of(current);
+        if names.contains(&etag) {
+            // Not kept (too large, expired or evicted) but the answer is
+            // still that version: its bytes are the snapshot's.
+            Ok((Source::Current(current), etag))
+        } else if recorded {
+            Err(PartError::SnapshotChanged)
+        } else {
+            Err(PartError::SnapshotExpired)
+        }
+    }
+
+    /// The source of a later part naming no snapshot: the resource's latest.
+    fn latest<'a>(&self, resource: &str, current: &'a str, now: Instant) -> Result<(Source<'a>, String), PartError> {
+        let latest = self.lock().latest(resource, now);
+        match latest {
+            Some((etag, Some(content))) if *content == *current => Ok((Source::Kept(content), etag)),
+            Some((etag, None)) if etag_of(current) == etag => Ok((Source::Current(current), etag)),
+            Some(_) => Err(PartError::SnapshotChanged),
+            // Nothing to compare with (part 1 was never asked here, or long
+            // ago): the answer as it is. A client wanting a guarantee names
+            // its snapshot, which is then checked against the current answer.
+            None => Ok((Source::Current(current), etag_of(current))),
+        }
+    }
+
+    /// Part `part` of `json` as the JSON the client gets.
+    fn body(&self, json: &str, part: u32, etag: &str) -> Result<String, PartError> {
+        let whole = json.len() <= self.config.chunk_bytes;
+        // A small answer is embedded as JSON, so it must be JSON; a caller's
+        // bad text is still served, as one string part, never as broken JSON.
+        if whole && serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok() {
+            if part != 1 {
+                return Err(PartError::PartOutOfRange { part, total_parts: 1 });
+            }
+            let snapshot = serde_json::Value::from(etag);
+            return Ok(format!(
+                "{{\"is_consequential\":false,\"content\":{json},\"part\":1,\"total_parts\":1,\"snapshot\":{snapshot}}}"
+            ));
+        }
+        let chunks = if whole { vec![json] } else { split(json, self.config.chunk_bytes) };
+        let total_parts = u32::try_from(chunks.len()).unwrap_or(u32::MAX);
+        let index = usize::try_from(part - 1).unwrap_or(usize::MAX);
+        let Some(content) = chunks.get(index) else {
+            return Err(PartError::PartOutOfRange { part, total_parts });
+        };
+        let body = serde_json::json!({
+            "is_consequential": true,
+            "content": content,
+            "part": part,
+            "total_parts": total_parts,
+            "snapshot": etag,
+        });
+        Ok(body.to_string())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Snapshots> {
+        // A panic while holding it leaves maps that are still consistent
+        // enough to serve from: every operation completes before it returns.
+        self.snapshots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `json` cut into pieces of at most `chunk_bytes` bytes, each ending on a
+/// character boundary, which concatenate to `json`. A `chunk_bytes` smaller
+/// than a character still makes progress: that piece is the one character.
+/// An empty `json` gives no pieces.
+pub fn split(json: &str, chunk_bytes: usize) -> Vec<&str> {
+    let chunk_bytes = chunk_bytes.max(1);
+    let mut chunks = Vec::with_capacity(json.len().div_ceil(chunk_bytes));
+    let mut rest = json;
+    while !rest.is_empty() {
+        let mut end = chunk_bytes.min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == 0 {
+            // One character wider than a chunk: it goes whole.
+            end = rest.chars().next().map_or(rest.len(), char::len_utf8);
+        }
+        let (chunk, tail) = rest.split_at(end);
+        chunks.push(chunk);
+        rest = tail;
+    }
+    chunks
+}
+
+/// The strong ETag of `json`, quoted: its length and a 128-bit hash of its
+/// bytes, so that two versions of an answer never share one in practice.
+pub fn etag_of(json: &str) -> String {
+    // Two SipHash runs with different first bytes; the hash need not be
+    // stable across builds, as snapshots live in this process only.
+    let hash = |seed: u8| {
+        let mut hasher = DefaultHasher::new();
+        hasher.write_u8(seed);
+        hasher.write(json.as_bytes());
+        hasher.finish()
+    };
+    format!("\"{:x}-{:016x}{:016x}\"", json.len(), hash(0), hash(1))
+}
+
+/// `part` as a number from 1; none is 1.
+fn parse_part(part: Option<&str>) -> Result<u32, PartError> {
+    let Some(text) = part else { return Ok(1) };
+    let bad = || PartError::BadPart(text.chars().take(32).collect());
+    // Digits only: `u32::from_str` would take a leading `+`.
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match text.parse::<u32>() {
+        Ok(0) | Err(_) => Err(bad()),
+        Ok(part) => Ok(part),
+    }
+}
+
+/// A snapshot named in the query, quoted or bare, as its ETag.
+fn normalize_tag(name: &str) -> String {
+    let name = name.trim();
+    let bare = name.strip_prefix('"').and_then(|n| n.strip_suffix('"')).unwrap_or(name);
+    format!("\"{bare}\"")
+}
+
+/// The strong tags of an `If-Match` header; `None` for `*` (any version,
+/// which names none). Weak tags never match a strong one, so they are left out.
+fn if_match_tags(value: &HeaderValue) -> Option<Vec<String>> {
+    let text = value.to_str().unwrap_or("");
+    if text.trim() == "*" {
+        return None;
+    }
+    let tags =
+        text.split(',').map(str::trim).filter(|tag| tag.starts_with('"') && tag.ends_with('"') && tag.len() >= 2);
+    Some(tags.map(str::to_owned).collect())
+}
