@@ -24,9 +24,10 @@
 //! **The bounds.** Snapshots are bounded by count and by total bytes (the
 //! oldest go first) and expire after the TTL; an answer too large to keep is
 //! still served, and its later parts come from the current answer while it is
-//! unchanged.
+//! unchanged. Our own client for such answers is [`fetch_all`].
 
 mod error;
+mod fetch;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -43,7 +44,10 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-pub use self::error::PartError;
+pub use self::{
+    error::PartError,
+    fetch::{FetchError, FetchLimits, fetch_all, fetch_all_with},
+};
 use self::{
     error::json_response,
     snapshots::{Found, Snapshots},

@@ -1,6 +1,10 @@
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::{Router, extract::State, response::Response, routing::get};
+use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use serde_json::{Value, json};
 
 use super::*;
@@ -243,4 +247,64 @@ fn the_query_is_read_without_failing() {
     assert_eq!(PartQuery::from_query(None), PartQuery::default());
     assert_eq!(PartQuery::from_query(Some("part=1&part=2")).part.as_deref(), Some("1,2"));
     assert!(parse_part(Some("1,2")).is_err());
+}
+
+/// A server answering `/answer` with [`Parts::respond`]; after each part 1
+/// it serves `next` (if any) from then on. Its URL, with a query of its own.
+async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
+    type Versions = Arc<Mutex<(String, Option<String>)>>;
+    async fn answer(State((parts, versions)): State<(Parts, Versions)>, uri: Uri, headers: HeaderMap) -> Response {
+        let query = PartQuery::from_query(uri.query());
+        let mut versions = versions.lock().unwrap();
+        let response = parts.respond(uri.path(), &versions.0, &query, headers.get(header::IF_MATCH));
+        if query.part.as_deref().unwrap_or("1") == "1" {
+            if let Some(next) = versions.1.take() {
+                versions.0 = next;
+            }
+        }
+        response
+    }
+    let versions: Versions = Arc::new(Mutex::new((first, next)));
+    let app = Router::new().route("/answer", get(answer)).with_state((parts, versions));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}/answer?fields=id")
+}
+
+fn client() -> reqwest::Client {
+    crate::upstream::client_builder().no_proxy().build().unwrap()
+}
+
+#[tokio::test]
+async fn fetch_all_reassembles_small_and_large_answers_from_a_real_server() {
+    let large = json!({ "text": "Привет, мир 👋 ".repeat(40), "n": [1, 2, 3] });
+    let url = serve(parts(100), large.to_string(), None).await;
+    assert_eq!(fetch_all(&client(), &url).await.unwrap(), large);
+    let small = json!({ "ok": true, "text": "да" });
+    let url = serve(parts(100), small.to_string(), None).await;
+    assert_eq!(fetch_all(&client(), &url).await.unwrap(), small);
+    let limits = FetchLimits { max_parts: 3, ..FetchLimits::default() };
+    let url = serve(parts(100), large.to_string(), None).await;
+    assert!(matches!(fetch_all_with(&client(), &url, &limits).await, Err(FetchError::TooLarge(_))));
+}
+
+#[tokio::test]
+async fn fetch_all_keeps_to_its_snapshot_and_starts_again_when_it_is_gone() {
+    let v1 = json!({ "text": "первая ".repeat(30) });
+    let v2 = json!({ "text": "вторая ".repeat(30) });
+    // Kept: every part comes from v1, though the answer changed after part 1.
+    let url = serve(parts(64), v1.to_string(), Some(v2.to_string())).await;
+    assert_eq!(fetch_all(&client(), &url).await.unwrap(), v1);
+    // Nothing kept: part 2 of v1 is gone (410); the second pass reads v2.
+    let keep_none = Parts::new(PartsConfig { chunk_bytes: 64, max_snapshots: 0, ..Default::default() });
+    let url = serve(keep_none, v1.to_string(), Some(v2.to_string())).await;
+    assert_eq!(fetch_all(&client(), &url).await.unwrap(), v2);
+    let no_restart = FetchLimits { max_restarts: 0, ..FetchLimits::default() };
+    let keep_none = Parts::new(PartsConfig { chunk_bytes: 64, max_snapshots: 0, ..Default::default() });
+    let url = serve(keep_none, v1.to_string(), Some(v2.to_string())).await;
+    let error = fetch_all_with(&client(), &url, &no_restart).await.unwrap_err();
+    assert!(
+        matches!(error, FetchError::Status { part: 2, status: 410, ref code } if code.as_deref() == Some("snapshot_expired"))
+    );
 }
