@@ -24,10 +24,12 @@
 //! **The bounds.** Snapshots are bounded by count and by total bytes (the
 //! oldest go first) and expire after the TTL; an answer too large to keep is
 //! still served, and its later parts come from the current answer while it is
-//! unchanged. Our own client for such answers is [`fetch_all`].
+//! unchanged. Our own client for such answers is [`fetch_all`]; what
+//! `/llm/schema` says about them is [`part_schema`] and [`chunking_doc`].
 
 mod error;
 mod fetch;
+mod schema;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -47,6 +49,7 @@ use tokio::time::Instant;
 pub use self::{
     error::PartError,
     fetch::{FetchError, FetchLimits, fetch_all, fetch_all_with},
+    schema::{chunking_doc, part_schema},
 };
 use self::{
     error::json_response,

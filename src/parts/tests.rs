@@ -249,6 +249,21 @@ fn the_query_is_read_without_failing() {
     assert!(parse_part(Some("1,2")).is_err());
 }
 
+#[test]
+fn the_documented_example_reassembles() {
+    let doc = chunking_doc(&PartsConfig::default());
+    let example = &doc["example"];
+    let parts = example["parts"].as_array().unwrap();
+    assert!(parts.len() > 1);
+    let joined: String = parts.iter().map(|p| p["content"].as_str().unwrap()).collect();
+    assert_eq!(joined, example["concatenated"].as_str().unwrap());
+    assert_eq!(serde_json::from_str::<Value>(&joined).unwrap(), example["answer"]);
+    assert_eq!(doc["chunk_bytes"], 65536);
+    let schema = part_schema();
+    let required: Vec<_> = schema["required"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert!(parts.iter().all(|p| required.iter().all(|k| p.get(k).is_some())));
+}
+
 /// A server answering `/answer` with [`Parts::respond`]; after each part 1
 /// it serves `next` (if any) from then on. Its URL, with a query of its own.
 async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
