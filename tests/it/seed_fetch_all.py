@@ -1,0 +1,56 @@
+"""Seed 003's Python client for answers served in parts, kept as the seed wrote it.
+
+Usage: seed_fetch_all.py URL
+
+Prints the reassembled answer at URL as JSON on standard output
+(json.dumps with ensure_ascii=False, sort_keys=False): what a client
+following the seed's reference algorithm gets from the server.
+
+The seed's fetch_all below is verbatim (requests, as in the seed). It names
+no snapshot, so its later parts come from the resource's latest snapshot,
+and it cannot reassemble a whole answer: when is_consequential is false,
+content is the JSON object itself and ''.join(parts) raises TypeError. That
+case is handled outside the function, in main, by asking once first.
+"""
+
+import sys
+
+# --- seed 003, verbatim ---------------------------------------------------
+import requests, json
+
+def fetch_all(url):
+    parts = []
+    for i in range(1, 10000):
+        r = requests.get(url + ('&' if '?' in url else '?') + f'part={i}')
+        r.raise_for_status()
+        j = r.json()
+        parts.append(j['content'])
+        if not j.get('is_consequential') or i >= j.get('total_parts', i):
+            break
+    full = ''.join(parts)
+    return json.loads(full)
+
+# usage: obj = fetch_all('http://localhost:5000/llm/products?fields=id')
+# --- end of seed 003 -----------------------------------------------------
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    url = sys.argv[1]
+    # A whole answer breaks the seed's function (see above): take its
+    # content as it is; anything else goes through the seed's algorithm.
+    first = requests.get(url)
+    first.raise_for_status()
+    wrapper = first.json()
+    if wrapper.get('is_consequential') is False:
+        answer = wrapper['content']
+    else:
+        answer = fetch_all(url)
+    print(json.dumps(answer, ensure_ascii=False, sort_keys=False))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
