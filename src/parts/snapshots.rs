@@ -59,6 +59,9 @@ pub(super) struct Snapshots {
 impl Snapshots {
     /// No snapshots yet.
     pub(super) fn new(ttl: Duration, max_count: usize, max_bytes: usize) -> Snapshots {
+        // `Instant + Duration` panics past the clock's range: a century is
+        // forever enough.
+        let ttl = ttl.min(Duration::from_secs(100 * 365 * 24 * 3600));
         Snapshots {
             ttl,
             max_count,
@@ -160,6 +163,13 @@ mod tests {
 
     fn snapshots(max_count: usize, max_bytes: usize) -> Snapshots {
         Snapshots::new(Duration::from_secs(60), max_count, max_bytes)
+    }
+
+    #[test]
+    fn a_ttl_of_any_length_is_taken() {
+        let mut s = Snapshots::new(Duration::MAX, 1, 1 << 20);
+        s.keep("/a", "1", "one", Instant::now());
+        assert_eq!(s.get("/a", "1", Instant::now()), Found::Content("one".into()));
     }
 
     #[test]
