@@ -241,4 +241,6 @@ fn cut_at(text: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
