@@ -44,7 +44,7 @@ impl Sequence {
     }
 
     /// Whether a `serp_summary` may still come.
-    pub(super) fn may_summarize(&self) -> bool {
+    fn may_summarize(&self) -> bool {
         self.stage == Stage::Start && !self.closed
     }
 

@@ -179,6 +179,25 @@ fn reasoning_is_phase_text_until_the_final_begins() {
 }
 
 #[test]
+fn reasoning_before_a_thinkingml_answer_leaves_its_parts_where_they_were() {
+    let mut mapper = Mapper::new(Format::Auto);
+    let mut out = Vec::new();
+    mapper.reasoning("Сначала подумаю.", &mut out);
+    mapper.text(SEED, &mut out);
+    mapper.finish(&mut out);
+    let seed = seed_events();
+    let mut expected = vec![
+        ("thinking_start", json!({})),
+        ("phase_start", json!({"id": 1, "title": THINKING_TITLE})),
+        ("phase_delta", json!({"id": 1, "text": "Сначала подумаю."})),
+        ("phase_start", json!({"id": 2, "title": "需求拆解"})),
+        ("phase_delta", json!({"id": 2, "text": "目标=增肌；器械=健身房；每周3-4练。"})),
+    ];
+    expected.extend(seed[4..].iter().cloned());
+    assert_eq!(joined(&valid(out)), expected, "the summary comes too late and is dropped, not shown");
+}
+
+#[test]
 fn phase_ids_follow_each_other_and_titles_are_never_empty() {
     let answer = "<thinking><phase id=\"3\"><title> A\n b </title>a</phase><phase id='2'><title>B</title>b</phase>\
                   <phase><title> </title>c</phase><phase id=\"9\">d<title>late</title></phase>\
@@ -224,7 +243,7 @@ fn stray_unknown_and_unclosed_tags() {
     assert_eq!(joined(&summary)[0], ("serp_summary", json!({"text": "summary"})));
     let late_summary = valid(map_all(Format::Auto, &["<thinking></thinking><serp>s</serp>x"]));
     assert!(!names(&late_summary).contains(&"serp_summary"));
-    assert_eq!(final_text(&late_summary), "sx", "a late `<serp>` is dropped, its text stays");
+    assert_eq!(final_text(&late_summary), "x", "a late `<serp>` is dropped with its text");
 }
 
 #[test]

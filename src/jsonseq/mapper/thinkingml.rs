@@ -310,7 +310,8 @@ impl ThinkingMl {
         }
         let context = self.context;
         match (tag.name, tag.close) {
-            (Name::Serp, false) if context == Top && seq.may_summarize() => self.context = Serp,
+            // A summary is never the answer: one too late is read, then dropped.
+            (Name::Serp, false) if context == Top => self.context = Serp,
             (Name::Thinking, false) if context == Top && seq.may_think() => {
                 seq.thinking_start(out);
                 self.context = Thinking;
