@@ -20,22 +20,26 @@
 //!   titled "Размышления", and so does a phase without a title.
 //! - A phase id that does not follow the last one becomes the next number;
 //!   phase text always goes to the latest phase.
-//! - What comes too late is dropped: a `serp_summary` after the thinking
-//!   began, phases and reasoning once the thinking ended, the tags of a
-//!   thinking after that (its text is final text: nothing the model meant
-//!   for the user is lost to a misplaced tag), anything after the end of the
-//!   final (`</final>`, a `final_end` line) but `serp_queries`. `final_end`
-//!   itself is sent by `finish`, after the `serp_queries` (cleaned by
-//!   [`clean_queries`], merged when there are several).
+//! - What comes too late is dropped: a `serp_summary` (with its text) after
+//!   the thinking began, phases and reasoning once the thinking ended,
+//!   anything after the end of the final (`</final>`, a `final_end` line)
+//!   but `serp_queries`. `final_end` itself is sent by `finish`, after the
+//!   `serp_queries` (cleaned by [`clean_queries`], merged when there are
+//!   several).
 //! - Texts are trimmed: blanks opening a phase or the final are dropped,
 //!   blanks are held back until more text follows, and dropped at the end.
 //!   No delta is empty, except one: an answer without any final text ends
 //!   with one `final_delta` whose text is empty, since `final_end` needs a
 //!   `final_delta` before it and nothing should be made up for the user.
 //! - ThinkingML: a tag the format does not name (`<b>`, `a < b`) is text;
-//!   one that is longer than [`MAX_TAG_BYTES`] is text too. `<!-- ... -->`
-//!   comments never reach the screen; those holding `<serp_queries>` give
-//!   the queries. Text outside any tag is final text.
+//!   one that is longer than [`MAX_TAG_BYTES`] is text too. Inside
+//!   `<final>`, every tag but `</final>` and the queries is the answer's
+//!   text: a second `<thinking>` there is shown as written, and so is HTML's
+//!   `<title>` in a code sample. Elsewhere a tag that does not fit is
+//!   dropped and its text stays where it stands: text outside any tag is
+//!   final text. `<think>` (open models' reasoning) is `<thinking>`.
+//!   `<!-- ... -->` comments never reach the screen; those holding
+//!   `<serp_queries>` give the queries.
 //! - JSON Lines (`jsonl`): events are taken field by field, system
 //!   events and unknown names are dropped, an app-action object shows its
 //!   `text`, a line that is no JSON is final text.

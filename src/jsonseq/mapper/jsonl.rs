@@ -197,3 +197,119 @@ fn whole_text(object: &str) -> Option<String> {
         serde_json::Deserializer::from_str(value).into_iter::<String>().next()?.ok()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::jsonseq::mapper::{
+        Format, MAX_OBJECT_BYTES, map_all,
+        tests::{final_text, joined, names, valid},
+    };
+
+    #[test]
+    fn json_lines_events_are_forwarded_with_their_own_fields_only() {
+        let lines = [
+            r#"{"event":"serp_summary","text":"Нужен план","message_id":"model's","extra":1}"#,
+            r#"{"event":"thinking_start"}"#,
+            r#"{"event":"phase_start","id":1,"title":"Разбор"}"#,
+            r#"{"event":"phase_delta","id":7,"text":"цель"}"#,
+            r#"{"event":"thinking_end"}"#,
+            r#"{"event":"final_delta","text":"План "}"#,
+            r#"{"event":"final_delta","text":"готов"}"#,
+            r#"{"event":"serp_queries","queries":["план","ПЛАН"]}"#,
+            r#"{"event":"final_end"}"#,
+        ];
+        let answer = lines.join("\n");
+        let expected = [
+            ("serp_summary", json!({"text": "Нужен план"})),
+            ("thinking_start", json!({})),
+            ("phase_start", json!({"id": 1, "title": "Разбор"})),
+            ("phase_delta", json!({"id": 1, "text": "цель"})),
+            ("thinking_end", json!({})),
+            ("final_delta", json!({"text": "План готов"})),
+            ("serp_queries", json!({"queries": ["план"]})),
+            ("final_end", json!({})),
+        ];
+        for format in [Format::Auto, Format::Jsonl] {
+            assert_eq!(joined(&valid(map_all(format, &[&answer]))), expected);
+            for (at, _) in answer.char_indices().step_by(7) {
+                assert_eq!(joined(&valid(map_all(format, &[&answer[..at], &answer[at..]]))), expected, "split at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn json_lines_out_of_order_are_put_in_order_or_dropped() {
+        let answer = [
+            r#"{"event":"final_delta","text":"Сразу ответ"}"#,
+            r#"{"event":"phase_start","id":1,"title":"поздно"}"#,
+            r#"{"event":"serp_summary","text":"поздно"}"#,
+            r#"{"event":"heartbeat"}"#,
+            r#"{"event":"error","message":"model says"}"#,
+            r#"{"event":"content_delta","text":"unknown"}"#,
+            r#"{"event":"final_end"}"#,
+            r#"{"event":"final_delta","text":" после конца"}"#,
+            r#"{"event":"serp_queries","queries":["запрос"]}"#,
+            r#"{"event":"final_end"}"#,
+        ]
+        .join("\n");
+        let events = valid(map_all(Format::Auto, &[&answer]));
+        assert_eq!(
+            names(&events),
+            ["thinking_start", "phase_start", "thinking_end", "final_delta", "serp_queries", "final_end"]
+        );
+        assert_eq!(final_text(&events), "Сразу ответ");
+        let phases = r#"{"event":"phase_delta","id":1,"text":"x"}
+    {"event":"phase_start","id":0,"title":""}
+    {"event":"phase_start","id":5,"title":"b"}
+    {"event":"phase_start","id":2,"title":"c"}
+    {"event":"thinking_start"}"#;
+        let events = valid(map_all(Format::Jsonl, &[phases]));
+        let ids: Vec<_> = events.iter().filter(|e| e.name == "phase_start").map(|e| e.data["id"].clone()).collect();
+        assert_eq!(ids, [json!(1), json!(2), json!(5), json!(6)]);
+        let max = u64::MAX;
+        let last = [
+            format!(
+                "{{\"event\":\"phase_start\",\"id\":{max},\"title\":\"a\"}}\n\
+                 {{\"event\":\"phase_start\",\"id\":3,\"title\":\"b\"}}\n{{\"event\":\"phase_delta\",\"text\":\"x\"}}"
+            ),
+            format!("<thinking><phase id=\"{max}\"><title>a</title></phase><phase id=\"3\"><title>b</title>x"),
+        ];
+        for answer in last {
+            let events = valid(map_all(Format::Auto, &[&answer]));
+            assert_eq!(names(&events)[..3], ["thinking_start", "phase_start", "phase_delta"], "nothing follows {max}");
+            assert_eq!(events[2].data["id"], json!(max));
+        }
+    }
+
+    #[test]
+    fn json_lines_that_are_not_events() {
+        let answer = "{\n  \"session_id\": \"s-1\",\n  \"command\": \"open_app\",\n  \"args\": {\"app_name\": \"Музыка {}\"},\n  \"text\": \"Открываю музыку\"\n}\n";
+        for (at, _) in answer.char_indices() {
+            let events = valid(map_all(Format::Auto, &[&answer[..at], &answer[at..]]));
+            assert_eq!(final_text(&events), "Открываю музыку", "an app-action answer shows its text; split at {at}");
+        }
+        let final_of = |answer: &str| final_text(&valid(map_all(Format::Jsonl, &[answer])));
+        assert_eq!(final_of("{oops} and more\nplain line\n\nlast"), "{oops} and more\nplain line\n\nlast");
+        assert_eq!(
+            final_of("{\"event\":\"final_delta\",\"text\":\"x\",}\n{\"event\":\"final_delta\",\"text\":\"y\"}"),
+            "y"
+        );
+        assert_eq!(final_of("{\"no\":\"text\"}\n"), "", "raw JSON never shows");
+        assert_eq!(
+            final_of("{\"session_id\":\"s\",\"text\":\"Готово\",\"command\":\"open_"),
+            "Готово",
+            "a cut object's whole text"
+        );
+        assert_eq!(final_of("{\"event\":\"final_delta\",\"text\":\"cut"), "");
+        assert_eq!(
+            final_of("{\"event\":\"final_delta\",\"text\":\"a\"}{\"event\":\"final_delta\",\"text\":\"b\"} c"),
+            "ab c"
+        );
+        let huge = format!("{{\"event\":\"final_delta\",\"text\":\"{}\"}}\nafter", "x".repeat(MAX_OBJECT_BYTES));
+        assert_eq!(final_of(&huge), "after", "an object too large is skipped");
+        let huge_text = format!("{{{}\nafter", "x".repeat(MAX_OBJECT_BYTES + 10));
+        assert_eq!(final_of(&huge_text), huge_text, "and text that only opened with a brace stays text");
+    }
+}

@@ -1,5 +1,7 @@
-//! The mapper on the seed's example at every split point, on each format,
-//! on what the model gets wrong, and on `serp_queries` cleaning.
+//! The mapper on the seed's example at every split point, on plain text and
+//! ThinkingML (JSON Lines' tests are in `jsonl`), on reasoning, on what the
+//! model gets wrong, and on `serp_queries` cleaning; helpers the other
+//! tests share.
 
 use serde_json::{Value, json};
 
@@ -50,11 +52,11 @@ pub(super) fn final_text(events: &[SeqEvent]) -> String {
     events.iter().filter(|e| e.name == "final_delta").filter_map(SeqEvent::text).collect()
 }
 
-fn names(events: &[SeqEvent]) -> Vec<&'static str> {
+pub(super) fn names(events: &[SeqEvent]) -> Vec<&'static str> {
     events.iter().map(|e| e.name).collect()
 }
 
-fn valid(events: Vec<SeqEvent>) -> Vec<SeqEvent> {
+pub(super) fn valid(events: Vec<SeqEvent>) -> Vec<SeqEvent> {
     assert_eq!(violations(&events), [], "{events:#?}");
     events
 }
@@ -226,7 +228,22 @@ fn phase_ids_follow_each_other_and_titles_are_never_empty() {
 #[test]
 fn stray_unknown_and_unclosed_tags() {
     let final_of = |answer: &str| final_text(&valid(map_all(Format::Auto, &[answer])));
-    assert_eq!(final_of("<final>a <b>bold</b> & 1 < 2 <thinking>x</thinking> y</final>"), "a <b>bold</b> & 1 < 2 x y");
+    assert_eq!(
+        final_of("<final>a <b>b</b> & 1 < 2 <thinking>x</thinking> <title>y</title></final>"),
+        "a <b>b</b> & 1 < 2 <thinking>x</thinking> <title>y</title>",
+        "inside the final, tags are the answer's"
+    );
+    assert_eq!(final_of("<thinking>t</thinking>a <phase id=\"2\">b</phase>"), "a b", "outside, late tags are dropped");
+    let think = valid(map_all(Format::Auto, &["<think>Хм.</think>\n\nОтвет"]));
+    assert_eq!(
+        joined(&think)[1..4],
+        [
+            ("phase_start", json!({"id": 1, "title": THINKING_TITLE})),
+            ("phase_delta", json!({"id": 1, "text": "Хм."})),
+            ("thinking_end", json!({})),
+        ]
+    );
+    assert_eq!(final_text(&think), "Ответ");
     assert_eq!(final_of("<final>a<!-- note -->b</final>"), "ab", "comments never show");
     assert_eq!(final_of("<final>a <!-- b"), "a <!-- b", "a comment that never closed was text");
     assert_eq!(final_of("<final>a <fin"), "a <fin");
@@ -288,112 +305,6 @@ fn clean_queries_keeps_few_short_distinct_harmless_ones() {
     let mut stream = valid(map_all(Format::Text, &["x"]));
     stream.insert(stream.len() - 1, event);
     assert_eq!(violations(&stream), []);
-}
-
-#[test]
-fn json_lines_events_are_forwarded_with_their_own_fields_only() {
-    let lines = [
-        r#"{"event":"serp_summary","text":"Нужен план","message_id":"model's","extra":1}"#,
-        r#"{"event":"thinking_start"}"#,
-        r#"{"event":"phase_start","id":1,"title":"Разбор"}"#,
-        r#"{"event":"phase_delta","id":7,"text":"цель"}"#,
-        r#"{"event":"thinking_end"}"#,
-        r#"{"event":"final_delta","text":"План "}"#,
-        r#"{"event":"final_delta","text":"готов"}"#,
-        r#"{"event":"serp_queries","queries":["план","ПЛАН"]}"#,
-        r#"{"event":"final_end"}"#,
-    ];
-    let answer = lines.join("\n");
-    let expected = [
-        ("serp_summary", json!({"text": "Нужен план"})),
-        ("thinking_start", json!({})),
-        ("phase_start", json!({"id": 1, "title": "Разбор"})),
-        ("phase_delta", json!({"id": 1, "text": "цель"})),
-        ("thinking_end", json!({})),
-        ("final_delta", json!({"text": "План готов"})),
-        ("serp_queries", json!({"queries": ["план"]})),
-        ("final_end", json!({})),
-    ];
-    for format in [Format::Auto, Format::Jsonl] {
-        assert_eq!(joined(&valid(map_all(format, &[&answer]))), expected);
-        for (at, _) in answer.char_indices().step_by(7) {
-            assert_eq!(joined(&valid(map_all(format, &[&answer[..at], &answer[at..]]))), expected, "split at {at}");
-        }
-    }
-}
-
-#[test]
-fn json_lines_out_of_order_are_put_in_order_or_dropped() {
-    let answer = [
-        r#"{"event":"final_delta","text":"Сразу ответ"}"#,
-        r#"{"event":"phase_start","id":1,"title":"поздно"}"#,
-        r#"{"event":"serp_summary","text":"поздно"}"#,
-        r#"{"event":"heartbeat"}"#,
-        r#"{"event":"error","message":"model says"}"#,
-        r#"{"event":"content_delta","text":"unknown"}"#,
-        r#"{"event":"final_end"}"#,
-        r#"{"event":"final_delta","text":" после конца"}"#,
-        r#"{"event":"serp_queries","queries":["запрос"]}"#,
-        r#"{"event":"final_end"}"#,
-    ]
-    .join("\n");
-    let events = valid(map_all(Format::Auto, &[&answer]));
-    assert_eq!(
-        names(&events),
-        ["thinking_start", "phase_start", "thinking_end", "final_delta", "serp_queries", "final_end"]
-    );
-    assert_eq!(final_text(&events), "Сразу ответ");
-    let phases = r#"{"event":"phase_delta","id":1,"text":"x"}
-{"event":"phase_start","id":0,"title":""}
-{"event":"phase_start","id":5,"title":"b"}
-{"event":"phase_start","id":2,"title":"c"}
-{"event":"thinking_start"}"#;
-    let events = valid(map_all(Format::Jsonl, &[phases]));
-    let ids: Vec<_> = events.iter().filter(|e| e.name == "phase_start").map(|e| e.data["id"].clone()).collect();
-    assert_eq!(ids, [json!(1), json!(2), json!(5), json!(6)]);
-    let max = u64::MAX;
-    let last = [
-        format!(
-            "{{\"event\":\"phase_start\",\"id\":{max},\"title\":\"a\"}}\n\
-             {{\"event\":\"phase_start\",\"id\":3,\"title\":\"b\"}}\n{{\"event\":\"phase_delta\",\"text\":\"x\"}}"
-        ),
-        format!("<thinking><phase id=\"{max}\"><title>a</title></phase><phase id=\"3\"><title>b</title>x"),
-    ];
-    for answer in last {
-        let events = valid(map_all(Format::Auto, &[&answer]));
-        assert_eq!(names(&events)[..3], ["thinking_start", "phase_start", "phase_delta"], "nothing follows {max}");
-        assert_eq!(events[2].data["id"], json!(max));
-    }
-}
-
-#[test]
-fn json_lines_that_are_not_events() {
-    let answer = "{\n  \"session_id\": \"s-1\",\n  \"command\": \"open_app\",\n  \"args\": {\"app_name\": \"Музыка {}\"},\n  \"text\": \"Открываю музыку\"\n}\n";
-    for (at, _) in answer.char_indices() {
-        let events = valid(map_all(Format::Auto, &[&answer[..at], &answer[at..]]));
-        assert_eq!(final_text(&events), "Открываю музыку", "an app-action answer shows its text; split at {at}");
-    }
-    let final_of = |answer: &str| final_text(&valid(map_all(Format::Jsonl, &[answer])));
-    assert_eq!(final_of("{oops} and more\nplain line\n\nlast"), "{oops} and more\nplain line\n\nlast");
-    assert_eq!(
-        final_of("{\"event\":\"final_delta\",\"text\":\"x\",}\n{\"event\":\"final_delta\",\"text\":\"y\"}"),
-        "y"
-    );
-    assert_eq!(final_of("{\"no\":\"text\"}\n"), "", "raw JSON never shows");
-    assert_eq!(
-        final_of("{\"session_id\":\"s\",\"text\":\"Готово\",\"command\":\"open_"),
-        "Готово",
-        "a cut object's whole text"
-    );
-    assert_eq!(final_of("{\"event\":\"final_delta\",\"text\":\"cut"), "");
-    assert_eq!(
-        final_of("{\"event\":\"final_delta\",\"text\":\"a\"}{\"event\":\"final_delta\",\"text\":\"b\"} c"),
-        "ab c"
-    );
-    let huge = format!("{{\"event\":\"final_delta\",\"text\":\"{}\"}}\nafter", "x".repeat(MAX_OBJECT_BYTES));
-    assert_eq!(final_of(&huge), "after", "an object too large is skipped");
-    let huge_text = format!("{{{}\nafter", "x".repeat(MAX_OBJECT_BYTES + 10));
-    assert_eq!(final_of(&huge_text), huge_text, "and text that only opened with a brace stays text");
 }
 
 #[test]

@@ -27,9 +27,11 @@ enum Name {
     SerpQueries,
 }
 
-const NAMES: [(&str, Name); 6] = [
+const NAMES: [(&str, Name); 7] = [
     ("serp", Name::Serp),
     ("thinking", Name::Thinking),
+    // What open models (DeepSeek R1, Qwen3) reason in.
+    ("think", Name::Thinking),
     ("phase", Name::Phase),
     ("title", Name::Title),
     ("final", Name::Final),
@@ -137,9 +139,8 @@ impl ThinkingMl {
             return match rest.find('>') {
                 Some(end) if end < room => {
                     self.held.push_str(&rest[..=end]);
-                    let id = phase_id(&self.held);
-                    self.clear_held();
-                    self.on_tag(Tag { name: Name::Phase, close: false, id }, seq, out);
+                    let source = self.take_held();
+                    self.on_tag(Tag { name: Name::Phase, close: false, id: phase_id(&source) }, &source, seq, out);
                     &rest[end + 1..]
                 }
                 None if rest.len() <= room => {
@@ -147,8 +148,7 @@ impl ThinkingMl {
                     ""
                 }
                 _ => {
-                    let text = std::mem::take(&mut self.held);
-                    self.clear_held();
+                    let text = self.take_held();
                     self.on_text(&text, seq, out);
                     rest
                 }
@@ -164,19 +164,19 @@ impl ThinkingMl {
                     return after;
                 }
                 Class::Tag(tag) => {
-                    self.clear_held();
-                    self.on_tag(tag, seq, out);
+                    let source = self.take_held();
+                    self.on_tag(tag, &source, seq, out);
                     return after;
                 }
                 Class::Comment => {
-                    self.clear_held();
+                    self.take_held();
                     self.comment = Some(String::new());
                     return after;
                 }
                 Class::Text => {
                     // The character that ruled the tag out may start another.
                     self.held.pop();
-                    let text = std::mem::take(&mut self.held);
+                    let text = self.take_held();
                     self.on_text(&text, seq, out);
                     return &rest[at..];
                 }
@@ -185,9 +185,9 @@ impl ThinkingMl {
         ""
     }
 
-    fn clear_held(&mut self) {
-        self.held.clear();
+    fn take_held(&mut self) -> String {
         self.attributes = false;
+        std::mem::take(&mut self.held)
     }
 
     /// Reads a comment's body up to its `-->`; the rest. A comment whose
@@ -295,11 +295,18 @@ impl ThinkingMl {
         self.context = Context::Phase;
     }
 
-    /// What a tag means where it stands. Tags that do not fit are dropped;
-    /// the text around them stays where it is.
-    fn on_tag(&mut self, tag: Tag, seq: &mut Sequence, out: &mut Vec<SeqEvent>) {
+    /// What a tag (written `source`) means where it stands. Inside the
+    /// final only `</final>` and the queries mean something: any other tag is
+    /// the answer's text (HTML's `<title>` in a code sample, a thinking
+    /// misplaced). Elsewhere, tags that do not fit are dropped and the text
+    /// around them stays where it is.
+    fn on_tag(&mut self, tag: Tag, source: &str, seq: &mut Sequence, out: &mut Vec<SeqEvent>) {
         use Context::*;
         let closing = |name| tag.close && tag.name == name;
+        let structural = closing(Name::Final) || (tag.name == Name::SerpQueries && !tag.close);
+        if self.context == Final && !structural {
+            return self.on_text(source, seq, out);
+        }
         match self.context {
             Serp if closing(Name::Serp) => return self.end_collected(seq, out),
             Title if closing(Name::Title) => return self.end_collected(seq, out),
