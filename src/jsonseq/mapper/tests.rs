@@ -264,6 +264,20 @@ fn stray_unknown_and_unclosed_tags() {
 }
 
 #[test]
+fn a_tag_that_turns_out_text_shows_the_same_however_split() {
+    // Found by the fuzzer: a `<` inside attributes too long was held as text
+    // in small pieces but read as a tag when whole.
+    let answer = format!("<phase id=\"{}] </serp_queries>nki <phase id=\"1\" <final>x", "\u{fffd}".repeat(80));
+    let whole = joined(&valid(map_all(Format::Auto, &[&answer])));
+    let chars: Vec<String> = answer.chars().map(String::from).collect();
+    let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+    assert_eq!(joined(&valid(map_all(Format::Auto, &chars))), whole);
+    for (at, _) in answer.char_indices() {
+        assert_eq!(joined(&valid(map_all(Format::Auto, &[&answer[..at], &answer[at..]]))), whole, "split at {at}");
+    }
+}
+
+#[test]
 fn serp_queries_leave_the_final_and_come_before_final_end() {
     let events = valid(map_all(
         Format::Auto,

@@ -135,9 +135,12 @@ impl ThinkingMl {
             return &rest[at + 1..];
         }
         if self.attributes {
+            // A `<` among the attributes is no attribute: the tag was text,
+            // and the `<` may start another. Holding none keeps what is held
+            // the same text however the input was split.
             let room = MAX_TAG_BYTES.saturating_sub(self.held.len());
-            return match rest.find('>') {
-                Some(end) if end < room => {
+            return match rest.find(['<', '>']) {
+                Some(end) if end < room && rest[end..].starts_with('>') => {
                     self.held.push_str(&rest[..=end]);
                     let source = self.take_held();
                     self.on_tag(Tag { name: Name::Phase, close: false, id: phase_id(&source) }, &source, seq, out);
