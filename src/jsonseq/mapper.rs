@@ -28,6 +28,8 @@
 //!   several).
 //! - Texts are trimmed: blanks opening a phase or the final are dropped,
 //!   blanks are held back until more text follows, and dropped at the end.
+//!   One call sends one delta per stretch of text, however many tags and
+//!   comments the piece held.
 //!   No delta is empty, except one: an answer without any final text ends
 //!   with one `final_delta` whose text is empty, since `final_end` needs a
 //!   `final_delta` before it and nothing should be made up for the user.
@@ -161,13 +163,14 @@ impl Mapper {
                 Some(_) => Reader::Text,
             };
         }
-        let sequence = &mut self.sequence;
+        let (sequence, start) = (&mut self.sequence, out.len());
         match &mut self.reader {
             Reader::Undecided => {}
             Reader::Text => sequence.final_text(chunk, out),
             Reader::ThinkingMl(reader) => reader.feed(chunk, sequence, out),
             Reader::Jsonl(reader) => reader.feed(chunk, sequence, out),
         }
+        coalesce(out, start);
     }
 
     /// Takes a piece of the model's reasoning (OpenAI `reasoning_content`):
@@ -179,18 +182,44 @@ impl Mapper {
     /// The answer ended: sends what was held back, closes what is open and
     /// ends with `final_end`. Later calls send nothing.
     pub fn finish(&mut self, out: &mut Vec<SeqEvent>) {
-        let sequence = &mut self.sequence;
+        let (sequence, start) = (&mut self.sequence, out.len());
         match &mut self.reader {
             Reader::Undecided | Reader::Text => {}
             Reader::ThinkingMl(reader) => reader.finish(sequence, out),
             Reader::Jsonl(reader) => reader.finish(sequence, out),
         }
         sequence.end(out);
+        coalesce(out, start);
     }
 
     /// Whether `final_end` has been sent.
     pub fn is_finished(&self) -> bool {
         self.sequence.is_ended()
+    }
+}
+
+/// Joins the deltas of one text that follow each other among the events
+/// from `start` (those of one call; earlier ones may have been sent): a
+/// piece of input with text and tags in it is one event per text.
+fn coalesce(out: &mut Vec<SeqEvent>, start: usize) {
+    if out.len() - start < 2 {
+        return;
+    }
+    for event in out.split_off(start) {
+        let ours = out.len() > start;
+        let last = out.last_mut().filter(|_| ours);
+        let same_text = |last: &SeqEvent| {
+            last.name == event.name
+                && (event.name == "final_delta" || (event.name == "phase_delta" && last.data["id"] == event.data["id"]))
+        };
+        match (last, event.text()) {
+            (Some(last), Some(more)) if same_text(last) => {
+                if let Some(Value::String(text)) = last.data.get_mut("text") {
+                    text.push_str(more);
+                }
+            }
+            _ => out.push(event),
+        }
     }
 }
 

@@ -110,6 +110,18 @@ fn text_is_sent_as_soon_as_it_cannot_be_a_tag() {
 }
 
 #[test]
+fn a_piece_gives_one_event_per_text_and_earlier_events_stay_as_sent() {
+    let mut mapper = Mapper::new(Format::Auto);
+    let mut out = Vec::new();
+    mapper.text("<final>a", &mut out);
+    let sent = out.len();
+    mapper.text(" <b> c <!-- note --> d <", &mut out);
+    assert_eq!(out.len(), sent + 1);
+    assert_eq!(out[sent - 1].text(), Some("a"), "an event of an earlier call is never changed");
+    assert_eq!(out[sent].text(), Some(" <b> c  d"));
+}
+
+#[test]
 fn plain_text_is_the_final_after_a_thinking_of_one_phase() {
     for format in [Format::Auto, Format::Text] {
         let events = valid(map_all(format, &["\n  Три подхода ", "по 10 повторений.\n\n"]));
@@ -221,7 +233,7 @@ fn phase_ids_follow_each_other_and_titles_are_never_empty() {
         ]
     );
     let texts: Vec<_> = events.iter().filter(|e| e.name == "phase_delta").filter_map(SeqEvent::text).collect();
-    assert_eq!(texts, ["a", "b", "c", "d", "late", "e"], "a title after the text is text");
+    assert_eq!(texts, ["a", "b", "c", "dlate", "e"], "a title after the text is text");
     assert_eq!(final_text(&events), "f");
 }
 
