@@ -89,6 +89,23 @@ struct Records {
     finished: VecDeque<Finished>,
     finished_bytes: usize,
     generation: u64,
+    /// Ids of calls whose records went lately, oldest first, so that a
+    /// reader is told "expired" rather than "never was"; bounded by count.
+    gone: VecDeque<Box<str>>,
+}
+
+/// Ids of forgotten calls remembered at most.
+const MAX_GONE: usize = 4096;
+
+/// What is known of a call id.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// Running, or finished and kept.
+    Kept(Arc<CallRecord>),
+    /// It was, and its record is gone (expired or evicted).
+    Gone,
+    /// No such call, as far as anyone remembers.
+    Unknown,
 }
 
 #[derive(Debug)]
@@ -206,6 +223,7 @@ impl Calls {
                 finished: VecDeque::new(),
                 finished_bytes: 0,
                 generation: 0,
+                gone: VecDeque::new(),
             }),
         };
         Calls { shared: Arc::new(shared) }
@@ -277,6 +295,16 @@ impl Calls {
         self.shared.records().get(id, Instant::now()).map(|record| record.follow())
     }
 
+    /// The record of call `id`, or what is known of it.
+    pub(crate) fn lookup(&self, id: &str) -> Lookup {
+        let mut records = self.shared.records();
+        match records.get(id, Instant::now()) {
+            Some(record) => Lookup::Kept(record),
+            None if records.gone.iter().any(|gone| &**gone == id) => Lookup::Gone,
+            None => Lookup::Unknown,
+        }
+    }
+
     /// The text call `id` has streamed so far, if it is running or kept.
     pub(crate) fn partial_text(&self, id: &str) -> Option<String> {
         self.shared.records().get(id, Instant::now()).map(|record| record.text())
@@ -328,6 +356,10 @@ impl Records {
     fn forget(&mut self, id: &str, generation: u64) {
         if self.by_id.get(id).is_some_and(|kept| kept.generation == generation) {
             self.by_id.remove(id);
+            if self.gone.len() == MAX_GONE {
+                self.gone.pop_front();
+            }
+            self.gone.push_back(id.into());
         }
     }
 
@@ -383,8 +415,12 @@ impl Running {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
         let outcome = AssertUnwindSafe(call).catch_unwind().await;
-        // Whoever sees the outcome sees the whole record.
-        self.record.finish();
+        // Whoever sees the outcome sees the whole record, and how it ended.
+        match &outcome {
+            Ok(Err(error)) => self.record.fail(&error.to_string()),
+            Err(_) => self.record.fail("the model call failed"),
+            Ok(Ok(_)) => self.record.finish(),
+        }
         let store = &self.shared.store;
         let ended = match outcome {
             Ok(outcome) => {

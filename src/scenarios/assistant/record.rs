@@ -16,7 +16,9 @@
 //! keeps only its own position, so a slow one holds nothing back and costs
 //! nothing but that position.
 
-use tokio::sync::watch;
+use std::time::Duration;
+
+use tokio::{sync::watch, time::Instant};
 
 use super::{
     backend::{EventSink, ModelEvent},
@@ -32,6 +34,7 @@ const EVENT_COST: usize = std::mem::size_of::<ModelEvent>();
 #[derive(Debug)]
 pub(crate) struct CallRecord {
     max_bytes: usize,
+    started: Instant,
     tx: watch::Sender<Recording>,
 }
 
@@ -41,7 +44,37 @@ struct Recording {
     bytes: usize,
     truncated: bool,
     finished: bool,
+    /// Why the call failed, when it did.
+    failure: Option<String>,
+    /// From the start to the first event and to the end.
+    first_event: Option<Duration>,
+    ended: Option<Duration>,
 }
+
+/// How a recorded call ended, as far as the record knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Still running.
+    Running,
+    /// It answered.
+    Completed,
+    /// It failed, for this reason (as the error says it).
+    Failed(String),
+}
+
+/// When a recorded call's events came, from its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timings {
+    /// To the first event (a token of the answer or of its reasoning).
+    pub first_event: Option<Duration>,
+    /// To the end; `None` while it runs.
+    pub ended: Option<Duration>,
+    /// So far (to the end once it ended).
+    pub elapsed: Duration,
+}
+
+/// Bytes kept of a failure's reason.
+const MAX_FAILURE_BYTES: usize = 512;
 
 /// One reader of a call's events, from the first.
 #[derive(Debug)]
@@ -53,17 +86,61 @@ pub struct Follower {
 impl CallRecord {
     /// An empty record keeping at most about `max_bytes`.
     pub(crate) fn new(max_bytes: usize) -> CallRecord {
-        CallRecord { max_bytes, tx: watch::Sender::new(Recording::default()) }
+        CallRecord { max_bytes, started: Instant::now(), tx: watch::Sender::new(Recording::default()) }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
     pub(crate) fn push(&self, event: ModelEvent) {
-        self.tx.send_if_modified(|recording| recording.push(event, self.max_bytes));
+        let at = self.started.elapsed();
+        self.tx.send_if_modified(|recording| {
+            let kept = recording.push(event, self.max_bytes);
+            if kept && recording.first_event.is_none() {
+                recording.first_event = Some(at);
+            }
+            kept
+        });
     }
 
     /// The call is over: followers get the rest, then `None`.
     pub(crate) fn finish(&self) {
-        self.tx.send_if_modified(|recording| !std::mem::replace(&mut recording.finished, true));
+        let at = self.started.elapsed();
+        self.tx.send_if_modified(|recording| {
+            let first = !std::mem::replace(&mut recording.finished, true);
+            if first {
+                recording.ended = Some(at);
+            }
+            first
+        });
+    }
+
+    /// The call failed for `reason` and is over.
+    pub(crate) fn fail(&self, reason: &str) {
+        self.tx.send_if_modified(|recording| {
+            if recording.finished {
+                return false;
+            }
+            recording.failure = Some(clip(reason, MAX_FAILURE_BYTES).to_owned());
+            true
+        });
+        self.finish();
+    }
+
+    /// How the call ended, so far.
+    pub(crate) fn ending(&self) -> Ending {
+        self.tx.borrow().ending()
+    }
+
+    /// When its events came.
+    pub(crate) fn timings(&self) -> Timings {
+        let recording = self.tx.borrow();
+        let elapsed = recording.ended.unwrap_or_else(|| self.started.elapsed());
+        Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
+    }
+
+    /// Every event so far, and whether the text was cut at the bound.
+    pub(crate) fn events(&self) -> (Vec<ModelEvent>, bool) {
+        let recording = self.tx.borrow();
+        (recording.events.clone(), recording.truncated)
     }
 
     /// A reader from the first event.
@@ -97,6 +174,14 @@ impl EventSink for CallRecord {
 }
 
 impl Recording {
+    fn ending(&self) -> Ending {
+        match (&self.failure, self.finished) {
+            (Some(reason), _) => Ending::Failed(reason.clone()),
+            (None, true) => Ending::Completed,
+            (None, false) => Ending::Running,
+        }
+    }
+
     /// Whether `event`, or a part of it, was kept.
     fn push(&mut self, event: ModelEvent, max_bytes: usize) -> bool {
         if self.finished {
@@ -167,6 +252,22 @@ impl Follower {
     /// Whether the record stopped keeping text at its bound.
     pub fn truncated(&self) -> bool {
         self.rx.borrow().truncated
+    }
+
+    /// How the call ended: once [`Follower::next`] gave `None`, `Completed`
+    /// or `Failed`; a writer gone without a word failed.
+    pub fn ending(&self) -> Ending {
+        match self.rx.borrow().ending() {
+            Ending::Running if self.rx.has_changed().is_err() => {
+                Ending::Failed("the call ended without an answer".into())
+            }
+            ending => ending,
+        }
+    }
+
+    /// Events read so far.
+    pub fn position(&self) -> usize {
+        self.next
     }
 }
 
@@ -251,7 +352,34 @@ mod tests {
         let record = CallRecord::new(1024);
         let mut follower = record.follow();
         record.push(text("a"));
+        assert_eq!(follower.ending(), Ending::Running);
         drop(record);
         assert_eq!(drain(&mut follower).await, [text("a")]);
+        assert!(matches!(follower.ending(), Ending::Failed(_)), "{:?}", follower.ending());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_ends_the_record_with_its_reason_and_times() {
+        let record = CallRecord::new(1024);
+        let mut follower = record.follow();
+        tokio::time::advance(Duration::from_millis(40)).await;
+        record.push(text("a"));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        record.fail(&"x".repeat(10_000));
+        record.push(text("late"));
+        assert_eq!(drain(&mut follower).await, [text("a")]);
+        let Ending::Failed(reason) = follower.ending() else { panic!("{:?}", follower.ending()) };
+        assert_eq!(reason.len(), MAX_FAILURE_BYTES, "the reason is bounded");
+        let timings = record.timings();
+        assert_eq!(timings.first_event, Some(Duration::from_millis(40)));
+        assert_eq!(timings.ended, Some(Duration::from_millis(100)));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(record.timings().elapsed, Duration::from_millis(100), "the end stops the clock");
+
+        let ok = CallRecord::new(1024);
+        assert_eq!(ok.ending(), Ending::Running);
+        ok.finish();
+        ok.fail("too late");
+        assert_eq!(ok.ending(), Ending::Completed, "a finished call cannot fail afterwards");
     }
 }

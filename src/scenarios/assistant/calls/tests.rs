@@ -174,3 +174,24 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
         assert_eq!(text(&retry.wait_until(Instant::now() + SECOND).await.unwrap()), "b");
     });
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
+    let calls = calls(10, 100);
+    let failing = |record: Arc<CallRecord>| async move {
+        record.push(ModelEvent::TextDelta("Сейч".into()));
+        Err(BackendError::Timeout("call"))
+    };
+    let (handle, _) = calls.begin("r1", failing).await.unwrap();
+    handle.wait_until(Instant::now() + SECOND).await.unwrap();
+    tokio::task::yield_now().await;
+    let Lookup::Kept(record) = calls.lookup("r1") else { panic!("a failed call's record is kept with its outcome") };
+    assert_eq!(
+        record.ending(),
+        crate::scenarios::assistant::record::Ending::Failed(BackendError::Timeout("call").to_string())
+    );
+    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+    tokio::time::advance(TTL + SECOND).await;
+    assert!(matches!(calls.lookup("r1"), Lookup::Gone), "expired, and remembered as such");
+    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+}
