@@ -67,6 +67,8 @@ mod breaker;
 mod callback;
 pub(crate) mod calls;
 pub mod config;
+mod llm_api;
+mod llm_schema;
 mod margin;
 pub mod metrics;
 pub mod module;
@@ -81,6 +83,7 @@ pub mod record;
 pub mod reply;
 pub(crate) mod speech;
 pub(crate) mod state;
+pub mod stream;
 pub(crate) mod turn;
 mod upstream_json;
 #[doc(hidden)]
@@ -111,8 +114,8 @@ use crate::{
     proto::{
         megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
         n_alice::n_scenarios::{
-            TScenarioApplyRequest, TScenarioContinueResponse, TScenarioResponseBody, TScenarioRunRequest,
-            TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
+            TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
+            TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
         },
     },
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
@@ -362,6 +365,15 @@ impl Assistant {
         body
     }
 
+    /// On a client with a screen, the address of the call's JSONSeq stream
+    /// beside the voice answer: the screen shows the whole answer as it
+    /// streams while the voice speaks the short part.
+    fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
+        if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
+            layout.directives.push(reply::show_stream(&self.config.stream_url(call_id)));
+        }
+    }
+
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
         self.metrics.answer(handler.as_str(), "apology");
         reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
@@ -415,6 +427,11 @@ impl Assistant {
     }
 }
 
+/// Whether the client of `base` has a screen.
+fn has_screen(base: Option<&TScenarioBaseRequest>) -> bool {
+    base.and_then(|base| base.interfaces.as_ref()).is_some_and(|interfaces| interfaces.has_screen)
+}
+
 /// The longest prefix of `text` of at most `max_bytes` that ends on a
 /// character boundary.
 pub(crate) fn clip(text: &str, max_bytes: usize) -> &str {
@@ -433,6 +450,7 @@ impl Scenario for Assistant {
     async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
         let stop_by = (Instant::now() + self.config.run_wait()).min(self.stop_by(ctx.deadline));
         let base = request.base_request.unwrap_or_default();
+        let screen = has_screen(Some(&base));
         let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
             self.metrics.answer("run", "irrelevant");
             return Ok(reply::irrelevant(NO_WORDS).into());
@@ -461,7 +479,9 @@ impl Scenario for Assistant {
         };
         let response = match handle.wait_until(stop_by).await {
             Some(outcome) => {
-                t_scenario_run_response::Response::ResponseBody(self.finish(Handler::Run, &args, &outcome))
+                let mut body = self.finish(Handler::Run, &args, &outcome);
+                self.on_screen(&mut body, &args.call_id, screen);
+                t_scenario_run_response::Response::ResponseBody(body)
             }
             None => {
                 self.metrics.answer("run", "handover");
@@ -480,7 +500,8 @@ impl Scenario for Assistant {
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
         let args = state::continue_arguments(request.arguments.as_ref())?;
-        let body = match self.start(&args).await {
+        let screen = has_screen(request.base_request.as_ref());
+        let mut body = match self.start(&args).await {
             Err(AtCapacity) => {
                 tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");
                 let mut state = args.state.clone().unwrap_or_default();
@@ -497,6 +518,7 @@ impl Scenario for Assistant {
                 }
             },
         };
+        self.on_screen(&mut body, &args.call_id, screen);
         Ok(TScenarioContinueResponse {
             response: Some(t_scenario_continue_response::Response::ResponseBody(body)),
             ..Default::default()

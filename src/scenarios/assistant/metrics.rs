@@ -35,6 +35,13 @@ pub const COMMANDS: &str = "megamind_assistant_commands_total";
 /// Warm-ups of the model server by `outcome` (`ok`, `failed`).
 pub const WARMUPS: &str = "megamind_assistant_warmups_total";
 
+/// JSONSeq streams open now (`GET /llm/stream/...`).
+pub const STREAMS_OPEN: &str = "megamind_assistant_streams_open";
+/// Requests of the `/llm` API by `route` (`stream`, `answers`, `schema`) and
+/// `outcome` (`ok`, `not_found`, `gone`, `refused`, `bad_request`, or a part's
+/// error code).
+pub const LLM_API: &str = "megamind_assistant_llm_api_requests_total";
+
 /// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
 const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
 
@@ -51,6 +58,8 @@ pub struct AssistantMetrics {
     pub(crate) answers: IntCounterVec,
     pub(crate) commands: IntCounterVec,
     pub(crate) warmups: IntCounterVec,
+    pub(crate) streams_open: IntGauge,
+    pub(crate) llm_api: IntCounterVec,
 }
 
 impl AssistantMetrics {
@@ -79,6 +88,11 @@ impl AssistantMetrics {
                 &["command", "outcome"],
             )?,
             warmups: IntCounterVec::new(Opts::new(WARMUPS, "Warm-ups of the model server."), &["outcome"])?,
+            streams_open: IntGauge::new(STREAMS_OPEN, "JSONSeq streams open now.")?,
+            llm_api: IntCounterVec::new(
+                Opts::new(LLM_API, "Requests of the /llm API by route and outcome."),
+                &["route", "outcome"],
+            )?,
         };
         registry.register(Box::new(metrics.model_calls.clone()))?;
         registry.register(Box::new(metrics.model_seconds.clone()))?;
@@ -90,6 +104,8 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.answers.clone()))?;
         registry.register(Box::new(metrics.commands.clone()))?;
         registry.register(Box::new(metrics.warmups.clone()))?;
+        registry.register(Box::new(metrics.streams_open.clone()))?;
+        registry.register(Box::new(metrics.llm_api.clone()))?;
         Ok(metrics)
     }
 

@@ -19,7 +19,7 @@ pub(crate) const NAME: &str = "assistant";
 pub struct AssistantModule;
 
 /// The flags of `serve`: long name, key, environment variable, help.
-const FLAGS: [Flag; 27] = [
+const FLAGS: [Flag; 32] = [
     Flag::new(
         "llm-base-url",
         "base_url",
@@ -93,6 +93,24 @@ const FLAGS: [Flag; 27] = [
     Flag::new("llm-warmup-idle-secs", "warmup_idle_secs", "Idle seconds after which the warm-up is sent again")
         .env("MEGAMIND_LLM_WARMUP_IDLE_SECS"),
     Flag::new("llm-apology-text", "apology_text", "Spoken when the model failed").env("MEGAMIND_LLM_APOLOGY_TEXT"),
+    Flag::new(
+        "llm-stream-format",
+        "stream_format",
+        "How the answer is read into JSONSeq events: auto, thinkingml, text or jsonl",
+    )
+    .env("MEGAMIND_LLM_STREAM_FORMAT"),
+    Flag::new("llm-heartbeat-secs", "heartbeat_secs", "Seconds between heartbeats of a waiting JSONSeq stream")
+        .env("MEGAMIND_LLM_HEARTBEAT_SECS"),
+    Flag::new("llm-max-streams", "max_streams", "JSONSeq streams open at once before new ones are refused")
+        .env("MEGAMIND_LLM_MAX_STREAMS"),
+    Flag::new(
+        "llm-public-url",
+        "public_url",
+        "Where clients reach this server, for the stream address in ShowStreamDirective",
+    )
+    .env("MEGAMIND_LLM_PUBLIC_URL"),
+    Flag::new("llm-chunk-bytes", "chunk_bytes", "/llm JSON answers longer than this are served in parts, in bytes")
+        .env("MEGAMIND_LLM_CHUNK_BYTES"),
 ];
 
 impl ScenarioModule for AssistantModule {
@@ -117,7 +135,9 @@ impl ScenarioModule for AssistantModule {
             AssistantError::Setup(problem) => SetupError::new(NAME, problem),
             AssistantError::Metrics(error) => SetupError::new(NAME, format!("cannot register the metrics: {error}")),
         })?;
-        Ok(Arc::new(assistant))
+        let assistant = Arc::new(assistant);
+        super::llm_api::routes(assistant.clone(), setup);
+        Ok(assistant)
     }
 }
 
@@ -145,14 +165,15 @@ mod tests {
         let mut setup = Setup::new(&registry);
         AssistantModule.build(defaults, &mut setup).unwrap();
         assert!(registry.gather().iter().any(|family| family.name() == super::super::metrics::IN_FLIGHT));
-        assert!(setup.into_routes().is_empty());
+        let routes: Vec<String> = setup.into_routes().into_iter().map(|(path, _)| path).collect();
+        assert_eq!(routes, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/schema"]);
         assert!(build(toml::Table::new()).is_ok(), "an empty table is the defaults");
     }
 
     #[test]
     fn every_flag_sets_a_key_of_the_table_from_its_own_variable() {
         let flags = AssistantModule.flags();
-        assert_eq!(flags.len(), 27);
+        assert_eq!(flags.len(), 32);
         let defaults = AssistantModule.defaults();
         for flag in &flags {
             assert_eq!(flag.long, format!("llm-{}", flag.key.replace('_', "-")), "{flag:?}");

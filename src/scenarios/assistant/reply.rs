@@ -5,7 +5,8 @@ use crate::proto::{
     megamind_scenario::v1::TAssistantState,
     n_alice::n_scenarios::{
         TAnalyticsInfo, TCard, TCloseAppDirective, TDirective, TLayout, TOpenAppDirective, TScenarioFeatures,
-        TScenarioResponseBody, TScenarioRunResponse, t_card, t_directive, t_scenario_run_response,
+        TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_card, t_directive,
+        t_scenario_run_response,
     },
 };
 
@@ -81,7 +82,13 @@ fn layout(text: &str, directives: Vec<TDirective>, listen: bool) -> TLayout {
     TLayout { cards, output_speech: text.into(), directives, should_listen: listen }
 }
 
-fn directive(command: &Command) -> TDirective {
+/// The directive that shows the answer's JSONSeq stream at `url`.
+pub(crate) fn show_stream(url: &str) -> TDirective {
+    let show = TShowStreamDirective { name: "show_llm_stream".into(), url: url.into() };
+    TDirective { directive: Some(t_directive::Directive::ShowStreamDirective(show)) }
+}
+
+pub(crate) fn directive(command: &Command) -> TDirective {
     let directive = match command.clone() {
         Command::OpenApp { app_name, app_path, payload } => {
             t_directive::Directive::OpenAppDirective(TOpenAppDirective {

@@ -1,0 +1,323 @@
+//! The `/llm` API over real sockets: the JSONSeq stream of a real
+//! `/assistant/run` (live, late, resumed, failed, drained, capped), the
+//! stream's address for screen clients, whole answers in parts, the schema.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use megamind_scenario::{
+    config::Config,
+    jsonseq::{Event, parse_transcript, validate},
+    proto::n_alice::n_scenarios::{TInterfaces, t_directive},
+    scenarios::assistant::{
+        AssistantModule,
+        config::{AssistantConfig, Warmup},
+    },
+};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::{
+    assistant_harness::{answer, client, run, run_request},
+    helpers::{TestApp, Transport, spawn_modules},
+    mock_llm::{MockLlm, Reply},
+};
+
+/// The server as `serve` builds the assistant (its routes included),
+/// pointed at `mock`, streaming, `tweak` applied last.
+async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
+    let mut assistant = AssistantConfig::with_base_url(mock.base_url());
+    assistant.warmup = Warmup::Off;
+    tweak(&mut assistant);
+    let mut config = Config::default();
+    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
+    spawn_modules(config, &[Box::new(AssistantModule)]).await
+}
+
+fn slow_answer() -> Reply {
+    Reply::stream(&["Сейчас ", "ровно ", "полдень. ", "Хорошего ", "дня!"], Duration::from_millis(80))
+}
+
+/// The whole stream at `path`, with `headers`.
+async fn read_stream(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut request = app.http.get(app.url(path));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("the stream answers");
+    let status = response.status();
+    if status == StatusCode::OK {
+        let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(kind.starts_with("text/event-stream"), "{kind}");
+    }
+    (status, response.text().await.expect("the whole stream"))
+}
+
+fn valid(transcript: &str) -> Vec<Event> {
+    let (events, _) = parse_transcript(transcript);
+    let violations = validate(&events);
+    assert!(violations.is_empty(), "{violations:#?}\n{transcript}");
+    events
+}
+
+fn data(event: &Event) -> Value {
+    serde_json::from_str(&event.data).expect("JSON data")
+}
+
+fn final_text(events: &[Event]) -> String {
+    events.iter().filter(|e| e.name == "final_delta").map(|e| data(e)["text"].as_str().unwrap().to_owned()).collect()
+}
+
+fn names(events: &[Event]) -> Vec<&str> {
+    events.iter().map(|e| e.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_run_is_streamed_live_to_every_subscriber_and_resumes_after_any_event() {
+    let mock = MockLlm::start(slow_answer()).await;
+    let app = spawn(&mock, |_| {}).await;
+    let client = client(&app, Transport::Http);
+    run(&client, "llm-live", "который час?").await;
+    let (status, live) = read_stream(&app, "/llm/stream/llm-live", &[]).await;
+    assert_eq!(status, StatusCode::OK, "{live}");
+    let events = valid(&live);
+    assert_eq!(final_text(&events), "Сейчас ровно полдень. Хорошего дня!");
+    assert_eq!(names(&events).last(), Some(&"completed"));
+    for event in &events {
+        assert_eq!(data(event)["request_id"], "llm-live");
+    }
+    assert_eq!(mock.calls(), 1, "the stream follows the call, never makes one");
+
+    let (_, late) = read_stream(&app, "/llm/stream/llm-live", &[]).await;
+    assert_eq!(parse_transcript(&late).0, events, "a late subscriber reads the same events from the first");
+    let (_, resumed) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", "3")]).await;
+    assert_eq!(parse_transcript(&resumed).0, events[3..], "Last-Event-ID resumes after that event");
+    let (_, resumed) = read_stream(&app, "/llm/stream/llm-live?after=5", &[]).await;
+    assert_eq!(parse_transcript(&resumed).0, events[5..], "so does ?after=");
+    let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", "soon")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(mock.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_subscriber_sees_events_before_the_call_ends() {
+    let pieces = ["Раз. "; 30];
+    let mock = MockLlm::start(Reply::stream(&pieces, Duration::from_millis(50))).await;
+    let app = spawn(&mock, |_| {}).await;
+    run(&client(&app, Transport::Http), "llm-early", "считай").await;
+    let response = app.http.get(app.url("/llm/stream/llm-early")).send().await.unwrap();
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("event: final_delta") {
+        seen.push_str(std::str::from_utf8(&body.next().await.expect("more events").unwrap()).unwrap());
+    }
+    assert!(!seen.contains("event: final_end"), "the first words arrive while the model still speaks:\n{seen}");
+}
+
+#[tokio::test]
+async fn unknown_and_expired_calls_are_told_apart_in_json() {
+    let mock = MockLlm::start(Reply::content("Привет!")).await;
+    let app = spawn(&mock, |config| config.max_retained = 1).await;
+    let (status, body) = read_stream(&app, "/llm/stream/never-asked", &[]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "not_found");
+
+    let client = client(&app, Transport::Http);
+    run(&client, "llm-old", "привет").await;
+    run(&client, "llm-new", "привет ещё раз").await;
+    // max_retained = 1: the newer call's record evicts the older one's as
+    // its task ends, just after its answer.
+    let gone = async {
+        loop {
+            let (status, body) = read_stream(&app, "/llm/stream/llm-old", &[]).await;
+            if status != StatusCode::OK {
+                return (status, body);
+            }
+        }
+    };
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), gone).await.expect("evicted");
+    assert_eq!(status, StatusCode::GONE, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "gone");
+    let (status, _) = read_stream(&app, "/llm/stream/llm-new", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = app.http.get(app.url("/llm/answers/llm-old")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::GONE);
+}
+
+#[tokio::test]
+async fn a_failed_model_call_ends_its_stream_with_error_then_completed() {
+    let mock = MockLlm::start(Reply::status(500)).await;
+    let app = spawn(&mock, |config| config.max_retries = 0).await;
+    run(&client(&app, Transport::Http), "llm-fail", "привет").await;
+    let (status, body) = read_stream(&app, "/llm/stream/llm-fail", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let events = valid(&body);
+    assert_eq!(names(&events)[names(&events).len() - 2..], ["error", "completed"]);
+    assert_eq!(data(&events[events.len() - 2])["code"], "model_failed");
+}
+
+#[tokio::test]
+async fn a_draining_server_ends_open_streams_with_an_error_event() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let mut app = spawn(&mock, |_| {}).await;
+    run(&client(&app, Transport::Http), "llm-drain", "привет").await;
+    let response = app.http.get(app.url("/llm/stream/llm-drain")).send().await.unwrap();
+    let mut body = response.bytes_stream();
+    let first = body.next().await.expect("the status event").unwrap();
+    assert!(first.starts_with(b"id: 1\nevent: status\n"));
+    app.begin_shutdown();
+    let mut rest = Vec::new();
+    while let Some(chunk) = body.next().await {
+        rest.extend_from_slice(&chunk.expect("a clean end"));
+    }
+    let transcript = format!("{}{}", String::from_utf8_lossy(&first), String::from_utf8_lossy(&rest));
+    let events = valid(&transcript);
+    let last = events.last().unwrap();
+    assert_eq!((last.name.as_str(), data(last)["code"].as_str()), ("error", Some("shutdown")), "{transcript}");
+}
+
+#[tokio::test]
+async fn open_streams_are_capped() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let app = spawn(&mock, |config| {
+        config.max_streams = 1;
+        // A heartbeat is what finds a subscriber gone.
+        config.heartbeat_secs = 1;
+    })
+    .await;
+    run(&client(&app, Transport::Http), "llm-cap", "привет").await;
+    let first = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(second.headers()["retry-after"], "1");
+    drop(first);
+    // The first stream's slot comes back when its body goes.
+    let metrics = async {
+        loop {
+            let (_, text) = app.get("/metrics").await;
+            if text.contains("megamind_assistant_streams_open 0") {
+                return text;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let text = tokio::time::timeout(Duration::from_secs(5), metrics).await.expect("the slot is given back");
+    assert!(
+        text.contains("megamind_assistant_llm_api_requests_total{outcome=\"refused\",route=\"stream\"} 1"),
+        "{text}"
+    );
+    let third = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    assert_eq!(third.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_client_with_a_screen_is_given_the_stream_address_with_the_voice_answer() {
+    let mock = MockLlm::start(Reply::content("Привет! Чем помочь?")).await;
+    let app = spawn(&mock, |config| config.public_url = "https://assistant.example.net".into()).await;
+    let client = client(&app, Transport::Http);
+    let mut request = run_request("llm-screen", "привет");
+    let base = request.base_request.as_mut().unwrap();
+    base.interfaces = Some(TInterfaces { has_screen: true, ..Default::default() });
+    let hop = client.call(megamind_scenario::client::Request::Run(request)).await.unwrap();
+    let directives = &answer(&hop).layout.as_ref().unwrap().directives;
+    let urls: Vec<_> = directives
+        .iter()
+        .filter_map(|d| match &d.directive {
+            Some(t_directive::Directive::ShowStreamDirective(show)) => Some((show.name.as_str(), show.url.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(urls, [("show_llm_stream", "https://assistant.example.net/llm/stream/llm-screen")]);
+
+    let hop = run(&client, "llm-voice", "привет").await;
+    let directives = &answer(&hop).layout.as_ref().unwrap().directives;
+    assert!(directives.is_empty(), "a voice-only client gets no screen directive: {directives:?}");
+}
+
+#[tokio::test]
+async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
+    // Cyrillic and emoji, so that part boundaries fall inside characters.
+    let long = "Жили-были 🐉 дед и баба. ".repeat(40);
+    let mock = MockLlm::start(Reply::content(&long)).await;
+    let app = spawn(&mock, |config| config.chunk_bytes = 100).await;
+    run(&client(&app, Transport::Http), "llm-parts", "расскажи сказку").await;
+
+    let whole =
+        megamind_scenario::parts::fetch_all(&app.http, &app.url("/llm/answers/llm-parts")).await.expect("reassembled");
+    assert_eq!(whole["request_id"], "llm-parts");
+    assert_eq!(whole["status"], "completed");
+    assert_eq!(whole["text"].as_str().unwrap(), long.trim());
+    let events: Vec<Event> = whole["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| Event {
+            name: e["event"].as_str().unwrap().into(),
+            data: e["data"].to_string(),
+            id: Some(e["id"].to_string()),
+            cut: false,
+        })
+        .collect();
+    let (_, streamed) = read_stream(&app, "/llm/stream/llm-parts", &[]).await;
+    assert_eq!(events, parse_transcript(&streamed).0, "the answer's events are the stream's");
+
+    let first: Value = app.http.get(app.url("/llm/answers/llm-parts")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(first["is_consequential"], true);
+    assert!(first["total_parts"].as_u64().unwrap() > 10);
+    let past = format!("/llm/answers/llm-parts?part={}", first["total_parts"].as_u64().unwrap() + 1);
+    let response = app.http.get(app.url(&past)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    let response = app.http.get(app.url("/llm/answers/llm-parts?part=zero")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_schema_describes_every_endpoint_and_the_reassembly() {
+    let mock = MockLlm::start(Reply::content("Привет!")).await;
+    let app = spawn(&mock, |_| {}).await;
+    let wrapper: Value = app.http.get(app.url("/llm/schema")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(wrapper["is_consequential"], false, "the schema fits one part by default");
+    let schema = &wrapper["content"];
+    let paths: Vec<_> = schema["endpoints"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/schema"]);
+    for key in ["part", "answer", "error"] {
+        assert!(schema["schemas"][key].is_object(), "{key}");
+    }
+    assert!(schema["chunking"].is_object());
+
+    let small = spawn(&mock, |config| config.chunk_bytes = 256).await;
+    let mut whole = megamind_scenario::parts::fetch_all(&small.http, &small.url("/llm/schema")).await.unwrap();
+    assert_eq!(whole["chunking"]["chunk_bytes"], 256, "the limit in force");
+    whole["chunking"]["chunk_bytes"] = schema["chunking"]["chunk_bytes"].clone();
+    assert_eq!(&whole, schema, "in parts, the same document");
+}
+
+/// The reference client of the chunked format, in Python with `requests`,
+/// reassembles our parts into what our own client reads.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_reference_python_client_reassembles_our_parts() {
+    use crate::python_tools::{self, run as run_command};
+    let Some(tools) = python_tools::tools("the_reference_python_client_reassembles_our_parts").await else { return };
+    let long = "«Колобок» 🍞 катился по дорожке. ".repeat(30);
+    let mock = MockLlm::start(Reply::content(&long)).await;
+    let app = spawn(&mock, |config| config.chunk_bytes = 97).await;
+    run(&client(&app, Transport::Http), "llm-python", "расскажи сказку").await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/seed_fetch_all.py");
+    for path in ["/llm/answers/llm-python", "/llm/schema"] {
+        let url = app.url(path);
+        let ours = megamind_scenario::parts::fetch_all(&app.http, &url).await.expect("our client");
+        let (python, script, target) = (tools.python.clone(), script.clone(), url.clone());
+        let output = tokio::task::spawn_blocking(move || {
+            run_command(std::process::Command::new(python).arg(script).arg(target).env("NO_PROXY", "*"))
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let theirs: Value = serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+        assert_eq!(theirs, ours, "{path}");
+    }
+    let first: Value = app.http.get(app.url("/llm/answers/llm-python")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(first["is_consequential"], true, "the answer came in parts");
+}
