@@ -26,6 +26,12 @@
 //! 200 dialogs at once against a mock model whose latency is drawn from
 //! 0.3-3 s, callbacks followed: the share answered without a user repeat,
 //! hops per answer, the time to the answer's first word, late handler answers.
+//!
+//! The stream rows (`support/streams.rs`; `LOAD_STREAMS`, 10000 by default,
+//! 0 skips them) follow model calls streamed at 50 tokens/s on the JSONSeq
+//! stream: the delay from a token's write by the model to its event's read
+//! by a subscriber, and with `LOAD_STREAMS` streams open, the server's RSS
+//! per stream and `/demo/run`'s latency beside them.
 
 use std::{process::Command, time::Duration};
 
@@ -47,6 +53,8 @@ mod drive;
 mod mock_llm;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/streams.rs"]
+mod streams;
 
 /// Which process this is: the client (default) or a baseline server.
 const ROLE: &str = "MEGAMIND_BENCH_ROLE";
@@ -236,6 +244,9 @@ fn main() {
         }
         if env_or("LOAD_DIALOGS", 1) != 0 {
             dialogs::DialogLoad::start().await.run().await;
+        }
+        if env_or("LOAD_STREAMS", 10_000) != 0 {
+            streams::run(&settings).await;
         }
     });
 }

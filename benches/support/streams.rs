@@ -1,0 +1,313 @@
+//! The JSONSeq stream rows of the load benchmark (`GET /llm/stream/...`).
+//!
+//! A mock model in this process streams each answer at [`TOKENS_PER_SEC`],
+//! one SSE chunk per token, every token stamped with the microsecond it was
+//! written (`t<micros> `) on a clock this process shares with the
+//! subscribers. A server process of its own points `--llm-base-url` at it.
+//! Each model call is started by one `/assistant/run` and followed by
+//! [`SUBSCRIBERS_PER_CALL`] subscribers over plain HTTP/1.1 sockets; a
+//! subscriber reads every `final_delta` and notes how long after its write
+//! the token arrived: an upper bound of the server's own time from an
+//! upstream chunk's arrival to its event being written (two loopback hops
+//! included).
+//!
+//! Two rows: latency with [`LATENCY_STREAMS`] streams (a quiet server), and
+//! memory with `LOAD_STREAMS` (10,000) streams at once: the server's RSS
+//! before and at the peak, per stream, and the p99 of `/demo/run` driven
+//! beside the streams against the same server before they open.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hdrhistogram::Histogram;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+
+use super::{
+    drive::{Outcome, Settings, drive, fresh_ids},
+    env_or, ours,
+};
+
+/// Each answer's pace.
+pub const TOKENS_PER_SEC: u64 = 50;
+/// Tokens of each answer: 8 s of streaming.
+const TOKENS: u64 = 400;
+/// Subscribers of each model call.
+const SUBSCRIBERS_PER_CALL: usize = 10;
+/// Streams of the latency row.
+const LATENCY_STREAMS: usize = 100;
+
+/// Microseconds since the bench started, the mock's and the subscribers' clock.
+fn now_us(epoch: Instant) -> u64 {
+    epoch.elapsed().as_micros() as u64
+}
+
+/// A mock OpenAI-compatible model: every request answered with a stream of
+/// [`TOKENS`] stamped tokens at [`TOKENS_PER_SEC`], then `[DONE]`.
+async fn mock_model(epoch: Instant) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
+    let addr = listener.local_addr().expect("mock address");
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(answer(socket, epoch));
+        }
+    });
+    addr
+}
+
+async fn answer(mut socket: TcpStream, epoch: Instant) {
+    let _ = socket.set_nodelay(true);
+    if read_request(&mut socket).await.is_none() {
+        return;
+    }
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    if socket.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    let start = tokio::time::Instant::now();
+    let gap = Duration::from_micros(1_000_000 / TOKENS_PER_SEC);
+    for k in 0..TOKENS {
+        tokio::time::sleep_until(start + gap * k as u32).await;
+        let chunk =
+            format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{} \"}}}}]}}\n\n", now_us(epoch));
+        if socket.write_all(chunk.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+    let _ = socket.write_all(b"data: [DONE]\n\n").await;
+}
+
+/// Reads one request (its head and its `content-length` body).
+async fn read_request(socket: &mut TcpStream) -> Option<()> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                let n = socket.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some(());
+        }
+    }
+}
+
+/// One `/assistant/run` starting call `id` (the answer hands over at once).
+async fn start_call(server: SocketAddr, id: &str) -> bool {
+    let text = format!(
+        "BaseRequest {{ RequestId: \"{id}\" ServerTimeMs: 1764210832530 }} Input {{ Text {{ Utterance: \"расскажи\" }} }}"
+    );
+    let request = format!(
+        "POST /assistant/run HTTP/1.1\r\nhost: bench\r\ncontent-type: text/protobuf\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let Ok(mut socket) = TcpStream::connect(server).await else { return false };
+    if socket.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await.is_ok() && answer.starts_with(b"HTTP/1.1 200")
+}
+
+/// What the subscribers saw.
+struct Seen {
+    latency: Mutex<Histogram<u64>>,
+    tokens: AtomicU64,
+    ended: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// One subscriber: reads the stream of call `id` to its end, noting each token's delay.
+async fn subscribe(server: SocketAddr, id: String, epoch: Instant, seen: Arc<Seen>) {
+    let Ok(mut socket) = TcpStream::connect(server).await else {
+        seen.failed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let request = format!("GET /llm/stream/{id} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n");
+    if socket.write_all(request.as_bytes()).await.is_err() {
+        seen.failed.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let (mut tokens, mut tail, mut ended) = (0, Vec::new(), false);
+    let mut chunk = vec![0u8; 16 * 1024];
+    while let Ok(n) = socket.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        let now = now_us(epoch);
+        tail.extend_from_slice(&chunk[..n]);
+        // Stamps are whole once their event's line is: scan up to the last newline.
+        let Some(cut) = tail.iter().rposition(|&b| b == b'\n') else { continue };
+        for stamp in stamps(&tail[..cut]) {
+            tokens += 1;
+            let _ = local.record(now.saturating_sub(stamp).max(1));
+        }
+        ended |= tail[..cut].windows(16).any(|w| w == b"event: completed");
+        tail.drain(..=cut);
+    }
+    seen.tokens.fetch_add(tokens, Ordering::Relaxed);
+    if ended {
+        seen.ended.fetch_add(1, Ordering::Relaxed);
+    } else {
+        seen.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    let _ = seen.latency.lock().expect("histogram").add(&local);
+}
+
+/// The `t<micros>` stamps of the `final_delta` texts in `bytes`.
+fn stamps(bytes: &[u8]) -> Vec<u64> {
+    let mut found = Vec::new();
+    let needle = b"\"text\":\"t";
+    let mut at = 0;
+    while let Some(offset) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+        let digits = at + offset + needle.len();
+        let end = bytes[digits..].iter().position(|b| !b.is_ascii_digit()).map_or(bytes.len(), |p| digits + p);
+        if let Some(stamp) = std::str::from_utf8(&bytes[digits..end]).ok().and_then(|s| s.parse().ok()) {
+            found.push(stamp);
+        }
+        at = end;
+    }
+    found
+}
+
+/// Plays `streams` streams over `streams / SUBSCRIBERS_PER_CALL` model calls.
+async fn play(server: SocketAddr, streams: usize, tag: &str, epoch: Instant) -> Arc<Seen> {
+    let seen = Arc::new(Seen {
+        latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")),
+        tokens: AtomicU64::new(0),
+        ended: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+    });
+    let calls = streams.div_ceil(SUBSCRIBERS_PER_CALL);
+    let mut tasks = Vec::with_capacity(streams);
+    for call in 0..calls {
+        let id = format!("{tag}-{call}");
+        if !start_call(server, &id).await {
+            seen.failed.fetch_add(SUBSCRIBERS_PER_CALL as u64, Ordering::Relaxed);
+            continue;
+        }
+        for _ in 0..SUBSCRIBERS_PER_CALL.min(streams - call * SUBSCRIBERS_PER_CALL) {
+            tasks.push(tokio::spawn(subscribe(server, id.clone(), epoch, seen.clone())));
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    seen
+}
+
+/// The stream rows: starts the mock model and a server pointed at it, plays
+/// both rows and prints them.
+pub async fn run(settings: &Settings) {
+    let streams = env_or("LOAD_STREAMS", 10_000usize);
+    // Each subscriber and each model call is a socket of this process and of
+    // the server's: the limit is raised for both (the server inherits it).
+    let wanted = (2 * streams + streams / SUBSCRIBERS_PER_CALL + 4096) as u64;
+    // Raising the hard limit takes root; otherwise up to the hard limit.
+    let raised = rlimit::setrlimit(rlimit::Resource::NOFILE, wanted, wanted).is_ok()
+        || rlimit::increase_nofile_limit(wanted).is_ok_and(|got| got >= wanted);
+    if !raised {
+        println!("\nstreams: the open-file limit is below {wanted}; fewer streams may open");
+    }
+    let epoch = Instant::now();
+    let model = mock_model(epoch).await;
+    let cap = (streams * 2).to_string();
+    let server = ours(&[
+        "--llm-base-url",
+        &format!("http://{model}/v1"),
+        "--llm-warmup",
+        "off",
+        "--llm-run-wait-ms",
+        "0",
+        "--llm-max-in-flight",
+        &cap,
+        "--llm-max-streams",
+        &cap,
+        "--max-connections",
+        &cap,
+        "--max-open-requests",
+        &cap,
+    ]);
+    let demo = |name: &str| {
+        let settings = Settings { conns: 8, rate: 0, requests: 0, rounds: 1, ..*settings };
+        let name = name.to_owned();
+        async move {
+            drive(&name, server.addr, "/demo/run", &settings, fresh_ids("poi_run_request", "TScenarioRunRequest")).await
+        }
+    };
+    println!(
+        "\nJSONSeq streams: answers of {TOKENS} tokens at {TOKENS_PER_SEC} tokens/s, {SUBSCRIBERS_PER_CALL} subscribers per model call"
+    );
+    let quiet = play(server.addr, LATENCY_STREAMS, "latency", epoch).await;
+    report(&format!("{LATENCY_STREAMS} streams"), &quiet);
+
+    let alone = demo("/demo/run alone (8 conns)").await;
+    let rss_before = server.status_mib("VmRSS");
+    let flood = tokio::spawn(play(server.addr, streams, "flood", epoch));
+    // Beside the streams once they all stream: the first tokens are 2 s in.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let beside = demo("/demo/run beside the streams").await;
+    let rss_peak = server.status_mib("VmRSS");
+    let seen = flood.await.expect("the streams");
+    report(&format!("{streams} streams"), &seen);
+    for outcome in [&alone, &beside] {
+        print_demo(outcome);
+    }
+    if let (Some(before), Some(peak)) = (rss_before, rss_peak) {
+        println!(
+            "  server RSS: {before:.1} MiB before, {peak:.1} MiB with {streams} streams open: {:.1} KiB per stream",
+            (peak - before) * 1024.0 / streams as f64
+        );
+    }
+    drop(server);
+}
+
+fn report(name: &str, seen: &Seen) {
+    let latency = seen.latency.lock().expect("histogram");
+    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "  {name}: {} ended, {} failed, {} tokens; token written by the model → read from the stream: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        seen.ended.load(Ordering::Relaxed),
+        seen.failed.load(Ordering::Relaxed),
+        seen.tokens.load(Ordering::Relaxed),
+        ms(0.5),
+        ms(0.99),
+        ms(0.999),
+        latency.max() as f64 / 1000.0
+    );
+}
+
+fn print_demo(outcome: &Outcome) {
+    let ms = |q: f64| outcome.latency.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "  {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, errors {}",
+        outcome.name,
+        outcome.rps(),
+        ms(0.5),
+        ms(0.99),
+        outcome.errors
+    );
+}
