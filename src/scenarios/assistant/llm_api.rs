@@ -104,6 +104,7 @@ async fn stream_route(
         format: config.stream_format,
         heartbeat: std::time::Duration::from_secs(config.heartbeat_secs),
         after,
+        delay: Some(metrics.stream_delay.clone()),
     };
     let open = Open::new(permit, metrics.streams_open.clone());
     let events = stream::sse(&id, record.follow(), subscription, shutdown).map(move |chunk| {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::{backend::ModelBackend, outcome::ModelOutcome};
 
@@ -42,6 +42,12 @@ pub const STREAMS_OPEN: &str = "megamind_assistant_streams_open";
 /// error code).
 pub const LLM_API: &str = "megamind_assistant_llm_api_requests_total";
 
+/// Seconds from a model event's arrival to the write of its JSONSeq events,
+/// for subscribers that had caught up (not a late subscriber's backlog).
+pub const STREAM_DELAY: &str = "megamind_assistant_stream_delay_seconds";
+/// Buckets of [`STREAM_DELAY`]: 50 µs to 1 s.
+const DELAY_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0];
+
 /// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
 const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
 
@@ -60,6 +66,7 @@ pub struct AssistantMetrics {
     pub(crate) warmups: IntCounterVec,
     pub(crate) streams_open: IntGauge,
     pub(crate) llm_api: IntCounterVec,
+    pub(crate) stream_delay: Histogram,
 }
 
 impl AssistantMetrics {
@@ -93,6 +100,10 @@ impl AssistantMetrics {
                 Opts::new(LLM_API, "Requests of the /llm API by route and outcome."),
                 &["route", "outcome"],
             )?,
+            stream_delay: Histogram::with_opts(
+                HistogramOpts::new(STREAM_DELAY, "Seconds from a model event's arrival to its stream events' write.")
+                    .buckets(DELAY_BUCKETS.to_vec()),
+            )?,
         };
         registry.register(Box::new(metrics.model_calls.clone()))?;
         registry.register(Box::new(metrics.model_seconds.clone()))?;
@@ -106,6 +117,7 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.warmups.clone()))?;
         registry.register(Box::new(metrics.streams_open.clone()))?;
         registry.register(Box::new(metrics.llm_api.clone()))?;
+        registry.register(Box::new(metrics.stream_delay.clone()))?;
         Ok(metrics)
     }
 

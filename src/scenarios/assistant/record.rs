@@ -38,9 +38,13 @@ pub(crate) struct CallRecord {
     tx: watch::Sender<Recording>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Recording {
+    started: Instant,
     events: Vec<ModelEvent>,
+    /// When each event came, in µs from the start (a u32 spans 71 minutes,
+    /// past any call's timeout).
+    arrived_us: Vec<u32>,
     bytes: usize,
     truncated: bool,
     finished: bool,
@@ -86,7 +90,19 @@ pub struct Follower {
 impl CallRecord {
     /// An empty record keeping at most about `max_bytes`.
     pub(crate) fn new(max_bytes: usize) -> CallRecord {
-        CallRecord { max_bytes, started: Instant::now(), tx: watch::Sender::new(Recording::default()) }
+        let started = Instant::now();
+        let recording = Recording {
+            started,
+            events: Vec::new(),
+            arrived_us: Vec::new(),
+            bytes: 0,
+            truncated: false,
+            finished: false,
+            failure: None,
+            first_event: None,
+            ended: None,
+        };
+        CallRecord { max_bytes, started, tx: watch::Sender::new(recording) }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
@@ -94,8 +110,11 @@ impl CallRecord {
         let at = self.started.elapsed();
         self.tx.send_if_modified(|recording| {
             let kept = recording.push(event, self.max_bytes);
-            if kept && recording.first_event.is_none() {
-                recording.first_event = Some(at);
+            if kept {
+                recording.arrived_us.push(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
+                if recording.first_event.is_none() {
+                    recording.first_event = Some(at);
+                }
             }
             kept
         });
@@ -268,6 +287,19 @@ impl Follower {
     /// Events read so far.
     pub fn position(&self) -> usize {
         self.next
+    }
+
+    /// Whether every event recorded so far was read: the next one, when it
+    /// comes, is read live.
+    pub fn caught_up(&self) -> bool {
+        self.rx.borrow().events.len() <= self.next
+    }
+
+    /// When the event read last came.
+    pub fn arrived(&self) -> Option<Instant> {
+        let recording = self.rx.borrow();
+        let us = *recording.arrived_us.get(self.next.checked_sub(1)?)?;
+        Some(recording.started + Duration::from_micros(u64::from(us)))
     }
 }
 

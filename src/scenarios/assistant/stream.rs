@@ -189,7 +189,7 @@ pub fn write_event(event: &Numbered, buf: &mut BytesMut) {
 }
 
 /// How one subscriber's stream goes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Subscription {
     /// How the answer is read.
     pub format: Format,
@@ -197,6 +197,10 @@ pub struct Subscription {
     pub heartbeat: Duration,
     /// Events up to this id were read before (`Last-Event-ID`): not written.
     pub after: u64,
+    /// Observes, for each model event read live (the subscriber had caught
+    /// up and waited for it), the seconds from its arrival to the write
+    /// that carries its events.
+    pub delay: Option<prometheus::Histogram>,
 }
 
 struct Subscriber {
@@ -208,6 +212,10 @@ struct Subscriber {
     started: bool,
     done: bool,
     events: Vec<Numbered>,
+    /// This write's model events were read live.
+    live: bool,
+    /// When this write's live model events arrived.
+    arrivals: Vec<Instant>,
 }
 
 /// The SSE body of one subscriber of call `request_id`, following the call
@@ -221,12 +229,14 @@ pub fn sse(
     let subscriber = Subscriber {
         sequencer: Sequencer::new(request_id, subscription.format),
         follower,
+        next_heartbeat: Instant::now() + subscription.heartbeat,
         subscription,
         shutdown,
-        next_heartbeat: Instant::now() + subscription.heartbeat,
         started: false,
         done: false,
         events: Vec::new(),
+        live: false,
+        arrivals: Vec::new(),
     };
     stream::unfold(subscriber, |mut subscriber| async move {
         let chunk = subscriber.next_chunk().await?;
@@ -246,7 +256,7 @@ impl Subscriber {
                 }
             }
             if buf.len() >= MAX_WRITE_BYTES || (self.done && !buf.is_empty()) {
-                return Some(buf.freeze());
+                return Some(self.written(buf));
             }
             if self.done {
                 return None;
@@ -260,10 +270,11 @@ impl Subscriber {
             if !buf.is_empty() {
                 match self.follower.next().now_or_never() {
                     Some(event) => self.read(event),
-                    None => return Some(buf.freeze()),
+                    None => return Some(self.written(buf)),
                 }
                 continue;
             }
+            self.live = self.follower.caught_up();
             tokio::select! {
                 biased;
                 () = self.shutdown.recv() => {
@@ -281,10 +292,29 @@ impl Subscriber {
         }
     }
 
+    /// `buf` goes out: the live events' delays are observed.
+    fn written(&mut self, buf: BytesMut) -> Bytes {
+        if let Some(delay) = &self.subscription.delay {
+            let now = Instant::now();
+            for arrived in self.arrivals.drain(..) {
+                delay.observe(now.saturating_duration_since(arrived).as_secs_f64());
+            }
+        }
+        self.arrivals.clear();
+        buf.freeze()
+    }
+
     fn read(&mut self, event: Option<ModelEvent>) {
         self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
         match event {
-            Some(event) => self.sequencer.model_event(&event, &mut self.events),
+            Some(event) => {
+                if self.live
+                    && let Some(arrived) = self.follower.arrived()
+                {
+                    self.arrivals.push(arrived);
+                }
+                self.sequencer.model_event(&event, &mut self.events)
+            }
             None => {
                 self.sequencer.end(&self.follower.ending(), &mut self.events);
                 self.done = true;

@@ -11,7 +11,7 @@ use crate::{
 const HEARTBEAT: Duration = Duration::from_secs(15);
 
 fn subscription(after: u64) -> Subscription {
-    Subscription { format: Format::Auto, heartbeat: HEARTBEAT, after }
+    Subscription { format: Format::Auto, heartbeat: HEARTBEAT, after, delay: None }
 }
 
 fn text(piece: &str) -> ModelEvent {
@@ -159,4 +159,22 @@ fn message_ids_are_stable_and_differ_by_call() {
     assert_eq!(message_id("a"), message_id("a"));
     assert_ne!(message_id("a"), message_id("b"));
     assert_eq!(message_id("a").len(), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_events_read_live_count_in_the_delay() {
+    let delay = prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("d", "d")).unwrap();
+    let record = Arc::new(CallRecord::new(1 << 20));
+    record.event(text("Раньше. "));
+    let live = Subscription { delay: Some(delay.clone()), ..subscription(0) };
+    let reader = tokio::spawn(read_all(sse("r", record.follow(), live, Shutdown::new())));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for piece in ["Раз. ", "Два."] {
+        record.event(text(piece));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    record.finish();
+    reader.await.unwrap();
+    assert_eq!(delay.get_sample_count(), 2, "the event there before the subscriber came is not live");
+    assert_eq!(delay.get_sample_sum(), 0.0, "paused time: written the instant it came");
 }
