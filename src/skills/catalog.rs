@@ -183,15 +183,22 @@ impl Catalog {
     }
 
     /// Up to `n` skill names closest to `name` by edit distance (closest
-    /// first, then by name), for "unknown skill, did you mean …". Names
-    /// further than half the query's length (at least 3) are left out.
+    /// first, then by name), for "unknown skill, did you mean …". A name
+    /// holding the query counts as distance 1; names further than half the
+    /// query's length (at least 3) are left out.
     pub fn closest(&self, name: &str, n: usize) -> Vec<&str> {
         let query: Vec<char> = name.trim().to_lowercase().chars().take(MAX_QUERY_CHARS).collect();
+        let query_text: String = query.iter().collect();
         let limit = (query.len() / 2).max(3);
         let mut scored: Vec<(usize, &str)> = self
             .skills
             .keys()
-            .map(|candidate| (edit_distance(&query, candidate), candidate.as_str()))
+            .map(|candidate| {
+                // A name holding the query (`disk` → `disk-usage`) is close.
+                let holds = !query.is_empty() && candidate.contains(query_text.as_str());
+                let distance = if holds { 1 } else { edit_distance(&query, candidate) };
+                (distance, candidate.as_str())
+            })
             .filter(|(distance, _)| *distance <= limit)
             .collect();
         scored.sort();
