@@ -33,6 +33,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod front;
+mod words;
+
+use words::{edit_distance, normalize};
 
 /// The largest `SKILL.md` read; a bigger one is skipped.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
@@ -369,37 +372,6 @@ fn split_tools(line: &str) -> Vec<String> {
         tools.push(current);
     }
     tools
-}
-
-/// Lowercase words separated by single spaces; `ё` is `е`.
-fn normalize(text: &str) -> String {
-    let lower = text.to_lowercase().replace('ё', "е");
-    let words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
-    words.join(" ")
-}
-
-/// Levenshtein distance between `a` and `b`, by chars.
-fn edit_distance(a: &[char], b: &str) -> usize {
-    let b: Vec<char> = b.chars().take(MAX_QUERY_CHARS).collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut diagonal = i;
-        let mut first = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row.get(j + 1).copied().unwrap_or(usize::MAX);
-            let cost = if ca == cb { diagonal } else { diagonal + 1 };
-            let next = cost.min(above.saturating_add(1)).min(first + 1);
-            diagonal = above;
-            if let Some(slot) = row.get_mut(j + 1) {
-                *slot = next;
-            }
-            first = next;
-        }
-        if let Some(slot) = row.get_mut(0) {
-            *slot = i + 1;
-        }
-    }
-    row.last().copied().unwrap_or(0)
 }
 
 #[cfg(test)]
