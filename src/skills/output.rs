@@ -83,15 +83,21 @@ pub fn clean(raw: &str, max_bytes: usize) -> String {
 }
 
 /// Makes room for [`CUT_NOTE`] on its own line, or, when even the note
-/// does not fit, keeps what fits.
+/// does not fit, keeps what fits. The line cut in the middle keeps the
+/// rules: it goes when that leaves it blank or equal to the line before.
 fn cut_with_note(out: &mut String, max_bytes: usize) {
-    let Some(room) = max_bytes.checked_sub(CUT_NOTE.len() + 1) else {
-        let keep = super::cut_at_char_boundary(out, max_bytes).len();
-        out.truncate(keep);
-        return;
-    };
-    let keep = super::cut_at_char_boundary(out, room).len();
+    let note = max_bytes.checked_sub(CUT_NOTE.len() + 1);
+    let keep = super::cut_at_char_boundary(out, note.unwrap_or(max_bytes)).trim_end().len();
     out.truncate(keep);
+    let (before, last) = out.rsplit_once('\n').unwrap_or(("", out.as_str()));
+    if before.rsplit('\n').next() == Some(last) && !before.is_empty() {
+        let keep = before.len();
+        out.truncate(keep);
+    }
+    let last = out.rsplit('\n').next().unwrap_or("");
+    if note.is_none() || last == CUT_NOTE {
+        return;
+    }
     if !out.is_empty() {
         out.push('\n');
     }

@@ -59,6 +59,10 @@ fn the_cap_cuts_at_a_char_boundary_and_says_so() {
     let out = clean(&"я".repeat(100), 51);
     assert!(out.len() <= 51);
     assert!(out.ends_with(CUT_NOTE));
+    // The line cut in the middle neither turns blank nor repeats the one before.
+    assert_eq!(clean(&format!("ab\n   {}", "x".repeat(100)), 28), format!("ab\n{CUT_NOTE}"));
+    assert_eq!(clean(&format!("ab\nab{}", "x".repeat(100)), 28), format!("ab\n{CUT_NOTE}"));
+    assert_eq!(clean(&format!("{CUT_NOTE}\n        {}", "x".repeat(100)), 50), CUT_NOTE);
     // What fits is not cut.
     assert_eq!(clean("short", 5), "short");
 }
