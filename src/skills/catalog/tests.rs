@@ -169,3 +169,21 @@ fn links_are_followed_one_level_and_special_files_refused() {
     assert!(problems.iter().any(|p| p.reason == "not a regular file"), "{problems:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_alias_bomb_in_the_front_matter_is_refused_quickly() {
+    let mut yaml = String::from(
+        "---\nname: laughs\ndescription: x\nmetadata:\n  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..10 {
+        let p = i - 1;
+        yaml.push_str(&format!(
+            "  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    yaml.push_str("---\n");
+    let started = std::time::Instant::now();
+    let result = parse("laughs", Path::new("laughs/SKILL.md"), &yaml);
+    assert!(result.is_err());
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
