@@ -25,7 +25,10 @@
 //!   may run it, and SQL ignores case).
 //! - `echo "rm -rf /"` is allowed: the words are an argument of `echo`,
 //!   which only prints them. Piping anything into a shell is denied, so
-//!   `echo "rm -rf /" | sh` is not.
+//!   `echo "rm -rf /" | sh` is denied.
+//! - The raw line is matched too, quotes and all, so a rule may fire on
+//!   quoted text: `psql -c 'DROP TABLE t'` asks (as meant), and so does
+//!   `echo 'DROP TABLE t'` (harmless, but asking costs one confirmation).
 //! - A substitution inside double quotes (`"$(…)"`, `` "`…`" ``) or an
 //!   unclosed quote cannot be checked: asked, or denied under `allowed-tools`.
 //! - `allowed-tools` absent: no restriction. Present: every simple command
