@@ -155,10 +155,10 @@ impl Catalog {
             };
             match parse(folder_name, &file, &text) {
                 Ok((skill, warnings)) => {
-                    problems.extend(warnings.into_iter().map(|(line, reason)| problem(&file, line, reason, false)));
+                    problems.extend(warnings);
                     catalog.skills.insert(skill.name.clone(), skill);
                 }
-                Err((line, reason)) => problems.push(problem(&file, line, reason, true)),
+                Err(skipped) => problems.push(skipped),
             }
         }
         log(&problems);
@@ -273,9 +273,16 @@ enum Tools {
 
 const KNOWN_KEYS: [&str; 6] = ["name", "description", "license", "compatibility", "metadata", "allowed-tools"];
 
-/// Parses the `SKILL.md` `text` of the folder `folder`; the warnings are
-/// unknown keys.
-pub fn parse(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Located>), Located> {
+/// Parses the `SKILL.md` at `path`, of text `text`, in the folder named
+/// `folder`: the skill and its warnings (unknown keys), or why it is
+/// skipped.
+pub fn parse(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<SkillProblem>), SkillProblem> {
+    let problem = |(line, reason): Located, skipped| SkillProblem { path: path.to_path_buf(), line, reason, skipped };
+    let (skill, warnings) = parse_located(folder, path, text).map_err(|located| problem(located, true))?;
+    Ok((skill, warnings.into_iter().map(|located| problem(located, false)).collect()))
+}
+
+fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Located>), Located> {
     let (yaml, body) =
         front::split(text).ok_or((Some(1), "no front matter: write it between two `---` lines".to_string()))?;
     // The YAML starts on the file's second line.
