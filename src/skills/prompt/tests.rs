@@ -59,6 +59,14 @@ fn the_step_messages_of_section_4() {
 /// the model's answers as the history keeps them.
 #[test]
 fn the_seeds_example_dialog_byte_for_byte() {
+    // The system message, from the seed's skill as the catalog loads it.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/skills/testdata");
+    let (catalog, _) = crate::skills::catalog::Catalog::load(&dir);
+    let skill = catalog.get("git-quick-commit").expect("the seed's skill");
+    let system = system_message(None, &skill.name, &skill.body);
+    let (base, skill_part) = system.split_once("\n\n--- Active Skill: ").expect("the skill part");
+    assert!(base.starts_with("You are a terminal AI assistant") && base == SKILL_SYSTEM_PROMPT_WITH_ASK);
+    assert!(skill_part.starts_with("git-quick-commit ---\n## What I do\n"));
     // Step 1.
     assert_eq!(initial_message("git-quick-commit", None, &[]), "Execute skill: git-quick-commit\n\n[Step 1 of 100]");
     let answer = parse("[CMD] git status --porcelain");
