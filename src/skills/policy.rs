@@ -60,8 +60,9 @@ pub enum Verdict {
 }
 
 /// The configurable rule lists: regexes, each optionally ending with
-/// ` # reason`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// ` # reason`. A list left out of a configuration file keeps its default.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
 pub struct PolicyConfig {
     /// Commands never run.
     pub deny: Vec<String>,
@@ -96,6 +97,7 @@ const DEFAULT_ASK: &[&str] = &[
     r"^git( \S+)* branch( \S+)* (-d|-\S*D\S*|--delete)( |$) # deletes a branch",
     r"^git( \S+)* (checkout|restore)( \S+)* (--|\.)( |$) # discards local changes",
     r"^git( \S+)* stash (drop|clear)( |$) # deletes stashed changes",
+    r"^git( \S+)* (-c|--config-env|--exec-path|--upload-pack|--receive-pack)( |=|$) # sets git options that may run other commands",
     r"\b(drop|truncate) (table|database|schema)\b # deletes database data",
     r"\bdelete from\b # deletes database rows",
     r"^docker (system prune|volume (rm|prune)|rm|rmi)( |$) # deletes containers or data",

@@ -120,7 +120,7 @@ pub(super) fn without_keywords(words: &[String]) -> &[String] {
 }
 
 /// For each wrapper, its options that take an argument.
-const WRAPPERS: [(&str, &[&str]); 11] = [
+const WRAPPERS: [(&str, &[&str]); 12] = [
     ("sudo", &["-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"]),
     ("doas", &["-u", "-C"]),
     ("env", &["-u", "-C", "-S"]),
@@ -132,6 +132,7 @@ const WRAPPERS: [(&str, &[&str]); 11] = [
     ("timeout", &["-s", "-k"]),
     ("stdbuf", &["-i", "-o", "-e"]),
     ("xargs", &["-I", "-n", "-P", "-L", "-s", "-d", "-E", "-a"]),
+    ("busybox", &[]),
 ];
 
 /// The command `words` really run: keywords, variable assignments and
@@ -172,13 +173,13 @@ pub(super) fn effective(words: &[String]) -> Vec<String> {
 }
 
 /// The command a shell or `eval` is told to run: `sh -c "…"`, `bash -lc
-/// "…"`, `eval …`.
+/// "…"`, `su root -c "…"`, `eval …`.
 pub(super) fn inner_command(words: &[String]) -> Option<String> {
     let program = words.first()?.as_str();
     if program == "eval" {
         return Some(words.get(1..)?.join(" "));
     }
-    if !matches!(program, "sh" | "bash" | "zsh" | "dash" | "ksh" | "ash" | "fish" | "busybox") {
+    if !matches!(program, "sh" | "bash" | "zsh" | "dash" | "ksh" | "ash" | "fish" | "su") {
         return None;
     }
     let flag = words.iter().position(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'))?;

@@ -86,6 +86,10 @@ fn the_policy_table_without_allowed_tools() {
         ("git log --grep=reset", Allow),
         ("find . -name '*.o' -exec rm {} \\;", Ask),
         ("ls | xargs rm", Ask),
+        ("busybox rm -rf /", Deny),
+        ("su root -c 'rm -rf /'", Deny),
+        ("git -c alias.x='!rm -rf ~' x", Ask),
+        ("git fetch --upload-pack=evil", Ask),
         ("git reset --hard HEAD~1", Ask),
         ("git reset --soft HEAD~1", Allow),
         ("git clean -fd", Ask),
@@ -112,7 +116,7 @@ fn allowed_tools_restrict_every_command_of_a_chain() {
     let commit: Vec<String> = vec!["Bash(git commit:*)".into(), "Bash(git status)".into(), "Read".into()];
     let any: Vec<String> = vec!["Read".into(), "Bash".into()];
     let read_only: Vec<String> = vec!["Read".into()];
-    let cases: [(&str, &[String], Expect); 19] = [
+    let cases: [(&str, &[String], Expect); 20] = [
         ("git status --porcelain", &git, Allow),
         ("git add . && git commit -m \"fix: update skills API\"", &git, Allow),
         ("git log | head", &git, Deny),
@@ -126,6 +130,7 @@ fn allowed_tools_restrict_every_command_of_a_chain() {
         ("git log 2>/dev/null", &git, Allow),
         ("git log 2>&1", &git, Allow),
         ("git push --force", &git, Ask),
+        ("git -c core.sshCommand=evil fetch", &git, Ask),
         ("git status && rm -rf /", &git, Deny),
         ("git commit -m x", &commit, Allow),
         ("git status", &commit, Allow),
@@ -150,6 +155,10 @@ fn configured_rules_and_their_reasons() {
     assert_eq!(policy.check("make deploy", None), Verdict::Ask(r"matches the rule `^make\b`".into()));
     // Only the configured lists apply.
     assert_eq!(policy.check("rm -rf /", None), Verdict::Allow);
+    // From a configuration file: a list left out keeps its default.
+    let parsed: PolicyConfig = toml::from_str("deny = ['^terraform destroy # destroys infrastructure']").expect("toml");
+    assert_eq!(parsed.deny, config.deny);
+    assert_eq!(parsed.ask, PolicyConfig::default().ask);
     let bad = PolicyConfig { deny: vec!["(".into()], ask: vec![] };
     assert!(Policy::new(&bad).is_err());
 }
