@@ -187,3 +187,11 @@ fn an_alias_bomb_in_the_front_matter_is_refused_quickly() {
     assert!(result.is_err());
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn metadata_scalars_are_read_as_strings() {
+    let text = "---\nname: meta\ndescription: x\nmetadata:\n  version: 1.0\n  author: me\n---\n";
+    let (skill, warnings) = parse("meta", Path::new("meta/SKILL.md"), text).expect("a valid skill");
+    assert!(warnings.is_empty());
+    assert_eq!(skill.metadata.get("version").map(String::as_str), Some("1.0"));
+}
