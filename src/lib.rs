@@ -24,6 +24,8 @@
 //! - [`upstream`]: outbound HTTP clients.
 //! - [`parts`]: JSON answers served whole or in parts from one snapshot
 //!   (`?part=N`), for the `/llm/...` routes; the client that reassembles them.
+//! - [`skills`]: multi-step `SKILL.md` skills: the catalog, the model's step
+//!   markers, output cleaning, the command policy, the seed's prompts.
 //! - [`client`]: a protocol client that plays a scenario as Megamind does;
 //!   [`dialog`], the command that plays it from the terminal, scripts or logs.
 //!
@@ -45,6 +47,7 @@ pub mod rules;
 pub mod scenario;
 pub mod scenarios;
 pub mod server;
+pub mod skills;
 pub mod store;
 pub mod transport;
 pub mod upstream;
