@@ -254,12 +254,19 @@ pub async fn run(settings: &Settings) {
         "--max-open-requests",
         &cap,
     ]);
+    // `/demo/run` is driven from a thread and runtime of its own, so that
+    // its latency is the server's and not a wait behind this runtime's
+    // thousands of subscriber tasks.
     let demo = |name: &str| {
         let settings = Settings { conns: 8, rate: 0, requests: 0, rounds: 1, ..*settings };
-        let name = name.to_owned();
-        async move {
-            drive(&name, server.addr, "/demo/run", &settings, fresh_ids("poi_run_request", "TScenarioRunRequest")).await
-        }
+        let (name, addr) = (name.to_owned(), server.addr);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            let ids = fresh_ids("poi_run_request", "TScenarioRunRequest");
+            let _ = tx.send(runtime.block_on(drive(&name, addr, "/demo/run", &settings, ids)));
+        });
+        async move { rx.await.expect("the /demo/run driver") }
     };
     println!(
         "\nJSONSeq streams: answers of {TOKENS} tokens at {TOKENS_PER_SEC} tokens/s, {SUBSCRIBERS_PER_CALL} subscribers per model call"

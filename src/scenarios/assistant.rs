@@ -58,7 +58,9 @@
 //! backend; [`offline`] the embedded one; [`calls`] single flight over a
 //! [`crate::store::FlightStore`], each call with its [`record`] of events and
 //! its [`outcome`] stored as bytes; [`state`] the dialog state and the
-//! handover arguments; [`metrics`].
+//! handover arguments; [`metrics`]. For screens, [`llm_api`] serves the
+//! `/llm` routes ([`llm_schema`] their description): a call's record as a
+//! JSONSeq [`stream`], or whole.
 
 pub mod answer;
 pub mod backend;

@@ -15,14 +15,13 @@
 use std::sync::Arc;
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::get,
 };
 use futures_util::StreamExt;
 use prost_reflect::ReflectMessage;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -61,16 +60,10 @@ pub(crate) fn routes(assistant: Arc<Assistant>, setup: &mut Setup<'_>) {
     setup.route("/llm/schema", get(schema_route).with_state(api));
 }
 
-/// `?after=N`: resume after event N.
-#[derive(Debug, Deserialize)]
-struct StreamQuery {
-    after: Option<String>,
-}
-
 async fn stream_route(
     State(api): State<Arc<Api>>,
     Path(id): Path<String>,
-    Query(query): Query<StreamQuery>,
+    uri: Uri,
     headers: HeaderMap,
     shutdown: Shutdown,
 ) -> Response {
@@ -79,8 +72,15 @@ async fn stream_route(
         metrics.llm_api.with_label_values(&["stream", code]).inc();
         error(status, code, &message)
     };
+    // `Last-Event-ID`, else `?after=N`: resume after that event. Read here,
+    // not by an extractor, so that a bad value gets our JSON error.
     let last = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("-").to_owned());
-    let after = match last.or(query.after).map(|n| n.trim().parse::<u64>()) {
+    let after_query = || {
+        url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+            .find(|(key, _)| key == "after")
+            .map(|(_, value)| value.into_owned())
+    };
+    let after = match last.or_else(after_query).map(|n| n.trim().parse::<u64>()) {
         None => 0,
         Some(Ok(after)) => after,
         Some(Err(_)) => {
