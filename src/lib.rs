@@ -22,6 +22,7 @@
 //! - [`config`] and [`cli`]: configuration and the command line; `cli` is
 //!   the composition root, the one place that names the scenarios it hosts.
 //! - [`upstream`]: outbound HTTP clients.
+//! - [`text`]: text helpers (a byte bound that never splits a character).
 //! - [`parts`]: JSON answers served whole or in parts from one snapshot
 //!   (`?part=N`), for the `/llm/...` routes; the client that reassembles them.
 //! - [`skills`]: multi-step `SKILL.md` skills: the catalog, the model's step
@@ -49,5 +50,6 @@ pub mod scenarios;
 pub mod server;
 pub mod skills;
 pub mod store;
+pub mod text;
 pub mod transport;
 pub mod upstream;

@@ -24,14 +24,4 @@ pub mod prompt;
 /// The most steps a skill session runs: the seed's `[Step N of 100]`.
 pub const MAX_STEPS: u32 = 100;
 
-/// `text` cut to at most `max` bytes at a char boundary.
-pub(crate) fn cut_at_char_boundary(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or("")
-}
+pub(crate) use crate::text::clip as cut_at_char_boundary;

@@ -260,18 +260,7 @@ pub fn clean_queries(raw: impl IntoIterator<Item = String>) -> Vec<String> {
     queries
 }
 
-/// The longest start of `text` of at most `max` bytes that ends on a
-/// character boundary.
-fn cut_at(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+use crate::text::clip as cut_at;
 
 #[cfg(test)]
 mod props;

@@ -434,18 +434,7 @@ fn has_screen(base: Option<&TScenarioBaseRequest>) -> bool {
     base.and_then(|base| base.interfaces.as_ref()).is_some_and(|interfaces| interfaces.has_screen)
 }
 
-/// The longest prefix of `text` of at most `max_bytes` that ends on a
-/// character boundary.
-pub(crate) fn clip(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub(crate) use crate::text::clip;
 
 #[async_trait]
 impl Scenario for Assistant {
