@@ -1,4 +1,4 @@
-//! Multi-step skills (seed 001, SPEC §2.2): `SKILL.md` files run by the
+//! Multi-step skills (the skills format, SPEC §2.2): `SKILL.md` files run by the
 //! model one step per turn. This is the pure core — the catalog, the
 //! model's step markers, command output cleaning, the command policy and
 //! the seed's prompts — with no I/O beyond reading the skills folder and

@@ -1,4 +1,4 @@
-//! The seed's prompts, byte for byte (seed 001 §3-4): the base system
+//! The seed's prompts, byte for byte (the skills format §3-4): the base system
 //! prompt `SKILL_SYSTEM_PROMPT_WITH_ASK`, the system message built around
 //! it (`buildSkillSystemPrompt`), and the user message of each step
 //! (`buildInitialUserPrompt` and §4.2-4.5).
