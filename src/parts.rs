@@ -46,14 +46,14 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-pub use self::{
-    error::PartError,
-    fetch::{FetchError, FetchLimits, fetch_all, fetch_all_with},
-    schema::{chunking_doc, part_schema},
-};
 use self::{
     error::json_response,
     snapshots::{Found, Snapshots},
+};
+pub use self::{
+    error::{PartError, json_error},
+    fetch::{FetchError, FetchLimits, fetch_all, fetch_all_with},
+    schema::{chunking_doc, part_schema},
 };
 
 /// How answers are cut and how many snapshots are kept.

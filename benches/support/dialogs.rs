@@ -128,11 +128,7 @@ impl DialogLoad {
     /// `megamind_budget_overruns_total` summed from the server's `/metrics`:
     /// lateness the server saw itself, apart from what the client adds.
     fn server_overruns(&self) -> Option<u64> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(self.server.addr).ok()?;
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n").ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
+        let text = self.server.metrics()?;
         let counts = text.lines().filter(|line| line.starts_with("megamind_budget_overruns_total"));
         Some(counts.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64)
     }

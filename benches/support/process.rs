@@ -43,6 +43,18 @@ impl Server {
         Server { child, addr }
     }
 
+    /// The server's `/metrics` text, read over a connection of its own.
+    // The load bench reads it; the hostile bench, which shares this file, does not.
+    #[allow(dead_code)]
+    pub fn metrics(&self) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.addr).ok()?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n").ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
     /// A memory field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...) in MiB.
     pub fn status_mib(&self, field: &str) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

@@ -32,6 +32,7 @@ use tokio::{
 };
 
 use super::{
+    Server,
     drive::{Outcome, Settings, drive, fresh_ids},
     env_or, ours,
 };
@@ -273,7 +274,7 @@ pub async fn run(settings: &Settings) {
     );
     let quiet = play(server.addr, LATENCY_STREAMS, "latency", epoch).await;
     report(&format!("{LATENCY_STREAMS} streams"), &quiet);
-    let delays_quiet = delays(server.addr);
+    let delays_quiet = delays(&server);
     report_delays(&delays_quiet, &[]);
 
     let alone = demo("/demo/run alone (8 conns)").await;
@@ -287,7 +288,7 @@ pub async fn run(settings: &Settings) {
     let seen = flood.await.expect("the streams");
     let (cpu, wall) = (server.cpu_time(), started.elapsed());
     report(&format!("{streams} streams"), &seen);
-    report_delays(&delays(server.addr), &delays_quiet);
+    report_delays(&delays(&server), &delays_quiet);
     if let (Some(before), Some(after)) = (cpu_before, cpu) {
         println!(
             "  the server's CPU meanwhile: {:.0} % of one core over {:.1} s ({:.1} µs per token delivered)",
@@ -325,12 +326,8 @@ fn report(name: &str, seen: &Seen) {
 
 /// The server's own `megamind_assistant_stream_delay_seconds` buckets
 /// (upper bound in seconds, cumulative count), from its `/metrics`.
-fn delays(server: SocketAddr) -> Vec<(f64, u64)> {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(server) else { return Vec::new() };
-    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
+fn delays(server: &Server) -> Vec<(f64, u64)> {
+    let text = server.metrics().unwrap_or_default();
     text.lines()
         .filter_map(|line| line.strip_prefix("megamind_assistant_stream_delay_seconds_bucket{le=\""))
         .filter_map(|rest| {

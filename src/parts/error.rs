@@ -52,9 +52,15 @@ impl PartError {
 impl IntoResponse for PartError {
     /// `{"error": {"code": ..., "message": ...}}` with the error's status.
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code(), "message": self.to_string() } });
-        json_response(self.status(), body.to_string(), None)
+        json_error(self.status(), self.code(), &self.to_string())
     }
+}
+
+/// `{"error": {"code": ..., "message": ...}}` with `status`: the one shape
+/// of every `/llm` error.
+pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": { "code": code, "message": message } });
+    json_response(status, body.to_string(), None)
 }
 
 /// `body` as JSON with `status`, never cached, with `etag` if given.

@@ -22,7 +22,7 @@ use axum::{
 };
 use futures_util::StreamExt;
 use prost_reflect::ReflectMessage;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{
@@ -93,7 +93,8 @@ async fn stream_route(
         Err((status, code, message)) => return refuse(status, code, message),
     };
     let Ok(permit) = api.streams.clone().try_acquire_owned() else {
-        let message = format!("{} streams are open, the most this server serves; retry shortly", api.streams_max());
+        let max = api.assistant.config.max_streams;
+        let message = format!("{max} streams are open, the most this server serves; retry shortly");
         let mut response = refuse(StatusCode::SERVICE_UNAVAILABLE, "refused", message);
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
@@ -143,10 +144,6 @@ async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap)
 }
 
 impl Api {
-    fn streams_max(&self) -> usize {
-        self.assistant.config.max_streams
-    }
-
     /// The record of call `id`, or the error answer's status, code and message.
     fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
         if id.len() > MAX_ID_BYTES {
@@ -181,24 +178,21 @@ impl Api {
     /// The whole answer of call `id` so far, as `/llm/answers` gives it.
     fn answer(&self, id: &str, record: &CallRecord) -> Value {
         let config = &self.assistant.config;
-        let (events, truncated) = record.events();
-        let ending = record.ending();
+        let (events, truncated, ending) = record.snapshot();
         let mut sequencer = Sequencer::new(id, config.stream_format);
         let mut numbered = Vec::new();
         sequencer.start(&mut numbered);
-        let (mut raw, mut reasoning, mut finish_reason, mut usage) = (String::new(), String::new(), None, None);
+        let (mut raw, mut reasoning) = (String::new(), String::new());
         for event in &events {
             sequencer.model_event(event, &mut numbered);
             match event {
                 ModelEvent::TextDelta(text) => raw.push_str(text),
                 ModelEvent::ReasoningDelta(text) => reasoning.push_str(text),
-                ModelEvent::Finish { reason } => finish_reason = Some(reason.clone()),
-                ModelEvent::Usage { prompt_tokens, completion_tokens } => {
-                    usage = Some(json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}))
-                }
+                ModelEvent::Finish { .. } | ModelEvent::Usage { .. } => {}
             }
         }
         sequencer.end(&ending, &mut numbered);
+        let finish_reason = sequencer.finish_reason();
         let (status, failure) = match &ending {
             Ending::Running => ("running", None),
             Ending::Completed => ("completed", None),
@@ -207,7 +201,7 @@ impl Api {
         // What the answer says and does, once it is whole.
         let understood = (ending == Ending::Completed).then(|| {
             let parsed = answer::parse(&raw);
-            let cut = truncated || finish_reason.as_deref() == Some("length");
+            let cut = truncated || finish_reason == Some("length");
             if cut { parsed.truncated(!speech::is_prose(&raw)) } else { parsed }
         });
         let command = understood.as_ref().and_then(|a| a.command.as_ref());
@@ -235,7 +229,7 @@ impl Api {
                 "first_token_ms": timings.first_event.map(ms),
                 "total_ms": ms(timings.elapsed),
             },
-            "usage": usage,
+            "usage": sequencer.usage(),
         })
     }
 }
@@ -249,11 +243,9 @@ fn command_json(command: &answer::Command) -> Value {
     json!({"command": command.name(), "app_name": app_name, "app_path": app_path, "session_id": command.session_id()})
 }
 
-/// A JSON error answer.
+/// A JSON error answer, in the shape of the parts' errors.
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    let mut body = Map::new();
-    body.insert("error".into(), json!({"code": code, "message": message}));
-    (status, axum::Json(Value::Object(body))).into_response()
+    crate::parts::json_error(status, code, message)
 }
 
 /// An open stream: its permit and its place in the gauge, given back when

@@ -145,6 +145,7 @@ impl CallRecord {
     }
 
     /// How the call ended, so far.
+    #[cfg(test)]
     pub(crate) fn ending(&self) -> Ending {
         self.tx.borrow().ending()
     }
@@ -156,10 +157,12 @@ impl CallRecord {
         Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
     }
 
-    /// Every event so far, and whether the text was cut at the bound.
-    pub(crate) fn events(&self) -> (Vec<ModelEvent>, bool) {
+    /// Every event so far, whether the text was cut at the bound, and how
+    /// the call ended: read at once, so that an ended call's events are all
+    /// there.
+    pub(crate) fn snapshot(&self) -> (Vec<ModelEvent>, bool, Ending) {
         let recording = self.tx.borrow();
-        (recording.events.clone(), recording.truncated)
+        (recording.events.clone(), recording.truncated, recording.ending())
     }
 
     /// A reader from the first event.
@@ -282,11 +285,6 @@ impl Follower {
             }
             ending => ending,
         }
-    }
-
-    /// Events read so far.
-    pub fn position(&self) -> usize {
-        self.next
     }
 
     /// Whether every event recorded so far was read: the next one, when it

@@ -124,10 +124,22 @@ impl Sequencer {
         if let Some(reason) = &self.finish_reason {
             completed.insert("finish_reason".into(), reason.clone().into());
         }
-        if let Some((prompt, completion)) = self.usage {
-            completed.insert("usage".into(), json!({"prompt_tokens": prompt, "completion_tokens": completion}));
+        if let Some(usage) = self.usage() {
+            completed.insert("usage".into(), usage);
         }
         self.push("completed", completed, out);
+    }
+
+    /// Why the model stopped, once it said.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.finish_reason.as_deref()
+    }
+
+    /// What the call cost (`prompt_tokens`, `completion_tokens`), once the
+    /// backend said.
+    pub fn usage(&self) -> Option<Value> {
+        let (prompt, completion) = self.usage?;
+        Some(json!({"prompt_tokens": prompt, "completion_tokens": completion}))
     }
 
     /// A `heartbeat`, under the id of the event before it.
@@ -300,7 +312,6 @@ impl Subscriber {
                 delay.observe(now.saturating_duration_since(arrived).as_secs_f64());
             }
         }
-        self.arrivals.clear();
         buf.freeze()
     }
 
@@ -309,6 +320,7 @@ impl Subscriber {
         match event {
             Some(event) => {
                 if self.live
+                    && self.subscription.delay.is_some()
                     && let Some(arrived) = self.follower.arrived()
                 {
                     self.arrivals.push(arrived);
