@@ -209,7 +209,11 @@ impl Client {
             let request_id = format!("{}{}", self.request_id_prefix, self.requests);
             let (body, irrelevant) = self.play(&request_id, input, &mut hops).await?;
             self.new_session = false;
-            self.state = body.state.clone();
+            // Megamind keeps the state of the scenario that answered: a
+            // declined turn leaves the dialog's state as it was.
+            if !irrelevant {
+                self.state = body.state.clone();
+            }
             let Some(callback) = callback_of(&body).filter(|_| self.follow_callbacks) else {
                 return Ok(Turn::new(hops, body, irrelevant));
             };

@@ -83,6 +83,7 @@ pub mod record;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
+mod skill_dialog;
 pub(crate) mod speech;
 pub(crate) mod state;
 pub mod stream;
@@ -107,8 +108,9 @@ use self::{
     margin::Margin,
     metrics::AssistantMetrics,
     outcome::ModelOutcome,
-    policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan},
+    policy::{DialogPolicy, Interpretation, TurnPlan},
     record::{CallRecord, Follower},
+    skill_dialog::SkillPolicy,
     state::Caps,
     turn::TurnInput,
 };
@@ -151,6 +153,8 @@ pub struct Assistant {
     caps: Caps,
     margin: Margin,
     activity: Arc<warmup::Activity>,
+    /// The skills policy, when it is the policy: for the catalog's route.
+    skills: Option<Arc<SkillPolicy>>,
 }
 
 impl Assistant {
@@ -232,8 +236,12 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
-        let policy = Arc::new(ChatPolicy::from_config(config, &metrics)?);
-        Ok(Assistant::with_policy(config, backend, policy, metrics))
+        let offline = backend.name() == ModelBackend::name(&offline::Offline);
+        let policy = Arc::new(SkillPolicy::from_config(config, &metrics, offline)?);
+        let skills = Some(policy.clone());
+        let mut assistant = Assistant::with_policy(config, backend, policy, metrics);
+        assistant.skills = skills;
+        Ok(assistant)
     }
 
     /// The assistant over any backend and dialog policy.
@@ -258,12 +266,17 @@ impl Assistant {
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
         let activity = warmup::Activity::new();
-        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity }
+        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
     }
 
     /// The backend's name: `openai` or `offline`.
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()
+    }
+
+    /// The skills catalog now; `None` when the policy serves no skills.
+    pub(crate) fn skills_catalog(&self) -> Option<Arc<crate::skills::catalog::Catalog>> {
+        self.skills.as_ref().map(|skills| skills.catalog())
     }
 
     /// Model calls running now.
@@ -304,8 +317,10 @@ impl Assistant {
         Ok(handle)
     }
 
-    /// The answer body of a finished call.
-    fn finish(
+    /// The answer body of a finished call; the call the policy goes on
+    /// with by itself, if any, is started now, so that it is often done
+    /// when its callback comes.
+    async fn finish(
         &self,
         handler: Handler,
         args: &TAssistantContinueArguments,
@@ -316,9 +331,17 @@ impl Assistant {
         let Ok(completion) = outcome else {
             return self.apology(handler, &state);
         };
-        match self.policy.interpret(&args.utterance, completion, &state, &args.spoken) {
+        match self.policy.interpret(&args.call_id, &args.utterance, completion, &state, &args.spoken) {
             Interpretation::Answer(body) => {
                 self.metrics.answer(handler.as_str(), "model");
+                *body
+            }
+            Interpretation::AnswerThen(body, next) => {
+                self.metrics.answer(handler.as_str(), "model");
+                if self.start(&next).await.is_err() {
+                    // Its callback starts it when there is room.
+                    tracing::debug!(call_id = %next.call_id, "assistant: at the in-flight cap; the next call waits");
+                }
                 *body
             }
             Interpretation::Unusable => {
@@ -446,7 +469,7 @@ impl Scenario for Assistant {
             self.metrics.answer("run", "irrelevant");
             return Ok(reply::irrelevant(NO_WORDS).into());
         };
-        let state = state::of_request(&base, &ctx.request_id, self.caps);
+        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
         let args = match input {
             TurnInput::Callback { name, payload } if name == callback::NAME => {
                 let Some(args) = self.resumed(payload.as_ref(), state) else {
@@ -455,11 +478,17 @@ impl Scenario for Assistant {
                 };
                 args
             }
-            input => match self.policy.plan(&input, &state) {
+            input => match self.policy.plan(&ctx.request_id, &input, &mut state) {
                 TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
                 TurnPlan::Decline { reason } => {
                     self.metrics.answer("run", "irrelevant");
                     return Ok(reply::irrelevant(&reason).into());
+                }
+                TurnPlan::Answer { body, kind } => {
+                    self.metrics.answer("run", kind);
+                    let response = t_scenario_run_response::Response::ResponseBody(*body);
+                    let features = Some(reply::features());
+                    return Ok(TScenarioRunResponse { response: Some(response), features, ..Default::default() }.into());
                 }
             },
         };
@@ -470,7 +499,7 @@ impl Scenario for Assistant {
         };
         let response = match handle.wait_until(stop_by).await {
             Some(outcome) => {
-                let mut body = self.finish(Handler::Run, &args, &outcome);
+                let mut body = self.finish(Handler::Run, &args, &outcome).await;
                 self.on_screen(&mut body, &args.call_id, screen);
                 t_scenario_run_response::Response::ResponseBody(body)
             }
@@ -501,7 +530,7 @@ impl Scenario for Assistant {
                 reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
             }
             Ok(handle) => match handle.wait_until(stop_by).await {
-                Some(outcome) => self.finish(Handler::Continue, &args, &outcome),
+                Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
                 None => {
                     let body = self.hold(&args);
                     self.answered(stop_by);

@@ -61,8 +61,8 @@ pub enum Verdict {
 
 /// The configurable rule lists: regexes, each optionally ending with
 /// ` # reason`. A list left out of a configuration file keeps its default.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// Commands never run.
     pub deny: Vec<String>,

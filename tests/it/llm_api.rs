@@ -280,8 +280,8 @@ async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     assert_eq!(wrapper["is_consequential"], false, "the schema fits one part by default");
     let schema = &wrapper["content"];
     let paths: Vec<_> = schema["endpoints"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
-    assert_eq!(paths, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/schema"]);
-    for key in ["part", "answer", "error"] {
+    assert_eq!(paths, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/skills", "/llm/schema"]);
+    for key in ["part", "answer", "skills", "error"] {
         assert!(schema["schemas"][key].is_object(), "{key}");
     }
     assert!(schema["chunking"].is_object());

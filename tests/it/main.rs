@@ -3,6 +3,7 @@
 mod helpers;
 mod mock_llm;
 mod scenarios;
+mod skills;
 
 mod assistant;
 mod assistant_backend;

@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use prost_types::{Struct, Value, value::Kind};
 
-use crate::proto::n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive};
+use crate::proto::{
+    megamind_scenario::v1::{TAssistantPending, TAssistantState},
+    n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive},
+};
 
 /// The callback's `Name`: the one `Input.Callback` the shell takes itself.
 pub(crate) const NAME: &str = "assistant_answer";
@@ -26,6 +29,15 @@ pub(crate) fn directive(call_id: &str) -> TDirective {
     let payload = Struct { fields: [(CALL_ID.to_owned(), id)].into_iter().collect() };
     let callback = TCallbackDirective { name: NAME.into(), payload: Some(payload), ..Default::default() };
     TDirective { directive: Some(t_directive::Directive::CallbackDirective(callback)) }
+}
+
+/// Makes `state` wait for the call `call_id` answering `utterance`, a call
+/// the scenario starts by itself (a skill's next step): the directive
+/// returned fetches its answer like any held answer's.
+pub(crate) fn continue_with(state: &mut TAssistantState, call_id: &str, utterance: &str) -> TDirective {
+    state.pending =
+        Some(TAssistantPending { call_id: call_id.to_owned(), utterance: utterance.to_owned(), ..Default::default() });
+    directive(call_id)
 }
 
 /// The call a callback's payload names, if it names one.

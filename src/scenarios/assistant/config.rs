@@ -96,6 +96,56 @@ pub struct AssistantConfig {
     pub public_url: String,
     /// `/llm/...` JSON answers longer than this, in bytes, are served in parts.
     pub chunk_bytes: usize,
+    /// `[assistant.skills]`: multi-step skills.
+    pub skills: SkillsConfig,
+}
+
+/// `[assistant.skills]`: where the skills are and how a session is bounded.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// The folder of skills, one subfolder with a `SKILL.md` each. Absent:
+    /// `skills/` in the working directory when there is one, else none. A
+    /// folder given here must exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// A file whose text goes into every skill's system message after
+    /// `--- System Context ---` (what the model should know of the machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_context_file: Option<PathBuf>,
+    /// Bytes of exchanges a session keeps in the state; past it the oldest
+    /// after the first go.
+    pub max_session_bytes: usize,
+    /// Bytes of a command's cleaned output sent to the model.
+    pub max_output_bytes: usize,
+    /// Reload the catalog when the folder changes (it is also reloaded on SIGHUP).
+    pub watch: bool,
+    /// The command policy: regexes with an optional ` # reason`, deny
+    /// before ask; a list left out keeps its default.
+    pub policy: crate::skills::policy::PolicyConfig,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> SkillsConfig {
+        SkillsConfig {
+            dir: None,
+            system_context_file: None,
+            max_session_bytes: 32 * 1024,
+            max_output_bytes: crate::skills::output::DEFAULT_MAX_BYTES,
+            watch: true,
+            policy: crate::skills::policy::PolicyConfig::default(),
+        }
+    }
+}
+
+impl SkillsConfig {
+    /// The folder to load: the configured one, else `skills/` when present.
+    pub fn folder(&self) -> Option<PathBuf> {
+        match &self.dir {
+            Some(dir) => Some(dir.clone()),
+            None => Some(PathBuf::from("skills")).filter(|dir| dir.is_dir()),
+        }
+    }
 }
 
 impl Default for AssistantConfig {
@@ -134,6 +184,7 @@ impl Default for AssistantConfig {
             max_streams: 10_000,
             public_url: String::new(),
             chunk_bytes: 64 * 1024,
+            skills: SkillsConfig::default(),
         }
     }
 }
@@ -198,6 +249,24 @@ impl AssistantConfig {
             format!("public_url = {public:?}: must start with http:// or https:// (or be empty)"),
         );
         check(self.chunk_bytes >= 64, format!("chunk_bytes = {}: must be at least 64", self.chunk_bytes));
+        let skills = &self.skills;
+        if let Some(dir) = &skills.dir {
+            check(dir.is_dir(), format!("skills.dir = {}: not a folder", dir.display()));
+        }
+        if let Some(file) = &skills.system_context_file {
+            check(file.is_file(), format!("skills.system_context_file = {}: not a file", file.display()));
+        }
+        check(
+            skills.max_session_bytes >= 1024,
+            format!("skills.max_session_bytes = {}: must be at least 1024", skills.max_session_bytes),
+        );
+        check(
+            skills.max_output_bytes >= 256,
+            format!("skills.max_output_bytes = {}: must be at least 256", skills.max_output_bytes),
+        );
+        if let Err(error) = crate::skills::policy::Policy::new(&skills.policy) {
+            check(false, format!("skills.policy: {error}"));
+        }
         if errors.is_empty() { Ok(()) } else { Err(errors) }
     }
 

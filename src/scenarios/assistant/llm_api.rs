@@ -57,7 +57,31 @@ pub(crate) fn routes(assistant: Arc<Assistant>, setup: &mut Setup<'_>) {
     let api = Arc::new(Api { streams: Arc::new(Semaphore::new(config.max_streams)), parts, assistant });
     setup.route("/llm/stream/{request_id}", get(stream_route).with_state(api.clone()));
     setup.route("/llm/answers/{request_id}", get(answers_route).with_state(api.clone()));
+    setup.route("/llm/skills", get(skills_route).with_state(api.clone()));
     setup.route("/llm/schema", get(schema_route).with_state(api));
+}
+
+/// The skills catalog: each skill's name, description, triggers,
+/// parameters and allowed tools (not its body: the model's instructions).
+async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
+    let catalog = api.assistant.skills_catalog();
+    let skills: Vec<serde_json::Value> = catalog
+        .iter()
+        .flat_map(|catalog| catalog.skills())
+        .map(|skill| {
+            serde_json::json!({
+                "name": skill.name,
+                "description": skill.description,
+                "triggers": skill.triggers,
+                "parameters": skill.parameters.iter().map(|p| serde_json::json!({"name": p.name, "description": p.description})).collect::<Vec<_>>(),
+                "allowed_tools": skill.allowed_tools,
+                "compatibility": skill.compatibility,
+                "license": skill.license,
+            })
+        })
+        .collect();
+    let whole = serde_json::json!({ "skills": skills }).to_string();
+    api.respond("skills", "/llm/skills", &whole, &uri, &headers)
 }
 
 async fn stream_route(

@@ -42,6 +42,14 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
             },
             {
                 "method": "GET",
+                "path": "/llm/skills",
+                "summary": "The skills catalog (SKILL.md files): what a user can start with \"run skill <name>\"; possibly in parts.",
+                "content_type": "application/json",
+                "parameters": {"part": "the part to fetch, from 1", "snapshot": "the snapshot the parts come from (also If-Match)"},
+                "errors": {"400": "a bad part", "410": "the snapshot expired", "412": "the catalog changed since part 1", "416": "no such part"},
+            },
+            {
+                "method": "GET",
                 "path": "/llm/schema",
                 "summary": "This document; possibly in parts.",
                 "content_type": "application/json",
@@ -50,6 +58,7 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
         "schemas": {
             "part": parts::part_schema(),
             "answer": answer_schema(),
+            "skills": skills_schema(),
             "error": error,
         },
         "events": events(),
@@ -94,6 +103,29 @@ fn answer_schema() -> Value {
                 "completion_tokens": {"type": "integer"},
             }},
         },
+    })
+}
+
+fn skills_schema() -> Value {
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    json!({
+        "type": "object",
+        "required": ["skills"],
+        "properties": {"skills": {"type": "array", "items": {
+            "type": "object",
+            "required": ["name", "description", "triggers", "parameters"],
+            "properties": {
+                "name": {"type": "string"},
+                "description": {"type": "string"},
+                "triggers": strings,
+                "parameters": {"type": "array", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "description": {"type": "string"},
+                }}},
+                "allowed_tools": {"type": ["array", "null"], "items": {"type": "string"}},
+                "compatibility": {"type": ["string", "null"]},
+                "license": {"type": ["string", "null"]},
+            },
+        }}},
     })
 }
 

@@ -42,6 +42,18 @@ pub const STREAMS_OPEN: &str = "megamind_assistant_streams_open";
 /// error code).
 pub const LLM_API: &str = "megamind_assistant_llm_api_requests_total";
 
+/// Skills in the catalog now.
+pub const SKILLS_LOADED: &str = "megamind_assistant_skills_loaded";
+/// `SKILL.md` files skipped as invalid at the last load.
+pub const SKILLS_INVALID: &str = "megamind_assistant_skills_invalid";
+/// Loads of the skills folder by `trigger` (`start`, `change`, `sighup`).
+pub const SKILL_RELOADS: &str = "megamind_assistant_skill_reloads_total";
+/// Skill steps the model answered, by `marker` (`cmd`, `ask`, `message`,
+/// `done`, `cap`).
+pub const SKILL_STEPS: &str = "megamind_assistant_skill_steps_total";
+/// Commands of skills by the policy's `verdict` (`allow`, `ask`, `deny`).
+pub const SKILL_COMMANDS: &str = "megamind_assistant_skill_commands_total";
+
 /// Seconds from a model event's arrival to the write of its JSONSeq events,
 /// for subscribers that had caught up (not a late subscriber's backlog).
 pub const STREAM_DELAY: &str = "megamind_assistant_stream_delay_seconds";
@@ -67,6 +79,11 @@ pub struct AssistantMetrics {
     pub(crate) streams_open: IntGauge,
     pub(crate) llm_api: IntCounterVec,
     pub(crate) stream_delay: Histogram,
+    pub(crate) skills_loaded: IntGauge,
+    pub(crate) skills_invalid: IntGauge,
+    pub(crate) skill_reloads: IntCounterVec,
+    pub(crate) skill_steps: IntCounterVec,
+    pub(crate) skill_commands: IntCounterVec,
 }
 
 impl AssistantMetrics {
@@ -104,6 +121,17 @@ impl AssistantMetrics {
                 HistogramOpts::new(STREAM_DELAY, "Seconds from a model event's arrival to its stream events' write.")
                     .buckets(DELAY_BUCKETS.to_vec()),
             )?,
+            skills_loaded: IntGauge::new(SKILLS_LOADED, "Skills in the catalog now.")?,
+            skills_invalid: IntGauge::new(SKILLS_INVALID, "SKILL.md files skipped as invalid at the last load.")?,
+            skill_reloads: IntCounterVec::new(
+                Opts::new(SKILL_RELOADS, "Loads of the skills folder by trigger."),
+                &["trigger"],
+            )?,
+            skill_steps: IntCounterVec::new(Opts::new(SKILL_STEPS, "Skill steps by marker."), &["marker"])?,
+            skill_commands: IntCounterVec::new(
+                Opts::new(SKILL_COMMANDS, "Skill commands by the policy's verdict."),
+                &["verdict"],
+            )?,
         };
         registry.register(Box::new(metrics.model_calls.clone()))?;
         registry.register(Box::new(metrics.model_seconds.clone()))?;
@@ -118,6 +146,11 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.streams_open.clone()))?;
         registry.register(Box::new(metrics.llm_api.clone()))?;
         registry.register(Box::new(metrics.stream_delay.clone()))?;
+        registry.register(Box::new(metrics.skills_loaded.clone()))?;
+        registry.register(Box::new(metrics.skills_invalid.clone()))?;
+        registry.register(Box::new(metrics.skill_reloads.clone()))?;
+        registry.register(Box::new(metrics.skill_steps.clone()))?;
+        registry.register(Box::new(metrics.skill_commands.clone()))?;
         Ok(metrics)
     }
 

@@ -19,7 +19,7 @@ pub(crate) const NAME: &str = "assistant";
 pub struct AssistantModule;
 
 /// The flags of `serve`: long name, key, environment variable, help.
-const FLAGS: [Flag; 32] = [
+const FLAGS: [Flag; 33] = [
     Flag::new(
         "llm-base-url",
         "base_url",
@@ -111,6 +111,12 @@ const FLAGS: [Flag; 32] = [
     .env("MEGAMIND_LLM_PUBLIC_URL"),
     Flag::new("llm-chunk-bytes", "chunk_bytes", "/llm JSON answers longer than this are served in parts, in bytes")
         .env("MEGAMIND_LLM_CHUNK_BYTES"),
+    Flag::new(
+        "skills-dir",
+        "skills.dir",
+        "The skills folder (one subfolder with a SKILL.md per skill); none: ./skills when present",
+    )
+    .env("MEGAMIND_SKILLS_DIR"),
 ];
 
 impl ScenarioModule for AssistantModule {
@@ -166,23 +172,30 @@ mod tests {
         AssistantModule.build(defaults, &mut setup).unwrap();
         assert!(registry.gather().iter().any(|family| family.name() == super::super::metrics::IN_FLIGHT));
         let routes: Vec<String> = setup.into_routes().into_iter().map(|(path, _)| path).collect();
-        assert_eq!(routes, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/schema"]);
+        assert_eq!(routes, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/skills", "/llm/schema"]);
         assert!(build(toml::Table::new()).is_ok(), "an empty table is the defaults");
     }
 
     #[test]
     fn every_flag_sets_a_key_of_the_table_from_its_own_variable() {
         let flags = AssistantModule.flags();
-        assert_eq!(flags.len(), 32);
+        assert_eq!(flags.len(), 33);
         let defaults = AssistantModule.defaults();
         for flag in &flags {
-            assert_eq!(flag.long, format!("llm-{}", flag.key.replace('_', "-")), "{flag:?}");
+            // The model's keys are `--llm-*`; the skills table's `--skills-*`.
+            let long = match flag.key.strip_prefix("skills.") {
+                Some(key) => format!("skills-{key}"),
+                None => format!("llm-{}", flag.key),
+            };
+            assert_eq!(flag.long, long.replace('_', "-"), "{flag:?}");
             let env = format!("MEGAMIND_{}", flag.long.replace('-', "_").to_uppercase());
             assert_eq!(flag.env, Some(env.as_str()), "{flag:?}");
             assert_eq!(flag.secret, flag.key == "api_key", "{flag:?}");
             assert!(!flag.help.contains("[default"), "the core appends defaults: {flag:?}");
-            // The one key without a default: no file, the built-in prompt.
-            assert!(defaults.contains_key(flag.key) || flag.key == "system_prompt_file", "{flag:?}");
+            // The keys without a default: no file, the built-in prompt; no
+            // folder, ./skills when present.
+            let optional = ["system_prompt_file", "skills.dir"];
+            assert!(defaults.contains_key(flag.key) || optional.contains(&flag.key), "{flag:?}");
         }
         let mut keys: Vec<&str> = flags.iter().map(|f| f.key).collect();
         keys.sort_unstable();

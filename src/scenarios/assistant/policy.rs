@@ -27,12 +27,12 @@ use super::{
     turn::TurnInput,
 };
 use crate::proto::{
-    megamind_scenario::v1::{TAssistantState, TAssistantTurn},
+    megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
     n_alice::n_scenarios::TScenarioResponseBody,
 };
 
 /// What a policy makes of a turn's input.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TurnPlan {
     /// Ask the model. `utterance` is what the call answers: carried to
     /// `/continue` and matched against the user's repeat of the question.
@@ -45,6 +45,14 @@ pub(crate) enum TurnPlan {
         /// Why, spoken.
         reason: String,
     },
+    /// Answer at once, without the model (a skill's own turns: a list, a
+    /// confirmation, a cancel).
+    Answer {
+        /// The answer, its `State` the dialog's new state.
+        body: Box<TScenarioResponseBody>,
+        /// The `kind` label of the answers metric.
+        kind: &'static str,
+    },
 }
 
 /// What a finished model answer means.
@@ -52,14 +60,19 @@ pub(crate) enum TurnPlan {
 pub(crate) enum Interpretation {
     /// The answer; its `State` is the dialog's new state.
     Answer(Box<TScenarioResponseBody>),
+    /// The answer, and the next model call, which the shell starts at once:
+    /// the answer's state waits for it and its callback fetches it (a
+    /// skill that goes on by itself).
+    AnswerThen(Box<TScenarioResponseBody>, Box<TAssistantContinueArguments>),
     /// Nothing usable to say: the shell apologizes, the state unchanged.
     Unusable,
 }
 
 /// A dialog policy: the half of the scenario that is about words.
 pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
-    /// What `input` asks for in `state`.
-    fn plan(&self, input: &TurnInput, state: &TAssistantState) -> TurnPlan;
+    /// What `input`, of the request `request_id`, asks for in `state`; a
+    /// model call runs in `state` as the plan leaves it.
+    fn plan(&self, request_id: &str, input: &TurnInput, state: &mut TAssistantState) -> TurnPlan;
 
     /// The messages of the model call answering `utterance` in `state`.
     fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage>;
@@ -71,11 +84,13 @@ pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
     /// nothing may.
     fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String;
 
-    /// What `completion`, the answer of the call about `utterance`, means
-    /// in `state` (the state before this turn), `spoken` being what
-    /// [`DialogPolicy::ready_speech`] gave of it and was spoken already.
+    /// What `completion`, the answer of the call `call_id` about
+    /// `utterance`, means in `state` (the state before this turn), `spoken`
+    /// being what [`DialogPolicy::ready_speech`] gave of it and was spoken
+    /// already.
     fn interpret(
         &self,
+        call_id: &str,
         utterance: &str,
         completion: &Completion,
         state: &TAssistantState,
@@ -122,11 +137,14 @@ impl ChatPolicy {
 }
 
 impl DialogPolicy for ChatPolicy {
-    fn plan(&self, input: &TurnInput, _state: &TAssistantState) -> TurnPlan {
+    fn plan(&self, _request_id: &str, input: &TurnInput, _state: &mut TAssistantState) -> TurnPlan {
         match input {
             TurnInput::Words(words) => TurnPlan::CallModel { utterance: words.clone() },
-            // A chat gives no callbacks, so none comes back for it.
-            TurnInput::Callback { .. } => TurnPlan::Decline { reason: NO_WORDS.into() },
+            // A chat gives no callbacks, so none comes back for it; a skill
+            // frame is a skill policy's.
+            TurnInput::Callback { .. } | TurnInput::Silence | TurnInput::RunSkill { .. } => {
+                TurnPlan::Decline { reason: NO_WORDS.into() }
+            }
         }
     }
 
@@ -144,6 +162,7 @@ impl DialogPolicy for ChatPolicy {
 
     fn interpret(
         &self,
+        _call_id: &str,
         utterance: &str,
         completion: &Completion,
         state: &TAssistantState,
@@ -214,14 +233,15 @@ mod tests {
 
     #[test]
     fn words_call_the_model_and_callbacks_are_declined() {
-        let state = TAssistantState::default();
+        let mut state = TAssistantState::default();
         let words = TurnInput::Words("привет".into());
-        assert_eq!(policy().plan(&words, &state), TurnPlan::CallModel { utterance: "привет".into() });
+        assert_eq!(policy().plan("r", &words, &mut state), TurnPlan::CallModel { utterance: "привет".into() });
         for callback in [
             TurnInput::Callback { name: "skill_command_result".into(), payload: Some(Struct::default()) },
             TurnInput::Callback { name: String::new(), payload: None },
+            TurnInput::Silence,
         ] {
-            assert_eq!(policy().plan(&callback, &state), TurnPlan::Decline { reason: NO_WORDS.into() });
+            assert_eq!(policy().plan("r", &callback, &mut state), TurnPlan::Decline { reason: NO_WORDS.into() });
         }
     }
 
@@ -229,7 +249,7 @@ mod tests {
     fn the_answer_is_spoken_with_its_directive_and_remembered() {
         let raw = r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
         let state = TAssistantState { session_id: "s".into(), ..Default::default() };
-        let Interpretation::Answer(body) = policy().interpret("открой Safari", &completion(raw), &state, "")
+        let Interpretation::Answer(body) = policy().interpret("c", "открой Safari", &completion(raw), &state, "")
         else {
             panic!("an answer")
         };
@@ -239,7 +259,7 @@ mod tests {
         let new_state = state::decode(body.state.as_ref(), Caps { turns: 10, bytes: 1 << 20 });
         assert_eq!(new_state.session_id, "s");
         assert_eq!(new_state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: raw.into() }]);
-        assert_eq!(policy().interpret("?", &completion("{\"text\": \""), &state, ""), Interpretation::Unusable);
+        assert_eq!(policy().interpret("c", "?", &completion("{\"text\": \""), &state, ""), Interpretation::Unusable);
     }
 
     #[test]

@@ -44,6 +44,23 @@ pub(crate) fn spoken(text: &str, listen: bool, state: &TAssistantState, intent: 
     body(text, Vec::new(), listen, state, intent)
 }
 
+/// An answer of the scenario's own: `card` shown, `speech` spoken, with
+/// `directives`; `listen` keeps the microphone open.
+pub(crate) fn said(
+    card: &str,
+    speech: &str,
+    directives: Vec<TDirective>,
+    listen: bool,
+    state: &TAssistantState,
+    intent: &str,
+) -> TScenarioResponseBody {
+    let mut body = body(card, directives, listen, state, intent);
+    if let Some(layout) = body.layout.as_mut() {
+        layout.output_speech = speech.into();
+    }
+    body
+}
+
 /// `/run` declines, saying why (Megamind picks another scenario).
 pub(crate) fn irrelevant(reason: &str) -> TScenarioRunResponse {
     let layout = layout(reason, Vec::new(), false);

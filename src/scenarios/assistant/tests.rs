@@ -349,7 +349,7 @@ async fn run_never_waits_past_its_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_callback_is_read_and_declined_by_the_chat() {
+async fn a_command_result_without_a_skill_session_is_declined() {
     let backend = Scripted::new(10, Ok("x"));
     let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
     let payload = serde_json::json!({"output": "ok", "exit_code": 0});
@@ -362,7 +362,7 @@ async fn a_callback_is_read_and_declined_by_the_chat() {
     request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
     let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
     assert!(declined.features.as_ref().unwrap().is_irrelevant);
-    assert_eq!(speech(&body_of(declined)), NO_WORDS);
+    assert_eq!(speech(&body_of(declined)), super::skill_dialog::STALE_RESULT);
     assert_eq!(backend.calls(), 0);
     assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="irrelevant"} 1"#));
 }

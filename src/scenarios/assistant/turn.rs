@@ -12,6 +12,12 @@ use crate::proto::n_alice::n_scenarios::{TInput, t_input};
 const MAX_UTTERANCE_BYTES: usize = 4096;
 /// A callback's name is cut to this many bytes: ours are a word or two.
 const MAX_CALLBACK_NAME_BYTES: usize = 256;
+/// The semantic frame that starts a skill: its slot `skill` names it, its
+/// other slots are the skill's parameters.
+pub(crate) const SKILL_FRAME: &str = "run_skill";
+/// Slots of a skill frame read at most, and bytes of a slot's name and value.
+const MAX_SLOTS: usize = 16;
+const MAX_SLOT_BYTES: usize = 256;
 
 /// The input of one turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +25,15 @@ pub(crate) enum TurnInput {
     /// `Input.Text.Utterance` (else `RawUtterance`) or `Input.Voice.Utterance`:
     /// trimmed, never empty, at most [`MAX_UTTERANCE_BYTES`].
     Words(String),
+    /// Text or voice with no words: an empty answer.
+    Silence,
+    /// A `run_skill` semantic frame (whatever the words were).
+    RunSkill {
+        /// The slot `skill`, trimmed.
+        skill: String,
+        /// The other slots, by name, in order; at most [`MAX_SLOTS`].
+        parameters: Vec<(String, String)>,
+    },
     /// `Input.Callback`.
     Callback {
         /// Its `Name`, trimmed, at most [`MAX_CALLBACK_NAME_BYTES`].
@@ -31,6 +46,18 @@ pub(crate) enum TurnInput {
 impl TurnInput {
     /// What `input` brings; `None` when nothing (no event, blank words).
     pub(crate) fn from_input(input: &TInput) -> Option<TurnInput> {
+        if let Some(frame) = input.semantic_frames.iter().find(|frame| frame.name == SKILL_FRAME) {
+            let bounded = |text: &str| clip(text.trim(), MAX_SLOT_BYTES).to_owned();
+            let slots = frame.slots.iter().take(MAX_SLOTS);
+            let skill = slots.clone().find(|slot| slot.name == "skill").map(|slot| bounded(&slot.value));
+            if let Some(skill) = skill.filter(|skill| !skill.is_empty()) {
+                let parameters = slots
+                    .filter(|slot| slot.name != "skill" && !slot.name.trim().is_empty())
+                    .map(|slot| (bounded(&slot.name), bounded(&slot.value)))
+                    .collect();
+                return Some(TurnInput::RunSkill { skill, parameters });
+            }
+        }
         let words = match &input.event {
             Some(t_input::Event::Callback(callback)) => {
                 let name = clip(callback.name.trim(), MAX_CALLBACK_NAME_BYTES).to_owned();
@@ -42,7 +69,7 @@ impl TurnInput {
             None => return None,
         };
         let words = clip(words.trim(), MAX_UTTERANCE_BYTES);
-        (!words.is_empty()).then(|| TurnInput::Words(words.to_owned()))
+        Some(if words.is_empty() { TurnInput::Silence } else { TurnInput::Words(words.to_owned()) })
     }
 }
 
@@ -72,7 +99,7 @@ mod tests {
         let words = |w: &str| Some(TurnInput::Words(w.into()));
         assert_eq!(TurnInput::from_input(&text(" привет ", "сырое")), words("привет"));
         assert_eq!(TurnInput::from_input(&text("  ", "сырое")), words("сырое"));
-        assert_eq!(TurnInput::from_input(&text("", " ")), None, "blank words are nothing");
+        assert_eq!(TurnInput::from_input(&text("", " ")), Some(TurnInput::Silence), "blank words are silence");
         let voice = input(t_input::Event::Voice(TVoiceInput { utterance: "алло".into(), ..Default::default() }));
         assert_eq!(TurnInput::from_input(&voice), words("алло"));
         assert_eq!(TurnInput::from_input(&TInput::default()), None);
@@ -101,6 +128,36 @@ mod tests {
             Some(TurnInput::Callback { name: String::new(), payload: None }),
             "even an empty callback is the policy's to judge"
         );
+    }
+
+    #[test]
+    fn a_run_skill_frame_names_the_skill_and_its_parameters() {
+        use crate::proto::n_alice::n_scenarios::{TSemanticFrame, TSemanticFrameSlot};
+        let slot = |name: &str, value: &str| TSemanticFrameSlot {
+            name: name.into(),
+            value: value.into(),
+            ..Default::default()
+        };
+        let frame = TSemanticFrame {
+            name: SKILL_FRAME.into(),
+            slots: vec![slot("branch", "main"), slot("skill", " git-quick-commit "), slot("", "nameless")],
+        };
+        let mut with_frame = text_input("запусти");
+        with_frame.semantic_frames = vec![TSemanticFrame { name: "other".into(), slots: vec![] }, frame];
+        assert_eq!(
+            TurnInput::from_input(&with_frame),
+            Some(TurnInput::RunSkill {
+                skill: "git-quick-commit".into(),
+                parameters: vec![("branch".into(), "main".into())]
+            })
+        );
+        let mut no_skill = text_input("привет");
+        no_skill.semantic_frames = vec![TSemanticFrame { name: SKILL_FRAME.into(), slots: vec![slot("x", "y")] }];
+        assert_eq!(TurnInput::from_input(&no_skill), Some(TurnInput::Words("привет".into())), "no skill slot: words");
+    }
+
+    fn text_input(words: &str) -> TInput {
+        input(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() }))
     }
 
     #[test]

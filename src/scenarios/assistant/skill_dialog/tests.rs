@@ -1,0 +1,81 @@
+use super::*;
+
+fn payload(fields: &[(&str, Kind)]) -> Struct {
+    Struct { fields: fields.iter().map(|(k, v)| (k.to_string(), Value { kind: Some(v.clone()) })).collect() }
+}
+
+#[test]
+fn the_next_call_id_is_derived_from_the_first_and_never_grows() {
+    assert_eq!(next_call_id("req-7", 2), "req-7#skill-step-2");
+    assert_eq!(next_call_id("req-7#skill-step-2", 3), "req-7#skill-step-3");
+    assert_eq!(next_call_id(&next_call_id(&next_call_id("r", 2), 3), 4), "r#skill-step-4");
+}
+
+#[test]
+fn a_result_answers_only_the_command_its_session_waits_for() {
+    let mut session = session::start("git-quick-commit", "req-1");
+    session.step = 3;
+    session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
+    let fields = |step: f64, name: &str, id: &str| {
+        payload(&[
+            ("skill", Kind::StringValue(name.into())),
+            ("step", Kind::NumberValue(step)),
+            ("session", Kind::StringValue(id.into())),
+            ("output", Kind::StringValue("ok".into())),
+            ("skipped", Kind::BoolValue(false)),
+        ])
+    };
+    let good = fields(3.0, "git-quick-commit", "req-1");
+    assert!(CommandResult::read(Some(&good)).is_for(&session));
+    assert_eq!(CommandResult::read(Some(&good)).output, "ok");
+    for wrong in [
+        fields(2.0, "git-quick-commit", "req-1"),
+        fields(3.0, "other", "req-1"),
+        fields(3.0, "git-quick-commit", "req-2"),
+    ] {
+        assert!(!CommandResult::read(Some(&wrong)).is_for(&session), "{wrong:?}");
+    }
+    assert!(!CommandResult::read(None).is_for(&session));
+    let mut asking = session.clone();
+    session::set_wait(&mut asking, ESkillWait::SkillWaitUser);
+    assert!(!CommandResult::read(Some(&good)).is_for(&asking), "a result while waiting for the user");
+    let text_step = payload(&[("step", Kind::StringValue("3".into()))]);
+    assert_eq!(CommandResult::read(Some(&text_step)).step, None, "only a number is a step");
+}
+
+#[test]
+fn the_directive_names_the_session_and_the_step() {
+    let mut session = session::start("disk-usage", "req-9");
+    session.step = 1;
+    let TDirective { directive: Some(t_directive::Directive::RunCommandDirective(run)) } =
+        command_directive("df -h", &session)
+    else {
+        panic!("a RunCommandDirective")
+    };
+    assert_eq!((run.name.as_str(), run.command.as_str()), ("run_command", "df -h"));
+    let callback = run.callback.unwrap();
+    assert_eq!(callback.name, COMMAND_RESULT);
+    let mut result = CommandResult::read(callback.payload.as_ref());
+    assert_eq!((result.skill.as_str(), result.step, result.session.as_str()), ("disk-usage", Some(1.0), "req-9"));
+    session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
+    result.output = "x".into();
+    assert!(result.is_for(&session), "what the directive carries comes back as a match");
+}
+
+#[test]
+fn the_shipped_skills_commands_pass_the_policy() {
+    let (catalog, problems) = Catalog::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/skills")));
+    assert!(problems.is_empty(), "{problems:?}");
+    let rules = Policy::new(&crate::skills::policy::PolicyConfig::default()).unwrap();
+    let allowed = |name: &str, command: &str| rules.check(command, catalog.get(name).unwrap().allowed_tools.as_deref());
+    assert_eq!(allowed("git-quick-commit", "git status --porcelain"), Verdict::Allow);
+    assert_eq!(allowed("git-quick-commit", "git add . && git commit -m \"fix: x\""), Verdict::Allow);
+    assert_eq!(allowed("disk-usage", "du -sh ./* | sort -rh | head -n 5"), Verdict::Allow);
+    assert_eq!(
+        allowed("project-notes", "printf '%s %s %s\\n' '2026-11-24' 'work' 'buy milk' | tee -a NOTES.md"),
+        Verdict::Allow
+    );
+    assert_eq!(allowed("project-notes", "tail -n 3 NOTES.md"), Verdict::Allow);
+    assert_eq!(allowed("project-notes", "date +%F"), Verdict::Allow);
+    assert!(matches!(allowed("git-quick-commit", "ls"), Verdict::Deny(_)), "outside its allowed tools");
+}
