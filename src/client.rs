@@ -49,9 +49,9 @@ use crate::{
     proto::{
         megamind_scenario::v1::scenario_client::ScenarioClient,
         n_alice::n_scenarios::{
-            TAsrResult, TAsrWord, TCallbackDirective, TError, TInput, TScenarioApplyRequest, TScenarioBaseRequest,
-            TScenarioResponseBody, TScenarioRunRequest, TTextInput, TVoiceInput, t_directive, t_input,
-            t_scenario_commit_response, t_scenario_run_response,
+            TAsrResult, TAsrWord, TCallbackDirective, TError, TInput, TRunCommandDirective, TScenarioApplyRequest,
+            TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest, TTextInput, TVoiceInput, t_directive,
+            t_input, t_scenario_commit_response, t_scenario_run_response,
         },
     },
     scenario::Handler,
@@ -74,6 +74,7 @@ pub struct Client {
     state: Option<Any>,
     new_session: bool,
     requests: u64,
+    command: Option<TRunCommandDirective>,
 }
 
 impl Client {
@@ -118,6 +119,7 @@ impl Client {
             state: None,
             new_session: true,
             requests: 0,
+            command: None,
         }
     }
 
@@ -199,6 +201,26 @@ impl Client {
         self.send(input_of(t_input::Event::Voice(voice))).await
     }
 
+    /// The command the last answer asks the client to run
+    /// (`RunCommandDirective`), if any.
+    pub fn pending_command(&self) -> Option<&TRunCommandDirective> {
+        self.command.as_ref()
+    }
+
+    /// Sends the result of the [pending command](Client::pending_command):
+    /// its callback, the payload completed with `output`, `exit_code` and
+    /// `skipped`, as a client that ran (or skipped) it does.
+    pub async fn command_result(&mut self, output: &str, exit_code: i32, skipped: bool) -> Result<Turn, ClientError> {
+        let mut callback = self.command.as_ref().and_then(|run| run.callback.clone()).ok_or(ClientError::NoCommand)?;
+        let fields = &mut callback.payload.get_or_insert_with(Default::default).fields;
+        let value = |kind| prost_types::Value { kind: Some(kind) };
+        use prost_types::value::Kind;
+        fields.insert("output".into(), value(Kind::StringValue(output.to_owned())));
+        fields.insert("exit_code".into(), value(Kind::NumberValue(f64::from(exit_code))));
+        fields.insert("skipped".into(), value(Kind::BoolValue(skipped)));
+        self.send(input_of(t_input::Event::Callback(callback))).await
+    }
+
     /// One turn of any `input` (semantic frames, a callback of the user's
     /// choosing, ...), played as [`Client::say`] plays words.
     pub async fn send(&mut self, mut input: TInput) -> Result<Turn, ClientError> {
@@ -213,6 +235,7 @@ impl Client {
             // declined turn leaves the dialog's state as it was.
             if !irrelevant {
                 self.state = body.state.clone();
+                self.command = run_command_of(&body).cloned();
             }
             let Some(callback) = callback_of(&body).filter(|_| self.follow_callbacks) else {
                 return Ok(Turn::new(hops, body, irrelevant));
@@ -312,6 +335,15 @@ fn callback_of(body: &TScenarioResponseBody) -> Option<&TCallbackDirective> {
     let directives = body.layout.as_ref().map_or(&[][..], |layout| &layout.directives);
     directives.iter().find_map(|directive| match &directive.directive {
         Some(t_directive::Directive::CallbackDirective(callback)) => Some(callback),
+        _ => None,
+    })
+}
+
+/// The first `RunCommandDirective` of the answer's layout.
+fn run_command_of(body: &TScenarioResponseBody) -> Option<&TRunCommandDirective> {
+    let directives = body.layout.as_ref().map_or(&[][..], |layout| &layout.directives);
+    directives.iter().find_map(|directive| match &directive.directive {
+        Some(t_directive::Directive::RunCommandDirective(run)) => Some(run),
         _ => None,
     })
 }

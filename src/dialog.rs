@@ -115,6 +115,8 @@ pub async fn play(client: &mut Client, spec: &TurnSpec) -> Result<Result<Turn, (
         let payload = Some(struct_from_json(callback.payload.clone()));
         let callback = TCallbackDirective { name: callback.name.clone(), payload, ..Default::default() };
         client.send(TInput { event: Some(t_input::Event::Callback(callback)), ..Default::default() }).await
+    } else if let Some(result) = &spec.command_result {
+        client.command_result(&result.output, result.exit_code, result.skipped).await
     } else {
         let text = spec.request.as_deref().unwrap_or_default();
         let request: TScenarioRunRequest = codec::decode(text.as_bytes(), Format::Text)
@@ -124,6 +126,7 @@ pub async fn play(client: &mut Client, spec: &TurnSpec) -> Result<Result<Turn, (
     match played {
         Ok(turn) => Ok(Ok(turn)),
         Err(ClientError::Protocol { kind, message, .. }) => Ok(Err((kind, message))),
+        Err(ClientError::NoCommand) => Ok(Err(("no_command".into(), ClientError::NoCommand.to_string()))),
         Err(error) => Err(Unplayable(error.to_string())),
     }
 }

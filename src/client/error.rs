@@ -83,6 +83,10 @@ pub enum ClientError {
         /// What the answer held instead.
         what: &'static str,
     },
+    /// A command result was to be sent, but the last answer asked to run no
+    /// command (`RunCommandDirective`).
+    #[error("the last answer asked to run no command")]
+    NoCommand,
     /// The answers kept asking for one more callback.
     #[error("still asked for a callback after {max} callbacks in one turn; giving up")]
     TooManyCallbacks {

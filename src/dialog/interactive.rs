@@ -3,6 +3,11 @@
 //! the speech, cards, directives and the state's size) or whole with `-v`;
 //! `--record` writes the session as a script whose expectations are what
 //! came back. Recording scripts is shared with `--script --record`.
+//!
+//! When an answer asks the client to run a command (`RunCommandDirective`,
+//! a skill's step), the next line is its result: `/run` runs it here with
+//! `sh -c` (the user's choice, each time), `/skip` skips it, anything else
+//! is taken as what it printed (`\n` for a new line).
 
 use std::{
     io::{BufRead, Write},
@@ -15,13 +20,17 @@ use super::{
     DialogArgs, Unplayable, answer_of,
     expect::Answer,
     play,
-    script::{Dialog, Script, TurnSpec},
+    script::{CommandResultSpec, Dialog, Script, TurnSpec},
     text_of,
 };
 use crate::client::Turn;
 
 /// Longest line read, in bytes: an utterance, not a file.
 const MAX_LINE_BYTES: usize = 16 * 1024;
+/// How long `/run` lets a command run before it is killed.
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Bytes of a command's output (stdout, then stderr) sent back at most.
+const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
 /// Plays each line of `input` until its end (or `/quit`); `true` unless the
 /// server answered a protocol `Error`.
@@ -43,12 +52,23 @@ pub async fn run(args: &DialogArgs, input: impl BufRead, out: &mut impl Write) -
             end -= 1;
         }
         let words = &words[..end];
-        let spec = TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
+        let spec = match client.pending_command().map(|run| run.command.clone()) {
+            Some(command) => {
+                let result = command_result(&command, words, out).await?;
+                TurnSpec { command_result: Some(result), ..TurnSpec::default() }
+            }
+            None => TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() },
+        };
         let played = play(&mut client, &spec).await?;
         let (answer, _) = answer_of(&played);
         print_turn(out, args, words, &played).map_err(|e| Unplayable(format!("cannot write: {e}")))?;
         clean &= answer.error.is_none();
         recorded.push(recorded_turn(&spec, &answer));
+        if let Some(run) = client.pending_command() {
+            writeln!(out, "  run_command: {}", run.command)
+                .and_then(|()| writeln!(out, "  type /run to run it here, /skip to skip it, or what it printed"))
+                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+        }
     }
     if let Some(path) = &args.record {
         let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: recorded };
@@ -92,6 +112,46 @@ fn print_turn(
     writeln!(out, "  cards: {} · directives: [{}] · state: {state} bytes", layout.cards.len(), kinds.join(", "))
 }
 
+/// The result of `command` the user's `line` gives: `/run` runs it here,
+/// `/skip` skips it, anything else is what it printed.
+async fn command_result(command: &str, line: &str, out: &mut impl Write) -> Result<CommandResultSpec, Unplayable> {
+    match line {
+        "/skip" => Ok(CommandResultSpec { skipped: true, ..CommandResultSpec::default() }),
+        "/run" => {
+            let (output, exit_code) = run_here(command).await;
+            for printed in output.lines() {
+                writeln!(out, "  | {printed}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+            }
+            writeln!(out, "  exit code {exit_code}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+            Ok(CommandResultSpec { output, exit_code, skipped: false })
+        }
+        typed => Ok(CommandResultSpec { output: typed.replace("\\n", "\n"), ..CommandResultSpec::default() }),
+    }
+}
+
+/// Runs `command` with `sh -c` in the current folder: its output (stdout,
+/// then stderr, capped) and exit code; 124 when it ran out of time, 127
+/// when it could not start.
+async fn run_here(command: &str) -> (String, i32) {
+    let child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(COMMAND_TIMEOUT, child).await {
+        Err(_) => (format!("timed out after {} s", COMMAND_TIMEOUT.as_secs()), 124),
+        Ok(Err(error)) => (format!("cannot run sh: {error}"), 127),
+        Ok(Ok(output)) => {
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            let cut = crate::text::clip(&text, MAX_OUTPUT_BYTES).len();
+            text.truncate(cut);
+            (text, output.status.code().unwrap_or(-1))
+        }
+    }
+}
+
 /// The directive's kind from its text format: `OpenAppDirective { ... }`.
 fn kind_of(text: &str) -> String {
     text.split_whitespace().next().unwrap_or("?").to_owned()
@@ -105,6 +165,8 @@ pub fn describe(spec: &TurnSpec) -> String {
         format!("voice {words:?}")
     } else if let Some(callback) = &spec.callback {
         format!("callback {:?}", callback.name)
+    } else if let Some(result) = &spec.command_result {
+        if result.skipped { "command skipped".into() } else { format!("command result (exit {})", result.exit_code) }
     } else {
         "request".into()
     }

@@ -57,6 +57,10 @@ pub struct TurnSpec {
     /// A callback the client sends back (`Input.Callback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<CallbackSpec>,
+    /// The result of the command the last answer asked to run
+    /// (`RunCommandDirective`): its callback sent back, completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_result: Option<CommandResultSpec>,
     /// `TScenarioRunRequest` fields in text format, merged into the request
     /// (e.g. `Input { SemanticFrames { Name: "run_skill" } }`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +79,21 @@ pub struct CallbackSpec {
     /// Its `Payload`, a JSON-like object.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub payload: Map<String, Value>,
+}
+
+/// `command_result: {output, exit_code, skipped}`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandResultSpec {
+    /// What the command printed.
+    #[serde(default)]
+    pub output: String,
+    /// Its exit code.
+    #[serde(default)]
+    pub exit_code: i32,
+    /// True when the user skipped it.
+    #[serde(default)]
+    pub skipped: bool,
 }
 
 /// A script loaded and checked.
@@ -123,9 +142,17 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         let mut expectations = Vec::with_capacity(dialog.turns.len());
         for (i, turn) in dialog.turns.iter().enumerate() {
             let at = format!("{file}: dialog {name:?}, turn {}", i + 1);
-            let inputs = [turn.say.is_some(), turn.voice.is_some(), turn.callback.is_some(), turn.request.is_some()];
+            let inputs = [
+                turn.say.is_some(),
+                turn.voice.is_some(),
+                turn.callback.is_some(),
+                turn.command_result.is_some(),
+                turn.request.is_some(),
+            ];
             if inputs.iter().filter(|set| **set).count() != 1 {
-                return Err(ScriptError(format!("{at}: write exactly one of say, voice, callback, request")));
+                return Err(ScriptError(format!(
+                    "{at}: write exactly one of say, voice, callback, command_result, request"
+                )));
             }
             if let Some(text) = &turn.request {
                 codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text).map_err(|e| {
@@ -167,6 +194,19 @@ dialogs:
         assert_eq!(dialog.turns[1].callback.as_ref().unwrap().payload["exit_code"], 0);
         assert_eq!(expectations[0].max_ms, Some(300));
         assert_eq!(expectations[0].checks.len(), 2);
+    }
+
+    #[test]
+    fn a_command_result_turn_loads_and_is_one_input() {
+        let text = "dialogs:\n  - name: skill\n    turns:\n      - say: запусти навык git-quick-commit\n      - command_result: {output: \" M a.txt\", exit_code: 0}\n      - command_result: {skipped: true}\n";
+        let loaded = parse("skill.yaml", text).unwrap();
+        let turns = &loaded.dialogs[0].0.turns;
+        let result = turns[1].command_result.as_ref().unwrap();
+        assert_eq!((result.output.as_str(), result.exit_code, result.skipped), (" M a.txt", 0, false));
+        assert!(turns[2].command_result.as_ref().unwrap().skipped);
+        let both = "dialogs:\n  - name: x\n    turns:\n      - say: a\n        command_result: {}\n";
+        let error = parse("both.yaml", both).unwrap_err().to_string();
+        assert!(error.contains("exactly one of say, voice, callback, command_result, request"), "{error}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `megamind-scenario dialog` against the real binary: the golden dialogs
 //! pass, a wrong expectation fails with a readable diff, JUnit XML is
 //! written, bad scripts and a server that is down are told apart (exit 2),
-//! a recorded session replays as a script, and a debug log replays with the
-//! differing answer reported.
+//! a recorded session replays as a script, a debug log replays with the
+//! differing answer reported, and a skill is played turn by turn (its
+//! commands run, typed or skipped) with the catalog reloaded on SIGHUP.
 
 use std::{
     io::Write,
@@ -27,9 +28,15 @@ impl Drop for Server {
 }
 
 fn serve(log_level: &str, log: &Path) -> Server {
+    serve_with(log_level, log, &[])
+}
+
+/// [`serve`] with more flags.
+fn serve_with(log_level: &str, log: &Path, flags: &[&str]) -> Server {
     let file = std::fs::File::create(log).unwrap();
     let child = Command::new(BIN)
         .args(["serve", "--addr", "127.0.0.1:0", "--log-level", log_level])
+        .args(flags)
         .env_remove("MEGAMIND_CONFIG")
         .stdout(file)
         .stderr(Stdio::inherit())
@@ -220,4 +227,71 @@ fn a_server_that_answers_garbage_exits_2_naming_what_was_wrong() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("does not decode"), "{stderr}");
+}
+
+/// Copies the repository's `skills/` into a folder of the test's own.
+fn skills_copy(name: &str) -> PathBuf {
+    let dir = temp(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+    for skill in std::fs::read_dir(source).unwrap() {
+        let skill = skill.unwrap().path();
+        let target = dir.join(skill.file_name().unwrap());
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::copy(skill.join("SKILL.md"), target.join("SKILL.md")).unwrap();
+    }
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
+    use crate::mock_llm::{MockLlm, Reply};
+    let mock = MockLlm::start(Reply::status(500)).await;
+    for answer in ["[CMD] git --version", "[ASK] Сообщение коммита?", "[CMD] git status --porcelain", "[DONE] Готово."]
+    {
+        mock.push(Reply::content(answer));
+    }
+    let skills = skills_copy("skills-played");
+    let (url, dir) = (mock.base_url(), skills.to_str().unwrap().to_owned());
+    let flags = ["--llm-base-url", &url, "--llm-warmup", "off", "--skills-dir", &dir];
+    let server = serve_with("info", &temp("skills-played.log"), &flags);
+    let address = server.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        dialog(&["--server", &address], "запусти навык git-quick-commit\n/run\nfix: test\n/skip\n/quit\n")
+    })
+    .await
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("run_command: git --version"), "{stdout}");
+    assert!(stdout.contains("  | git version "), "the command ran here: {stdout}");
+    assert!(stdout.contains("Сообщение коммита?") && stdout.contains("Готово."), "{stdout}");
+    let sent: Vec<String> = mock
+        .received()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(sent[1].starts_with("Command output:\ngit version "), "{sent:?}");
+    assert_eq!(sent[2], "User response: fix: test\n\n[Step 3 of 100]");
+    assert_eq!(sent[3], "User skipped the command.\n\n[Step 4 of 100]");
+
+    // A new skill, and SIGHUP: the catalog has it.
+    let added = skills.join("say-hello");
+    std::fs::create_dir_all(&added).unwrap();
+    std::fs::write(added.join("SKILL.md"), "---\nname: say-hello\ndescription: Says hello.\n---\nSay hello.\n")
+        .unwrap();
+    let status = Command::new("kill").args(["-HUP", &server.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let client = megamind_scenario::upstream::client_builder().no_proxy().build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let catalog = client.get(format!("{}/llm/skills", server.url)).send().await.unwrap().text().await.unwrap();
+        if catalog.contains("say-hello") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not reloaded: {catalog}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics = client.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("megamind_assistant_skills_loaded 4"), "{metrics}");
 }
