@@ -295,13 +295,14 @@ impl Assistant {
         let call = |record: Arc<CallRecord>| {
             let state = args.state.clone().unwrap_or_default();
             let messages = self.policy.messages(&state, &args.utterance);
+            let sampling = self.policy.sampling(&state);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
             let timeout = self.config.call_timeout();
             let (session_id, call_id) = (state.session_id, args.call_id.clone());
             self.activity.touch();
             async move {
                 let started = Instant::now();
-                let request = ModelRequest { messages, session_id, deadline: started + timeout };
+                let request = ModelRequest { messages, session_id, deadline: started + timeout, sampling };
                 let outcome = timeout_at(request.deadline, backend.complete(&request, &*record))
                     .await
                     .unwrap_or(Err(BackendError::Timeout("call")));

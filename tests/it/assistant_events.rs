@@ -32,6 +32,7 @@ fn request() -> ModelRequest {
         messages: vec![ChatMessage::new(Role::User, "Сколько будет 2+2?")],
         session_id: "session_1.000001".into(),
         deadline: Instant::now() + Duration::from_secs(5),
+        sampling: None,
     }
 }
 

@@ -97,7 +97,15 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
     ] {
         mock.push(Reply::content(answer));
     }
-    let server = spawn(&mock, with_skills(skills_dir())).await;
+    // The chat's sampling and answer format are its own: a skill's step
+    // samples as the skills format says, in free text.
+    let server = spawn(&mock, |config| {
+        config.skills.dir = Some(skills_dir());
+        config.temperature = 0.9;
+        config.max_tokens = 96;
+        config.extra_body.insert("response_format".into(), serde_json::json!({"type": "json_object"}));
+    })
+    .await;
     let mut client = client(&server.app, Transport::Http);
 
     let system = format!(
@@ -116,6 +124,7 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
     assert_eq!(messages(&mock, 0), pairs(&[("system", &system), ("user", step1)]));
     let request = &mock.received()[0].body;
     assert_eq!((request["temperature"].as_f64(), request["max_tokens"].as_u64()), (Some(0.3), Some(512)));
+    assert!(request.get("response_format").is_none(), "{request}");
     let run = run_command(&turn);
     assert_eq!((run.name.as_str(), run.command.as_str()), ("run_command", "git status --porcelain"));
     assert_eq!(run.callback.as_ref().unwrap().name, "skill_command_result");

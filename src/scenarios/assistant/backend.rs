@@ -50,6 +50,20 @@ pub struct ModelRequest {
     pub session_id: String,
     /// When the whole call, retries included, must be over.
     pub deadline: Instant,
+    /// Sampling of this call instead of the configured one (a skill's step).
+    pub sampling: Option<Sampling>,
+}
+
+/// A call's own sampling: `temperature` and `max_tokens` replace the
+/// configured ones, and the answer is free text (no `response_format`,
+/// `json_schema` or `grammar` of `extra_body`: a skill answers in markers,
+/// not the chat's JSON).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// `temperature` of the request body.
+    pub temperature: f64,
+    /// `max_tokens` of the request body.
+    pub max_tokens: u32,
 }
 
 impl ModelRequest {

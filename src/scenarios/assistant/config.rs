@@ -120,6 +120,10 @@ pub struct SkillsConfig {
     pub max_output_bytes: usize,
     /// Reload the catalog when the folder changes (it is also reloaded on SIGHUP).
     pub watch: bool,
+    /// `temperature` of a skill step's model call (the skills format §1).
+    pub temperature: f64,
+    /// `max_tokens` of a skill step's model call (the skills format §1).
+    pub max_tokens: u32,
     /// The command policy: regexes with an optional ` # reason`, deny
     /// before ask; a list left out keeps its default.
     pub policy: crate::skills::policy::PolicyConfig,
@@ -133,6 +137,8 @@ impl Default for SkillsConfig {
             max_session_bytes: 32 * 1024,
             max_output_bytes: crate::skills::output::DEFAULT_MAX_BYTES,
             watch: true,
+            temperature: 0.3,
+            max_tokens: 512,
             policy: crate::skills::policy::PolicyConfig::default(),
         }
     }
@@ -264,6 +270,11 @@ impl AssistantConfig {
             skills.max_output_bytes >= 256,
             format!("skills.max_output_bytes = {}: must be at least 256", skills.max_output_bytes),
         );
+        check(
+            (0.0..=2.0).contains(&skills.temperature),
+            format!("skills.temperature = {}: must be 0.0..=2.0", skills.temperature),
+        );
+        check(skills.max_tokens > 0, "skills.max_tokens must be above 0".into());
         if let Err(error) = crate::skills::policy::Policy::new(&skills.policy) {
             check(false, format!("skills.policy: {error}"));
         }

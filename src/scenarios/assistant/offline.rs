@@ -229,6 +229,7 @@ mod tests {
             )],
             session_id: "s".into(),
             deadline: tokio::time::Instant::now(),
+            sampling: None,
         };
         let events = Collect::default();
         let completion = Offline.complete(&request, &events).await.unwrap();

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::{
     AssistantError, NO_WORDS, answer,
-    backend::{ChatMessage, Completion},
+    backend::{ChatMessage, Completion, Sampling},
     config::AssistantConfig,
     metrics::AssistantMetrics,
     prompt, reply, speech,
@@ -76,6 +76,11 @@ pub(crate) trait DialogPolicy: fmt::Debug + Send + Sync + 'static {
 
     /// The messages of the model call answering `utterance` in `state`.
     fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage>;
+
+    /// The sampling of a call in `state`, when not the configured one.
+    fn sampling(&self, _state: &TAssistantState) -> Option<Sampling> {
+        None
+    }
 
     /// What of `partial`, the text a running call has streamed so far in
     /// `state`, may be spoken before the call ends: its first complete

@@ -35,7 +35,7 @@ use prost_types::{Struct, Value, value::Kind};
 use self::{live::LiveCatalog, session::next_step};
 use super::{
     AssistantError, NO_WORDS,
-    backend::{ChatMessage, Completion, Role},
+    backend::{ChatMessage, Completion, Role, Sampling},
     callback,
     config::AssistantConfig,
     metrics::AssistantMetrics,
@@ -80,6 +80,7 @@ pub(crate) struct SkillPolicy {
     offline: bool,
     max_session_bytes: usize,
     max_output_bytes: usize,
+    sampling: Sampling,
     metrics: AssistantMetrics,
 }
 
@@ -113,6 +114,7 @@ impl SkillPolicy {
             offline,
             max_session_bytes: skills.max_session_bytes,
             max_output_bytes: skills.max_output_bytes,
+            sampling: Sampling { temperature: skills.temperature, max_tokens: skills.max_tokens },
             metrics: metrics.clone(),
         })
     }
@@ -380,6 +382,10 @@ impl DialogPolicy for SkillPolicy {
         }
         messages.push(ChatMessage::new(Role::User, utterance));
         messages
+    }
+
+    fn sampling(&self, state: &TAssistantState) -> Option<Sampling> {
+        state.skill.as_ref().map(|_| self.sampling)
     }
 
     fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String {
