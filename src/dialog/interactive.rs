@@ -106,6 +106,11 @@ fn print_turn(
     }
     let layout = body.layout.clone().unwrap_or_default();
     let irrelevant = if turn.is_irrelevant() { " (declined: IsIrrelevant)" } else { "" };
+    // What earlier hops of the turn said (a hold, a skill's message) before the last answer.
+    let speeches = turn.speeches();
+    for said in speeches.iter().take(speeches.len().saturating_sub(1)).filter(|said| !said.is_empty()) {
+        writeln!(out, "  said:   {said:?}")?;
+    }
     writeln!(out, "  speech: {:?}{irrelevant}", layout.output_speech)?;
     let kinds: Vec<String> = layout.directives.iter().map(|d| kind_of(&text_of(d))).collect();
     let state = body.state.as_ref().map_or(0, |state| state.value.len());

@@ -31,7 +31,7 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
     // the docs say; the tests run there.
     assert_eq!(std::env::current_dir().expect("cwd").canonicalize().unwrap(), root().canonicalize().unwrap());
     let mut checked = 0;
-    for doc in ["README.md", "docs/assistant.md", "docs/grpc.md"] {
+    for doc in ["README.md", "docs/assistant.md", "docs/grpc.md", "docs/skills.md"] {
         for block in blocks(&read(doc), "toml") {
             let config = Config::from_toml(block).unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
             config.validate().unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
@@ -41,6 +41,15 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
         }
     }
     assert!(checked >= 2, "the README's and the assistant's TOML examples were found");
+}
+
+#[test]
+fn the_skills_script_example_loads() {
+    let doc = read("docs/skills.md");
+    let scripts: Vec<&str> = blocks(&doc, "yaml").into_iter().filter(|b| b.starts_with("dialogs:")).collect();
+    assert_eq!(scripts.len(), 1, "the command_result example");
+    let loaded = megamind_scenario::dialog::script::parse("docs/skills.md", scripts[0]).unwrap();
+    assert!(loaded.dialogs[0].0.turns.iter().any(|turn| turn.command_result.is_some()));
 }
 
 #[test]

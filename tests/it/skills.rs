@@ -287,6 +287,16 @@ async fn the_command_policy_holds_whatever_the_model_says() {
     assert!(refused.starts_with("Command output:\nCommand refused by policy: "), "{refused}");
     assert!(refused.ends_with("\n\n[Step 2 of 100]"), "{refused}");
 
+    // A model that keeps proposing refused commands stops the skill at the third in a row.
+    mock.push(Reply::content("[CMD] rm -rf /"));
+    mock.push(Reply::content("[CMD] mkfs /dev/sda"));
+    mock.push(Reply::content("[CMD] shutdown now"));
+    let calls = mock.calls();
+    let turn = ask(&mut client, "запусти навык git-quick-commit").await;
+    assert_eq!(mock.calls(), calls + 3);
+    assert!(turn.speech().contains("остановлен"), "{:?}", turn.speeches());
+    assert_eq!(session(&turn), None, "nothing more is asked");
+
     // Outside the skill's allowed tools (git only): refused the same way.
     mock.push(Reply::content("[CMD] ls -la"));
     mock.push(Reply::content("[DONE] Ок."));
@@ -312,7 +322,7 @@ async fn the_command_policy_holds_whatever_the_model_says() {
     assert_eq!(messages(&mock, calls).last().unwrap().1, "User skipped the command.\n\n[Step 2 of 100]");
     assert_eq!(turn.speech(), "Пропущено.");
     let metrics = metrics_text(&server.metrics);
-    assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"deny\"} 2"), "{metrics}");
+    assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"deny\"} 5"), "{metrics}");
     assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"ask\"} 2"), "{metrics}");
 }
 

@@ -69,6 +69,10 @@ pub(crate) const STALE_RESULT: &str = "Этот результат команд�
 const MAX_SPOKEN_COMMAND_CHARS: usize = 80;
 /// Names offered for an unknown skill.
 const CLOSEST: usize = 3;
+/// Commands refused in a row before the skill stops: each refusal goes back
+/// to the model by itself, so a model that keeps proposing refused commands
+/// would otherwise run on to the step cap without the user.
+const MAX_REFUSALS: u32 = 3;
 
 /// Chat, and skills when asked for.
 #[derive(Debug)]
@@ -246,6 +250,9 @@ impl SkillPolicy {
         };
         let step = markers::parse(&completion.text);
         session::record(&mut session, utterance.to_owned(), step.content(), self.max_session_bytes);
+        if !matches!(step, Step::Command(_)) {
+            session.refusals = 0;
+        }
         self.metrics.skill_steps.with_label_values(&[marker_label(&step)]).inc();
         if session.step >= MAX_STEPS && !matches!(step, Step::Done(_)) {
             self.metrics.skill_steps.with_label_values(&["cap"]).inc();
@@ -286,10 +293,16 @@ impl SkillPolicy {
         match self.rules.check(&command, skill.allowed_tools.as_deref()) {
             Verdict::Allow => {
                 self.metrics.skill_commands.with_label_values(&["allow"]).inc();
+                if let Some(session) = state.skill.as_mut() {
+                    session.refusals = 0;
+                }
                 Interpretation::Answer(Box::new(self.command_body(command, &mut state, "skill_command")))
             }
             Verdict::Ask(reason) => {
                 self.metrics.skill_commands.with_label_values(&["ask"]).inc();
+                if let Some(session) = state.skill.as_mut() {
+                    session.refusals = 0;
+                }
                 let text =
                     format!("Команда «{}» {reason}. Выполнить? Скажите «да» или «нет».", spoken_command(&command));
                 if let Some(session) = state.skill.as_mut() {
@@ -301,6 +314,16 @@ impl SkillPolicy {
             Verdict::Deny(reason) => {
                 self.metrics.skill_commands.with_label_values(&["deny"]).inc();
                 let text = format!("Команду «{}» я не выполню: {reason}.", spoken_command(&command));
+                let refusals = state.skill.as_ref().map_or(0, |s| s.refusals).saturating_add(1);
+                if refusals >= MAX_REFUSALS {
+                    let name = state.skill.take().map(|s| s.skill).unwrap_or_default();
+                    let text = format!("{text} Навык «{name}» остановлен: это уже {refusals}-я такая команда подряд.");
+                    let body = reply::spoken(&text, false, &state, "assistant.skill_refused");
+                    return Interpretation::Answer(Box::new(body));
+                }
+                if let Some(session) = state.skill.as_mut() {
+                    session.refusals = refusals;
+                }
                 let step = state.skill.as_ref().map_or(1, next_step);
                 let utterance = prompt::command_refused(&reason, step);
                 self.go_on(call_id, &text, utterance, state, "assistant.skill_refused")
