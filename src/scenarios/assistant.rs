@@ -83,7 +83,9 @@ pub mod record;
 // Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
 #[doc(hidden)]
 pub mod reply;
-mod skill_dialog;
+// Public, but hidden, only so the fuzz target `skill_turn` can reach it.
+#[doc(hidden)]
+pub mod skill_dialog;
 pub(crate) mod speech;
 pub(crate) mod state;
 pub mod stream;

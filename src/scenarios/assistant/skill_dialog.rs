@@ -238,6 +238,7 @@ impl SkillPolicy {
     /// The model's answer at a step of `session` (the state before it).
     fn step(&self, call_id: &str, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation {
         let Some(mut session) = state.skill.clone() else { return Interpretation::Unusable };
+        session::bound(&mut session, self.max_session_bytes);
         if completion.text.trim().is_empty() {
             return Interpretation::Unusable;
         }
@@ -360,6 +361,9 @@ impl SkillPolicy {
 
 impl DialogPolicy for SkillPolicy {
     fn plan(&self, request_id: &str, input: &TurnInput, state: &mut TAssistantState) -> TurnPlan {
+        if let Some(session) = state.skill.as_mut() {
+            session::bound(session, self.max_session_bytes);
+        }
         match input {
             TurnInput::RunSkill { skill, parameters } => self.start(request_id, skill, parameters, state),
             TurnInput::Callback { name, payload } if name == COMMAND_RESULT => {
@@ -394,6 +398,15 @@ impl DialogPolicy for SkillPolicy {
 
     fn messages(&self, state: &TAssistantState, utterance: &str) -> Vec<ChatMessage> {
         let Some(session) = &state.skill else { return self.chat.messages(state, utterance) };
+        // A callback's call runs in the state it brought back, unplanned.
+        let mut bounded;
+        let session = if session::bytes(session) > self.max_session_bytes {
+            bounded = session.clone();
+            session::bound(&mut bounded, self.max_session_bytes);
+            &bounded
+        } else {
+            session
+        };
         let catalog = self.catalog();
         let body = catalog.get(&session.skill).map_or("", |skill| skill.body.as_str());
         let system = prompt::system_message(self.context.as_deref(), &session.skill, body);
@@ -429,6 +442,40 @@ impl DialogPolicy for SkillPolicy {
         } else {
             self.chat.interpret(call_id, utterance, completion, state, spoken)
         }
+    }
+}
+
+/// One turn of a skill dialog from any encoded state (`TAssistantState`),
+/// input (`TInput`) and model answer, over the skills of
+/// `src/skills/testdata`: for the fuzz target `skill_turn`. Panics when an
+/// invariant breaks: a model call's history over the session's byte cap.
+#[doc(hidden)]
+pub fn fuzz_turn(state: &[u8], input: &[u8], answer: &str) {
+    use prost::Message;
+    static POLICY: std::sync::OnceLock<SkillPolicy> = std::sync::OnceLock::new();
+    let policy = POLICY.get_or_init(|| {
+        let mut config = AssistantConfig::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/skills/testdata");
+        config.skills.dir = Some(std::path::PathBuf::from(dir));
+        config.skills.watch = false;
+        config.skills.max_session_bytes = 2048;
+        let metrics = AssistantMetrics::new(&prometheus::Registry::new()).expect("metrics register");
+        SkillPolicy::from_config(&config, &metrics, false).expect("the policy of the defaults")
+    });
+    let mut state = TAssistantState::decode(state).unwrap_or_default();
+    let Some(input) = crate::proto::n_alice::n_scenarios::TInput::decode(input).ok() else { return };
+    let Some(input) = TurnInput::from_input(&input) else { return };
+    let TurnPlan::CallModel { utterance } = policy.plan("fuzz", &input, &mut state) else { return };
+    let messages = policy.messages(&state, &utterance);
+    if state.skill.is_some() {
+        let history: usize = messages[1..messages.len() - 1].iter().map(|m| m.content.len()).sum();
+        assert!(history <= policy.max_session_bytes, "history of {history} bytes");
+    }
+    let completion = Completion { text: answer.to_owned(), ..Completion::default() };
+    if let Interpretation::AnswerThen(_, next) = policy.interpret("fuzz", &utterance, &completion, &state, "") {
+        let next_state = next.state.unwrap_or_default();
+        assert!(next_state.skill.is_some(), "a skill goes on only in a session");
+        policy.messages(&next_state, &next.utterance);
     }
 }
 

@@ -38,6 +38,31 @@ pub(crate) fn set_wait(session: &mut TSkillSession, wait: ESkillWait) {
     session.wait = wait as i32;
 }
 
+/// Longest skill name and starting request id kept: names are at most 64
+/// characters, request ids short.
+const MAX_NAME_BYTES: usize = 256;
+
+/// A session read from a request's state, bounded: it comes back from
+/// Megamind, but it is still input. Exchanges within `max_bytes` (as
+/// [`cap`]), the waiting command and the next message cut.
+pub(crate) fn bound(session: &mut TSkillSession, max_bytes: usize) {
+    let clip = |text: &mut String, bytes: usize| {
+        let keep = crate::text::clip(text, bytes).len();
+        text.truncate(keep);
+    };
+    cap(session, max_bytes);
+    clip(&mut session.skill, MAX_NAME_BYTES);
+    clip(&mut session.session_id, MAX_NAME_BYTES);
+    clip(&mut session.command, crate::skills::policy::MAX_COMMAND_BYTES);
+    clip(&mut session.next, max_bytes);
+}
+
+/// Bytes of the session's text: what [`bound`] bounds.
+pub(crate) fn bytes(session: &TSkillSession) -> usize {
+    let exchanges: usize = session.exchanges.iter().map(size).sum();
+    exchanges + session.skill.len() + session.session_id.len() + session.command.len() + session.next.len()
+}
+
 fn size(turn: &TAssistantTurn) -> usize {
     turn.user.len() + turn.assistant.len()
 }
@@ -104,6 +129,21 @@ mod tests {
         assert!(kept.windows(2).all(|w| w[0] < w[1]), "in order: {kept:?}");
         assert_eq!(session.dropped as usize + session.exchanges.len(), 20);
         assert_eq!(session.step, 20, "steps count every message, dropped or not");
+    }
+
+    #[test]
+    fn a_hostile_session_is_bounded() {
+        let mut session = TSkillSession {
+            skill: "s".repeat(10_000),
+            session_id: "r".repeat(10_000),
+            command: "c".repeat(100_000),
+            next: "n".repeat(100_000),
+            exchanges: (0..1000).map(|i| TAssistantTurn { user: format!("{i}"), assistant: "x".repeat(500) }).collect(),
+            ..Default::default()
+        };
+        bound(&mut session, 4096);
+        assert!(bytes(&session) <= 4096 * 2 + 2 * MAX_NAME_BYTES + crate::skills::policy::MAX_COMMAND_BYTES);
+        assert_eq!(session.exchanges[0].user, "0", "the first exchange stays");
     }
 
     #[test]

@@ -79,3 +79,89 @@ fn the_shipped_skills_commands_pass_the_policy() {
     assert_eq!(allowed("project-notes", "date +%F"), Verdict::Allow);
     assert!(matches!(allowed("git-quick-commit", "ls"), Verdict::Deny(_)), "outside its allowed tools");
 }
+
+/// The fuzz target's seeds: a session waiting for a command with its result,
+/// one waiting for the user with words, a hostile oversized session, a start
+/// by frame. Each is played here; `MEGAMIND_WRITE_FUZZ_SEEDS=1` also writes
+/// them to `fuzz/seeds/skill_turn/`.
+#[test]
+fn the_fuzz_seeds_play() {
+    use prost::Message;
+
+    use crate::proto::{
+        megamind_scenario::v1::TAssistantTurn,
+        n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input},
+    };
+    let framed = |state: &TAssistantState, input: &TInput, answer: &str| {
+        let (state, input) = (state.encode_to_vec(), input.encode_to_vec());
+        let mut data = Vec::new();
+        data.extend_from_slice(&u16::try_from(state.len()).unwrap().to_le_bytes());
+        data.extend_from_slice(&state);
+        data.extend_from_slice(&u16::try_from(input.len()).unwrap().to_le_bytes());
+        data.extend_from_slice(&input);
+        data.extend_from_slice(answer.as_bytes());
+        data
+    };
+    let words = |w: &str| TInput {
+        event: Some(t_input::Event::Text(TTextInput { utterance: w.into(), ..Default::default() })),
+        ..Default::default()
+    };
+    let mut waiting = session::start("git-quick-commit", "req-1");
+    session::record(
+        &mut waiting,
+        "Execute skill: git-quick-commit\n\n[Step 1 of 100]".into(),
+        "[CMD] git status".into(),
+        1 << 20,
+    );
+    session::set_wait(&mut waiting, ESkillWait::SkillWaitCommand);
+    waiting.command = "git status".into();
+    let command_state = TAssistantState { skill: Some(waiting.clone()), ..Default::default() };
+    let result = TInput {
+        event: Some(t_input::Event::Callback(TCallbackDirective {
+            name: COMMAND_RESULT.into(),
+            payload: Some(payload(&[
+                ("skill", Kind::StringValue("git-quick-commit".into())),
+                ("step", Kind::NumberValue(1.0)),
+                ("session", Kind::StringValue("req-1".into())),
+                ("output", Kind::StringValue("\u{1b}[31m M a.txt\u{1b}[0m\nC:\\> dir\n".into())),
+            ])),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let mut asking = waiting.clone();
+    session::set_wait(&mut asking, ESkillWait::SkillWaitUser);
+    asking.optional = true;
+    let ask_state = TAssistantState { skill: Some(asking), ..Default::default() };
+    let mut huge = waiting.clone();
+    huge.exchanges = (0..200).map(|i| TAssistantTurn { user: format!("{i}"), assistant: "ж".repeat(100) }).collect();
+    session::set_wait(&mut huge, ESkillWait::SkillWaitUser);
+    let huge_state = TAssistantState { skill: Some(huge), ..Default::default() };
+    let frame = TInput {
+        semantic_frames: vec![TSemanticFrame {
+            name: "run_skill".into(),
+            slots: vec![
+                TSemanticFrameSlot { name: "skill".into(), value: "disk-usage".into(), ..Default::default() },
+                TSemanticFrameSlot { name: "path".into(), value: "/".into(), ..Default::default() },
+            ],
+        }],
+        ..Default::default()
+    };
+    let seeds = [
+        ("command_result", framed(&command_state, &result, "[ASK] Сообщение коммита?")),
+        ("optional_skip", framed(&ask_state, &words("пропусти"), "[MESSAGE] Пишу.")),
+        ("huge_session", framed(&huge_state, &words("ответ"), "[CMD] rm -rf /")),
+        ("frame_start", framed(&TAssistantState::default(), &frame, "Sure! du -sh /\nexplanation")),
+        ("cancel", framed(&command_state, &words("стоп"), "")),
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/skill_turn");
+    for (name, data) in &seeds {
+        let (state, rest) = data.split_at(2 + usize::from(u16::from_le_bytes([data[0], data[1]])));
+        let (input, answer) = rest.split_at(2 + usize::from(u16::from_le_bytes([rest[0], rest[1]])));
+        fuzz_turn(&state[2..], &input[2..], std::str::from_utf8(answer).unwrap());
+        if std::env::var_os("MEGAMIND_WRITE_FUZZ_SEEDS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), data).unwrap();
+        }
+    }
+}
