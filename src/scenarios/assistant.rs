@@ -49,9 +49,10 @@
 //! # Layout
 //! This file is the timing shell: it starts, waits for, hands over and
 //! falls back on model calls, and knows no prompt or answer format. What a
-//! turn means is a [`policy`]'s ([`policy::ChatPolicy`]: [`prompt`] the
-//! messages, [`answer`] the app-action answer parser, [`reply`] the protocol
-//! answers); [`turn`] reads the input it is given. [`config`] the
+//! turn means is a [`policy`]'s ([`skill_dialog::SkillPolicy`]: skills,
+//! around [`policy::ChatPolicy`]: [`prompt`] the messages, [`answer`] the
+//! app-action answer parser, [`reply`] the protocol answers); [`turn`] reads
+//! the input it is given. [`config`] the
 //! `[assistant]` table and [`module`] the scenario module `serve` builds;
 //! [`backend`] the model trait and its events; [`openai`] with
 //! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP

@@ -28,7 +28,9 @@ pub const BREAKER: &str = "megamind_assistant_breaker_state";
 /// (`/run` passed to `/continue`), `filler` and `partial` (held with a
 /// callback: a filler, or the first sentences), `apology`
 /// (the model failed), `refused` (the in-flight cap), `irrelevant` (nothing to
-/// answer), `stale_callback` (a callback for no pending call).
+/// answer), `stale_callback` (a callback for no pending call); a skill's own
+/// answers without the model: `skill_list`, `skill_unknown`, `skill_offline`,
+/// `skill_cancelled`, `skill_confirm`, `skill_confirmed`, `skill_waiting`.
 pub const ANSWERS: &str = "megamind_assistant_answers_total";
 /// Commands of model answers by `command` and `outcome` (`accepted` or why dropped).
 pub const COMMANDS: &str = "megamind_assistant_commands_total";

@@ -169,7 +169,8 @@ impl SkillPolicy {
                 }
                 Some(false) => call(session, prompt::command_skipped(step)),
                 None => {
-                    let text = format!("Выполнить команду «{}»? Скажите «да» или «нет».", session.command);
+                    let text =
+                        format!("Выполнить команду «{}»? Скажите «да» или «нет».", spoken_command(&session.command));
                     self.say(text, true, state, "skill_confirm")
                 }
             },
