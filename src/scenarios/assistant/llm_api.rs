@@ -132,7 +132,7 @@ async fn stream_route(
         delay: Some(metrics.stream_delay.clone()),
     };
     let open = Open::new(permit, metrics.streams_open.clone());
-    let events = stream::sse(&id, record.follow(), subscription, shutdown).map(move |chunk| {
+    let events = stream::sse(&id, &record, subscription, shutdown).map(move |chunk| {
         // Held as long as the body: the stream counts as open until it ends.
         let _ = &open;
         chunk

@@ -16,7 +16,11 @@
 //! keeps only its own position, so a slow one holds nothing back and costs
 //! nothing but that position.
 
-use std::time::Duration;
+use std::{
+    any::Any,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
 
 use tokio::{sync::watch, time::Instant};
 
@@ -36,6 +40,9 @@ pub(crate) struct CallRecord {
     max_bytes: usize,
     started: Instant,
     tx: watch::Sender<Recording>,
+    /// What the call's readers share (the stream's events, made once),
+    /// kept while one of them holds it.
+    shared: Mutex<Weak<dyn Any + Send + Sync>>,
 }
 
 #[derive(Debug)]
@@ -102,7 +109,8 @@ impl CallRecord {
             first_event: None,
             ended: None,
         };
-        CallRecord { max_bytes, started, tx: watch::Sender::new(recording) }
+        let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
+        CallRecord { max_bytes, started, tx: watch::Sender::new(recording), shared }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
@@ -163,6 +171,19 @@ impl CallRecord {
     pub(crate) fn snapshot(&self) -> (Vec<ModelEvent>, bool, Ending) {
         let recording = self.tx.borrow();
         (recording.events.clone(), recording.truncated, recording.ending())
+    }
+
+    /// What the call's readers share: the one a reader still holds, else
+    /// `make`'s, held by the readers only (it goes with the last of them).
+    pub(crate) fn shared<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
+        let mut slot = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = slot.upgrade().and_then(|held| held.downcast::<T>().ok()) {
+            return held;
+        }
+        let made = Arc::new(make());
+        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&made) as Weak<dyn Any + Send + Sync>;
+        *slot = weak;
+        made
     }
 
     /// A reader from the first event.
@@ -269,6 +290,20 @@ impl Follower {
                 return event;
             }
         }
+    }
+
+    /// Marks what the record holds now as seen: [`Follower::changed`] waits
+    /// for what comes after.
+    pub(crate) fn mark_seen(&mut self) {
+        self.rx.borrow_and_update();
+    }
+
+    /// Waits for a change of the record since it was last seen; at once
+    /// when its writer went away (the record will not change again).
+    pub(crate) async fn changed(&mut self) {
+        // An error is the writer gone: nothing more will come, and the
+        // reader reads the end now.
+        let _ = self.rx.changed().await;
     }
 
     /// Whether the record stopped keeping text at its bound.
@@ -411,5 +446,17 @@ mod tests {
         ok.finish();
         ok.fail("too late");
         assert_eq!(ok.ending(), Ending::Completed, "a finished call cannot fail afterwards");
+    }
+
+    #[test]
+    fn readers_share_one_thing_while_one_holds_it() {
+        let record = CallRecord::new(1024);
+        let first = record.shared(|| String::from("made once"));
+        let second = record.shared(|| String::from("made twice"));
+        assert!(Arc::ptr_eq(&first, &second), "the one held is shared");
+        drop((first, second));
+        assert_eq!(*record.shared(|| String::from("made again")), "made again", "gone with the last holder");
+        let other = record.shared(|| 7u32);
+        assert_eq!(*other, 7, "another type is made anew");
     }
 }

@@ -11,16 +11,23 @@
 //! under the same ids, and `Last-Event-ID: N` resumes after event N of any
 //! earlier connection.
 //!
-//! [`sse`] is one subscriber: events are made as the client reads them (the
-//! body is pulled), so a subscriber that does not read holds its place in
-//! the record and nothing else — no buffer grows for it; the server's send
-//! timeout closes its connection, and it resumes with `Last-Event-ID`.
-//! Heartbeats (every `heartbeat_secs` while the model is silent) are written
-//! with the id of the event before them, so resuming after one skips
-//! nothing. When the server drains, an open stream ends with an `error`
-//! event (`code: "shutdown"`, `retry: true`).
+//! [`sse`] is one subscriber. The events of a call are made and written as
+//! SSE text once, for all its subscribers (the call's `Rendered`, kept while
+//! one of them reads), as the first of them asks for them; each subscriber
+//! copies what it has not sent yet, as its client reads (the body is
+//! pulled). A subscriber that does not read holds its place and nothing else
+//! — no buffer grows for it; the server's send timeout closes its
+//! connection, and it resumes with `Last-Event-ID`. Heartbeats (every
+//! `heartbeat_secs` while the model is silent) are written with the id of
+//! the event before them, so resuming after one skips nothing; so is the
+//! `error` (`code: "shutdown"`, `retry: true`) that ends an open stream when
+//! the server drains.
 
-use std::{convert::Infallible, time::Duration};
+use std::{
+    convert::Infallible,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, Stream, stream};
@@ -29,7 +36,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::{
     backend::ModelEvent,
-    record::{Ending, Follower},
+    record::{CallRecord, Ending, Follower},
 };
 use crate::{
     app::Shutdown,
@@ -142,17 +149,6 @@ impl Sequencer {
         Some(json!({"prompt_tokens": prompt, "completion_tokens": completion}))
     }
 
-    /// A `heartbeat`, under the id of the event before it.
-    pub fn heartbeat(&self) -> Numbered {
-        Numbered { id: self.last, name: "heartbeat", data: self.with_ids(Map::new()) }
-    }
-
-    /// The `error` that ends a stream when the server drains.
-    pub fn shutdown(&mut self, out: &mut Vec<Numbered>) {
-        let data = json!({"code": "shutdown", "message": "the server is shutting down; resume with Last-Event-ID", "retry": true});
-        self.push("error", into_map(data), out);
-    }
-
     fn push_mapped(&mut self, mapped: &mut Vec<SeqEvent>, out: &mut Vec<Numbered>) {
         for event in mapped.drain(..) {
             self.push(event.name, event.data, out);
@@ -215,40 +211,128 @@ pub struct Subscription {
     pub delay: Option<prometheus::Histogram>,
 }
 
-struct Subscriber {
+/// A call's events made and written as SSE text once, for every subscriber
+/// of the call: the mapper and the JSON run once per event, however many
+/// read it. Attached to the call's record while a subscriber holds it, so
+/// that it is dropped with the last one and made again, the same, for a
+/// later one (the numbering depends on the record alone).
+#[derive(Debug)]
+struct Rendered {
+    render: Mutex<Render>,
+}
+
+#[derive(Debug)]
+struct Render {
     sequencer: Sequencer,
+    /// Its own place in the record.
     follower: Follower,
+    /// Event `k` (from 0) has id `k + 1`.
+    events: Vec<RenderedEvent>,
+    /// `completed` was made.
+    done: bool,
+    scratch: Vec<Numbered>,
+}
+
+#[derive(Debug)]
+struct RenderedEvent {
+    bytes: Bytes,
+    /// When the model event it came from arrived: on the first event made
+    /// of a model event only, so that each counts once in the delay.
+    arrived: Option<Instant>,
+}
+
+impl Rendered {
+    fn new(request_id: &str, format: Format, follower: Follower) -> Rendered {
+        let mut render = Render {
+            sequencer: Sequencer::new(request_id, format),
+            follower,
+            events: Vec::new(),
+            done: false,
+            scratch: Vec::new(),
+        };
+        let mut status = Vec::new();
+        render.sequencer.start(&mut status);
+        render.add(status, None);
+        Rendered { render: Mutex::new(render) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Render> {
+        // Every change is whole before the lock is let go: a panic
+        // elsewhere leaves nothing half made.
+        self.render.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Render {
+    /// Makes the events of everything the record holds now.
+    fn advance(&mut self) {
+        while !self.done {
+            let mut out = std::mem::take(&mut self.scratch);
+            match self.follower.next().now_or_never() {
+                Some(Some(event)) => {
+                    self.sequencer.model_event(&event, &mut out);
+                    let arrived = self.follower.arrived();
+                    self.add(out, arrived);
+                }
+                Some(None) => {
+                    self.sequencer.end(&self.follower.ending(), &mut out);
+                    self.add(out, None);
+                    self.done = true;
+                }
+                None => {
+                    self.scratch = out;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, mut made: Vec<Numbered>, mut arrived: Option<Instant>) {
+        for event in made.drain(..) {
+            let mut buf = BytesMut::new();
+            write_event(&event, &mut buf);
+            self.events.push(RenderedEvent { bytes: buf.freeze(), arrived: arrived.take() });
+        }
+        self.scratch = made;
+    }
+}
+
+struct Subscriber {
+    rendered: Arc<Rendered>,
+    /// Wakes the subscriber when the record changes.
+    waiter: Follower,
+    /// The index of the next event to write (its id minus 1).
+    next: usize,
+    request_id: String,
     subscription: Subscription,
     shutdown: Shutdown,
     next_heartbeat: Instant,
-    started: bool,
+    /// It waited for the events it writes next: they are read live.
+    waited: bool,
     done: bool,
-    events: Vec<Numbered>,
-    /// This write's model events were read live.
-    live: bool,
-    /// When this write's live model events arrived.
-    arrivals: Vec<Instant>,
 }
 
-/// The SSE body of one subscriber of call `request_id`, following the call
-/// from its first event; ends after `completed` (or the drain's `error`).
-pub fn sse(
+/// The SSE body of one subscriber of the call `record` records (started by
+/// `request_id`), following it from its first event; ends after `completed`
+/// (or the drain's `error`).
+pub(crate) fn sse(
     request_id: &str,
-    follower: Follower,
+    record: &Arc<CallRecord>,
     subscription: Subscription,
     shutdown: Shutdown,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let format = subscription.format;
+    let rendered = record.shared(|| Rendered::new(request_id, format, record.follow()));
     let subscriber = Subscriber {
-        sequencer: Sequencer::new(request_id, subscription.format),
-        follower,
+        rendered,
+        waiter: record.follow(),
+        next: 0,
+        request_id: request_id.to_owned(),
         next_heartbeat: Instant::now() + subscription.heartbeat,
         subscription,
         shutdown,
-        started: false,
+        waited: false,
         done: false,
-        events: Vec::new(),
-        live: false,
-        arrivals: Vec::new(),
     };
     stream::unfold(subscriber, |mut subscriber| async move {
         let chunk = subscriber.next_chunk().await?;
@@ -260,76 +344,67 @@ impl Subscriber {
     /// The next piece of the body: every event ready now, up to
     /// [`MAX_WRITE_BYTES`]; `None` once the stream is over.
     async fn next_chunk(&mut self) -> Option<Bytes> {
-        let mut buf = BytesMut::new();
+        if self.done {
+            return None;
+        }
         loop {
-            for event in self.events.drain(..) {
-                if event.id > self.subscription.after {
-                    write_event(&event, &mut buf);
+            // Seen before reading, so that a change after it wakes the wait below.
+            self.waiter.mark_seen();
+            let mut buf = BytesMut::new();
+            let mut arrivals = Vec::new();
+            let over = {
+                let mut render = self.rendered.lock();
+                render.advance();
+                while let Some(event) = render.events.get(self.next).filter(|_| buf.len() < MAX_WRITE_BYTES) {
+                    self.next += 1;
+                    if self.next as u64 > self.subscription.after {
+                        buf.put_slice(&event.bytes);
+                    }
+                    arrivals.extend(event.arrived.filter(|_| self.waited));
                 }
+                render.done && self.next == render.events.len()
+            };
+            self.waited = false;
+            if !buf.is_empty() {
+                self.observe(&arrivals);
+                self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
+                return Some(buf.freeze());
             }
-            if buf.len() >= MAX_WRITE_BYTES || (self.done && !buf.is_empty()) {
-                return Some(self.written(buf));
-            }
-            if self.done {
+            if over {
                 return None;
             }
-            if !self.started {
-                self.started = true;
-                self.sequencer.start(&mut self.events);
-                continue;
-            }
-            // What is ready now joins this write; then the write goes out.
-            if !buf.is_empty() {
-                match self.follower.next().now_or_never() {
-                    Some(event) => self.read(event),
-                    None => return Some(self.written(buf)),
-                }
-                continue;
-            }
-            self.live = self.follower.caught_up();
             tokio::select! {
                 biased;
                 () = self.shutdown.recv() => {
-                    self.sequencer.shutdown(&mut self.events);
                     self.done = true;
+                    let data = json!({"code": "shutdown", "message": "the server is shutting down; resume with Last-Event-ID", "retry": true});
+                    return Some(self.system_event("error", into_map(data)));
                 }
-                event = self.follower.next() => self.read(event),
+                () = self.waiter.changed() => self.waited = true,
                 () = sleep_until(self.next_heartbeat) => {
-                    let heartbeat = self.sequencer.heartbeat();
-                    write_event(&heartbeat, &mut buf);
                     self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
-                    return Some(buf.freeze());
+                    return Some(self.system_event("heartbeat", Map::new()));
                 }
             }
         }
     }
 
-    /// `buf` goes out: the live events' delays are observed.
-    fn written(&mut self, buf: BytesMut) -> Bytes {
-        if let Some(delay) = &self.subscription.delay {
-            let now = Instant::now();
-            for arrived in self.arrivals.drain(..) {
-                delay.observe(now.saturating_duration_since(arrived).as_secs_f64());
-            }
-        }
+    /// A system event of this subscriber alone, under the id of the last
+    /// event it was sent, so that resuming after it skips nothing.
+    fn system_event(&self, name: &'static str, mut data: Map<String, Value>) -> Bytes {
+        data.insert("message_id".into(), message_id(&self.request_id).into());
+        data.insert("request_id".into(), self.request_id.clone().into());
+        let mut buf = BytesMut::new();
+        write_event(&Numbered { id: self.next as u64, name, data }, &mut buf);
         buf.freeze()
     }
 
-    fn read(&mut self, event: Option<ModelEvent>) {
-        self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
-        match event {
-            Some(event) => {
-                if self.live
-                    && self.subscription.delay.is_some()
-                    && let Some(arrived) = self.follower.arrived()
-                {
-                    self.arrivals.push(arrived);
-                }
-                self.sequencer.model_event(&event, &mut self.events)
-            }
-            None => {
-                self.sequencer.end(&self.follower.ending(), &mut self.events);
-                self.done = true;
+    /// The live events' delays, as they are written.
+    fn observe(&self, arrivals: &[Instant]) {
+        if let Some(delay) = &self.subscription.delay {
+            let now = Instant::now();
+            for arrived in arrivals {
+                delay.observe(now.saturating_duration_since(*arrived).as_secs_f64());
             }
         }
     }
