@@ -113,15 +113,17 @@ async fn on_sighup(live: Weak<LiveCatalog>) {
     }
 }
 
-/// Whether a change of `paths` can change the catalog: a `SKILL.md`, or a
-/// folder (created, removed, renamed).
+/// Whether a change of `paths` may change the catalog: anything but an
+/// editor's scratch files (a ConfigMap volume changes through renamed
+/// `..data` links and timestamped folders, which must count).
 fn touches_skills(paths: &[PathBuf]) -> bool {
-    paths.iter().any(|path| path.file_name().is_some_and(|name| name == "SKILL.md") || is_folder_like(path))
+    paths.iter().any(|path| !is_scratch(path))
 }
 
-/// A path without an extension: a skill's folder, or a file we cannot tell.
-fn is_folder_like(path: &Path) -> bool {
-    path.extension().is_none()
+/// An editor's swap, backup or probe file.
+fn is_scratch(path: &Path) -> bool {
+    let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+    name.ends_with(".swp") || name.ends_with(".swx") || name.ends_with('~') || name == "4913"
 }
 
 #[cfg(test)]
@@ -129,11 +131,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn changes_that_matter_are_skill_files_and_folders() {
+    fn every_change_but_scratch_files_matters() {
         assert!(touches_skills(&[PathBuf::from("/s/git-quick-commit/SKILL.md")]));
         assert!(touches_skills(&[PathBuf::from("/s/new-skill")]));
+        assert!(touches_skills(&[PathBuf::from("/s/..data")]), "a ConfigMap's swap");
+        assert!(touches_skills(&[PathBuf::from("/s/..2026_11_24_09_00_00.123")]));
         assert!(!touches_skills(&[PathBuf::from("/s/git-quick-commit/.SKILL.md.swp")]));
-        assert!(!touches_skills(&[PathBuf::from("/s/git-quick-commit/notes.txt")]));
+        assert!(!touches_skills(&[PathBuf::from("/s/git-quick-commit/SKILL.md~")]));
     }
 
     #[test]
