@@ -164,6 +164,13 @@ impl SkillPolicy {
             ESkillWait::SkillWaitConfirm => match phrases::confirmation(words) {
                 Some(true) => {
                     let command = std::mem::take(&mut session.command);
+                    // Checked again: the command came back in the state.
+                    let catalog = self.catalog();
+                    let tools = catalog.get(&session.skill).and_then(|skill| skill.allowed_tools.as_deref());
+                    if let Verdict::Deny(reason) = self.rules.check(&command, tools) {
+                        self.metrics.skill_commands.with_label_values(&["deny"]).inc();
+                        return call(session, prompt::command_refused(&reason, step));
+                    }
                     self.metrics.skill_commands.with_label_values(&["confirmed"]).inc();
                     self.run_command(command, state, "skill_confirmed")
                 }

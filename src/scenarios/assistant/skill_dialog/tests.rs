@@ -165,3 +165,22 @@ fn the_fuzz_seeds_play() {
         }
     }
 }
+
+#[test]
+fn a_confirmed_command_is_checked_again() {
+    let mut config = AssistantConfig::default();
+    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/skills")));
+    config.skills.watch = false;
+    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    // A state that says "confirm `rm -rf /`": the policy denies it all the same.
+    let mut session = session::start("git-quick-commit", "req-1");
+    session.step = 1;
+    session::set_wait(&mut session, ESkillWait::SkillWaitConfirm);
+    session.command = "rm -rf /".into();
+    let mut state = TAssistantState { skill: Some(session), ..Default::default() };
+    let plan = policy.plan("req-2", &TurnInput::Words("да".into()), &mut state);
+    let TurnPlan::CallModel { utterance } = plan else { panic!("the model hears the refusal: {plan:?}") };
+    assert!(utterance.starts_with("Command output:\nCommand refused by policy: "), "{utterance}");
+    assert!(utterance.ends_with("[Step 2 of 100]"), "{utterance}");
+}
