@@ -217,6 +217,11 @@ mod tests {
         assert!(error.to_string().contains("assistant.base_url"), "{error}");
         let error = refused(table("system_prompt_file = \"/nonexistent/prompt.txt\""));
         assert!(error.to_string().contains("system_prompt_file"), "{error}");
+        let error = refused(table("[skills]\ndir = \"/nonexistent/skills\"\npolicy.deny = [\"(unclosed\"]"));
+        assert!(error.to_string().contains("assistant.skills.dir"), "{error}");
+        assert!(error.to_string().contains("assistant.skills.policy"), "{error}");
+        let error = refused(table("[skills]\nmax_sesion_bytes = 1"));
+        assert!(error.to_string().contains("max_sesion_bytes"), "a misspelt key is named: {error}");
     }
 
     #[test]

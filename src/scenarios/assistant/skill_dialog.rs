@@ -67,6 +67,8 @@ pub(crate) const COMMAND_RESULT: &str = "skill_command_result";
 pub(crate) const STALE_RESULT: &str = "Этот результат команды уже не ждут.";
 /// Longest command spoken aloud; a longer one is only shown.
 const MAX_SPOKEN_COMMAND_CHARS: usize = 80;
+/// The longest system context: it goes into every step's prompt.
+const MAX_CONTEXT_BYTES: usize = 64 * 1024;
 /// Names offered for an unknown skill.
 const CLOSEST: usize = 3;
 /// Commands refused in a row before the skill stops: each refusal goes back
@@ -101,9 +103,18 @@ impl SkillPolicy {
         let rules = Policy::new(&skills.policy).map_err(|e| AssistantError::Setup(format!("skills.policy: {e}")))?;
         let context = match &skills.system_context_file {
             None => None,
-            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-                AssistantError::Setup(format!("cannot read skills.system_context_file {}: {e}", path.display()))
-            })?),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    AssistantError::Setup(format!("cannot read skills.system_context_file {}: {e}", path.display()))
+                })?;
+                if text.len() > MAX_CONTEXT_BYTES {
+                    return Err(AssistantError::Setup(format!(
+                        "skills.system_context_file {} is over {MAX_CONTEXT_BYTES} bytes: it goes into every step's prompt",
+                        path.display()
+                    )));
+                }
+                Some(text)
+            }
         };
         let catalog = LiveCatalog::load(skills.folder(), metrics);
         if skills.watch {
