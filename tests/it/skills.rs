@@ -104,6 +104,8 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
         config.temperature = 0.9;
         config.max_tokens = 96;
         config.extra_body.insert("response_format".into(), serde_json::json!({"type": "json_object"}));
+        config.extra_body.insert("top_p".into(), serde_json::json!(0.5));
+        config.skills.extra_body.insert("grammar".into(), serde_json::json!("root ::= \"[\" [^\\n]+"));
     })
     .await;
     let mut client = client(&server.app, Transport::Http);
@@ -125,6 +127,8 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
     let request = &mock.received()[0].body;
     assert_eq!((request["temperature"].as_f64(), request["max_tokens"].as_u64()), (Some(0.3), Some(512)));
     assert!(request.get("response_format").is_none(), "{request}");
+    assert_eq!(request["grammar"], "root ::= \"[\" [^\\n]+", "the skills' own extra_body");
+    assert_eq!(request["top_p"], 0.5, "the rest of the chat's extra_body stays");
     let run = run_command(&turn);
     assert_eq!((run.name.as_str(), run.command.as_str()), ("run_command", "git status --porcelain"));
     assert_eq!(run.callback.as_ref().unwrap().name, "skill_command_result");

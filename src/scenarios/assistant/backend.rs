@@ -6,7 +6,7 @@
 //! and [`super::offline::Offline`] (embedded, no network). Errors are tagged
 //! by cause so that metrics, retries and the breaker agree on what happened.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -57,13 +57,16 @@ pub struct ModelRequest {
 /// A call's own sampling: `temperature` and `max_tokens` replace the
 /// configured ones, and the answer is free text (no `response_format`,
 /// `json_schema` or `grammar` of `extra_body`: a skill answers in markers,
-/// not the chat's JSON).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// not the chat's JSON) unless `extra_body` says otherwise.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
     /// `temperature` of the request body.
     pub temperature: f64,
     /// `max_tokens` of the request body.
     pub max_tokens: u32,
+    /// More request body fields, over the configured ones (a grammar that
+    /// keeps a small model to the skills' markers).
+    pub extra_body: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ModelRequest {

@@ -124,6 +124,11 @@ pub struct SkillsConfig {
     pub temperature: f64,
     /// `max_tokens` of a skill step's model call (the skills format §1).
     pub max_tokens: u32,
+    /// More request body fields of a skill step's call, over
+    /// `[assistant] extra_body` (whose `response_format`, `json_schema` and
+    /// `grammar` a step leaves out): e.g. a `grammar` that keeps a small
+    /// local model to the step markers.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// The command policy: regexes with an optional ` # reason`, deny
     /// before ask; a list left out keeps its default.
     pub policy: crate::skills::policy::PolicyConfig,
@@ -139,6 +144,7 @@ impl Default for SkillsConfig {
             watch: true,
             temperature: 0.3,
             max_tokens: 512,
+            extra_body: serde_json::Map::new(),
             policy: crate::skills::policy::PolicyConfig::default(),
         }
     }
@@ -275,6 +281,9 @@ impl AssistantConfig {
             format!("skills.temperature = {}: must be 0.0..=2.0", skills.temperature),
         );
         check(skills.max_tokens > 0, "skills.max_tokens must be above 0".into());
+        for key in skills.extra_body.keys() {
+            check(!OWN_FIELDS.contains(&key.as_str()), format!("skills.extra_body.{key}: set by the scenario itself"));
+        }
         if let Err(error) = crate::skills::policy::Policy::new(&skills.policy) {
             check(false, format!("skills.policy: {error}"));
         }

@@ -167,11 +167,14 @@ impl OpenAi {
             if self.stream { (started + self.first_token_timeout).min(request.deadline) } else { request.deadline };
         let first_timeout = if first_deadline < request.deadline { "first_token" } else { "call" };
         let mut body = self.body.clone();
-        if let Some(sampling) = request.sampling {
+        if let Some(sampling) = &request.sampling {
             body.insert("temperature".into(), json!(sampling.temperature));
             body.insert("max_tokens".into(), json!(sampling.max_tokens));
             for format in ["response_format", "json_schema", "grammar"] {
                 body.shift_remove(format);
+            }
+            for (key, value) in sampling.extra_body.iter() {
+                body.insert(key.clone(), value.clone());
             }
         }
         body.insert("messages".into(), json!(request.messages));

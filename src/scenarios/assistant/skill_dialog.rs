@@ -129,7 +129,11 @@ impl SkillPolicy {
             offline,
             max_session_bytes: skills.max_session_bytes,
             max_output_bytes: skills.max_output_bytes,
-            sampling: Sampling { temperature: skills.temperature, max_tokens: skills.max_tokens },
+            sampling: Sampling {
+                temperature: skills.temperature,
+                max_tokens: skills.max_tokens,
+                extra_body: Arc::new(skills.extra_body.clone()),
+            },
             metrics: metrics.clone(),
         })
     }
@@ -440,7 +444,7 @@ impl DialogPolicy for SkillPolicy {
     }
 
     fn sampling(&self, state: &TAssistantState) -> Option<Sampling> {
-        state.skill.as_ref().map(|_| self.sampling)
+        state.skill.as_ref().map(|_| self.sampling.clone())
     }
 
     fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String {
