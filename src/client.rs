@@ -201,8 +201,10 @@ impl Client {
         self.send(input_of(t_input::Event::Voice(voice))).await
     }
 
-    /// The command the last answer asks the client to run
-    /// (`RunCommandDirective`), if any.
+    /// The command an answer asked the client to run (`RunCommandDirective`)
+    /// that no result was sent for yet: the latest such, kept across turns
+    /// that carry none, as a device keeps running a command while the user
+    /// speaks.
     pub fn pending_command(&self) -> Option<&TRunCommandDirective> {
         self.command.as_ref()
     }
@@ -211,7 +213,7 @@ impl Client {
     /// its callback, the payload completed with `output`, `exit_code` and
     /// `skipped`, as a client that ran (or skipped) it does.
     pub async fn command_result(&mut self, output: &str, exit_code: i32, skipped: bool) -> Result<Turn, ClientError> {
-        let mut callback = self.command.as_ref().and_then(|run| run.callback.clone()).ok_or(ClientError::NoCommand)?;
+        let mut callback = self.command.take().and_then(|run| run.callback).ok_or(ClientError::NoCommand)?;
         let fields = &mut callback.payload.get_or_insert_with(Default::default).fields;
         let value = |kind| prost_types::Value { kind: Some(kind) };
         use prost_types::value::Kind;
@@ -235,7 +237,9 @@ impl Client {
             // declined turn leaves the dialog's state as it was.
             if !irrelevant {
                 self.state = body.state.clone();
-                self.command = run_command_of(&body).cloned();
+                if let Some(run) = run_command_of(&body) {
+                    self.command = Some(run.clone());
+                }
             }
             let Some(callback) = callback_of(&body).filter(|_| self.follow_callbacks) else {
                 return Ok(Turn::new(hops, body, irrelevant));

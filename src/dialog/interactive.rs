@@ -6,8 +6,9 @@
 //!
 //! When an answer asks the client to run a command (`RunCommandDirective`,
 //! a skill's step), the next line is its result: `/run` runs it here with
-//! `sh -c` (the user's choice, each time), `/skip` skips it, anything else
-//! is taken as what it printed (`\n` for a new line).
+//! `sh -c` (the user's choice, each time), `/skip` skips it, `/say WORDS`
+//! says words instead (`/say стоп`), anything else is taken as what it
+//! printed (`\n` for a new line).
 
 use std::{
     io::{BufRead, Write},
@@ -52,12 +53,16 @@ pub async fn run(args: &DialogArgs, input: impl BufRead, out: &mut impl Write) -
             end -= 1;
         }
         let words = &words[..end];
-        let spec = match client.pending_command().map(|run| run.command.clone()) {
+        let pending = client.pending_command().map(|run| run.command.clone());
+        let spec = match pending.filter(|_| !words.starts_with("/say ")) {
             Some(command) => {
                 let result = command_result(&command, words, out).await?;
                 TurnSpec { command_result: Some(result), ..TurnSpec::default() }
             }
-            None => TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() },
+            None => {
+                let words = words.strip_prefix("/say ").unwrap_or(words).trim();
+                TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() }
+            }
         };
         let played = play(&mut client, &spec).await?;
         let (answer, _) = answer_of(&played);
@@ -65,8 +70,13 @@ pub async fn run(args: &DialogArgs, input: impl BufRead, out: &mut impl Write) -
         clean &= answer.error.is_none();
         recorded.push(recorded_turn(&spec, &answer));
         if let Some(run) = client.pending_command() {
-            writeln!(out, "  run_command: {}", run.command)
-                .and_then(|()| writeln!(out, "  type /run to run it here, /skip to skip it, or what it printed"))
+            writeln!(out, "  run_command (waiting for its result): {}", run.command)
+                .and_then(|()| {
+                    writeln!(
+                        out,
+                        "  type /run to run it here, /skip to skip it, /say WORDS to speak, or what it printed"
+                    )
+                })
                 .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
         }
     }

@@ -257,15 +257,19 @@ async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
     let server = serve_with("info", &temp("skills-played.log"), &flags);
     let address = server.url.clone();
     let out = tokio::task::spawn_blocking(move || {
-        dialog(&["--server", &address], "запусти навык git-quick-commit\n/run\nfix: test\n/skip\n/quit\n")
+        dialog(
+            &["--server", &address],
+            "запусти навык git-quick-commit\n/run\nfix: test\n/say какие навыки\n/skip\n/quit\n",
+        )
     })
     .await
     .unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("run_command: git --version"), "{stdout}");
+    assert!(stdout.contains("run_command (waiting for its result): git --version"), "{stdout}");
     assert!(stdout.contains("  | git version "), "the command ran here: {stdout}");
     assert!(stdout.contains("Сообщение коммита?") && stdout.contains("Готово."), "{stdout}");
+    assert!(stdout.contains("> /say какие навыки") && stdout.contains("Навыки: disk-usage"), "{stdout}");
     let sent: Vec<String> = mock
         .received()
         .iter()
