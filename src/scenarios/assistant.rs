@@ -65,6 +65,7 @@
 
 pub mod answer;
 pub mod backend;
+mod background;
 mod backoff;
 mod breaker;
 mod callback;
@@ -183,10 +184,9 @@ impl Assistant {
         Ok(assistant)
     }
 
-    /// Starts the warm-up task ([`warmup`]) on the runtime this runs in, or,
-    /// when the scenario is built before any runtime (as `serve` builds it),
-    /// on a thread of its own with a small runtime and an HTTP client of its
-    /// own, so that no connection outlives the runtime that drives it.
+    /// Starts the warm-up task ([`warmup`]) in the [`background`], with an
+    /// HTTP client of its own, so that no connection outlives the runtime
+    /// that drives it.
     fn keep_warm(&self) -> Result<(), AssistantError> {
         // A session of its own: the prompt's static text is what warms.
         let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
@@ -218,19 +218,8 @@ impl Assistant {
             };
             warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(task);
-            return Ok(());
-        }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up's runtime: {e}")))?;
-        std::thread::Builder::new()
-            .name("assistant-warmup".into())
-            .spawn(move || runtime.block_on(task))
-            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up's thread: {e}")))?;
-        Ok(())
+        background::spawn("assistant-warmup", task)
+            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up: {e}")))
     }
 
     /// The assistant over any backend (tests, benchmarks, other backends).

@@ -18,7 +18,7 @@ use megamind_scenario::{
         },
     },
     scenarios::assistant::{
-        Assistant,
+        Assistant, AssistantModule,
         config::{AssistantConfig, Warmup},
     },
 };
@@ -26,7 +26,7 @@ use prost::Message;
 use prost_types::Any;
 
 use crate::{
-    helpers::{TestApp, Transport, registry_of, scenario_client, spawn_app},
+    helpers::{TestApp, Transport, registry_of, scenario_client, spawn_app, spawn_modules},
     mock_llm::MockLlm,
 };
 
@@ -53,6 +53,18 @@ pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> 
     let metrics = prometheus::Registry::new();
     let registry = registry_of("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant")));
     Harness { app: spawn_app(Config::default(), registry).await, metrics }
+}
+
+/// The server as `serve` builds it (the assistant's module, its `/llm`
+/// routes), its `[assistant]` table pointed at `mock` (no warm-up), `tweak`
+/// applied last.
+pub async fn spawn_module(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
+    let mut assistant = AssistantConfig::with_base_url(mock.base_url());
+    assistant.warmup = Warmup::Off;
+    tweak(&mut assistant);
+    let mut config = Config::default();
+    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
+    spawn_modules(config, &[Box::new(AssistantModule)]).await
 }
 
 fn base(request_id: &str) -> TScenarioBaseRequest {

@@ -6,33 +6,17 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use megamind_scenario::{
-    config::Config,
     jsonseq::{Event, parse_transcript, validate},
     proto::n_alice::n_scenarios::{TInterfaces, t_directive},
-    scenarios::assistant::{
-        AssistantModule,
-        config::{AssistantConfig, Warmup},
-    },
 };
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::{
-    assistant_harness::{answer, client, run, run_request},
-    helpers::{TestApp, Transport, spawn_modules},
+    assistant_harness::{answer, client, run, run_request, spawn_module},
+    helpers::{TestApp, Transport},
     mock_llm::{MockLlm, Reply},
 };
-
-/// The server as `serve` builds the assistant (its routes included),
-/// pointed at `mock`, streaming, `tweak` applied last.
-async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
-    let mut assistant = AssistantConfig::with_base_url(mock.base_url());
-    assistant.warmup = Warmup::Off;
-    tweak(&mut assistant);
-    let mut config = Config::default();
-    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
-    spawn_modules(config, &[Box::new(AssistantModule)]).await
-}
 
 fn slow_answer() -> Reply {
     Reply::stream(&["Сейчас ", "ровно ", "полдень. ", "Хорошего ", "дня!"], Duration::from_millis(80))
@@ -75,7 +59,7 @@ fn names(events: &[Event]) -> Vec<&str> {
 #[tokio::test]
 async fn a_run_is_streamed_live_to_every_subscriber_and_resumes_after_any_event() {
     let mock = MockLlm::start(slow_answer()).await;
-    let app = spawn(&mock, |_| {}).await;
+    let app = spawn_module(&mock, |_| {}).await;
     let client = client(&app, Transport::Http);
     run(&client, "llm-live", "который час?").await;
     let (status, live) = read_stream(&app, "/llm/stream/llm-live", &[]).await;
@@ -103,7 +87,7 @@ async fn a_run_is_streamed_live_to_every_subscriber_and_resumes_after_any_event(
 async fn a_subscriber_sees_events_before_the_call_ends() {
     let pieces = ["Раз. "; 30];
     let mock = MockLlm::start(Reply::stream(&pieces, Duration::from_millis(50))).await;
-    let app = spawn(&mock, |_| {}).await;
+    let app = spawn_module(&mock, |_| {}).await;
     run(&client(&app, Transport::Http), "llm-early", "считай").await;
     let response = app.http.get(app.url("/llm/stream/llm-early")).send().await.unwrap();
     let mut body = response.bytes_stream();
@@ -117,7 +101,7 @@ async fn a_subscriber_sees_events_before_the_call_ends() {
 #[tokio::test]
 async fn unknown_and_expired_calls_are_told_apart_in_json() {
     let mock = MockLlm::start(Reply::content("Привет!")).await;
-    let app = spawn(&mock, |config| config.max_retained = 1).await;
+    let app = spawn_module(&mock, |config| config.max_retained = 1).await;
     let (status, body) = read_stream(&app, "/llm/stream/never-asked", &[]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "not_found");
@@ -147,7 +131,7 @@ async fn unknown_and_expired_calls_are_told_apart_in_json() {
 #[tokio::test]
 async fn a_failed_model_call_ends_its_stream_with_error_then_completed() {
     let mock = MockLlm::start(Reply::status(500)).await;
-    let app = spawn(&mock, |config| config.max_retries = 0).await;
+    let app = spawn_module(&mock, |config| config.max_retries = 0).await;
     run(&client(&app, Transport::Http), "llm-fail", "привет").await;
     let (status, body) = read_stream(&app, "/llm/stream/llm-fail", &[]).await;
     assert_eq!(status, StatusCode::OK);
@@ -159,7 +143,7 @@ async fn a_failed_model_call_ends_its_stream_with_error_then_completed() {
 #[tokio::test]
 async fn a_draining_server_ends_open_streams_with_an_error_event() {
     let mock = MockLlm::start(Reply::Hang).await;
-    let mut app = spawn(&mock, |_| {}).await;
+    let mut app = spawn_module(&mock, |_| {}).await;
     run(&client(&app, Transport::Http), "llm-drain", "привет").await;
     let response = app.http.get(app.url("/llm/stream/llm-drain")).send().await.unwrap();
     let mut body = response.bytes_stream();
@@ -179,7 +163,7 @@ async fn a_draining_server_ends_open_streams_with_an_error_event() {
 #[tokio::test]
 async fn open_streams_are_capped() {
     let mock = MockLlm::start(Reply::Hang).await;
-    let app = spawn(&mock, |config| {
+    let app = spawn_module(&mock, |config| {
         config.max_streams = 1;
         // A heartbeat is what finds a subscriber gone.
         config.heartbeat_secs = 1;
@@ -214,7 +198,7 @@ async fn open_streams_are_capped() {
 #[tokio::test]
 async fn a_client_with_a_screen_is_given_the_stream_address_with_the_voice_answer() {
     let mock = MockLlm::start(Reply::content("Привет! Чем помочь?")).await;
-    let app = spawn(&mock, |config| config.public_url = "https://assistant.example.net".into()).await;
+    let app = spawn_module(&mock, |config| config.public_url = "https://assistant.example.net".into()).await;
     let client = client(&app, Transport::Http);
     let mut request = run_request("llm-screen", "привет");
     let base = request.base_request.as_mut().unwrap();
@@ -240,7 +224,7 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
     // Cyrillic and emoji, so that part boundaries fall inside characters.
     let long = "Жили-были 🐉 дед и баба. ".repeat(40);
     let mock = MockLlm::start(Reply::content(&long)).await;
-    let app = spawn(&mock, |config| config.chunk_bytes = 100).await;
+    let app = spawn_module(&mock, |config| config.chunk_bytes = 100).await;
     run(&client(&app, Transport::Http), "llm-parts", "расскажи сказку").await;
 
     let whole =
@@ -275,7 +259,7 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
 #[tokio::test]
 async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     let mock = MockLlm::start(Reply::content("Привет!")).await;
-    let app = spawn(&mock, |_| {}).await;
+    let app = spawn_module(&mock, |_| {}).await;
     let wrapper: Value = app.http.get(app.url("/llm/schema")).send().await.unwrap().json().await.unwrap();
     assert_eq!(wrapper["is_consequential"], false, "the schema fits one part by default");
     let schema = &wrapper["content"];
@@ -286,7 +270,7 @@ async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     }
     assert!(schema["chunking"].is_object());
 
-    let small = spawn(&mock, |config| config.chunk_bytes = 256).await;
+    let small = spawn_module(&mock, |config| config.chunk_bytes = 256).await;
     let mut whole = megamind_scenario::parts::fetch_all(&small.http, &small.url("/llm/schema")).await.unwrap();
     assert_eq!(whole["chunking"]["chunk_bytes"], 256, "the limit in force");
     whole["chunking"]["chunk_bytes"] = schema["chunking"]["chunk_bytes"].clone();
@@ -302,7 +286,7 @@ async fn the_reference_python_client_reassembles_our_parts() {
     let Some(tools) = python_tools::tools("the_reference_python_client_reassembles_our_parts").await else { return };
     let long = "«Колобок» 🍞 катился по дорожке. ".repeat(30);
     let mock = MockLlm::start(Reply::content(&long)).await;
-    let app = spawn(&mock, |config| config.chunk_bytes = 97).await;
+    let app = spawn_module(&mock, |config| config.chunk_bytes = 97).await;
     run(&client(&app, Transport::Http), "llm-python", "расскажи сказку").await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/seed_fetch_all.py");
     for path in ["/llm/answers/llm-python", "/llm/schema"] {

@@ -19,7 +19,7 @@ use megamind_scenario::{
 use prost_types::{Struct, Value, value::Kind};
 
 use crate::{
-    assistant_harness::{ask, client, metrics_text, spawn, state_of},
+    assistant_harness::{ask, client, metrics_text, spawn, spawn_module, state_of},
     helpers::Transport,
     mock_llm::{MockLlm, Reply},
 };
@@ -450,7 +450,7 @@ fn tempdir(name: &str) -> PathBuf {
 #[tokio::test]
 async fn the_catalog_is_served_at_llm_skills_whole_or_in_parts() {
     let mock = MockLlm::start(Reply::content("[DONE] ok")).await;
-    let app = &served(&mock, |config| config.skills.dir = Some(skills_dir())).await;
+    let app = &spawn_module(&mock, |config| config.skills.dir = Some(skills_dir())).await;
     let wrapper: serde_json::Value = app.http.get(app.url("/llm/skills")).send().await.unwrap().json().await.unwrap();
     assert_eq!(wrapper["is_consequential"], false);
     let skills = wrapper["content"]["skills"].as_array().unwrap();
@@ -461,22 +461,11 @@ async fn the_catalog_is_served_at_llm_skills_whole_or_in_parts() {
     assert!(skills[0]["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "path"));
     assert!(skills.iter().all(|s| s.get("body").is_none()), "the instructions stay with the model");
 
-    let small = served(&mock, |config| {
+    let small = spawn_module(&mock, |config| {
         config.skills.dir = Some(skills_dir());
         config.chunk_bytes = 128;
     })
     .await;
     let whole = megamind_scenario::parts::fetch_all(&small.http, &small.url("/llm/skills")).await.unwrap();
     assert_eq!(whole, wrapper["content"], "in parts, the same catalog");
-}
-
-/// The server as `serve` builds it (the module, its `/llm` routes) with the
-/// assistant's table of `tweak`.
-async fn served(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> crate::helpers::TestApp {
-    let mut assistant = AssistantConfig::with_base_url(mock.base_url());
-    assistant.warmup = megamind_scenario::scenarios::assistant::config::Warmup::Off;
-    tweak(&mut assistant);
-    let mut config = megamind_scenario::config::Config::default();
-    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
-    crate::helpers::spawn_modules(config, &[Box::new(megamind_scenario::scenarios::assistant::AssistantModule)]).await
 }

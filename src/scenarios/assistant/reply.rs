@@ -31,11 +31,7 @@ pub fn answer(answer: &ModelAnswer, speech: &str, state: &TAssistantState) -> TS
         Command::OpenApp { .. } => "assistant.open_app",
         Command::CloseApp { .. } => "assistant.close_app",
     });
-    let mut body = body(&answer.text, directives, false, state, intent);
-    if let Some(layout) = body.layout.as_mut() {
-        layout.output_speech = speech.into();
-    }
-    body
+    said(&answer.text, speech, directives, false, state, intent)
 }
 
 /// A phrase of the scenario's own (fallback, apology); `listen` keeps the

@@ -274,9 +274,8 @@ impl SkillPolicy {
         };
         let step = markers::parse(&completion.text);
         session::record(&mut session, utterance.to_owned(), step.content(), self.max_session_bytes);
-        if !matches!(step, Step::Command(_)) {
-            session.refusals = 0;
-        }
+        // Refusals count in a row: any step but a refused command ends the run.
+        let refusals = std::mem::take(&mut session.refusals);
         self.metrics.skill_steps.with_label_values(&[marker_label(&step)]).inc();
         if session.step >= MAX_STEPS && !matches!(step, Step::Done(_)) {
             self.metrics.skill_steps.with_label_values(&["cap"]).inc();
@@ -287,7 +286,7 @@ impl SkillPolicy {
         let next = next_step(&session);
         state.skill = Some(session);
         match step {
-            Step::Command(command) => self.command_step(call_id, command, skill, state),
+            Step::Command(command) => self.command_step(call_id, command, skill, refusals, state),
             Step::Ask { question, optional } => {
                 if let Some(session) = state.skill.as_mut() {
                     session::set_wait(session, ESkillWait::SkillWaitUser);
@@ -306,27 +305,23 @@ impl SkillPolicy {
         }
     }
 
-    /// `[CMD]`: the policy first, whatever the model said.
+    /// `[CMD]`: the policy first, whatever the model said; `refusals`
+    /// commands were refused in a row before it.
     fn command_step(
         &self,
         call_id: &str,
         command: String,
         skill: &Skill,
+        refusals: u32,
         mut state: TAssistantState,
     ) -> Interpretation {
         match self.rules.check(&command, skill.allowed_tools.as_deref()) {
             Verdict::Allow => {
                 self.metrics.skill_commands.with_label_values(&["allow"]).inc();
-                if let Some(session) = state.skill.as_mut() {
-                    session.refusals = 0;
-                }
                 Interpretation::Answer(Box::new(self.command_body(command, &mut state, "skill_command")))
             }
             Verdict::Ask(reason) => {
                 self.metrics.skill_commands.with_label_values(&["ask"]).inc();
-                if let Some(session) = state.skill.as_mut() {
-                    session.refusals = 0;
-                }
                 let text =
                     format!("Команда «{}» {reason}. Выполнить? Скажите «да» или «нет».", spoken_command(&command));
                 if let Some(session) = state.skill.as_mut() {
@@ -338,7 +333,7 @@ impl SkillPolicy {
             Verdict::Deny(reason) => {
                 self.metrics.skill_commands.with_label_values(&["deny"]).inc();
                 let text = format!("Команду «{}» я не выполню: {reason}.", spoken_command(&command));
-                let refusals = state.skill.as_ref().map_or(0, |s| s.refusals).saturating_add(1);
+                let refusals = refusals.saturating_add(1);
                 if refusals >= MAX_REFUSALS {
                     let name = state.skill.take().map(|s| s.skill).unwrap_or_default();
                     let text = format!("{text} Навык «{name}» остановлен: это уже {refusals}-я такая команда подряд.");

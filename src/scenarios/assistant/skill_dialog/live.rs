@@ -11,7 +11,10 @@ use std::{
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
-use crate::{scenarios::assistant::metrics::AssistantMetrics, skills::catalog::Catalog};
+use crate::{
+    scenarios::assistant::{background, metrics::AssistantMetrics},
+    skills::catalog::Catalog,
+};
 
 /// The catalog of a skills folder, kept current.
 #[derive(Debug)]
@@ -78,24 +81,13 @@ impl LiveCatalog {
         }
     }
 
-    /// Reloads on every SIGHUP, for as long as the catalog lives, on the
-    /// runtime this runs in, or, when built before any runtime (as `serve`
-    /// builds it), on a thread of its own.
+    /// Reloads on every SIGHUP, for as long as the catalog lives (a task
+    /// in the [background](crate::scenarios::assistant::background)).
     pub(crate) fn reload_on_sighup(self: &Arc<Self>) {
         if self.dir.is_none() {
             return;
         }
-        let weak = Arc::downgrade(self);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(on_sighup(weak));
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-            return tracing::warn!("skills: cannot start the SIGHUP listener's runtime");
-        };
-        let thread =
-            std::thread::Builder::new().name("skills-sighup".into()).spawn(move || runtime.block_on(on_sighup(weak)));
-        if let Err(error) = thread {
+        if let Err(error) = background::spawn("skills-sighup", on_sighup(Arc::downgrade(self))) {
             tracing::warn!(%error, "skills: cannot start the SIGHUP listener");
         }
     }
