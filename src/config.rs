@@ -67,6 +67,11 @@ pub struct Config {
     /// The HTTP/1.1 read buffer of a connection, in bytes: the longest request
     /// head accepted.
     pub http1_read_buffer_bytes: usize,
+    /// Serve connections that open with `GET /llm/stream/` on threads of
+    /// their own, at a lower OS priority than Megamind's calls.
+    pub stream_lane: bool,
+    /// How much lower (`nice`, 0-19) the stream lane's threads run.
+    pub stream_lane_nice: u8,
     /// Concurrent calls before `/run` is refused with 429.
     pub max_in_flight: usize,
     /// Extra concurrent calls kept for `/continue`, `/commit` and `/apply`.
@@ -152,6 +157,10 @@ impl Default for Config {
             // connection that sent part of a head double to 16 KiB; 8 KiB is
             // also the usual head limit of proxies (nginx, Apache).
             http1_read_buffer_bytes: MIN_HTTP1_READ_BUFFER,
+            // Streams are best effort; `/run` has 300 ms. At 10 a lane
+            // thread weighs about a tenth of a main one when both want a core.
+            stream_lane: true,
+            stream_lane_nice: 10,
             max_in_flight: 1024,
             priority_reserve: 256,
             detach_limit_ms: 30_000,
@@ -285,6 +294,7 @@ impl Config {
                 self.http1_read_buffer_bytes
             ),
         );
+        check(self.stream_lane_nice <= 19, format!("stream_lane_nice = {}: must be 0..=19", self.stream_lane_nice));
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
@@ -320,6 +330,7 @@ impl Config {
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
             max_open_requests: self.max_open_requests,
             http1_read_buffer: self.http1_read_buffer_bytes,
+            stream_lane_nice: self.stream_lane.then_some(self.stream_lane_nice),
         }
     }
 

@@ -19,6 +19,7 @@ use tonic::codegen::Service;
 mod accept;
 mod activity;
 mod connections;
+mod lane;
 
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
@@ -81,7 +82,7 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     let mut bound = vec![Bound { listener: listeners.main, routing: routing(false) }];
     bound.extend(listeners.grpc_only.map(|listener| Bound { listener, routing: routing(true) }));
     let metrics = app.connection_metrics.clone();
-    let connections = Connections::new(&app.connection_limits, metrics.clone());
+    let connections = Connections::new(&app.connection_limits, metrics.clone())?;
     let slots = Arc::new(Semaphore::new(accept::connection_cap(app.connection_limits.max_connections)));
     let acceptor = Acceptor { bound, slots, metrics };
     acceptor.run_until(shutdown, &connections).await;

@@ -135,6 +135,15 @@ pub(super) const CORE: &[Flag] = &[
         "HTTP/1.1 read buffer per connection, in bytes (at least 8192); a request head must fit in it, else 431",
     )
     .env("MEGAMIND_HTTP1_READ_BUFFER_BYTES"),
+    Flag::new(
+        "stream-lane",
+        "stream_lane",
+        "Serve connections opening with `GET /llm/stream/` on threads of their own, below Megamind's calls in \
+         priority (true/false)",
+    )
+    .env("MEGAMIND_STREAM_LANE"),
+    Flag::new("stream-lane-nice", "stream_lane_nice", "How much lower the stream lane's threads run: nice 0-19")
+        .env("MEGAMIND_STREAM_LANE_NICE"),
     Flag::new("detach-limit-ms", "detach_limit_ms", "How long work past its budget may go on in the background, in ms")
         .env("MEGAMIND_DETACH_LIMIT_MS"),
 ];

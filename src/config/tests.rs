@@ -117,3 +117,14 @@ fn the_defaults_table_holds_every_core_key() {
     assert_eq!(table["budget"]["run_ms"].as_integer(), Some(300));
     assert_eq!(Config::from_table(table).unwrap(), Config::default(), "it reads back as the defaults");
 }
+
+#[test]
+fn the_stream_lane_is_on_by_default_and_its_nice_is_bounded() {
+    assert_eq!(Config::default().connection_limits().stream_lane_nice, Some(10));
+    let off = Config::from_toml("stream_lane = false").unwrap();
+    assert_eq!(off.connection_limits().stream_lane_nice, None);
+    let low = Config::from_toml("stream_lane_nice = 19").unwrap();
+    assert_eq!(low.connection_limits().stream_lane_nice, Some(19));
+    let error = Config { stream_lane_nice: 20, ..Config::default() }.validate().unwrap_err().to_string();
+    assert!(error.contains("stream_lane_nice = 20: must be 0..=19"), "{error}");
+}

@@ -23,4 +23,7 @@ pub struct ConnectionLimits {
     pub max_open_requests: usize,
     /// The HTTP/1.1 read buffer, in bytes: the longest request head accepted.
     pub http1_read_buffer: usize,
+    /// How much lower the stream lane's threads run (`nice`), when
+    /// connections opening with `GET /llm/stream/` have a lane of their own.
+    pub stream_lane_nice: Option<u8>,
 }

@@ -227,6 +227,8 @@ pub struct ConnectionMetrics {
     /// HTTP/2 streams refused because their connection had a request open
     /// while the server had `max_open_requests` open.
     pub refused_streams: IntCounter,
+    /// Connections served, by lane (`main`, `stream`).
+    pub served: IntCounterVec,
 }
 
 impl ConnectionMetrics {
@@ -254,6 +256,14 @@ impl ConnectionMetrics {
                 "HTTP/2 streams refused (REFUSED_STREAM) on busy connections while max_open_requests were open.",
             )
             .expect("valid metric"),
+            served: IntCounterVec::new(
+                Opts::new(
+                    "megamind_connections_served_total",
+                    "Connections served, by lane: main, or stream (opened with GET /llm/stream/).",
+                ),
+                &["lane"],
+            )
+            .expect("valid metric"),
         };
         for collector in [
             Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
@@ -261,6 +271,7 @@ impl ConnectionMetrics {
             Box::new(metrics.accept_errors.clone()),
             Box::new(metrics.closed.clone()),
             Box::new(metrics.refused_streams.clone()),
+            Box::new(metrics.served.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::warn!(%error, "metric not registered");

@@ -16,11 +16,13 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
-use tokio::{net::TcpStream, sync::OwnedSemaphorePermit, sync::watch};
+use prometheus::IntGauge;
+use tokio::{net::TcpStream, runtime::Handle, sync::OwnedSemaphorePermit, sync::watch};
 
 use super::{
     Routing,
     activity::{Activity, Expiry, Timeouts, Watched, due},
+    lane::{self, Lane, Sorted},
     route,
 };
 use crate::rules::{connections::ConnectionLimits, metrics::ConnectionMetrics};
@@ -46,31 +48,71 @@ pub(super) enum Stage {
 
 /// How connections are served, and the handle that ends them.
 pub(super) struct Connections {
+    setup: Arc<Setup>,
+    stage: watch::Sender<Stage>,
+    /// Where stream connections go, when they have a lane of their own.
+    lane: Option<Lane>,
+}
+
+/// What serving a connection takes, shared by all of them.
+struct Setup {
     builder: auto::Builder<TokioExecutor>,
     timeouts: Timeouts,
     /// How long a connection told to close when idle may take to do so.
     grace: Duration,
-    stage: watch::Sender<Stage>,
     metrics: ConnectionMetrics,
     /// Requests open on every connection, from their head until their answer is all handed over.
     open: Arc<AtomicUsize>,
     max_open: usize,
 }
 
+/// An accepted connection, before it is served.
+struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    routing: Arc<Routing>,
+    slot: Slot,
+    stage: watch::Receiver<Stage>,
+    setup: Arc<Setup>,
+}
+
+/// A connection's place under `max_connections`, counted open while held.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    open: IntGauge,
+}
+
+impl Slot {
+    fn new(permit: OwnedSemaphorePermit, open: &IntGauge) -> Slot {
+        open.inc();
+        Slot { _permit: permit, open: open.clone() }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
 impl Connections {
-    pub(super) fn new(limits: &ConnectionLimits, metrics: ConnectionMetrics) -> Connections {
+    pub(super) fn new(limits: &ConnectionLimits, metrics: ConnectionMetrics) -> std::io::Result<Connections> {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder.http2().max_concurrent_streams(limits.h2_max_concurrent_streams).max_send_buf_size(H2_SEND_BUFFER);
         builder.http1().max_buf_size(limits.http1_read_buffer);
-        Connections {
+        let setup = Setup {
             builder,
             timeouts: Timeouts::new(limits.header_timeout, limits.idle_timeout, limits.send_timeout),
             grace: limits.send_timeout,
-            stage: watch::Sender::new(Stage::Serving),
             metrics,
             open: Arc::default(),
             max_open: limits.max_open_requests,
-        }
+        };
+        Ok(Connections {
+            setup: Arc::new(setup),
+            stage: watch::Sender::new(Stage::Serving),
+            lane: limits.stream_lane_nice.map(Lane::start).transpose()?,
+        })
     }
 
     /// Moves every connection, open or to come, to `stage`.
@@ -83,13 +125,66 @@ impl Connections {
         self.stage.closed().await;
     }
 
-    /// Serves `stream` on a task of its own, holding `slot` while it is open.
+    /// Serves `stream` on a task of its own, holding `slot` while it is
+    /// open: on the stream lane when it opens with a stream request.
     pub(super) fn serve(&self, stream: TcpStream, peer: SocketAddr, routing: Arc<Routing>, slot: OwnedSemaphorePermit) {
         // Small protobuf answers must not wait for Nagle.
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new(self.open.clone());
+        let lane = self.lane.as_ref().filter(|_| !routing.grpc_only).map(|lane| lane.handle().clone());
+        let slot = Slot::new(slot, &self.setup.metrics.open);
+        let accepted =
+            Accepted { stream, peer, routing, slot, stage: self.stage.subscribe(), setup: self.setup.clone() };
+        let Some(lane) = lane else {
+            tokio::spawn(accepted.serve("main"));
+            return;
+        };
+        tokio::spawn(accepted.sort_into(lane));
+    }
+}
+
+impl Accepted {
+    /// Serves the connection on the main runtime or on `lane`, as its first
+    /// bytes say; a connection that sends none within the header timeout, or
+    /// is still silent as the server closes, is dropped.
+    async fn sort_into(mut self, lane: Handle) {
+        let within = Duration::from_millis(self.setup.timeouts.header);
+        let closing = self.stage.wait_for(|stage| matches!(stage, Stage::Closing | Stage::Cut));
+        let sorted = tokio::select! {
+            sorted = lane::sort_connection(&self.stream, within) => sorted,
+            _ = closing => return,
+        };
+        match sorted {
+            Sorted::Main => self.serve("main").await,
+            Sorted::Stream => self.move_to(&lane),
+            Sorted::Silent => self.setup.metrics.closed.with_label_values(&[Expiry::Header.as_str()]).inc(),
+            Sorted::Gone => {}
+        }
+    }
+
+    /// Serves the connection on `lane`, registered with the lane's own I/O driver.
+    fn move_to(self, lane: &Handle) {
+        let Accepted { stream, peer, routing, slot, stage, setup } = self;
+        let lost =
+            move |error: std::io::Error| tracing::debug!(%peer, %error, "connection lost moving to the stream lane");
+        match stream.into_std() {
+            Ok(stream) => {
+                lane.spawn(async move {
+                    match TcpStream::from_std(stream) {
+                        Ok(stream) => Accepted { stream, peer, routing, slot, stage, setup }.serve("stream").await,
+                        Err(error) => lost(error),
+                    }
+                });
+            }
+            Err(error) => lost(error),
+        }
+    }
+
+    /// Serves the connection until it ends, on `lane` (for the metrics).
+    async fn serve(self, lane: &'static str) {
+        let Accepted { stream, peer, routing, slot, mut stage, setup } = self;
+        let activity = Activity::new(setup.open.clone());
         let requests = activity.clone();
-        let (max_open, refused) = (self.max_open, self.metrics.refused_streams.clone());
+        let (max_open, refused) = (setup.max_open, setup.metrics.refused_streams.clone());
         let service = service_fn(move |request| {
             // An HTTP/2 client that reads no answer keeps each stream open
             // until the send timeout, and may open more on other connections:
@@ -113,57 +208,53 @@ impl Connections {
             })
         });
         let io = TokioIo::new(Watched::new(stream, activity.clone()));
-        let connection = self.builder.serve_connection(io, service).into_owned();
-        let (mut stage, timeouts, grace) = (self.stage.subscribe(), self.timeouts, self.grace);
-        let metrics = self.metrics.clone();
-        metrics.open.inc();
-        tokio::spawn(async move {
-            let _slot = slot;
-            tokio::pin!(connection);
-            let mut closing = false;
-            // Armed when an idle connection is told to close: it must be gone by then.
-            let gone_by = tokio::time::sleep(Duration::MAX / 4);
-            tokio::pin!(gone_by);
-            let ended = loop {
-                let now = *stage.borrow_and_update();
-                let told = match now {
-                    Stage::Serving => false,
-                    Stage::Draining => activity.is_h2(),
-                    Stage::Closing => true,
-                    Stage::Cut => break Some("drain_timeout"),
-                };
-                if told && !closing {
+        let connection = setup.builder.serve_connection(io, service).into_owned();
+        let (timeouts, grace, metrics) = (setup.timeouts, setup.grace, &setup.metrics);
+        metrics.served.with_label_values(&[lane]).inc();
+        let _slot = slot;
+        tokio::pin!(connection);
+        let mut closing = false;
+        // Armed when an idle connection is told to close: it must be gone by then.
+        let gone_by = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(gone_by);
+        let ended = loop {
+            let now = *stage.borrow_and_update();
+            let told = match now {
+                Stage::Serving => false,
+                Stage::Draining => activity.is_h2(),
+                Stage::Closing => true,
+                Stage::Cut => break Some("drain_timeout"),
+            };
+            if told && !closing {
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%peer, %error, "connection ended with an error");
+                    }
+                    break None;
+                }
+                expiry = watchdog(&activity, timeouts, closing) => {
+                    if expiry != Expiry::Idle {
+                        break Some(expiry.as_str());
+                    }
+                    metrics.closed.with_label_values(&[expiry.as_str()]).inc();
                     closing = true;
                     connection.as_mut().graceful_shutdown();
+                    gone_by.as_mut().reset(tokio::time::Instant::now() + grace);
                 }
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(%peer, %error, "connection ended with an error");
-                        }
-                        break None;
-                    }
-                    expiry = watchdog(&activity, timeouts, closing) => {
-                        if expiry != Expiry::Idle {
-                            break Some(expiry.as_str());
-                        }
-                        metrics.closed.with_label_values(&[expiry.as_str()]).inc();
-                        closing = true;
-                        connection.as_mut().graceful_shutdown();
-                        gone_by.as_mut().reset(tokio::time::Instant::now() + grace);
-                    }
-                    () = &mut gone_by => break None,
-                    changed = stage.changed() => if changed.is_err() {
-                        break None;
-                    },
-                }
-            };
-            if let Some(reason) = ended {
-                tracing::debug!(%peer, reason, "connection closed");
-                metrics.closed.with_label_values(&[reason]).inc();
+                () = &mut gone_by => break None,
+                changed = stage.changed() => if changed.is_err() {
+                    break None;
+                },
             }
-            metrics.open.dec();
-        });
+        };
+        if let Some(reason) = ended {
+            tracing::debug!(%peer, reason, "connection closed");
+            metrics.closed.with_label_values(&[reason]).inc();
+        }
     }
 }
 

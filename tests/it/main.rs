@@ -4,6 +4,7 @@ mod helpers;
 mod mock_llm;
 mod scenarios;
 mod skills;
+mod stream_lane;
 
 mod assistant;
 mod assistant_backend;

@@ -1,0 +1,129 @@
+//! The stream lane: connections that open with `GET /llm/stream/` are served
+//! on a runtime of their own whose threads run at a lower OS priority. A
+//! screen's stream is best effort; Megamind's calls have 300 ms. Ten
+//! thousand streams then slow down each other, not `/run`, whose connections
+//! stay on the main runtime and its threads.
+//!
+//! A connection is sorted once, by its first bytes (read with `MSG_PEEK`,
+//! so hyper still reads them): it stays in that lane for its life.
+
+use std::{io, num::NonZeroUsize, time::Duration};
+
+use tokio::{
+    net::TcpStream,
+    runtime::{Handle, Runtime},
+};
+
+/// The request line's start that sorts a connection into the lane.
+const STREAM_PREFIX: &[u8] = b"GET /llm/stream/";
+
+/// Where a connection's first bytes send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sorted {
+    /// The main runtime: everything but a stream, including HTTP/2 and a
+    /// first segment too short to tell.
+    Main,
+    /// The stream lane.
+    Stream,
+    /// Nothing arrived within the header timeout: drop it.
+    Silent,
+    /// The client closed it, or it failed, before sending anything.
+    Gone,
+}
+
+/// Sorts `head`, the first bytes a connection sent.
+pub(super) fn sort(head: &[u8]) -> Sorted {
+    match head {
+        [] => Sorted::Gone,
+        _ if head.starts_with(STREAM_PREFIX) => Sorted::Stream,
+        _ => Sorted::Main,
+    }
+}
+
+/// Waits up to `within` for `stream`'s first bytes and sorts them.
+pub(super) async fn sort_connection(stream: &TcpStream, within: Duration) -> Sorted {
+    let mut head = [0u8; STREAM_PREFIX.len()];
+    match tokio::time::timeout(within, stream.peek(&mut head)).await {
+        Ok(Ok(n)) => sort(&head[..n]),
+        Ok(Err(_)) => Sorted::Gone,
+        Err(_) => Sorted::Silent,
+    }
+}
+
+/// The lane's runtime. Dropped when the server stops, without waiting for
+/// its threads: every connection on it has ended by then.
+#[derive(Debug)]
+pub(super) struct Lane {
+    runtime: Option<Runtime>,
+}
+
+impl Lane {
+    /// Starts the lane: one thread per core, `nice` below the process's priority.
+    pub(super) fn start(nice: u8) -> io::Result<Lane> {
+        let threads = std::thread::available_parallelism().map_or(2, NonZeroUsize::get);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("stream-lane")
+            .enable_all()
+            .on_thread_start(move || lower_priority(nice))
+            .build()?;
+        Ok(Lane { runtime: Some(runtime) })
+    }
+
+    /// Where the lane's connections are spawned.
+    pub(super) fn handle(&self) -> &Handle {
+        self.runtime.as_ref().expect("taken only on drop").handle()
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            // A runtime dropped inside another would block on its threads.
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Lowers the calling thread's priority by `nice` (to 19 at most).
+#[cfg(target_os = "linux")]
+fn lower_priority(nice: u8) {
+    use rustix::{process, thread};
+    let tid = thread::gettid();
+    let lowered = process::getpriority_process(Some(tid))
+        .and_then(|now| process::setpriority_process(Some(tid), (now + i32::from(nice)).min(19)));
+    if let Err(error) = lowered {
+        tracing::warn!(%error, "the stream lane's thread keeps its priority");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority(_nice: u8) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stream_request_line_sorts_into_the_lane() {
+        assert_eq!(sort(b"GET /llm/stream/"), Sorted::Stream);
+        assert_eq!(sort(b"GET /llm/stream/abc HTTP/1.1\r\n"), Sorted::Stream);
+        for main in [&b"GET /llm/answers/"[..], b"POST /run HTTP/1.1", b"PRI * HTTP/2.0\r\n", b"GET /llm/str", b"G"] {
+            assert_eq!(sort(main), Sorted::Main, "{}", String::from_utf8_lossy(main));
+        }
+        assert_eq!(sort(b""), Sorted::Gone, "closed before a byte");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_lanes_threads_run_at_a_lower_priority() {
+        let lane = Lane::start(7).unwrap();
+        let own = rustix::process::getpriority_process(None).unwrap();
+        let theirs = lane.handle().block_on(async {
+            tokio::spawn(async { rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap() })
+                .await
+                .unwrap()
+        });
+        assert_eq!(theirs, (own + 7).min(19));
+    }
+}

@@ -1,0 +1,148 @@
+//! The stream lane over real sockets: a connection opening with
+//! `GET /llm/stream/` is served on the lane's own threads, everything else on
+//! the main ones; a request line split before it can be told, a silent
+//! connection and a server without the lane behave as before.
+
+use std::{
+    io::{Read, Write},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use megamind_scenario::{
+    config::Config,
+    jsonseq::{parse_transcript, validate},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+use crate::{
+    assistant_harness::{client, run, spawn_module},
+    helpers::{TestApp, Transport, spawn_builtin},
+    mock_llm::{MockLlm, Reply},
+};
+
+/// Bound on every wait for the server.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// `megamind_connections_served_total` of `lane`, from `/metrics`.
+async fn served(app: &TestApp, lane: &str) -> u64 {
+    let (_, text) = app.get("/metrics").await;
+    let prefix = format!("megamind_connections_served_total{{lane=\"{lane}\"}} ");
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+/// Sends `parts` in turn on one connection (`Connection: close`) and reads the whole answer.
+async fn exchange(app: &TestApp, parts: &[&[u8]]) -> String {
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    for part in parts {
+        stream.write_all(part).await.unwrap();
+        stream.flush().await.unwrap();
+    }
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, stream.read_to_end(&mut answer)).await.expect("answered in time").unwrap();
+    String::from_utf8(answer).expect("UTF-8")
+}
+
+fn stream_request(id: &str) -> Vec<u8> {
+    format!("GET /llm/stream/{id} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").into_bytes()
+}
+
+#[tokio::test]
+async fn a_stream_is_served_on_the_stream_lane_and_a_call_on_the_main_one() {
+    let mock = MockLlm::start(Reply::stream(&["Сейчас ", "ровно ", "полдень."], Duration::from_millis(30))).await;
+    let app = spawn_module(&mock, |_| {}).await;
+    let main_before = served(&app, "main").await;
+    run(&client(&app, Transport::Http), "lane-1", "который час?").await;
+
+    let answer = exchange(&app, &[&stream_request("lane-1")]).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let transcript = dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]);
+    let (events, _) = parse_transcript(&transcript);
+    assert!(validate(&events).is_empty(), "{transcript}");
+    let finals: String = events
+        .iter()
+        .filter(|e| e.name == "final_delta")
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(finals, "Сейчас ровно полдень.");
+    assert_eq!(events.last().map(|e| e.name.as_str()), Some("completed"));
+
+    assert_eq!(served(&app, "stream").await, 1, "the stream's connection");
+    assert!(served(&app, "main").await > main_before, "the /run and /metrics connections");
+}
+
+/// The body of a chunked answer, its chunk sizes taken out.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+        if size == 0 {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_request_line_split_before_it_can_be_told_is_still_answered() {
+    let app = spawn_builtin(Config::default()).await;
+    let before = served(&app, "main").await + served(&app, "stream").await;
+    let answer = exchange(&app, &[b"GET /llm/str", b"eam/x HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"]).await;
+    // This server hosts no assistant: the path is unknown, whichever lane served it.
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    let answer = exchange(&app, &[b"G", b"ET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"]).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The two; `/metrics` is read again on its kept-alive connection.
+    assert_eq!(served(&app, "main").await + served(&app, "stream").await, before + 2);
+}
+
+#[tokio::test]
+async fn without_the_lane_a_stream_is_served_on_the_main_threads() {
+    let app = spawn_builtin(Config { stream_lane: false, ..Config::default() }).await;
+    let answer = exchange(&app, &[&stream_request("x")]).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert_eq!(served(&app, "stream").await, 0);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0", "--stream-lane-nice", "5"])
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
+    let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).expect("addr in the line");
+    // Answered: the server is past building its lanes.
+    let mut health = std::net::TcpStream::connect(addr).expect("listening");
+    health.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    health.read_to_end(&mut answer).unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+
+    let mut nice = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for thread in std::fs::read_dir(format!("/proc/{}/task", child.id())).expect("/proc") {
+        let thread = thread.unwrap().path();
+        let name = std::fs::read_to_string(thread.join("comm")).unwrap().trim().to_owned();
+        let stat = std::fs::read_to_string(thread.join("stat")).unwrap();
+        // Nice is the 19th field of stat, the 17th after the name in parentheses.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        nice.entry(name).or_default().push(after.split(' ').nth(16).unwrap().parse().unwrap());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let main = nice.get("tokio-rt-worker").cloned().unwrap_or_default();
+    assert!(!main.is_empty() && main.iter().all(|&n| n == main[0]), "{nice:?}");
+    let lane = nice.get("stream-lane").cloned().unwrap_or_default();
+    assert!(!lane.is_empty() && lane.iter().all(|&n| n == (main[0] + 5).min(19)), "{nice:?}");
+}
