@@ -15,7 +15,9 @@
 //! SSE text once, for all its subscribers (the call's `Rendered`, kept while
 //! one of them reads), as the first of them asks for them; each subscriber
 //! copies what it has not sent yet, as its client reads (the body is
-//! pulled). A subscriber that does not read holds its place and nothing else
+//! pulled). Events every subscriber has sent are let go, so a call's
+//! subscribers hold the events between the slowest and the newest, not the
+//! whole answer; one that joins after some were let go makes its own. A subscriber that does not read holds its place and nothing else
 //! — no buffer grows for it; the server's send timeout closes its
 //! connection, and it resumes with `Last-Event-ID`. Heartbeats (every
 //! `heartbeat_secs` while the model is silent) are written with the id of
@@ -24,6 +26,7 @@
 //! the server drains.
 
 use std::{
+    collections::VecDeque,
     convert::Infallible,
     sync::{Arc, Mutex},
     time::Duration,
@@ -226,8 +229,16 @@ struct Render {
     sequencer: Sequencer,
     /// Its own place in the record.
     follower: Follower,
-    /// Event `k` (from 0) has id `k + 1`.
-    events: Vec<RenderedEvent>,
+    /// The events not yet sent by every reader: event `base + k` (from 0,
+    /// its id `base + k + 1`) is `events[k]`.
+    events: VecDeque<RenderedEvent>,
+    base: usize,
+    /// Each reader's next event to send, by slot; `None` for a free slot.
+    readers: Vec<Option<usize>>,
+    /// Readers whose next event is `base`: when the last of them moves on,
+    /// the events before the new slowest are let go. Looking for the
+    /// slowest visits every reader, so it is done only then.
+    at_base: usize,
     /// `completed` was made.
     done: bool,
     scratch: Vec<Numbered>,
@@ -246,7 +257,10 @@ impl Rendered {
         let mut render = Render {
             sequencer: Sequencer::new(request_id, format),
             follower,
-            events: Vec::new(),
+            events: VecDeque::new(),
+            base: 0,
+            readers: Vec::new(),
+            at_base: 0,
             done: false,
             scratch: Vec::new(),
         };
@@ -264,6 +278,62 @@ impl Rendered {
 }
 
 impl Render {
+    /// A new reader's slot, when it can read from the first event (none
+    /// was let go yet).
+    fn join(&mut self) -> Option<usize> {
+        if self.base > 0 {
+            return None;
+        }
+        self.at_base += 1;
+        match self.readers.iter().position(Option::is_none) {
+            Some(slot) => {
+                self.readers[slot] = Some(0);
+                Some(slot)
+            }
+            None => {
+                self.readers.push(Some(0));
+                Some(self.readers.len() - 1)
+            }
+        }
+    }
+
+    fn leave(&mut self, slot: usize) {
+        if self.readers[slot].take() == Some(self.base) {
+            self.left_base();
+        }
+    }
+
+    /// The reader in `slot` goes on from event `next`.
+    fn moved(&mut self, slot: usize, next: usize) {
+        let was = self.readers[slot].replace(next);
+        if was == Some(self.base) && next != self.base {
+            self.left_base();
+        }
+    }
+
+    /// One reader left `base`; after the last, what every reader sent is let go.
+    fn left_base(&mut self) {
+        self.at_base = self.at_base.saturating_sub(1);
+        if self.at_base > 0 {
+            return;
+        }
+        let Some(slowest) = self.readers.iter().flatten().min().copied() else { return };
+        let sent = slowest.saturating_sub(self.base).min(self.events.len());
+        self.events.drain(..sent);
+        self.base += sent;
+        self.at_base = self.readers.iter().flatten().filter(|&&next| next == self.base).count();
+    }
+
+    /// Event `index` (from 0), while some reader has not sent it.
+    fn get(&self, index: usize) -> Option<&RenderedEvent> {
+        self.events.get(index.checked_sub(self.base)?)
+    }
+
+    /// Events made so far.
+    fn made(&self) -> usize {
+        self.base + self.events.len()
+    }
+
     /// Makes the events of everything the record holds now.
     fn advance(&mut self) {
         while !self.done {
@@ -291,7 +361,7 @@ impl Render {
         for event in made.drain(..) {
             let mut buf = BytesMut::new();
             write_event(&event, &mut buf);
-            self.events.push(RenderedEvent { bytes: buf.freeze(), arrived: arrived.take() });
+            self.events.push_back(RenderedEvent { bytes: buf.freeze(), arrived: arrived.take() });
         }
         self.scratch = made;
     }
@@ -299,6 +369,8 @@ impl Render {
 
 struct Subscriber {
     rendered: Arc<Rendered>,
+    /// Its reader slot in `rendered`.
+    slot: usize,
     /// Wakes the subscriber when the record changes.
     waiter: Follower,
     /// The index of the next event to write (its id minus 1).
@@ -322,9 +394,20 @@ pub(crate) fn sse(
     shutdown: Shutdown,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let format = subscription.format;
-    let rendered = record.shared(|| Rendered::new(request_id, format, record.follow()));
+    let shared = record.shared(|| Rendered::new(request_id, format, record.follow()));
+    let joined = shared.lock().join();
+    let (rendered, slot) = match joined {
+        Some(slot) => (shared, slot),
+        None => {
+            // Late: the first events were let go. Made again for this one alone.
+            let own = Arc::new(Rendered::new(request_id, format, record.follow()));
+            let slot = own.lock().join().expect("a new one has let nothing go");
+            (own, slot)
+        }
+    };
     let subscriber = Subscriber {
         rendered,
+        slot,
         waiter: record.follow(),
         next: 0,
         request_id: request_id.to_owned(),
@@ -338,6 +421,12 @@ pub(crate) fn sse(
         let chunk = subscriber.next_chunk().await?;
         Some((Ok(chunk), subscriber))
     })
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.rendered.lock().leave(self.slot);
+    }
 }
 
 impl Subscriber {
@@ -355,14 +444,15 @@ impl Subscriber {
             let over = {
                 let mut render = self.rendered.lock();
                 render.advance();
-                while let Some(event) = render.events.get(self.next).filter(|_| buf.len() < MAX_WRITE_BYTES) {
+                while let Some(event) = render.get(self.next).filter(|_| buf.len() < MAX_WRITE_BYTES) {
                     self.next += 1;
                     if self.next as u64 > self.subscription.after {
                         buf.put_slice(&event.bytes);
                     }
                     arrivals.extend(event.arrived.filter(|_| self.waited));
                 }
-                render.done && self.next == render.events.len()
+                render.moved(self.slot, self.next);
+                render.done && self.next == render.made()
             };
             self.waited = false;
             if !buf.is_empty() {

@@ -160,10 +160,45 @@ async fn subscribers_of_a_call_share_its_events_made_once() {
     let (first, second) = (first.await.unwrap(), second.await.unwrap());
     assert_eq!(first, second);
     assert_valid(&first);
-    assert_eq!(held.lock().events.len(), first.matches("\nevent: ").count(), "{first}");
+    assert_eq!(held.lock().made(), first.matches("\nevent: ").count(), "{first}");
     drop(held);
     let again = read_all(sse("r", &record, subscription(0), Shutdown::new())).await;
     assert_eq!(again, first, "made again, the same, once no one held it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() {
+    let record = Arc::new(CallRecord::new(1 << 20));
+    for i in 0..300 {
+        record.event(text(&format!("слово{i}. ")));
+    }
+    let (slow_tx, slow_rx) = tokio::sync::oneshot::channel::<()>();
+    let fast = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    // Holds its place at the first event until told to read.
+    let slow_body = sse("r", &record, subscription(0), Shutdown::new());
+    let slow = tokio::spawn(async move {
+        let _ = slow_rx.await;
+        read_all(slow_body).await
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let held = record.shared(|| -> Rendered { unreachable!("made by the first subscriber") });
+    assert_eq!(held.lock().base, 0, "the slow one has sent nothing: nothing is let go");
+    let _ = slow_tx.send(());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let (base, kept, made) = {
+        let render = held.lock();
+        (render.base, render.events.len(), render.made())
+    };
+    assert_eq!((base, kept), (made, 0), "both sent everything: all let go");
+
+    let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    record.event(text("конец."));
+    record.finish();
+    let (fast, slow, late) = (fast.await.unwrap(), slow.await.unwrap(), late.await.unwrap());
+    assert_valid(&fast);
+    assert_eq!(slow, fast);
+    assert_eq!(late, fast, "the late one reads every event from the first, under the same ids");
 }
 
 #[tokio::test(start_paused = true)]
