@@ -17,8 +17,9 @@
 //! copies what it has not sent yet, as its client reads (the body is
 //! pulled). Events every subscriber has sent are let go, so a call's
 //! subscribers hold the events between the slowest and the newest, not the
-//! whole answer; one that joins after some were let go makes its own. A subscriber that does not read holds its place and nothing else
-//! — no buffer grows for it; the server's send timeout closes its
+//! whole answer; one that joins after some were let go makes its own. A
+//! subscriber that does not read holds its place and nothing else — no
+//! buffer grows for it; the server's send timeout closes its
 //! connection, and it resumes with `Last-Event-ID`. Heartbeats (every
 //! `heartbeat_secs` while the model is silent) are written with the id of
 //! the event before them, so resuming after one skips nothing; so is the
