@@ -93,9 +93,10 @@ pub(crate) struct Snapshot {
 
 impl Activity {
     /// A new connection's; `open` counts the requests of all of the server's.
-    pub(crate) fn new(open: Arc<AtomicUsize>) -> Arc<Activity> {
+    /// A connection accepted at `opened`.
+    pub(crate) fn new(open: Arc<AtomicUsize>, opened: Instant) -> Arc<Activity> {
         Arc::new(Activity {
-            opened: Instant::now(),
+            opened,
             in_flight: AtomicUsize::new(0),
             sending: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
@@ -345,7 +346,7 @@ mod tests {
 
     #[test]
     fn requests_and_answers_move_the_clocks() {
-        let activity = Activity::new(Arc::default());
+        let activity = Activity::new(Arc::default(), Instant::now());
         activity.read(Some(b"PRI * HTTP/2.0\r\n"));
         assert!(activity.is_h2());
         let request = activity.begin();
@@ -357,7 +358,7 @@ mod tests {
         assert_eq!((after.in_flight, after.sending), (0, 0));
         activity.read(None);
         assert!(activity.snapshot().head_since.is_some(), "bytes with no request in flight start a head");
-        let plain = Activity::new(Arc::default());
+        let plain = Activity::new(Arc::default(), Instant::now());
         plain.read(Some(b"GET / HTTP/1.1\r\n"));
         assert!(!plain.is_h2());
     }

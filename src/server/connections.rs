@@ -69,6 +69,9 @@ struct Setup {
 /// An accepted connection, before it is served.
 struct Accepted {
     stream: TcpStream,
+    /// When it was accepted: its first request head is due a header
+    /// timeout after, however long sorting it took.
+    opened: std::time::Instant,
     peer: SocketAddr,
     routing: Arc<Routing>,
     slot: Slot,
@@ -132,8 +135,8 @@ impl Connections {
         let _ = stream.set_nodelay(true);
         let lane = self.lane.as_ref().filter(|_| !routing.grpc_only).map(|lane| lane.handle().clone());
         let slot = Slot::new(slot, &self.setup.metrics.open);
-        let accepted =
-            Accepted { stream, peer, routing, slot, stage: self.stage.subscribe(), setup: self.setup.clone() };
+        let (opened, stage, setup) = (std::time::Instant::now(), self.stage.subscribe(), self.setup.clone());
+        let accepted = Accepted { stream, opened, peer, routing, slot, stage, setup };
         let Some(lane) = lane else {
             tokio::spawn(accepted.serve("main"));
             return;
@@ -163,14 +166,16 @@ impl Accepted {
 
     /// Serves the connection on `lane`, registered with the lane's own I/O driver.
     fn move_to(self, lane: &Handle) {
-        let Accepted { stream, peer, routing, slot, stage, setup } = self;
+        let Accepted { stream, opened, peer, routing, slot, stage, setup } = self;
         let lost =
             move |error: std::io::Error| tracing::debug!(%peer, %error, "connection lost moving to the stream lane");
         match stream.into_std() {
             Ok(stream) => {
                 lane.spawn(async move {
                     match TcpStream::from_std(stream) {
-                        Ok(stream) => Accepted { stream, peer, routing, slot, stage, setup }.serve("stream").await,
+                        Ok(stream) => {
+                            Accepted { stream, opened, peer, routing, slot, stage, setup }.serve("stream").await
+                        }
                         Err(error) => lost(error),
                     }
                 });
@@ -181,8 +186,8 @@ impl Accepted {
 
     /// Serves the connection until it ends, on `lane` (for the metrics).
     async fn serve(self, lane: &'static str) {
-        let Accepted { stream, peer, routing, slot, mut stage, setup } = self;
-        let activity = Activity::new(setup.open.clone());
+        let Accepted { stream, opened, peer, routing, slot, mut stage, setup } = self;
+        let activity = Activity::new(setup.open.clone(), opened);
         let requests = activity.clone();
         let (max_open, refused) = (setup.max_open, setup.metrics.refused_streams.clone());
         let service = service_fn(move |request| {

@@ -124,6 +124,31 @@ async fn a_slow_request_head_is_cut_off_at_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_new_connections_first_head_is_due_a_header_timeout_after_its_opening() {
+    let app = spawn(Config { header_timeout_ms: 400, ..Config::default() }).await;
+    let mut late = TcpStream::connect(app.addr).await.unwrap();
+    let opened = Instant::now();
+    // The first byte comes late (the client's pace, not a wait for the
+    // server), then the head trickles on: it is still due at 400 ms.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    late.write_all(b"POST /demo/run HTTP/1.1\r\n").await.unwrap();
+    let closed = loop {
+        let mut chunk = [0; 64];
+        match tokio::time::timeout(Duration::from_millis(40), late.read(&mut chunk)).await {
+            Ok(Ok(0) | Err(_)) => break true,
+            Ok(Ok(_)) => continue,
+            Err(_) if opened.elapsed() > BOUND => break false,
+            Err(_) => {
+                let _ = late.write_all(b"x").await;
+            }
+        }
+    };
+    assert!(closed, "the late head is still open after {BOUND:?}");
+    // From its first byte, it would have had until 750 ms.
+    assert!(opened.elapsed() < Duration::from_millis(700), "closed at {:?}", opened.elapsed());
+}
+
+#[tokio::test]
 async fn a_body_that_never_ends_is_answered_408_within_the_budget_and_the_connection_closed() {
     let app = spawn(Config::default()).await;
     let head = "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\n";
