@@ -86,6 +86,24 @@ async fn closed_by_server(stream: &mut TcpStream) -> bool {
     tokio::time::timeout(BOUND, drain).await.is_ok()
 }
 
+/// Sends a byte of head every 40 ms until the server closes `stream`:
+/// the bytes sent, or `None` when it is still open `BOUND` after `started`.
+async fn trickle_until_closed(stream: &mut TcpStream, started: Instant) -> Option<u32> {
+    let mut trickled = 0;
+    loop {
+        let mut chunk = [0; 64];
+        match tokio::time::timeout(Duration::from_millis(40), stream.read(&mut chunk)).await {
+            Ok(Ok(0) | Err(_)) => return Some(trickled),
+            Ok(Ok(_)) => continue,
+            Err(_) if started.elapsed() > BOUND => return None,
+            Err(_) => {
+                trickled += 1;
+                let _ = stream.write_all(b"x").await;
+            }
+        }
+    }
+}
+
 /// `/metrics` read on a connection of its own.
 async fn metrics(app: &TestApp) -> String {
     app.get("/metrics").await.1
@@ -99,22 +117,10 @@ async fn a_slow_request_head_is_cut_off_at_the_header_timeout() {
     let mut slow = TcpStream::connect(app.addr).await.unwrap();
     let started = Instant::now();
     slow.write_all(b"POST /demo/run HTTP/1.1\r\nhost: test\r\n").await.unwrap();
-    let mut trickled = 0;
-    let closed = loop {
-        let mut chunk = [0; 64];
-        match tokio::time::timeout(Duration::from_millis(40), slow.read(&mut chunk)).await {
-            Ok(Ok(0) | Err(_)) => break true,
-            Ok(Ok(_)) => continue,
-            Err(_) if started.elapsed() > BOUND => break false,
-            Err(_) => {
-                trickled += 1;
-                let _ = slow.write_all(b"x").await;
-            }
-        }
-    };
-    assert!(closed, "the slow head is still open after {BOUND:?}");
+    let trickled = trickle_until_closed(&mut slow, started).await;
+    assert!(trickled.is_some(), "the slow head is still open after {BOUND:?}");
     assert!(started.elapsed() >= Duration::from_millis(180), "closed early: {:?}", started.elapsed());
-    assert!(trickled > 0, "bytes kept arriving while the head was timed");
+    assert!(trickled > Some(0), "bytes kept arriving while the head was timed");
 
     // A connection that sends nothing at all owes its first head just the same.
     let mut silent = TcpStream::connect(app.addr).await.unwrap();
@@ -132,17 +138,7 @@ async fn a_new_connections_first_head_is_due_a_header_timeout_after_its_opening(
     // server), then the head trickles on: it is still due at 400 ms.
     tokio::time::sleep(Duration::from_millis(350)).await;
     late.write_all(b"POST /demo/run HTTP/1.1\r\n").await.unwrap();
-    let closed = loop {
-        let mut chunk = [0; 64];
-        match tokio::time::timeout(Duration::from_millis(40), late.read(&mut chunk)).await {
-            Ok(Ok(0) | Err(_)) => break true,
-            Ok(Ok(_)) => continue,
-            Err(_) if opened.elapsed() > BOUND => break false,
-            Err(_) => {
-                let _ = late.write_all(b"x").await;
-            }
-        }
-    };
+    let closed = trickle_until_closed(&mut late, opened).await.is_some();
     assert!(closed, "the late head is still open after {BOUND:?}");
     // From its first byte, it would have had until 750 ms.
     assert!(opened.elapsed() < Duration::from_millis(700), "closed at {:?}", opened.elapsed());

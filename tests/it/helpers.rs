@@ -254,3 +254,8 @@ pub fn run_binary(args: &[&str], input: &[u8]) -> std::process::Output {
     child.stdin.take().expect("piped stdin").write_all(input).expect("input written");
     child.wait_with_output().expect("the binary ends")
 }
+
+/// The address in the binary's `serving` log line (`addr=HOST:PORT`).
+pub fn serving_addr(line: &str) -> Option<String> {
+    line.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_owned)
+}

@@ -18,7 +18,9 @@ use megamind_scenario::{
 };
 use prost::Message;
 
-use crate::helpers::{TestApp, decode_answer, fixture_body, grpc_client, grpc_request, spawn_builtin, spawn_demo};
+use crate::helpers::{
+    TestApp, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr, spawn_builtin, spawn_demo,
+};
 
 /// `levels` of `list_value{values{` inside the request's experiments: the
 /// body that overflowed the parser's stack at about 423 levels.
@@ -175,7 +177,7 @@ impl DebugServer {
             }
         });
         let serving = lines.iter().find(|l| l.contains("serving") && l.contains("addr=")).expect("a serving line");
-        let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_owned();
+        let addr = serving_addr(&serving).expect("addr in the line");
         DebugServer { child, addr, lines }
     }
 

@@ -17,7 +17,7 @@ use megamind_scenario::{
 use tokio::{sync::Semaphore, task::JoinHandle};
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture_body, registry_of, serving_addr, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -121,7 +121,7 @@ fn the_binary_exits_0_on_sigterm() {
         .expect("the binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
-    let addr = serving.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).expect("addr in the line");
+    let addr = serving_addr(&serving).expect("addr in the line");
 
     // One call, so that the output also holds its summary line.
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
