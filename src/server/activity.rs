@@ -18,6 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -196,16 +197,31 @@ pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: bool) -> R
 #[derive(Debug)]
 pub(crate) struct InFlight {
     activity: Arc<Activity>,
+    /// Counted in `sending`: its answer has bytes for the client.
     answering: bool,
 }
 
 impl InFlight {
     /// The answer is given: follow its body until it is all handed over.
     pub(crate) fn answer<B>(mut self, body: B) -> Tracked<B> {
-        self.answering = true;
-        self.activity.sending.fetch_add(1, SeqCst);
-        self.activity.progress.store(self.activity.now(), SeqCst);
+        self.sending(true);
         Tracked { body, in_flight: Some(self) }
+    }
+
+    /// Whether the answer has bytes for the client, or waits for its body's
+    /// next frame: a stream with nothing to say keeps no send clock running.
+    fn sending(&mut self, sending: bool) {
+        if sending == self.answering {
+            return;
+        }
+        self.answering = sending;
+        let activity = &self.activity;
+        if sending {
+            activity.progress.store(activity.now(), SeqCst);
+            activity.sending.fetch_add(1, SeqCst);
+        } else {
+            activity.sending.fetch_sub(1, SeqCst);
+        }
     }
 }
 
@@ -221,7 +237,11 @@ impl Drop for InFlight {
     }
 }
 
-/// An answer body that ends its request's [`InFlight`] when it is done or dropped.
+/// An answer body that ends its request's [`InFlight`] when it is done or
+/// dropped. While it waits for its next frame, its answer does not count as
+/// sending: hyper (or the stream lane) asks for a frame once the ones before
+/// are buffered or written, so the send timeout runs only while the client
+/// has yet to take bytes.
 #[derive(Debug)]
 pub(crate) struct Tracked<B> {
     body: B,
@@ -234,8 +254,11 @@ impl<B: Body + Unpin> Body for Tracked<B> {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
-            self.in_flight = None;
+        match (&frame, self.in_flight.as_mut()) {
+            (Poll::Ready(None | Some(Err(_))), _) => self.in_flight = None,
+            (Poll::Pending, Some(in_flight)) => in_flight.sending(false),
+            (Poll::Ready(Some(Ok(_))), Some(in_flight)) => in_flight.sending(true),
+            (_, None) => {}
         }
         frame
     }
@@ -255,18 +278,37 @@ pub(crate) struct Watched<IO> {
     io: IO,
     activity: Arc<Activity>,
     first_read: bool,
+    /// Bytes read from `io` before, read again first (the stream lane
+    /// hands hyper a head it read and did not answer).
+    read: Bytes,
 }
 
 impl<IO> Watched<IO> {
     pub(crate) fn new(io: IO, activity: Arc<Activity>) -> Watched<IO> {
-        Watched { io, activity, first_read: true }
+        Watched::after(Bytes::new(), io, activity)
+    }
+
+    /// `io`, whose reads return `read` first.
+    pub(crate) fn after(read: Bytes, io: IO, activity: Arc<Activity>) -> Watched<IO> {
+        Watched { io, activity, first_read: true, read }
+    }
+
+    /// The socket, no longer watched.
+    pub(crate) fn into_inner(self) -> IO {
+        self.io
     }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let polled = if self.read.is_empty() {
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        } else {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read.split_to(n));
+            Poll::Ready(Ok(()))
+        };
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             let first = std::mem::take(&mut self.first_read).then(|| &buf.filled()[before..]);
             self.activity.read(first);
@@ -361,5 +403,40 @@ mod tests {
         let plain = Activity::new(Arc::default(), Instant::now());
         plain.read(Some(b"GET / HTTP/1.1\r\n"));
         assert!(!plain.is_h2());
+    }
+
+    #[test]
+    fn a_body_waiting_for_its_next_frame_is_not_sending() {
+        use http_body_util::StreamBody;
+
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let (frames, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<Frame<bytes::Bytes>, io::Error>>();
+        let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let mut body = activity.begin().answer(StreamBody::new(stream));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(activity.snapshot().sending, 1, "its head is for the client");
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        assert_eq!((activity.snapshot().sending, activity.snapshot().in_flight), (0, 1), "a silent stream");
+        frames.send(Ok(Frame::data(bytes::Bytes::from_static(b"event")))).unwrap();
+        assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(activity.snapshot().sending, 1, "an event for the client");
+        drop(frames);
+        assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(None)));
+        assert_eq!((activity.snapshot().sending, activity.snapshot().in_flight), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn bytes_read_before_are_read_again_first() {
+        use tokio::io::AsyncReadExt;
+
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let mut io = Watched::after(Bytes::from_static(b"GET /llm/"), &b"stream/r"[..], activity.clone());
+        let mut first = [0u8; 4];
+        io.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"GET ");
+        let mut rest = String::new();
+        io.read_to_string(&mut rest).await.unwrap();
+        assert_eq!(rest, "/llm/stream/r");
+        assert!(!activity.is_h2());
     }
 }

@@ -11,6 +11,7 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use hyper::service::service_fn;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
@@ -22,9 +23,14 @@ use tokio::{net::TcpStream, runtime::Handle, sync::OwnedSemaphorePermit, sync::w
 use super::{
     Routing,
     activity::{Activity, Expiry, Timeouts, Watched, due},
-    lane::{self, Lane, Sorted},
+    lane::{
+        self, Lane, Sorted, answer,
+        head::{self, Head},
+    },
     route,
 };
+use tonic::codegen::Service;
+
 use crate::rules::{connections::ConnectionLimits, metrics::ConnectionMetrics};
 
 /// Bytes an HTTP/2 stream may buffer of an answer its client does not read.
@@ -64,6 +70,8 @@ struct Setup {
     /// Requests open on every connection, from their head until their answer is all handed over.
     open: Arc<AtomicUsize>,
     max_open: usize,
+    /// The longest request head the stream lane reads before handing it to hyper.
+    head_limit: usize,
 }
 
 /// An accepted connection, before it is served.
@@ -110,6 +118,7 @@ impl Connections {
             metrics,
             open: Arc::default(),
             max_open: limits.max_open_requests,
+            head_limit: limits.http1_read_buffer,
         };
         Ok(Connections {
             setup: Arc::new(setup),
@@ -138,7 +147,7 @@ impl Connections {
         let (opened, stage, setup) = (std::time::Instant::now(), self.stage.subscribe(), self.setup.clone());
         let accepted = Accepted { stream, opened, peer, routing, slot, stage, setup };
         let Some(lane) = lane else {
-            tokio::spawn(accepted.serve("main"));
+            tokio::spawn(accepted.serve("main", Bytes::new()));
             return;
         };
         tokio::spawn(accepted.sort_into(lane));
@@ -157,7 +166,7 @@ impl Accepted {
             _ = closing => return,
         };
         match sorted {
-            Sorted::Main => self.serve("main").await,
+            Sorted::Main => self.serve("main", Bytes::new()).await,
             Sorted::Stream => self.move_to(&lane),
             Sorted::Silent => self.setup.metrics.closed.with_label_values(&[Expiry::Header.as_str()]).inc(),
             Sorted::Gone => {}
@@ -174,7 +183,7 @@ impl Accepted {
                 lane.spawn(async move {
                     match TcpStream::from_std(stream) {
                         Ok(stream) => {
-                            Accepted { stream, opened, peer, routing, slot, stage, setup }.serve("stream").await
+                            Accepted { stream, opened, peer, routing, slot, stage, setup }.serve_stream().await
                         }
                         Err(error) => lost(error),
                     }
@@ -184,8 +193,67 @@ impl Accepted {
         }
     }
 
-    /// Serves the connection until it ends, on `lane` (for the metrics).
-    async fn serve(self, lane: &'static str) {
+    /// Serves a stream lane's connection: its first request answered in the
+    /// lane and the connection closed when it is a plain `GET`
+    /// ([`head::Head::Lean`]), everything else by hyper.
+    async fn serve_stream(self) {
+        let Accepted { stream, opened, peer, routing, slot, mut stage, setup } = self;
+        let activity = Activity::new(setup.open.clone(), opened);
+        let mut io = Watched::new(stream, activity.clone());
+        let (timeouts, metrics) = (setup.timeouts, &setup.metrics);
+        let closing = |stage: &Stage| matches!(stage, Stage::Closing | Stage::Cut);
+        let read = tokio::select! {
+            read = head::read_head(&mut io, setup.head_limit) => read,
+            expiry = watchdog(&activity, timeouts, false) => {
+                metrics.closed.with_label_values(&[expiry.as_str()]).inc();
+                return;
+            }
+            _ = stage.wait_for(closing) => return,
+        };
+        let request = match read {
+            Ok(Some(Head::Lean(request))) => request,
+            Ok(Some(Head::Other(read))) => {
+                let stream = io.into_inner();
+                let accepted = Accepted { stream, opened, peer, routing, slot, stage, setup };
+                // Boxed: a lean stream's task is not sized for hyper's connection.
+                return Box::pin(accepted.serve("stream", read)).await;
+            }
+            Ok(None) => return,
+            Err(error) => return tracing::debug!(%peer, %error, "connection lost reading a head"),
+        };
+        metrics.served.with_label_values(&["stream"]).inc();
+        let _slot = slot;
+        let mut stream = io.into_inner();
+        let (mut reader, writer) = stream.split();
+        let mut writer = Watched::new(writer, activity.clone());
+        let in_flight = activity.begin();
+        let answering = async {
+            let Ok(response) = routing.router.clone().call(request.map(|()| axum::body::Body::empty())).await;
+            answer::write_answer(&mut writer, response.map(|body| in_flight.answer(body))).await
+        };
+        let ended = tokio::select! {
+            // Noticed now, not at the next event's write: its call's memory is let go.
+            () = head::gone(&mut reader) => None,
+            written = answering => match written {
+                Ok(()) => None,
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "stream connection ended with an error");
+                    None
+                }
+            },
+            // After the answer, the idle timeout bounds its last bytes' sending.
+            expiry = watchdog(&activity, timeouts, false) => Some(expiry.as_str()),
+            _ = stage.wait_for(|stage| *stage == Stage::Cut) => Some("drain_timeout"),
+        };
+        if let Some(reason) = ended {
+            tracing::debug!(%peer, reason, "connection closed");
+            metrics.closed.with_label_values(&[reason]).inc();
+        }
+    }
+
+    /// Serves the connection until it ends, on `lane` (for the metrics);
+    /// `read`: bytes already read from it, which hyper reads first.
+    async fn serve(self, lane: &'static str, read: Bytes) {
         let Accepted { stream, opened, peer, routing, slot, mut stage, setup } = self;
         let activity = Activity::new(setup.open.clone(), opened);
         let requests = activity.clone();
@@ -212,7 +280,7 @@ impl Accepted {
                 Ok(response.map(|body| in_flight.answer(body)))
             })
         });
-        let io = TokioIo::new(Watched::new(stream, activity.clone()));
+        let io = TokioIo::new(Watched::after(read, stream, activity.clone()));
         let connection = setup.builder.serve_connection(io, service).into_owned();
         let (timeouts, grace, metrics) = (setup.timeouts, setup.grace, &setup.metrics);
         metrics.served.with_label_values(&[lane]).inc();

@@ -6,6 +6,14 @@
 //!
 //! A connection is sorted once, by its first bytes (read with `MSG_PEEK`,
 //! so hyper still reads them): it stays in that lane for its life.
+//!
+//! The lane answers a plain stream request itself ([`head`], [`answer`]):
+//! an open stream then holds no HTTP/1.1 buffers between its events, which
+//! hyper keeps per connection (8 KiB to read, 8 KiB to write). Any other
+//! request on the lane goes to hyper with the bytes read.
+
+pub(super) mod answer;
+pub(super) mod head;
 
 use std::{io, num::NonZeroUsize, time::Duration};
 

@@ -59,10 +59,14 @@ pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> 
 /// routes), its `[assistant]` table pointed at `mock` (no warm-up), `tweak`
 /// applied last.
 pub async fn spawn_module(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
+    spawn_module_in(Config::default(), mock, tweak).await
+}
+
+/// As [`spawn_module`], in a server configured as `config`.
+pub async fn spawn_module_in(mut config: Config, mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
     let mut assistant = AssistantConfig::with_base_url(mock.base_url());
     assistant.warmup = Warmup::Off;
     tweak(&mut assistant);
-    let mut config = Config::default();
     config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
     spawn_modules(config, &[Box::new(AssistantModule)]).await
 }

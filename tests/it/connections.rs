@@ -316,13 +316,16 @@ async fn keep_alive_requests_sent_just_after_shutdown_are_all_answered() {
 #[tokio::test]
 async fn a_request_head_longer_than_the_read_buffer_is_refused_with_431() {
     let app = spawn(Config { http1_read_buffer_bytes: 8192, ..Config::default() }).await;
-    let mut stream = TcpStream::connect(app.addr).await.unwrap();
     let padding = "a".repeat(9_000);
-    let head = format!("GET /healthz HTTP/1.1\r\nhost: test\r\nx-pad: {padding}\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");
-    assert!(head.starts_with("http/1.1 431"), "{head}");
-    assert!(closed_by_server(&mut stream).await);
+    // The second opens like a stream: the stream lane reads its head first.
+    for path in ["/healthz", "/llm/stream/x"] {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        let head = format!("GET {path} HTTP/1.1\r\nhost: test\r\nx-pad: {padding}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");
+        assert!(head.starts_with("http/1.1 431"), "{path}: {head}");
+        assert!(closed_by_server(&mut stream).await, "{path}");
+    }
     let mut stream = TcpStream::connect(app.addr).await.unwrap();
     stream.write_all(&get("/healthz")).await.unwrap();
     let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.unwrap().expect("an answer");

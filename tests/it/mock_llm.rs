@@ -74,6 +74,17 @@ impl Reply {
         Reply::Sse { chunks }
     }
 
+    /// As [`Reply::stream`], `per_write` events a write and no gap: a
+    /// model that answers faster than any reader.
+    pub fn stream_batched(pieces: &[&str], per_write: usize) -> Reply {
+        let Reply::Sse { chunks } = Reply::stream(pieces, Duration::ZERO) else { unreachable!("a stream") };
+        let chunks = chunks
+            .chunks(per_write)
+            .map(|group| (Duration::ZERO, group.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect()))
+            .collect();
+        Reply::Sse { chunks }
+    }
+
     /// A chat completion with `reasoning_content`, `finish_reason` and
     /// `usage` (`prompt_tokens` 11, `completion_tokens` 5), at once.
     pub fn content_reasoned(reasoning: &str, text: &str, finish_reason: &str) -> Reply {

@@ -1,7 +1,10 @@
 //! The stream lane over real sockets: a connection opening with
 //! `GET /llm/stream/` is served on the lane's own threads, everything else on
 //! the main ones; a request line split before it can be told, a silent
-//! connection and a server without the lane behave as before.
+//! connection and a server without the lane behave as before. The lane
+//! answers a plain stream request itself and closes the connection; any
+//! other request on it is hyper's, kept alive; a subscriber that hangs up or
+//! stops reading gives its stream back.
 
 use std::{
     io::{Read, Write},
@@ -19,7 +22,7 @@ use tokio::{
 };
 
 use crate::{
-    assistant_harness::{client, run, spawn_module},
+    assistant_harness::{client, run, spawn_module, spawn_module_in},
     helpers::{TestApp, Transport, serving_addr, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
@@ -57,9 +60,15 @@ async fn a_stream_is_served_on_the_stream_lane_and_a_call_on_the_main_one() {
     let main_before = served(&app, "main").await;
     run(&client(&app, Transport::Http), "lane-1", "который час?").await;
 
-    let answer = exchange(&app, &[&stream_request("lane-1")]).await;
+    // Kept alive, as a browser asks: the lane's answer closes it all the same.
+    let answer =
+        exchange(&app, &[b"GET /llm/stream/lane-1 HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\r\n"]).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
-    let transcript = dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]);
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    for field in ["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close", "date: "] {
+        assert!(head.contains(field), "{field}: {head}");
+    }
+    let transcript = dechunk(body);
     let (events, _) = parse_transcript(&transcript);
     assert!(validate(&events).is_empty(), "{transcript}");
     let finals: String = events
@@ -145,4 +154,96 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
     assert!(!main.is_empty() && main.iter().all(|&n| n == main[0]), "{nice:?}");
     let lane = nice.get("stream-lane").cloned().unwrap_or_default();
     assert!(!lane.is_empty() && lane.iter().all(|&n| n == (main[0] + 5).min(19)), "{nice:?}");
+}
+
+#[tokio::test]
+async fn a_stream_request_the_lane_does_not_answer_itself_is_hyper_s_and_kept_alive() {
+    let app = spawn_builtin(Config::default()).await;
+    // A body: hyper reads it, answers, and reads the next request on the connection.
+    let with_body = b"GET /llm/stream/x HTTP/1.1\r\nhost: test\r\ncontent-length: 5\r\n\r\nhello";
+    let next = b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n";
+    let answer = exchange(&app, &[with_body, next]).await;
+    // This server hosts no assistant: the path is unknown.
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.contains("HTTP/1.1 200 OK") && answer.ends_with("ok\n"), "the second, kept alive: {answer}");
+    let answer = exchange(&app, &[b"GET /llm/stream/x HTTP/1.0\r\nhost: test\r\n\r\n"]).await;
+    assert!(answer.starts_with("HTTP/1.0 404") || answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert_eq!(served(&app, "stream").await, 2);
+}
+
+/// Waits until `/metrics` has a line `line`.
+async fn metrics_show(app: &TestApp, line: &str) {
+    let seen = async {
+        loop {
+            let (_, text) = app.get("/metrics").await;
+            if text.lines().any(|l| l == line) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    if tokio::time::timeout(BOUND, seen).await.is_err() {
+        let (_, text) = app.get("/metrics").await;
+        let text: Vec<&str> =
+            text.lines().filter(|l| l.contains("closed") || l.contains("stream") || l.contains("llm")).collect();
+        panic!("no {line:?} in /metrics: {text:#?}");
+    }
+}
+
+#[tokio::test]
+async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartbeat() {
+    // The model never answers: nothing but a heartbeat (every 60 s) would
+    // be written that could find the subscriber gone, and no timeout falls
+    // within the wait.
+    let mock = MockLlm::start(Reply::Hang).await;
+    let config = Config { send_timeout_ms: 60_000, idle_timeout_ms: 60_000, ..Config::default() };
+    let app = spawn_module_in(config, &mock, |config| config.heartbeat_secs = 60).await;
+    run(&client(&app, Transport::Http), "lane-gone", "привет").await;
+    let mut socket = TcpStream::connect(app.addr).await.unwrap();
+    socket.write_all(&stream_request("lane-gone")).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    metrics_show(&app, "megamind_assistant_streams_open 1").await;
+    drop(socket);
+    metrics_show(&app, "megamind_assistant_streams_open 0").await;
+}
+
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
+    // Some 12 MB of events, made in about a second: more than the sockets' buffers hold.
+    let words: Vec<String> = (0..100_000).map(|i| format!("w{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let mock = MockLlm::start(Reply::stream_batched(&words, 100)).await;
+    let app = spawn_module_in(Config { send_timeout_ms: 300, ..Config::default() }, &mock, |_| {}).await;
+    run(&client(&app, Transport::Http), "lane-stuck", "расскажи длинно").await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stuck = socket.connect(app.addr).await.unwrap();
+    stuck.write_all(&stream_request("lane-stuck")).await.unwrap();
+    metrics_show(&app, r#"megamind_connections_closed_total{reason="send_timeout"} 1"#).await;
+    metrics_show(&app, "megamind_assistant_streams_open 0").await;
+    // What it was sent ends before the stream's end; it resumes with Last-Event-ID.
+    let mut sent = Vec::new();
+    tokio::time::timeout(BOUND, stuck.read_to_end(&mut sent)).await.expect("closed").ok();
+    assert!(!String::from_utf8_lossy(&sent).contains("event: completed"), "cut off before its end");
+}
+
+#[tokio::test]
+async fn a_stream_silent_for_longer_than_the_send_timeout_is_not_cut_off() {
+    // Each word 600 ms after the one before, the send timeout 250 ms: the
+    // stream waits on its model, not on its client.
+    let reply = || Reply::stream(&["Думаю ", "долго."], Duration::from_millis(600));
+    for lane in [true, false] {
+        let mock = MockLlm::start(reply()).await;
+        let config = Config { send_timeout_ms: 250, stream_lane: lane, ..Config::default() };
+        let app = spawn_module_in(config, &mock, |config| config.heartbeat_secs = 60).await;
+        run(&client(&app, Transport::Http), "lane-slow", "подумай").await;
+        let answer = exchange(&app, &[&stream_request("lane-slow")]).await;
+        let transcript = dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]);
+        let (events, _) = parse_transcript(&transcript);
+        assert!(validate(&events).is_empty(), "lane {lane}: {transcript}");
+        assert_eq!(events.last().map(|e| e.name.as_str()), Some("completed"), "lane {lane}: {transcript}");
+        assert!(transcript.contains("долго."), "lane {lane}: {transcript}");
+    }
 }
