@@ -24,6 +24,8 @@ mod lane;
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
 use connections::{Connections, Stage};
+/// How the stream lane reads a request head (public for its fuzz target).
+pub use lane::head as stream_head;
 
 // Re-exported for the composition root, which builds the state and serves it.
 use crate::transport::{

@@ -13,7 +13,7 @@
 //! request on the lane goes to hyper with the bytes read.
 
 pub(super) mod answer;
-pub(super) mod head;
+pub mod head;
 
 use std::{io, num::NonZeroUsize, time::Duration};
 

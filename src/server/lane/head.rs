@@ -2,7 +2,8 @@
 //! HTTP/1.1 with no body is answered in the lane ([`Head::Lean`]); anything
 //! else (another version, a body, an upgrade, a head too long or malformed)
 //! goes to hyper with the bytes already read ([`Head::Other`]), so that it is
-//! answered exactly as on the main runtime.
+//! answered exactly as on the main runtime. [`decide`] is the whole
+//! decision, on the bytes read so far; its fuzz target is `stream_head`.
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Method, Request, Uri, Version, header};
@@ -16,7 +17,7 @@ const FIRST_READ: usize = 1024;
 
 /// What a connection's first request head turned out to be.
 #[derive(Debug)]
-pub(crate) enum Head {
+pub enum Head {
     /// A request the lane answers itself, then closes the connection.
     Lean(Request<()>),
     /// Everything else, with the bytes read so far: hyper serves it.
@@ -24,34 +25,43 @@ pub(crate) enum Head {
 }
 
 /// A head the lane leaves to hyper.
-#[derive(Debug)]
-struct NotLean;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotLean;
 
 /// Reads `io` up to the end of its first request head, at most `limit`
 /// bytes. `None`: the client closed the connection before sending a byte.
-pub(crate) async fn read_head(io: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<Option<Head>> {
+pub async fn read_head(io: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<Option<Head>> {
     let mut read = BytesMut::with_capacity(FIRST_READ.min(limit));
     loop {
-        if read.len() >= limit {
-            return Ok(Some(Head::Other(read.freeze())));
-        }
-        read.reserve(FIRST_READ.min(limit - read.len()));
+        read.reserve(FIRST_READ.min(limit.saturating_sub(read.len())).max(1));
         if io.read_buf(&mut read).await? == 0 {
             // A head cut short: hyper answers it as it would any other.
             return Ok((!read.is_empty()).then(|| Head::Other(read.freeze())));
         }
-        match parse(&read) {
-            Ok(Some(request)) => return Ok(Some(Head::Lean(request))),
-            Ok(None) => {}
-            Err(NotLean) => return Ok(Some(Head::Other(read.freeze()))),
+        match decide(&read, limit) {
+            None => {}
+            Some(Ok(request)) => return Ok(Some(Head::Lean(request))),
+            Some(Err(NotLean)) => return Ok(Some(Head::Other(read.freeze()))),
         }
+    }
+}
+
+/// What the first bytes a connection sent, `read`, decide: a lean request,
+/// a head for hyper (not lean, or no end within `limit` bytes), or `None`
+/// while more bytes may still decide. Once decided, more bytes do not
+/// change it.
+pub fn decide(read: &[u8], limit: usize) -> Option<Result<Request<()>, NotLean>> {
+    match parse(&read[..read.len().min(limit)]) {
+        Ok(None) if read.len() < limit => None,
+        Ok(None) => Some(Err(NotLean)),
+        decided => decided.transpose(),
     }
 }
 
 /// Resolves when the client closes `io` (or it fails), while its answer is
 /// being sent. Bytes it sends meanwhile (a pipelined request, which a
 /// `Connection: close` answer leaves unanswered) end the watch.
-pub(crate) async fn gone(io: &mut (impl AsyncRead + Unpin)) {
+pub async fn gone(io: &mut (impl AsyncRead + Unpin)) {
     let mut byte = [0u8; 1];
     if let Ok(1..) = io.read(&mut byte).await {
         std::future::pending::<()>().await;
@@ -137,6 +147,20 @@ mod tests {
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: y\r\n")).collect();
         let crowded = format!("GET /llm/stream/r HTTP/1.1\r\n{many}\r\n");
         assert!(parse(crowded.as_bytes()).is_err(), "more headers than the lane takes");
+    }
+
+    #[test]
+    fn a_decision_waits_for_the_heads_end_within_the_limit() {
+        let head = b"GET /llm/stream/r HTTP/1.1\r\nhost: x\r\n\r\n";
+        for end in 0..head.len() {
+            assert!(decide(&head[..end], 1024).is_none(), "decided at {end}");
+        }
+        assert!(matches!(decide(head, 1024), Some(Ok(_))));
+        assert!(matches!(decide(head, head.len()), Some(Ok(_))), "a head of exactly the limit");
+        assert_eq!(decide(&head[..20], 20).map(Result::err), Some(Some(NotLean)), "no end within the limit");
+        let mut longer = head.to_vec();
+        longer.extend_from_slice(b"GET /next HTTP/1.1\r\n");
+        assert!(matches!(decide(&longer, head.len()), Some(Ok(_))), "bytes after the head change nothing");
     }
 
     #[tokio::test]
