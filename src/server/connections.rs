@@ -19,6 +19,7 @@ use hyper_util::{
 };
 use prometheus::IntGauge;
 use tokio::{net::TcpStream, runtime::Handle, sync::OwnedSemaphorePermit, sync::watch};
+use tonic::codegen::Service;
 
 use super::{
     Routing,
@@ -29,8 +30,6 @@ use super::{
     },
     route,
 };
-use tonic::codegen::Service;
-
 use crate::rules::{connections::ConnectionLimits, metrics::ConnectionMetrics};
 
 /// Bytes an HTTP/2 stream may buffer of an answer its client does not read.

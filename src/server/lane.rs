@@ -5,7 +5,8 @@
 //! stay on the main runtime and its threads.
 //!
 //! A connection is sorted once, by its first bytes (read with `MSG_PEEK`,
-//! so hyper still reads them): it stays in that lane for its life.
+//! so that whoever serves it still reads them): it stays in that lane for
+//! its life.
 //!
 //! The lane answers a plain stream request itself ([`head`], [`answer`]):
 //! an open stream then holds no HTTP/1.1 buffers between its events, which

