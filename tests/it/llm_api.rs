@@ -78,6 +78,9 @@ async fn a_run_is_streamed_live_to_every_subscriber_and_resumes_after_any_event(
     assert_eq!(parse_transcript(&resumed).0, events[3..], "Last-Event-ID resumes after that event");
     let (_, resumed) = read_stream(&app, "/llm/stream/llm-live?after=5", &[]).await;
     assert_eq!(parse_transcript(&resumed).0, events[5..], "so does ?after=");
+    let last = events.len().to_string();
+    let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", &last)]).await;
+    assert_eq!((status, body.as_str()), (StatusCode::NO_CONTENT, ""), "nothing after the last event: stop");
     let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", "soon")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(mock.calls(), 1);

@@ -9,7 +9,8 @@
 //! JSON answers longer than `chunk_bytes` are served in parts
 //! ([`crate::parts`]). Errors are JSON, `{"error": {"code", "message"}}`:
 //! an unknown call 404, an expired one 410, a bad `Last-Event-ID` 400, past
-//! `max_streams` open streams 503. Every route follows a call and never
+//! `max_streams` open streams 503. Resuming after the last event of an
+//! ended call answers 204, with no body. Every route follows a call and never
 //! starts one.
 
 use std::sync::Arc;
@@ -123,7 +124,6 @@ async fn stream_route(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     };
-    metrics.llm_api.with_label_values(&["stream", "ok"]).inc();
     let config = &api.assistant.config;
     let subscription = Subscription {
         format: config.stream_format,
@@ -131,8 +131,15 @@ async fn stream_route(
         after,
         delay: Some(metrics.stream_delay.clone()),
     };
+    let Some(events) = stream::sse(&id, &record, subscription, shutdown) else {
+        // Resumed after the last event of an ended call: 204 tells an
+        // EventSource to stop reconnecting, which an empty 200 would not.
+        metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    metrics.llm_api.with_label_values(&["stream", "ok"]).inc();
     let open = Open::new(permit, metrics.streams_open.clone());
-    let events = stream::sse(&id, &record, subscription, shutdown).map(move |chunk| {
+    let events = events.map(move |chunk| {
         // Held as long as the body: the stream counts as open until it ends.
         let _ = &open;
         chunk

@@ -28,7 +28,7 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
                 "content_type": "text/event-stream",
                 "parameters": {
                     "request_id": "the RequestId of the /run that started the call (also the Url of ShowStreamDirective)",
-                    "Last-Event-ID": "header: resume after this event id (also ?after=N)",
+                    "Last-Event-ID": "header: resume after this event id (also ?after=N); after the last event of an ended call, 204 with no body",
                 },
                 "errors": {"400": "a bad Last-Event-ID or request id", "404": "no such call", "410": "the call expired", "503": "too many open streams; retry"},
             },

@@ -387,13 +387,14 @@ struct Subscriber {
 
 /// The SSE body of one subscriber of the call `record` records (started by
 /// `request_id`), following it from its first event; ends after `completed`
-/// (or the drain's `error`).
+/// (or the drain's `error`). `None` when the call has ended and the
+/// subscription starts after its last event: there is nothing to send.
 pub(crate) fn sse(
     request_id: &str,
     record: &Arc<CallRecord>,
     subscription: Subscription,
     shutdown: Shutdown,
-) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+) -> Option<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static> {
     let format = subscription.format;
     let shared = record.shared(|| Rendered::new(request_id, format, record.follow()));
     let joined = shared.lock().join();
@@ -418,9 +419,17 @@ pub(crate) fn sse(
         waited: false,
         done: false,
     };
-    stream::unfold(subscriber, |mut subscriber| async move {
-        let chunk = subscriber.next_chunk().await?;
-        Some((Ok(chunk), subscriber))
+    let ended = {
+        let mut render = subscriber.rendered.lock();
+        render.advance();
+        render.done && render.made() as u64 <= subscriber.subscription.after
+    };
+    // Dropped, the subscriber leaves its slot.
+    (!ended).then(|| {
+        stream::unfold(subscriber, |mut subscriber| async move {
+            let chunk = subscriber.next_chunk().await?;
+            Some((Ok(chunk), subscriber))
+        })
     })
 }
 

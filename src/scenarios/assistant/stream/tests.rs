@@ -51,7 +51,7 @@ async fn a_finished_call_streams_valid_numbered_events_with_its_ids() {
         ModelEvent::Finish { reason: "stop".into() },
         ModelEvent::Usage { prompt_tokens: 7, completion_tokens: 3 },
     ]);
-    let body = read_all(sse("r-1", &record, subscription(0), Shutdown::new())).await;
+    let body = read_all(sse("r-1", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
     let events = assert_valid(&body);
     let names: Vec<_> = events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names.first(), Some(&"status"));
@@ -76,30 +76,36 @@ async fn a_finished_call_streams_valid_numbered_events_with_its_ids() {
 #[tokio::test(start_paused = true)]
 async fn every_subscriber_reads_the_same_events_and_resumes_after_any_id() {
     let record = Arc::new(CallRecord::new(1 << 20));
-    let early = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    let early = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     for piece in ["Раз. ", "Два. ", "Три."] {
         tokio::time::sleep(Duration::from_millis(300)).await;
         record.event(text(piece));
     }
     // Joins mid-answer: still reads from the first event.
-    let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     tokio::time::sleep(Duration::from_millis(300)).await;
     record.finish();
     let (early, late) = (early.await.unwrap(), late.await.unwrap());
     assert_eq!(early, late, "the same events under the same ids");
     let events = assert_valid(&early);
 
-    for after in 0..=events.len() as u64 {
-        let resumed = read_all(sse("r", &record, subscription(after), Shutdown::new())).await;
+    for after in 0..events.len() as u64 {
+        let resumed = read_all(sse("r", &record, subscription(after), Shutdown::new()).expect("a stream")).await;
         let (rest, _) = parse_transcript(&resumed);
         assert_eq!(rest, events[after as usize..], "resumed after {after}");
     }
+    for past in [events.len() as u64, 1_000] {
+        assert!(sse("r", &record, subscription(past), Shutdown::new()).is_none(), "nothing after {past}: no stream");
+    }
+    // Those left their slots: a new subscriber still reads from the first event.
+    let again = read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
+    assert_eq!(again, early);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_model_gets_heartbeats_under_the_last_id() {
     let record = Arc::new(CallRecord::new(1 << 20));
-    let mut body = Box::pin(sse("r", &record, subscription(0), Shutdown::new()));
+    let mut body = Box::pin(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream"));
     let first = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
     assert!(first.starts_with("id: 1\nevent: status\n"), "{first}");
     let started = Instant::now();
@@ -117,7 +123,7 @@ async fn a_failed_call_ends_with_error_then_completed() {
     let record = Arc::new(CallRecord::new(1 << 20));
     record.event(text("<thinking><phase id=\"1\"><title>План</title>шаг"));
     record.fail("no answer in time (call timeout)");
-    let body = read_all(sse("r", &record, subscription(0), Shutdown::new())).await;
+    let body = read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
     let events = assert_valid(&body);
     let names: Vec<_> = events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(&names[names.len() - 2..], ["error", "completed"], "{names:?}");
@@ -131,7 +137,7 @@ async fn a_drain_ends_an_open_stream_with_a_retryable_error() {
     let record = Arc::new(CallRecord::new(1 << 20));
     record.event(text("Начало"));
     let shutdown = Shutdown::new();
-    let reader = tokio::spawn(read_all(sse("r", &record, subscription(0), shutdown.clone())));
+    let reader = tokio::spawn(read_all(sse("r", &record, subscription(0), shutdown.clone()).expect("a stream")));
     tokio::time::sleep(Duration::from_secs(1)).await;
     shutdown.fire();
     let body = reader.await.unwrap();
@@ -148,8 +154,8 @@ async fn a_drain_ends_an_open_stream_with_a_retryable_error() {
 #[tokio::test(start_paused = true)]
 async fn subscribers_of_a_call_share_its_events_made_once() {
     let record = Arc::new(CallRecord::new(1 << 20));
-    let first = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
-    let second = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    let first = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
+    let second = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     tokio::time::sleep(Duration::from_millis(10)).await;
     let held = record.shared(|| -> Rendered { unreachable!("made by the first subscriber") });
     for piece in ["Раз. ", "Два."] {
@@ -162,7 +168,7 @@ async fn subscribers_of_a_call_share_its_events_made_once() {
     assert_valid(&first);
     assert_eq!(held.lock().made(), first.matches("\nevent: ").count(), "{first}");
     drop(held);
-    let again = read_all(sse("r", &record, subscription(0), Shutdown::new())).await;
+    let again = read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
     assert_eq!(again, first, "made again, the same, once no one held it");
 }
 
@@ -173,9 +179,9 @@ async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() 
         record.event(text(&format!("слово{i}. ")));
     }
     let (slow_tx, slow_rx) = tokio::sync::oneshot::channel::<()>();
-    let fast = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    let fast = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     // Holds its place at the first event until told to read.
-    let slow_body = sse("r", &record, subscription(0), Shutdown::new());
+    let slow_body = sse("r", &record, subscription(0), Shutdown::new()).expect("a stream");
     let slow = tokio::spawn(async move {
         let _ = slow_rx.await;
         read_all(slow_body).await
@@ -191,7 +197,7 @@ async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() 
     };
     assert_eq!((base, kept), (made, 0), "both sent everything: all let go");
 
-    let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new())));
+    let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     tokio::time::sleep(Duration::from_millis(10)).await;
     record.event(text("конец."));
     record.finish();
@@ -205,7 +211,7 @@ async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() 
 async fn a_long_answer_is_written_in_bounded_pieces() {
     let pieces: Vec<ModelEvent> = (0..5000).map(|i| text(&format!("слово{i} "))).collect();
     let record = finished(&pieces);
-    let chunks: Vec<_> = sse("r", &record, subscription(0), Shutdown::new()).collect().await;
+    let chunks: Vec<_> = sse("r", &record, subscription(0), Shutdown::new()).expect("a stream").collect().await;
     assert!(chunks.len() > 5, "{} pieces", chunks.len());
     for chunk in &chunks {
         assert!(chunk.as_ref().unwrap().len() < 2 * MAX_WRITE_BYTES);
@@ -225,7 +231,7 @@ async fn only_events_read_live_count_in_the_delay() {
     let record = Arc::new(CallRecord::new(1 << 20));
     record.event(text("Раньше. "));
     let live = Subscription { delay: Some(delay.clone()), ..subscription(0) };
-    let reader = tokio::spawn(read_all(sse("r", &record, live, Shutdown::new())));
+    let reader = tokio::spawn(read_all(sse("r", &record, live, Shutdown::new()).expect("a stream")));
     tokio::time::sleep(Duration::from_secs(1)).await;
     for piece in ["Раз. ", "Два."] {
         record.event(text(piece));
