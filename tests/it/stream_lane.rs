@@ -284,3 +284,25 @@ async fn a_third_party_sse_client_reads_the_same_events_as_ours() {
         assert_eq!(ours.last().map(|e| e["event"].clone()), Some("completed".into()), "lane {lane}");
     }
 }
+
+#[tokio::test]
+async fn a_stream_whose_client_stops_reading_is_cut_at_the_drain_timeout() {
+    let words: Vec<String> = (0..100_000).map(|i| format!("w{i} ")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let mock = MockLlm::start(Reply::stream_batched(&words, 100)).await;
+    // No send timeout within the test: only the drain's end can close it.
+    let config = Config { send_timeout_ms: 60_000, drain_timeout_ms: 300, shutdown_delay_ms: 0, ..Config::default() };
+    let mut app = spawn_module_in(config, &mock, |_| {}).await;
+    run(&client(&app, Transport::Http), "lane-drain", "расскажи длинно").await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stuck = socket.connect(app.addr).await.unwrap();
+    stuck.write_all(&stream_request("lane-drain")).await.unwrap();
+    metrics_show(&app, "megamind_assistant_streams_open 1").await;
+    // The whole answer made: its events wait on the stuck socket, and the
+    // stream will not reach a point where it hears of the drain.
+    metrics_show(&app, "megamind_assistant_model_calls_in_flight 0").await;
+    app.begin_shutdown();
+    tokio::time::timeout(BOUND, app.join()).await.expect("serve returns at the drain timeout").unwrap();
+    drop(stuck);
+}
