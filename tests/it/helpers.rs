@@ -67,6 +67,28 @@ impl TestApp {
         (response.status(), response.text().await.expect("text body"))
     }
 
+    /// Waits, up to 10 s, until `/metrics` has the line `line`, and returns
+    /// the metrics; past that, fails showing what it has.
+    pub async fn metrics_line(&self, line: &str) -> String {
+        let seen = async {
+            loop {
+                let (_, text) = self.get("/metrics").await;
+                if text.lines().any(|l| l == line) {
+                    return text;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(10), seen).await {
+            Ok(text) => text,
+            Err(_) => {
+                let (_, text) = self.get("/metrics").await;
+                let values: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+                panic!("no {line:?} in /metrics: {values:#?}");
+            }
+        }
+    }
+
     /// Asks the server to stop and waits for it to drain and exit.
     pub async fn stop(mut self) -> std::io::Result<()> {
         if let Some(tx) = self.shutdown.take() {

@@ -180,16 +180,7 @@ async fn open_streams_are_capped() {
     assert_eq!(second.headers()["retry-after"], "1");
     drop(first);
     // The first stream's slot comes back when its body goes.
-    let metrics = async {
-        loop {
-            let (_, text) = app.get("/metrics").await;
-            if text.contains("megamind_assistant_streams_open 0") {
-                return text;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    let text = tokio::time::timeout(Duration::from_secs(5), metrics).await.expect("the slot is given back");
+    let text = app.metrics_line("megamind_assistant_streams_open 0").await;
     assert!(
         text.contains("megamind_assistant_llm_api_requests_total{outcome=\"refused\",route=\"stream\"} 1"),
         "{text}"

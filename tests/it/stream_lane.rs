@@ -171,25 +171,6 @@ async fn a_stream_request_the_lane_does_not_answer_itself_is_hyper_s_and_kept_al
     assert_eq!(served(&app, "stream").await, 2);
 }
 
-/// Waits until `/metrics` has a line `line`.
-async fn metrics_show(app: &TestApp, line: &str) {
-    let seen = async {
-        loop {
-            let (_, text) = app.get("/metrics").await;
-            if text.lines().any(|l| l == line) {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    if tokio::time::timeout(BOUND, seen).await.is_err() {
-        let (_, text) = app.get("/metrics").await;
-        let text: Vec<&str> =
-            text.lines().filter(|l| l.contains("closed") || l.contains("stream") || l.contains("llm")).collect();
-        panic!("no {line:?} in /metrics: {text:#?}");
-    }
-}
-
 #[tokio::test]
 async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartbeat() {
     // The model never answers: nothing but a heartbeat (every 60 s) would
@@ -204,9 +185,9 @@ async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartb
     let mut head = [0u8; 12];
     tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
-    metrics_show(&app, "megamind_assistant_streams_open 1").await;
+    app.metrics_line("megamind_assistant_streams_open 1").await;
     drop(socket);
-    metrics_show(&app, "megamind_assistant_streams_open 0").await;
+    app.metrics_line("megamind_assistant_streams_open 0").await;
 }
 
 #[tokio::test]
@@ -221,8 +202,8 @@ async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stuck = socket.connect(app.addr).await.unwrap();
     stuck.write_all(&stream_request("lane-stuck")).await.unwrap();
-    metrics_show(&app, r#"megamind_connections_closed_total{reason="send_timeout"} 1"#).await;
-    metrics_show(&app, "megamind_assistant_streams_open 0").await;
+    app.metrics_line(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#).await;
+    app.metrics_line("megamind_assistant_streams_open 0").await;
     // What it was sent ends before the stream's end; it resumes with Last-Event-ID.
     let mut sent = Vec::new();
     tokio::time::timeout(BOUND, stuck.read_to_end(&mut sent)).await.expect("closed").ok();
@@ -298,10 +279,10 @@ async fn a_stream_whose_client_stops_reading_is_cut_at_the_drain_timeout() {
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stuck = socket.connect(app.addr).await.unwrap();
     stuck.write_all(&stream_request("lane-drain")).await.unwrap();
-    metrics_show(&app, "megamind_assistant_streams_open 1").await;
+    app.metrics_line("megamind_assistant_streams_open 1").await;
     // The whole answer made: its events wait on the stuck socket, and the
     // stream will not reach a point where it hears of the drain.
-    metrics_show(&app, "megamind_assistant_model_calls_in_flight 0").await;
+    app.metrics_line("megamind_assistant_model_calls_in_flight 0").await;
     app.begin_shutdown();
     tokio::time::timeout(BOUND, app.join()).await.expect("serve returns at the drain timeout").unwrap();
     drop(stuck);
