@@ -3,8 +3,10 @@
 //! the main ones; a request line split before it can be told, a silent
 //! connection and a server without the lane behave as before. The lane
 //! answers a plain stream request itself and closes the connection; any
-//! other request on it is hyper's, kept alive; a subscriber that hangs up or
-//! stops reading gives its stream back.
+//! other request on it is hyper's, kept alive. A subscriber that hangs up
+//! gives its stream back at once; one that stops reading is cut off at the
+//! send timeout or the drain's end; a stream waiting on its model is not.
+//! A third-party SSE client reads the same events as our parser.
 
 use std::{
     io::{Read, Write},
