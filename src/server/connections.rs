@@ -105,6 +105,14 @@ impl Drop for Slot {
     }
 }
 
+impl Setup {
+    /// The server closed the connection from `peer`, for `reason` (the metric label).
+    fn closed(&self, peer: SocketAddr, reason: &str) {
+        tracing::debug!(%peer, reason, "connection closed");
+        self.metrics.closed.with_label_values(&[reason]).inc();
+    }
+}
+
 impl Connections {
     pub(super) fn new(limits: &ConnectionLimits, metrics: ConnectionMetrics) -> std::io::Result<Connections> {
         let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -167,7 +175,7 @@ impl Accepted {
         match sorted {
             Sorted::Main => self.serve("main", Bytes::new()).await,
             Sorted::Stream => self.move_to(&lane),
-            Sorted::Silent => self.setup.metrics.closed.with_label_values(&[Expiry::Header.as_str()]).inc(),
+            Sorted::Silent => self.setup.closed(self.peer, Expiry::Header.as_str()),
             Sorted::Gone => {}
         }
     }
@@ -203,10 +211,7 @@ impl Accepted {
         let closing = |stage: &Stage| matches!(stage, Stage::Closing | Stage::Cut);
         let read = tokio::select! {
             read = head::read_head(&mut io, setup.head_limit) => read,
-            expiry = watchdog(&activity, timeouts, false) => {
-                metrics.closed.with_label_values(&[expiry.as_str()]).inc();
-                return;
-            }
+            expiry = watchdog(&activity, timeouts, false) => return setup.closed(peer, expiry.as_str()),
             _ = stage.wait_for(closing) => return,
         };
         let request = match read {
@@ -245,8 +250,7 @@ impl Accepted {
             _ = stage.wait_for(|stage| *stage == Stage::Cut) => Some("drain_timeout"),
         };
         if let Some(reason) = ended {
-            tracing::debug!(%peer, reason, "connection closed");
-            metrics.closed.with_label_values(&[reason]).inc();
+            setup.closed(peer, reason);
         }
     }
 
@@ -324,8 +328,7 @@ impl Accepted {
             }
         };
         if let Some(reason) = ended {
-            tracing::debug!(%peer, reason, "connection closed");
-            metrics.closed.with_label_values(&[reason]).inc();
+            setup.closed(peer, reason);
         }
     }
 }
