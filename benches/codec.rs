@@ -6,7 +6,7 @@ use std::{hint::black_box, time::Duration};
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::FutureExt;
-use megamind_scenario::{
+use megamind_core::{
     codec::{self, Format, redact, text},
     proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
     rules::idempotency::{IdempotencyCache, Limits},

@@ -9,14 +9,14 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use megamind_scenario::{
+use megamind_core::{
     app::App,
     codec::Format,
     config::Config,
     dispatch::{Call, Transport},
     scenario::{Handler, module},
-    scenarios,
 };
+use megamind_scenario::scenarios;
 use tracing_subscriber::{EnvFilter, fmt};
 
 #[path = "support/bodies.rs"]
@@ -25,17 +25,17 @@ mod bodies;
 fn dispatch(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let config = Config::default();
-    let metrics = megamind_scenario::rules::metrics::ServerMetrics::new();
+    let metrics = megamind_core::rules::metrics::ServerMetrics::new();
     let registry = module::build_all(&scenarios::modules(), &config.scenarios, metrics.registry()).unwrap().registry;
     let app = Arc::new(App::with_metrics(&config, registry, metrics).unwrap());
     let mut stamped = bodies::Stamped::new("poi_run_request", "TScenarioRunRequest");
     let mut n = 0u64;
     let mut group = c.benchmark_group("dispatch_demo_run");
     for level in ["off", "info", "debug"] {
-        let (writer, _guard) = megamind_scenario::rules::logging::batch::BatchWriter::new(std::io::sink());
+        let (writer, _guard) = megamind_core::rules::logging::batch::BatchWriter::new(std::io::sink());
         let subscriber = fmt()
             .with_env_filter(EnvFilter::new(level))
-            .event_format(megamind_scenario::rules::logging::line::LineFormat)
+            .event_format(megamind_core::rules::logging::line::LineFormat)
             .with_writer(writer)
             .finish();
         tracing::subscriber::with_default(subscriber, || {

@@ -9,11 +9,11 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use megamind_scenario::{
-    client::{Client, ClientError},
+use megamind_core::{
     proto::n_alice::n_scenarios::{TDirective, t_directive},
     scenario::Handler,
 };
+use megamind_tools::client::{Client, ClientError};
 
 const DIALOG: [&str; 5] =
     ["Открой Safari", "закрой калькулятор", "open Telegram", "привет, как дела?", "расскажи короткую сказку"];

@@ -1,21 +1,16 @@
 //! The command line: `serve` runs the server, `convert` turns protocol
 //! messages between binary, JSON and text format.
 
-use std::{
-    io::{Read, Write},
-    path::PathBuf,
-    sync::Arc,
-};
+use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::{
-    codec::{self, Format},
+use crate::scenarios;
+use megamind_core::{
     config::{Config, ConfigError, ListenAddr, Override, Sources},
     rules::{logging, metrics::ServerMetrics},
     scenario::{ScenarioModule, module},
-    scenarios,
     server::{self, App},
 };
 
@@ -36,13 +31,13 @@ pub enum Command {
     /// Run the server (defaults embedded; a TOML file, flags and environment override them).
     Serve(ServeArgs),
     /// Convert one protocol message between binary, JSON and text format (stdin to stdout).
-    Convert(ConvertArgs),
+    Convert(megamind_tools::convert::ConvertArgs),
     /// Play Megamind against a running server: from the terminal, from YAML scripts with expectations, or from a
     /// server's debug log (exit 1 when an expectation fails or an answer differs, 2 when it cannot run).
-    Dialog(crate::dialog::DialogArgs),
+    Dialog(megamind_tools::dialog::DialogArgs),
     /// Check a JSONSeq v1 SSE transcript (a file, `-` for standard input, or a URL) against the contract: every
     /// violation with the event's index and the rule (exit 1 when any, 2 when it cannot be read).
-    ValidateJsonseq(crate::jsonseq::ValidateArgs),
+    ValidateJsonseq(megamind_tools::validate_jsonseq::ValidateArgs),
 }
 
 /// `serve`: the flags below, plus the core's and each scenario's settings
@@ -106,24 +101,6 @@ fn hide(table: &mut toml::Table, key: &str) {
     }
 }
 
-/// `convert`.
-#[derive(Debug, Args)]
-pub struct ConvertArgs {
-    /// Message type, short (`TScenarioRunRequest`) or full (`NAlice.NScenarios.TScenarioRunRequest`).
-    #[arg(long = "type", short = 't')]
-    pub message_type: String,
-    /// Input format: binary, json or text.
-    #[arg(long, value_parser = parse_format)]
-    pub from: Format,
-    /// Output format: binary, json or text.
-    #[arg(long, value_parser = parse_format)]
-    pub to: Format,
-}
-
-fn parse_format(name: &str) -> Result<Format, String> {
-    Format::from_name(name).ok_or_else(|| format!("unknown format {name:?}: use binary, json or text"))
-}
-
 /// Runs the command line with the built-in scenarios.
 pub fn main() -> anyhow::Result<()> {
     main_with(scenarios::modules())
@@ -139,9 +116,11 @@ pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
             Ok(())
         }
         Parsed::Serve(loaded) => serve(loaded.loaded),
-        Parsed::Convert(args) => convert(&args, std::io::stdin().lock(), std::io::stdout().lock()),
-        Parsed::Dialog(args) => exit_with(crate::dialog::main(&args)),
-        Parsed::ValidateJsonseq(args) => exit_with(crate::jsonseq::main(&args)),
+        Parsed::Convert(args) => {
+            megamind_tools::convert::convert(&args, std::io::stdin().lock(), std::io::stdout().lock())
+        }
+        Parsed::Dialog(args) => exit_with(megamind_tools::dialog::main(&args)),
+        Parsed::ValidateJsonseq(args) => exit_with(megamind_tools::validate_jsonseq::main(&args)),
     }
 }
 
@@ -159,11 +138,11 @@ pub enum Parsed {
     /// `serve`.
     Serve(Box<ServeCommand>),
     /// `convert`.
-    Convert(ConvertArgs),
+    Convert(megamind_tools::convert::ConvertArgs),
     /// `dialog`.
-    Dialog(crate::dialog::DialogArgs),
+    Dialog(megamind_tools::dialog::DialogArgs),
     /// `validate-jsonseq`.
-    ValidateJsonseq(crate::jsonseq::ValidateArgs),
+    ValidateJsonseq(megamind_tools::validate_jsonseq::ValidateArgs),
 }
 
 /// `serve`, its configuration read.
@@ -206,6 +185,7 @@ pub fn parse(
 ) -> Result<Parsed, ParseError> {
     let flags = flags::all(&modules);
     let mut defaults = Config::defaults_table();
+    defaults.insert("default_scenario".into(), scenarios::DEFAULT.into());
     defaults.extend(module::defaults_of(&modules));
     let command = Cli::command().mut_subcommand("serve", |serve| flags::add_to(serve, &flags, &defaults));
     let matches = command.try_get_matches_from(args)?;
@@ -235,7 +215,7 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
     // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = ServerMetrics::new();
     let built = module::build_all(&modules, &config.scenarios, metrics.registry())?;
-    let app = App::with_routes(&config, built.registry, metrics, built.routes)?;
+    let app = App::with_routes(&config, built.registry, metrics, built.routes)?.with_lane(built.lane);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.
     server::raise_open_files_limit();
@@ -281,17 +261,6 @@ pub fn report(error: &anyhow::Error) -> String {
         line.push_str(&cause);
     }
     line
-}
-
-/// Reads one message from `input` and writes it to `output` in another format.
-pub fn convert(args: &ConvertArgs, mut input: impl Read, mut output: impl Write) -> anyhow::Result<()> {
-    let desc = codec::message_descriptor(&args.message_type)?;
-    let mut body = Vec::new();
-    input.read_to_end(&mut body).context("cannot read stdin")?;
-    let message = codec::decode_dynamic(desc, &body, args.from)?;
-    output.write_all(&codec::encode_dynamic(&message, args.to)?)?;
-    output.flush()?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use megamind_scenario::proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response::Response};
+use megamind_core::proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response::Response};
 use prost::Message;
 
 use super::{

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
 };
@@ -17,7 +17,7 @@ use prost::Message;
 
 /// The fixed answer (the POI fixture) and a runtime like our server's.
 fn answer_and_runtime() -> (TScenarioRunResponse, tokio::runtime::Runtime) {
-    let answer = megamind_scenario::codec::decode(
+    let answer = megamind_core::codec::decode(
         &super::bodies::fixture_body("poi_run_response", "TScenarioRunResponse", Format::Binary),
         Format::Binary,
     )
@@ -54,7 +54,7 @@ pub fn serve_http() {
 /// The bare gRPC baseline: tonic's own server, `Run` decodes and answers a
 /// fixed response; prints `addr=...` and serves until killed.
 pub fn serve_grpc() {
-    use megamind_scenario::proto::{
+    use megamind_core::proto::{
         megamind_scenario::v1::scenario_server::{Scenario, ScenarioServer},
         n_alice::n_scenarios::{
             TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,

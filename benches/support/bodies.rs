@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use megamind_scenario::codec::{self, Format};
+use megamind_core::codec::{self, Format};
 
 /// A RequestId placeholder of the usual UUID length.
 const PLACEHOLDER: &str = "00000000-0000-0000-0000-000000000000";

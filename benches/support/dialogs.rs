@@ -12,10 +12,8 @@
 
 use std::time::Duration;
 
-use megamind_scenario::{
-    client::{Client, Turn},
-    scenario::Handler,
-};
+use megamind_core::scenario::Handler;
+use megamind_tools::client::{Client, Turn};
 
 use super::{
     Server,
@@ -139,7 +137,7 @@ impl DialogLoad {
 /// the handlers' times up to the first answer that is not a hold, which is
 /// the time a client following callbacks at once waits.
 fn played(turn: &Turn) -> Played {
-    let intent = |hop: &megamind_scenario::client::Hop| {
+    let intent = |hop: &megamind_tools::client::Hop| {
         hop.response.body().and_then(|body| body.analytics_info.as_ref()).map(|info| info.intent.clone())
     };
     let final_intent = turn.body().analytics_info.as_ref().map_or(String::new(), |info| info.intent.clone());

@@ -95,12 +95,12 @@ impl Outcome {
 /// Drives gRPC `Run` of `addr` with `settings.conns` calls in flight over a
 /// few HTTP/2 connections (as ghz does), a fresh RequestId per call.
 pub async fn drive_grpc(name: &str, addr: SocketAddr, settings: &Settings) -> Outcome {
-    use megamind_scenario::proto::{
+    use megamind_core::proto::{
         megamind_scenario::v1::scenario_client::ScenarioClient, n_alice::n_scenarios::TScenarioRunRequest,
     };
-    let template: TScenarioRunRequest = megamind_scenario::codec::decode(
+    let template: TScenarioRunRequest = megamind_core::codec::decode(
         bodies::fixture_text("poi_run_request").as_bytes(),
-        megamind_scenario::codec::Format::Text,
+        megamind_core::codec::Format::Text,
     )
     .expect("fixture parses");
     let channels: usize = env_or("LOAD_GRPC_CHANNELS", 4);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use megamind_scenario::{
+use megamind_core::{
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse, t_card,
         t_input, t_scenario_run_response,

@@ -6,7 +6,7 @@
 
 use clap::{Arg, ArgMatches, Command};
 
-use crate::{
+use megamind_core::{
     config::{Override, sources::lookup},
     scenario::{Flag, ScenarioModule},
 };

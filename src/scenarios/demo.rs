@@ -19,7 +19,7 @@ use std::sync::{
 use async_trait::async_trait;
 use prost_reflect::{DynamicMessage, ReflectMessage};
 
-use crate::{
+use megamind_core::{
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse,
         TScenarioContinueResponse, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse,

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use megamind_scenario::{
-    client::Request,
+use megamind_core::{
     config::Config,
     proto::n_alice::n_scenarios::t_directive,
     scenario::{Handler, module},
 };
+use megamind_tools::client::Request;
 use prost::Message;
 
 use crate::{

@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use megamind_scenario::{
-    client::{Request, Turn},
+use megamind_core::{
     proto::n_alice::n_scenarios::{
         TCallbackDirective, TInput, t_directive, t_input, t_scenario_run_response::Response as RunResponse,
     },
     scenario::Handler,
 };
+use megamind_tools::client::{Request, Turn};
 use prost_types::{Struct, Value, value::Kind};
 
 use crate::{
@@ -24,7 +24,7 @@ use crate::{
 };
 
 fn fillers() -> Vec<String> {
-    megamind_scenario::scenarios::assistant::config::AssistantConfig::default().filler_texts
+    megamind_assistant::assistant::config::AssistantConfig::default().filler_texts
 }
 
 /// The callback hops of a turn: the `/run`s after the first.
@@ -32,7 +32,7 @@ fn callback_runs(turn: &Turn) -> usize {
     turn.hops.iter().filter(|hop| hop.handler() == Handler::Run).count() - 1
 }
 
-fn callback_of(turn_body: &megamind_scenario::proto::n_alice::n_scenarios::TScenarioResponseBody) -> bool {
+fn callback_of(turn_body: &megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody) -> bool {
     let directives = &turn_body.layout.as_ref().unwrap().directives;
     directives.iter().any(|d| matches!(d.directive, Some(t_directive::Directive::CallbackDirective(_))))
 }

@@ -3,7 +3,7 @@
 
 use std::{sync::Mutex, time::Duration};
 
-use megamind_scenario::scenarios::assistant::{
+use megamind_assistant::assistant::{
     backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage},
     config::AssistantConfig,
     openai::OpenAi,

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use megamind_scenario::{
-    client::Request,
+use megamind_core::{
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, t_card, t_directive},
     scenario::Handler,
 };
+use megamind_tools::client::Request;
 
 use crate::{
     assistant_harness::{

@@ -7,8 +7,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use megamind_scenario::{
-    client::{Client, Hop, Request, Turn},
+use megamind_assistant::assistant::{
+    Assistant, AssistantModule,
+    config::{AssistantConfig, Warmup},
+};
+use megamind_core::{
     config::Config,
     proto::{
         megamind_scenario::v1::TAssistantState,
@@ -17,11 +20,8 @@ use megamind_scenario::{
             TTextInput, t_input, t_scenario_run_response,
         },
     },
-    scenarios::assistant::{
-        Assistant, AssistantModule,
-        config::{AssistantConfig, Warmup},
-    },
 };
+use megamind_tools::client::{Client, Hop, Request, Turn};
 use prost::Message;
 use prost_types::Any;
 

@@ -4,7 +4,7 @@
 //! another session dropped, no raw JSON, Markdown or session line read aloud,
 //! and a history of what was said.
 
-use megamind_scenario::proto::n_alice::n_scenarios::{TScenarioResponseBody, t_card};
+use megamind_core::proto::n_alice::n_scenarios::{TScenarioResponseBody, t_card};
 
 use crate::{
     assistant_harness::{OPEN_SAFARI, ask, client, metrics_text, spawn, state_of},

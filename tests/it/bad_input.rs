@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{
@@ -10,8 +10,8 @@ use megamind_scenario::{
         t_scenario_commit_response, t_scenario_run_response,
     },
     scenario::Registry,
-    scenarios::demo::Demo,
 };
+use megamind_scenario::scenarios::demo::Demo;
 use tokio::sync::Semaphore;
 
 use crate::{

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{

@@ -11,8 +11,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use megamind_scenario::{
-    client::{Client, ClientError, Request},
+use megamind_core::{
     config::Config,
     proto::n_alice::n_scenarios::{
         TCallbackDirective, TClientInfo, TCommitCandidate, TCommitSuccess, TDirective, TLayout, TScenarioApplyRequest,
@@ -23,6 +22,7 @@ use megamind_scenario::{
     },
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };
+use megamind_tools::client::{Client, ClientError, Request};
 use prost_types::{Any, Struct, Value, value::Kind};
 use tokio::sync::Semaphore;
 
@@ -187,7 +187,7 @@ async fn scripted(transport: Transport) -> (TestApp, Arc<Scripted>, Client) {
     (app, scenario, client)
 }
 
-fn handlers_and_ids(hops: &[megamind_scenario::client::Hop]) -> Vec<(Handler, &str)> {
+fn handlers_and_ids(hops: &[megamind_tools::client::Hop]) -> Vec<(Handler, &str)> {
     hops.iter().map(|hop| (hop.handler(), hop.request_id())).collect()
 }
 

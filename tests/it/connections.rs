@@ -8,9 +8,8 @@ use std::{
 };
 
 use bytes::Bytes;
-use megamind_scenario::{
-    codec::Format, config::Config, proto::n_alice::n_scenarios::TScenarioRunRequest, scenarios::demo::Demo,
-};
+use megamind_core::{codec::Format, config::Config, proto::n_alice::n_scenarios::TScenarioRunRequest};
+use megamind_scenario::scenarios::demo::Demo;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

@@ -8,7 +8,7 @@ use std::{
     process::Command,
 };
 
-use megamind_scenario::config::Config;
+use megamind_core::config::Config;
 use serde_json::Value;
 
 use crate::python_tools::{self, Tools, run};

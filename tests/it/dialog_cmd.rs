@@ -286,7 +286,7 @@ async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
         .unwrap();
     let status = Command::new("kill").args(["-HUP", &server.child.id().to_string()]).status().unwrap();
     assert!(status.success());
-    let client = megamind_scenario::upstream::client_builder().no_proxy().build().unwrap();
+    let client = megamind_core::http_client::client_builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let catalog = client.get(format!("{}/llm/skills", server.url)).send().await.unwrap().text().await.unwrap();

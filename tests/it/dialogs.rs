@@ -1,7 +1,7 @@
 //! The protocol's four example dialogs over HTTP, in binary, JSON and text
 //! format: each answer decodes and equals the fixture's response.
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     proto::n_alice::n_scenarios::{
         TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
@@ -173,7 +173,7 @@ async fn accept_chooses_the_answer_format() {
 #[tokio::test]
 async fn http2_prior_knowledge_is_served_on_the_same_port() {
     let (app, _) = spawn_demo().await;
-    let h2 = megamind_scenario::upstream::client_builder().no_proxy().http2_prior_knowledge().build().unwrap();
+    let h2 = megamind_core::http_client::client_builder().no_proxy().http2_prior_knowledge().build().unwrap();
     let answer = h2
         .post(app.url("/demo/run"))
         .header("content-type", "application/protobuf")

@@ -7,7 +7,8 @@ use std::{
     process::{Command, Stdio},
 };
 
-use megamind_scenario::{config::Config, rules::metrics::ServerMetrics, scenario::module, scenarios};
+use megamind_core::{config::Config, rules::metrics::ServerMetrics, scenario::module};
+use megamind_scenario::scenarios;
 
 use crate::helpers::spawn_builtin;
 
@@ -48,14 +49,14 @@ fn the_skills_script_example_loads() {
     let doc = read("docs/skills.md");
     let scripts: Vec<&str> = blocks(&doc, "yaml").into_iter().filter(|b| b.starts_with("dialogs:")).collect();
     assert_eq!(scripts.len(), 1, "the command_result example");
-    let loaded = megamind_scenario::dialog::script::parse("docs/skills.md", scripts[0]).unwrap();
+    let loaded = megamind_tools::dialog::script::parse("docs/skills.md", scripts[0]).unwrap();
     assert!(loaded.dialogs[0].0.turns.iter().any(|turn| turn.command_result.is_some()));
 }
 
 #[test]
 fn the_shipped_system_prompt_is_the_built_in_one() {
     let shipped = read("docs/system-prompt.txt");
-    assert_eq!(shipped.trim(), scenarios::assistant::prompt::DEFAULT_SYSTEM_PROMPT.trim());
+    assert_eq!(shipped.trim(), megamind_assistant::assistant::prompt::DEFAULT_SYSTEM_PROMPT.trim());
     let table = blocks(&read("docs/assistant.md"), "toml").concat();
     assert!(table.contains(r#"system_prompt_file = "docs/system-prompt.txt""#), "{table}");
 }

@@ -4,13 +4,13 @@
 #[path = "../../examples/echo_scenario/echo.rs"]
 mod echo;
 
-use megamind_scenario::{
-    cli,
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
     scenario::{ScenarioModule, module},
 };
+use megamind_scenario::cli;
 
 use crate::helpers::{TestApp, decode_answer, spawn_modules};
 

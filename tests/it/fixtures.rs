@@ -1,7 +1,7 @@
 //! Every fixture parses, re-encodes to binary, prints in our text format and
 //! in JSON, and parses back to the same message.
 
-use megamind_scenario::{
+use megamind_core::{
     codec::{self, Format, text},
     proto::n_alice::n_scenarios::{
         TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,

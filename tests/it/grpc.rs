@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{
@@ -16,15 +16,15 @@ use megamind_scenario::{
         TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
     },
     scenario::Registry,
-    scenarios::demo::Demo,
     transport::grpc::BytesCodec,
 };
+use megamind_scenario::scenarios::demo::Demo;
 use prost::Message;
 use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
-use megamind_scenario::proto::megamind_scenario::v1::scenario_client::ScenarioClient;
+use megamind_core::proto::megamind_scenario::v1::scenario_client::ScenarioClient;
 
 use crate::{
     helpers::{

@@ -4,16 +4,16 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
-use megamind_scenario::{
-    client::Client,
+use megamind_core::{
     codec::{self, Format},
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::ServerMetrics,
     scenario::{Registry, Scenario, ScenarioModule, module},
-    scenarios::demo::Demo,
     server::{self, App},
 };
+use megamind_scenario::scenarios::demo::Demo;
+use megamind_tools::client::Client;
 use prost_reflect::{DynamicMessage, ReflectMessage};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
@@ -167,23 +167,26 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
 pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
     let metrics = ServerMetrics::new();
     let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
-    spawn_with_routes(config, built.registry, metrics, built.routes).await
+    spawn_with_routes(config, built.registry, metrics, (built.routes, built.lane)).await
 }
 
 async fn spawn_with_metrics(config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
-    spawn_with_routes(config, registry, metrics, Vec::new()).await
+    spawn_with_routes(config, registry, metrics, (Vec::new(), Vec::new())).await
 }
 
 async fn spawn_with_routes(
     mut config: Config,
     registry: Registry,
     metrics: ServerMetrics,
-    routes: Vec<(String, axum::routing::MethodRouter)>,
+    (routes, lane): (Vec<(String, axum::routing::MethodRouter)>, Vec<String>),
 ) -> TestApp {
     if registry.get(&config.default_scenario).is_none() {
-        config.default_scenario = registry.names().next().expect("a scenario").to_owned();
+        let builtin =
+            registry.get(megamind_scenario::scenarios::DEFAULT).map(|_| megamind_scenario::scenarios::DEFAULT);
+        config.default_scenario = builtin.or(registry.names().next()).expect("a scenario").to_owned();
     }
-    let app = Arc::new(App::with_routes(&config, registry, metrics, routes).expect("valid test configuration"));
+    let app = App::with_routes(&config, registry, metrics, routes).expect("valid test configuration");
+    let app = Arc::new(app.with_lane(lane));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");
     let grpc_only = match config.grpc_addr {
@@ -196,7 +199,7 @@ async fn spawn_with_routes(
     let server = tokio::spawn(server::serve_all(listeners, app, async move {
         let _ = rx.await;
     }));
-    let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
+    let http = megamind_core::http_client::client_builder().no_proxy().build().expect("http client");
     TestApp { addr, grpc_addr, http, shutdown: Some(tx), server: Some(server) }
 }
 
@@ -208,7 +211,7 @@ pub async fn serve_app(app: App) -> TestApp {
     let server = tokio::spawn(server::serve(listener, Arc::new(app), async move {
         let _ = rx.await;
     }));
-    let http = megamind_scenario::upstream::client_builder().no_proxy().build().expect("http client");
+    let http = megamind_core::http_client::client_builder().no_proxy().build().expect("http client");
     TestApp { addr, grpc_addr: None, http, shutdown: Some(tx), server: Some(server) }
 }
 

@@ -3,15 +3,15 @@
 
 use std::sync::{Arc, atomic::Ordering};
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{
         TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, TScenarioRunResponse,
         t_scenario_commit_response, t_scenario_run_response,
     },
-    scenarios::demo::Demo,
 };
+use megamind_scenario::scenarios::demo::Demo;
 use prost::Message;
 use tokio::sync::Semaphore;
 

@@ -11,7 +11,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use megamind_scenario::codec::{self, Format, text};
+use megamind_core::codec::{self, Format, text};
 use prost::Message;
 use prost_reflect::DynamicMessage;
 

@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{

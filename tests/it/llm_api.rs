@@ -5,10 +5,8 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use megamind_scenario::{
-    jsonseq::{Event, parse_transcript, validate},
-    proto::n_alice::n_scenarios::{TInterfaces, t_directive},
-};
+use megamind_assistant::jsonseq::{Event, parse_transcript, validate};
+use megamind_core::proto::n_alice::n_scenarios::{TInterfaces, t_directive};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -197,7 +195,7 @@ async fn a_client_with_a_screen_is_given_the_stream_address_with_the_voice_answe
     let mut request = run_request("llm-screen", "привет");
     let base = request.base_request.as_mut().unwrap();
     base.interfaces = Some(TInterfaces { has_screen: true, ..Default::default() });
-    let hop = client.call(megamind_scenario::client::Request::Run(request)).await.unwrap();
+    let hop = client.call(megamind_tools::client::Request::Run(request)).await.unwrap();
     let directives = &answer(&hop).layout.as_ref().unwrap().directives;
     let urls: Vec<_> = directives
         .iter()
@@ -222,7 +220,7 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
     run(&client(&app, Transport::Http), "llm-parts", "расскажи сказку").await;
 
     let whole =
-        megamind_scenario::parts::fetch_all(&app.http, &app.url("/llm/answers/llm-parts")).await.expect("reassembled");
+        megamind_assistant::parts::fetch_all(&app.http, &app.url("/llm/answers/llm-parts")).await.expect("reassembled");
     assert_eq!(whole["request_id"], "llm-parts");
     assert_eq!(whole["status"], "completed");
     assert_eq!(whole["text"].as_str().unwrap(), long.trim());
@@ -265,7 +263,7 @@ async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     assert!(schema["chunking"].is_object());
 
     let small = spawn_module(&mock, |config| config.chunk_bytes = 256).await;
-    let mut whole = megamind_scenario::parts::fetch_all(&small.http, &small.url("/llm/schema")).await.unwrap();
+    let mut whole = megamind_assistant::parts::fetch_all(&small.http, &small.url("/llm/schema")).await.unwrap();
     assert_eq!(whole["chunking"]["chunk_bytes"], 256, "the limit in force");
     whole["chunking"]["chunk_bytes"] = schema["chunking"]["chunk_bytes"].clone();
     assert_eq!(&whole, schema, "in parts, the same document");
@@ -285,7 +283,7 @@ async fn the_reference_python_client_reassembles_our_parts() {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/seed_fetch_all.py");
     for path in ["/llm/answers/llm-python", "/llm/schema"] {
         let url = app.url(path);
-        let ours = megamind_scenario::parts::fetch_all(&app.http, &url).await.expect("our client");
+        let ours = megamind_assistant::parts::fetch_all(&app.http, &url).await.expect("our client");
         let (python, script, target) = (tools.python.clone(), script.clone(), url.clone());
         let output = tokio::task::spawn_blocking(move || {
             run_command(std::process::Command::new(python).arg(script).arg(target).env("NO_PROXY", "*"))

@@ -1,11 +1,11 @@
 //! `/metrics` after known traffic.
 
-use megamind_scenario::{
+use megamind_core::{
     codec::Format,
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
 };
 
-use megamind_scenario::config::Config;
+use megamind_core::config::Config;
 
 use crate::helpers::{fixture_body, registry_of, spawn_app, spawn_builtin, spawn_demo};
 

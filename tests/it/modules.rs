@@ -1,55 +1,130 @@
-//! The crate's module graph, read from its sources: top-level modules form
-//! no cycle, and no core module refers to a scenario.
+//! The workspace's layers, read from its manifests and sources: the crates
+//! depend one way (core ← assistant ← tools ← the server), the core names
+//! no scenario, and no source file imports in a circle.
 //!
-//! A reference is a `crate::<top>` path in code (not in comments): each item
-//! of a `use crate::{a, b::c}` group, and every inline `crate::x::` path.
-//! `super::` paths stay inside their module and are not counted.
+//! A file's imports are the module files its `use` trees and inline paths
+//! (`crate::a::b`, `super::c`, `megamind_core::d`) name, each resolved to the
+//! deepest module with a file of its own. A module may use its own children
+//! (they are its parts), so edges from a file to its descendants are not
+//! counted; test modules (`#[cfg(test)] mod tests { .. }`, `tests.rs`) are
+//! left out.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
 };
 
-/// The module that hosts the built-in scenarios.
-const SCENARIOS: &str = "scenarios";
+/// The library crates of the workspace: directory, crate name, the crates it may depend on.
+const CRATES: &[(&str, &str, &[&str])] = &[
+    ("crates/core", "megamind_core", &[]),
+    ("crates/assistant", "megamind_assistant", &["megamind-core"]),
+    ("crates/tools", "megamind_tools", &["megamind-core", "megamind-assistant"]),
+    (".", "megamind_scenario", &["megamind-core", "megamind-assistant", "megamind-tools"]),
+];
 
-/// Modules allowed to know the scenarios besides `scenarios` itself: the
-/// composition root that builds them and hands them to the server.
-const COMPOSITION_ROOTS: &[&str] = &["cli"];
+/// Words in the core's code that would name a scenario, a scenario's route
+/// or a scenario's type. The scenarios' names and route prefixes are added
+/// from the modules the server hosts.
+const SCENARIO_WORDS: &[&str] = &["Assistant", "TSkill", "Demo", "jsonseq", "skills"];
 
-/// References that break the rules today and are on their way out; each is
-/// ignored by both checks. Empty this list as they are removed.
-const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[];
+/// Core files allowed one of those words, each with why. Empty this list as
+/// the reasons go away.
+const CORE_EXCEPTIONS: &[(&str, &str)] = &[(
+    "build.rs",
+    "the assistant's messages are compiled with the protocol's, so that text format and JSON expand them inside \
+     `Any` fields of requests and logs",
+)];
 
-/// Top-level module -> the top-level modules it refers to (itself excluded).
+/// Module file graph: node (`crate::a::b`) -> the nodes it imports.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 #[test]
-fn top_level_modules_form_no_cycle() {
-    let graph = without_exceptions(module_graph());
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("module cycle: {}\ngraph: {graph:#?}", cycle.join(" -> "));
+fn crates_depend_one_way() {
+    for (dir, _, allowed) in CRATES {
+        let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).expect("manifest");
+        let manifest: toml::Table = manifest.parse().expect("TOML");
+        let deps = manifest.get("dependencies").and_then(toml::Value::as_table).cloned().unwrap_or_default();
+        let ours: BTreeSet<&str> = deps.keys().map(String::as_str).filter(|name| name.starts_with("megamind-")).collect();
+        let allowed: BTreeSet<&str> = allowed.iter().copied().collect();
+        assert_eq!(ours, allowed, "{dir} depends on the workspace's crates it may");
     }
 }
 
 #[test]
-fn no_core_module_refers_to_a_scenario() {
-    let graph = without_exceptions(module_graph());
-    let offenders: Vec<_> = graph
-        .iter()
-        .filter(|(module, uses)| {
-            module.as_str() != SCENARIOS && !COMPOSITION_ROOTS.contains(&module.as_str()) && uses.contains(SCENARIOS)
-        })
-        .map(|(module, _)| module.as_str())
-        .collect();
-    assert!(offenders.is_empty(), "core modules referring to crate::{SCENARIOS}: {offenders:?}");
+fn the_core_names_no_scenario_route_or_type() {
+    let mut words: Vec<String> = SCENARIO_WORDS.iter().map(|w| (*w).to_owned()).collect();
+    let modules = megamind_scenario::scenarios::modules();
+    let registry = prometheus::Registry::new();
+    let built = megamind_core::scenario::module::build_all(&modules, &Default::default(), &registry).expect("built");
+    for module in &modules {
+        words.push(format!("\"{}\"", module.name()));
+    }
+    for (path, _) in &built.routes {
+        let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+        words.push(format!("/{first}/"));
+    }
+    assert!(words.iter().any(|w| w == "/llm/"), "the assistant's routes are among the words: {words:?}");
+    let core = root().join("crates/core");
+    let mut files = vec![core.join("build.rs")];
+    collect_rust_files(&core.join("src"), &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&core).unwrap().to_string_lossy().into_owned();
+        if CORE_EXCEPTIONS.iter().any(|(allowed, _)| *allowed == relative) || is_test_file(&file) {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&file).expect("source"));
+        for (n, line) in code.lines().enumerate() {
+            for word in words.iter().filter(|word| line.contains(word.as_str())) {
+                found.push(format!("{relative}:{}: {word}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the core names a scenario:\n{}", found.join("\n"));
 }
 
 #[test]
-fn references_are_read_from_groups_and_inline_paths_but_not_comments() {
-    let source = "//! see [`crate::x`]\nuse crate::{a, b::{c, d::e}, f::*};\n/// crate::y\nfn g() { crate::h::i(); \
-                  $crate::j; }\n";
-    assert_eq!(references(source), BTreeSet::from(["a", "b", "f", "h"].map(String::from)));
+fn no_file_imports_in_a_circle() {
+    let mut files = Vec::new();
+    for (dir, name, _) in CRATES {
+        files.extend(module_files(&root().join(dir).join("src"), name));
+    }
+    let modules: BTreeSet<String> = files.iter().map(|(module, ..)| module.clone()).collect();
+    let mut graph = Graph::new();
+    for (module, name, file) in &files {
+        let code = code_of(&std::fs::read_to_string(file).expect("source"));
+        let uses = imports(&code, module, name, &modules)
+            .into_iter()
+            .filter(|used| used != module && !used.starts_with(&format!("{module}::")))
+            .collect();
+        graph.insert(module.clone(), uses);
+    }
+    assert!(graph.contains_key("megamind_core::dispatch"), "nodes: {:?}", graph.keys().collect::<Vec<_>>());
+    assert!(graph.len() > 100, "every file is read: {}", graph.len());
+    let mut cycles = Vec::new();
+    while let Some(cycle) = find_cycle(&graph) {
+        // Cut the circle found to find the others as well.
+        graph.get_mut(&cycle[0]).expect("a node").remove(&cycle[1]);
+        cycles.push(cycle.join(" -> "));
+    }
+    assert!(cycles.is_empty(), "files importing in a circle:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn imports_are_resolved_to_module_files_and_circles_found() {
+    let modules =
+        BTreeSet::from(["c", "c::a", "c::a::b", "c::d", "megamind_core", "megamind_core::codec"].map(String::from));
+    let source = "//! [`crate::x`]\nuse crate::{a::{b::{Thing, Other}, self}, d};\nuse super::Up;\n\
+                  fn f() { crate::a::b::call(); megamind_core::codec::decode(); }\n\
+                  #[cfg(test)]\nmod tests {\n    use crate::d::Test;\n}\n";
+    let code = code_of(source);
+    assert!(!code.contains("Test"), "test modules are left out: {code}");
+    let found = imports(&code, "c::a::b", "c", &modules);
+    assert_eq!(found, BTreeSet::from(["c::a::b", "c::a", "c::d", "megamind_core::codec"].map(String::from)));
     let cyclic = Graph::from([
         ("a".into(), BTreeSet::from(["b".into()])),
         ("b".into(), BTreeSet::from(["c".into()])),
@@ -58,30 +133,31 @@ fn references_are_read_from_groups_and_inline_paths_but_not_comments() {
     assert_eq!(find_cycle(&cyclic), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
 
-fn without_exceptions(mut graph: Graph) -> Graph {
-    for (from, to) in KNOWN_EXCEPTIONS {
-        if let Some(uses) = graph.get_mut(*from) {
-            uses.remove(*to);
-        }
-    }
-    graph
+/// Every file module of the crate at `src` (named `name`): its path, its crate, its file.
+fn module_files(src: &Path, name: &'static str) -> Vec<(String, &'static str, PathBuf)> {
+    let mut files = Vec::new();
+    collect_rust_files(src, &mut files);
+    files
+        .into_iter()
+        .filter(|file| !is_test_file(file))
+        .filter_map(|file| Some((module_path(name, file.strip_prefix(src).ok()?)?, name, file)))
+        .collect()
 }
 
-/// Every top-level module of `src/` and what it refers to.
-fn module_graph() -> Graph {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    collect_rust_files(&src, &mut files);
-    let mut graph = Graph::new();
-    for file in files {
-        let relative = file.strip_prefix(&src).expect("under src");
-        let Some(module) = top_level_module(relative) else { continue };
-        let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let uses = graph.entry(module.clone()).or_default();
-        uses.extend(references(&source).into_iter().filter(|used| *used != module));
+/// `a/b.rs` of crate `c` is `c::a::b`; `lib.rs` and `main.rs` are `c`.
+fn module_path(name: &str, relative: &Path) -> Option<String> {
+    let mut parts = vec![name.to_owned()];
+    for part in relative.with_extension("").components() {
+        let part = part.as_os_str().to_str()?;
+        if !matches!(part, "lib" | "main") {
+            parts.push(part.to_owned());
+        }
     }
-    assert!(graph.contains_key("dispatch") && graph.contains_key(SCENARIOS), "modules found: {graph:?}");
-    graph
+    Some(parts.join("::"))
+}
+
+fn is_test_file(file: &Path) -> bool {
+    file.file_name().is_some_and(|name| name == "tests.rs") || file.components().any(|c| c.as_os_str() == "tests")
 }
 
 fn collect_rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -95,63 +171,123 @@ fn collect_rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// `dispatch.rs` and `dispatch/**` belong to `dispatch`; the crate root and
-/// the binary belong to none.
-fn top_level_module(relative: &Path) -> Option<String> {
-    let first = relative.components().next()?.as_os_str().to_str()?;
-    let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main")).then(|| name.to_owned())
-}
-
-/// The top-level modules `source` names through `crate::`.
-fn references(source: &str) -> BTreeSet<String> {
-    let code: String =
-        source.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-    let mut found = BTreeSet::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().next_back();
-        let after = &rest[at + "crate::".len()..];
-        rest = after;
-        if before.is_some_and(|c| c == '$' || c == '_' || c.is_alphanumeric()) {
+/// `source` without comment lines and without `#[cfg(test)]` modules.
+fn code_of(source: &str) -> String {
+    let mut code = String::new();
+    let mut lines = source.lines();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("//") {
             continue;
         }
-        match after.strip_prefix('{') {
-            Some(group) => found.extend(group_heads(group)),
-            None => found.extend(identifier(after)),
-        }
-    }
-    found
-}
-
-/// The first segment of each item of a `{...}` group (`group` starts after its `{`).
-fn group_heads(group: &str) -> Vec<String> {
-    let mut heads = Vec::new();
-    let (mut depth, mut expecting) = (1, true);
-    let mut chars = group.char_indices();
-    while let Some((at, c)) = chars.next() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 1 => break,
-            '}' => depth -= 1,
-            ',' if depth == 1 => expecting = true,
-            c if depth == 1 && expecting && (c.is_alphabetic() || c == '_') => {
-                let head = identifier(&group[at..]).expect("starts with a letter");
-                for _ in 1..head.chars().count() {
-                    chars.next();
+        if trimmed == "#[cfg(test)]" {
+            // The item it gates: one line ending in `;`, or up to its closing brace.
+            let indent = &line[..line.len() - trimmed.len()];
+            let closing = format!("{indent}}}");
+            if let Some(gated) = lines.next() {
+                if !gated.trim_end().ends_with(';') {
+                    lines.by_ref().find(|line| line.trim_end() == closing);
                 }
-                heads.push(head);
-                expecting = false;
             }
-            _ => {}
+            continue;
         }
+        code.push_str(line);
+        code.push('\n');
     }
-    heads
+    code
 }
 
-fn identifier(text: &str) -> Option<String> {
-    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(text.len());
-    (end > 0).then(|| text[..end].to_owned())
+/// The module files `code`, the source of `module` in crate `name`, imports.
+fn imports(code: &str, module: &str, name: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut paths = Vec::new();
+    let mut offset = 0;
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        let item = trimmed.strip_prefix("pub ").or_else(|| Some(trimmed.split_once(") ")?.1).filter(|_| trimmed.starts_with("pub(")));
+        let statement = item.unwrap_or(trimmed).strip_prefix("use ");
+        if let Some(start) = statement.map(|rest| offset + line.len() - rest.len()) {
+            let end = code[start..].find(';').map_or(code.len(), |end| start + end);
+            expand(&code[start..end].split_whitespace().collect::<String>(), "", &mut paths);
+        }
+        offset += line.len() + 1;
+    }
+    for root in ["crate::", "super::", "self::", "megamind_"] {
+        let mut rest = code;
+        while let Some(at) = rest.find(root) {
+            let before = rest[..at].chars().next_back();
+            let path: String = rest[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+            rest = &rest[at + root.len()..];
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') && !path.ends_with("::") {
+                paths.push(path);
+            }
+        }
+    }
+    paths.iter().filter_map(|path| resolve(path, module, name, modules)).collect()
+}
+
+/// Every path of a `use` tree (`a::{b, c::{d}}`), prefixed by `prefix`.
+fn expand(tree: &str, prefix: &str, paths: &mut Vec<String>) {
+    let tree = tree.split(" as ").next().unwrap_or(tree);
+    match tree.find('{') {
+        None => paths.push(format!("{prefix}{tree}")),
+        Some(open) => {
+            let head = format!("{prefix}{}", &tree[..open]);
+            let close = tree.rfind('}').filter(|close| *close > open).unwrap_or(tree.len());
+            let inner = &tree[open + 1..close];
+            let (mut depth, mut start) = (0, 0);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        expand(&inner[start..i], &head, paths);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            if start < inner.len() {
+                expand(&inner[start..], &head, paths);
+            }
+        }
+    }
+}
+
+/// The deepest module file `path` names, seen from `module` of crate `name`.
+fn resolve(path: &str, module: &str, name: &str, modules: &BTreeSet<String>) -> Option<String> {
+    let mut segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    let mut base: Vec<String> = match segments.first()? {
+        &"crate" => vec![name.to_owned()],
+        &"self" => module.split("::").map(String::from).collect(),
+        &"super" => {
+            let mut base: Vec<String> = module.split("::").map(String::from).collect();
+            while segments.first() == Some(&"super") {
+                base.pop();
+                segments.remove(0);
+            }
+            segments.insert(0, "super");
+            base
+        }
+        first if modules.contains(*first) => vec![(*first).to_owned()],
+        // A child of this module, or an external crate.
+        first => {
+            if !modules.contains(&format!("{module}::{first}")) {
+                return None;
+            }
+            segments.insert(0, "self");
+            module.split("::").map(String::from).collect()
+        }
+    };
+    let mut found = base.join("::");
+    for segment in &segments[1..] {
+        base.push((*segment).to_owned());
+        let candidate = base.join("::");
+        if !modules.contains(&candidate) {
+            break;
+        }
+        found = candidate;
+    }
+    Some(found)
 }
 
 /// A cycle of `graph` as a path that returns to its start, if there is one.

@@ -3,15 +3,15 @@
 
 use std::sync::Arc;
 
-use megamind_scenario::{
+use megamind_core::{
     app::App,
     codec::Format,
     config::Config,
     dispatch::{Authenticator, CallMeta, Refusal},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
     scenario::Handler,
-    scenarios::demo::Demo,
 };
+use megamind_scenario::scenarios::demo::Demo;
 use tonic::Code;
 
 use crate::helpers::{fixture, fixture_body, grpc_client, grpc_request, registry_of, serve_app};

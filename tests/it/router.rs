@@ -7,15 +7,15 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 use axum::routing::{MethodRouter, any, get};
 use bytes::Bytes;
 use futures_util::stream;
-use megamind_scenario::{
-    app::{App, Shutdown},
+use megamind_core::{
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
     rules::metrics::ServerMetrics,
     scenario::{Scenario, ScenarioModule, Setup, SetupError},
-    scenarios::demo::Demo,
+    {app::App, scenario::Shutdown},
 };
+use megamind_scenario::scenarios::demo::Demo;
 use tokio::time::Instant;
 
 use crate::helpers::{TestApp, decode_answer, fixture, fixture_body, registry_of, serve_app};
@@ -106,7 +106,7 @@ async fn a_post_naming_a_scenario_handler_takes_the_fast_path() {
 async fn a_long_lived_answer_ends_cleanly_when_the_server_drains() {
     let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 30_000, ..Config::default() };
     let mut app = spawn_with_routes(config).await;
-    let h2 = megamind_scenario::upstream::client_builder().no_proxy().http2_prior_knowledge().build().unwrap();
+    let h2 = megamind_core::http_client::client_builder().no_proxy().http2_prior_knowledge().build().unwrap();
     let mut streams = Vec::new();
     for client in [&app.http, &h2] {
         let mut response = client.get(app.url("/test/ticks")).send().await.unwrap();

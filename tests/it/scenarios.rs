@@ -11,7 +11,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use megamind_scenario::{
+use megamind_core::{
     proto::n_alice::n_scenarios::{
         TCommitSuccess, TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest, TScenarioRunResponse,
         t_scenario_commit_response,

@@ -5,17 +5,15 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use megamind_scenario::{
-    client::{Client, Turn},
-    proto::{
-        megamind_scenario::v1::TSkillSession,
-        n_alice::n_scenarios::{
-            TCallbackDirective, TInput, TRunCommandDirective, TSemanticFrame, TSemanticFrameSlot, TTextInput,
-            t_directive, t_input,
-        },
+use megamind_assistant::assistant::config::AssistantConfig;
+use megamind_core::proto::{
+    megamind_scenario::v1::TSkillSession,
+    n_alice::n_scenarios::{
+        TCallbackDirective, TInput, TRunCommandDirective, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_directive,
+        t_input,
     },
-    scenarios::assistant::config::AssistantConfig,
 };
+use megamind_tools::client::{Client, Turn};
 use prost_types::{Struct, Value, value::Kind};
 
 use crate::{
@@ -112,7 +110,7 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
 
     let system = format!(
         "{}\n\n--- Active Skill: git-quick-commit ---\n{}",
-        megamind_scenario::skills::prompt::SKILL_SYSTEM_PROMPT_WITH_ASK,
+        megamind_assistant::skills::prompt::SKILL_SYSTEM_PROMPT_WITH_ASK,
         skill_body("git-quick-commit")
     );
     let step1 = "Execute skill: git-quick-commit\n\n[Step 1 of 100]";
@@ -391,9 +389,9 @@ async fn without_a_model_skills_are_listed_but_not_run() {
     let metrics = prometheus::Registry::new();
     let mut config = AssistantConfig::default();
     config.skills.dir = Some(skills_dir());
-    let assistant = megamind_scenario::scenarios::assistant::Assistant::from_config(&config, &metrics).unwrap();
+    let assistant = megamind_assistant::assistant::Assistant::from_config(&config, &metrics).unwrap();
     let registry = crate::helpers::registry_of("assistant", std::sync::Arc::new(assistant));
-    let app = crate::helpers::spawn_app(megamind_scenario::config::Config::default(), registry).await;
+    let app = crate::helpers::spawn_app(megamind_core::config::Config::default(), registry).await;
     let mut client = client(&app, Transport::Http);
     let turn = ask(&mut client, "запусти навык git-quick-commit").await;
     assert!(turn.speech().contains("--llm-base-url"), "{}", turn.speech());
@@ -466,6 +464,6 @@ async fn the_catalog_is_served_at_llm_skills_whole_or_in_parts() {
         config.chunk_bytes = 128;
     })
     .await;
-    let whole = megamind_scenario::parts::fetch_all(&small.http, &small.url("/llm/skills")).await.unwrap();
+    let whole = megamind_assistant::parts::fetch_all(&small.http, &small.url("/llm/skills")).await.unwrap();
     assert_eq!(whole, wrapper["content"], "in parts, the same catalog");
 }

@@ -14,10 +14,8 @@ use std::{
     time::Duration,
 };
 
-use megamind_scenario::{
-    config::Config,
-    jsonseq::{parse_transcript, validate},
-};
+use megamind_assistant::jsonseq::{parse_transcript, validate};
+use megamind_core::config::Config;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

@@ -1,0 +1,544 @@
+//! `assistant`: a voice assistant backed by a chat model (any
+//! OpenAI-compatible server, or the embedded offline backend) that answers
+//! in words and opens or closes apps on the client (the app-action answer
+//! format: `{session_id, command, args, text}`).
+//!
+//! # Timing
+//! A model takes 0.3-10 s; Megamind gives each handler 300 ms. So:
+//! - `/run` starts the model call in a task of its own, once per `RequestId`
+//!   ([`calls`]; however often Megamind retries, and on top of the server's
+//!   idempotency cache), waits `run_wait_ms` (150 ms) and answers the model's
+//!   answer if it is there; otherwise it hands over at once with
+//!   `ContinueArguments` (`TAssistantContinueArguments`) and `Features`.
+//! - `/continue` waits for the same call until its own deadline minus the
+//!   [margin](margin) (`answer_margin_ms`, 30 ms, plus how late answers have
+//!   recently been built) and answers. If the model is still thinking, it
+//!   holds: it speaks the complete sentences a streamed answer has produced
+//!   since the last hop, else the next filler (`filler_texts`, never the same
+//!   twice in a row), and adds a `CallbackDirective` ([`callback`]). The
+//!   client sends it back as `Input.Callback` of a new `/run`, which joins
+//!   the same call: it answers if the call is done, else hands over to
+//!   `/continue` again. What was held (the hops, the sentences spoken, the
+//!   last filler) rides in the state. The final answer speaks what was not
+//!   spoken yet; the card holds the whole text. Hops are bounded by the
+//!   call's own timeout (then the apology) and by [`callback::max_hops`].
+//! - The call goes on, bounded by `call_timeout_ms` (30 s), and its answer is
+//!   kept `result_ttl_secs`. A client that does not follow callbacks still
+//!   works: a hold keeps the microphone open, and the user's repeat of the
+//!   same question (same words, case and punctuation aside) joins the call
+//!   too; a call that failed gives its apology once, and the next repeat
+//!   calls again. A different question starts a new call.
+//! - `ContinueArguments` carry the words and the state, so a `/continue`
+//!   that lands on another instance (or after the answer expired) starts the
+//!   call itself instead of failing.
+//!
+//! # Decisions
+//! - Past `max_in_flight` model calls, `/run` declines with `IsIrrelevant`
+//!   and a spoken reason: the `Scenario` trait cannot answer HTTP 429, the
+//!   cap is this scenario's own resource (the server-wide 429 stays the
+//!   server's), and declining lets Megamind answer with another scenario.
+//!   `/continue` at the cap (the call was lost) speaks the apology.
+//! - A failed model call (connection, timeout, HTTP error, garbage, open
+//!   breaker) is answered with the spoken apology and counted in
+//!   `megamind_assistant_model_calls_total{outcome}`: the user asked and deserves an
+//!   answer. So is a model answer with nothing to say (empty, or JSON that
+//!   does not parse). A protocol `Error` is kept for requests that make no
+//!   sense: `/continue` without our arguments (`bad_request`).
+//! - The session id the model echoes in commands: see [`state`].
+//!
+//! # Layout
+//! This file is the timing shell: it starts, waits for, hands over and
+//! falls back on model calls, and knows no prompt or answer format. What a
+//! turn means is a [`policy`]'s ([`skill_dialog::SkillPolicy`]: skills,
+//! around [`policy::ChatPolicy`]: [`prompt`] the messages, [`answer`] the
+//! app-action answer parser, [`reply`] the protocol answers); [`turn`] reads
+//! the input it is given. [`config`] the
+//! `[assistant]` table and [`module`] the scenario module `serve` builds;
+//! [`backend`] the model trait and its events; [`openai`] with
+//! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP
+//! backend; [`offline`] the embedded one; [`calls`] single flight over a
+//! [`crate::store::FlightStore`], each call with its [`record`] of events and
+//! its [`outcome`] stored as bytes; [`state`] the dialog state and the
+//! handover arguments; [`metrics`]. For screens, [`llm_api`] serves the
+//! `/llm` routes ([`llm_schema`] their description): a call's record as a
+//! JSONSeq [`stream`], or whole.
+
+pub mod answer;
+pub mod backend;
+mod background;
+mod backoff;
+mod breaker;
+mod callback;
+pub(crate) mod calls;
+pub mod config;
+mod llm_api;
+mod llm_schema;
+mod margin;
+pub mod metrics;
+pub mod module;
+pub mod offline;
+pub mod openai;
+mod outcome;
+pub(crate) mod policy;
+pub mod prompt;
+pub mod record;
+// Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
+#[doc(hidden)]
+pub mod reply;
+// Public, but hidden, only so the fuzz target `skill_turn` can reach it.
+#[doc(hidden)]
+pub mod skill_dialog;
+pub(crate) mod speech;
+pub(crate) mod state;
+pub mod stream;
+pub(crate) mod turn;
+mod upstream_json;
+#[doc(hidden)]
+pub mod upstream_sse;
+mod warmup;
+
+pub use module::AssistantModule;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use prost_types::{Any, Struct};
+use tokio::time::{Instant, timeout_at};
+
+use self::{
+    backend::{BackendError, ModelBackend, ModelRequest},
+    calls::{AtCapacity, Calls, Handle},
+    config::AssistantConfig,
+    margin::Margin,
+    metrics::AssistantMetrics,
+    outcome::ModelOutcome,
+    policy::{DialogPolicy, Interpretation, TurnPlan},
+    record::{CallRecord, Follower},
+    skill_dialog::SkillPolicy,
+    state::Caps,
+    turn::TurnInput,
+};
+use megamind_core::{
+    proto::{
+        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
+        n_alice::n_scenarios::{
+            TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
+            TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
+        },
+    },
+    scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
+};
+
+/// Spoken when declining a turn that brings nothing to answer.
+const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
+const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
+/// Spoken when declining a callback for a call the dialog no longer waits for.
+const NOTHING_PENDING: &str = "Этот ответ уже не ждут.";
+
+/// Why the assistant could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AssistantError {
+    /// A configuration value that passed validation but cannot be used.
+    #[error("assistant: {0}")]
+    Setup(String),
+    /// Metrics could not be registered.
+    #[error("assistant metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The assistant scenario.
+#[derive(Debug)]
+pub struct Assistant {
+    backend: Arc<dyn ModelBackend>,
+    policy: Arc<dyn DialogPolicy>,
+    calls: Calls,
+    metrics: AssistantMetrics,
+    config: AssistantConfig,
+    caps: Caps,
+    margin: Margin,
+    activity: Arc<warmup::Activity>,
+    /// The skills policy, when it is the policy: for the catalog's route.
+    skills: Option<Arc<SkillPolicy>>,
+}
+
+impl Assistant {
+    /// The assistant of `config`: the HTTP backend at `config.base_url`, or
+    /// the offline one without it; metrics registered into `registry`.
+    pub fn from_config(config: &AssistantConfig, registry: &prometheus::Registry) -> Result<Assistant, AssistantError> {
+        let metrics = AssistantMetrics::new(registry)?;
+        if config.is_offline() {
+            tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
+        } else if config.base_url.contains('@') {
+            tracing::info!(model = %config.model, "assistant: OpenAI-compatible backend (URL with credentials not logged)");
+        } else {
+            tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
+        }
+        if config.is_offline() {
+            return Assistant::with_backend(config, Arc::new(offline::Offline), metrics);
+        }
+        let backend = Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?);
+        let assistant = Assistant::with_backend(config, backend, metrics)?;
+        if warmup::wanted(config.warmup, &config.base_url) {
+            assistant.keep_warm()?;
+        }
+        Ok(assistant)
+    }
+
+    /// Starts the warm-up task ([`warmup`]) in the [`background`], with an
+    /// HTTP client of its own, so that no connection outlives the runtime
+    /// that drives it.
+    fn keep_warm(&self) -> Result<(), AssistantError> {
+        // A session of its own: the prompt's static text is what warms.
+        let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
+        let messages = self.policy.messages(&state, "Привет");
+        let (config, metrics) = (self.config.clone(), self.metrics.clone());
+        let activity = Arc::downgrade(&self.activity);
+        let task = async move {
+            let backend = match openai::OpenAi::new(&config, metrics.retries.clone()) {
+                Ok(backend) => Arc::new(backend),
+                Err(error) => return tracing::warn!(%error, "assistant: no warm-up"),
+            };
+            let (timeout, counter) = (config.call_timeout(), metrics.warmups.clone());
+            let warm = move || {
+                let (backend, messages, counter) = (backend.clone(), messages.clone(), counter.clone());
+                async move {
+                    let started = Instant::now();
+                    match backend.warm_up(&messages, started + timeout).await {
+                        Ok(()) => {
+                            counter.with_label_values(&["ok"]).inc();
+                            let ms = started.elapsed().as_millis() as u64;
+                            tracing::info!(ms, "assistant: the model server is warm");
+                        }
+                        Err(error) => {
+                            counter.with_label_values(&["failed"]).inc();
+                            tracing::warn!(%error, "assistant: the model server's warm-up failed");
+                        }
+                    }
+                }
+            };
+            warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
+        };
+        background::spawn("assistant-warmup", task)
+            .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up: {e}")))
+    }
+
+    /// The assistant over any backend (tests, benchmarks, other backends).
+    pub fn with_backend(
+        config: &AssistantConfig,
+        backend: Arc<dyn ModelBackend>,
+        metrics: AssistantMetrics,
+    ) -> Result<Assistant, AssistantError> {
+        let offline = backend.name() == ModelBackend::name(&offline::Offline);
+        let policy = Arc::new(SkillPolicy::from_config(config, &metrics, offline)?);
+        let skills = Some(policy.clone());
+        let mut assistant = Assistant::with_policy(config, backend, policy, metrics);
+        assistant.skills = skills;
+        Ok(assistant)
+    }
+
+    /// The assistant over any backend and dialog policy.
+    pub(crate) fn with_policy(
+        config: &AssistantConfig,
+        backend: Arc<dyn ModelBackend>,
+        policy: Arc<dyn DialogPolicy>,
+        metrics: AssistantMetrics,
+    ) -> Assistant {
+        let retention = calls::Retention {
+            ttl: config.result_ttl(),
+            max_entries: config.max_retained,
+            max_bytes: config.max_retained_bytes,
+        };
+        let calls = Calls::new(
+            config.max_in_flight,
+            config.call_timeout(),
+            retention,
+            metrics.in_flight.clone(),
+            metrics.evicted.clone(),
+        );
+        let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
+        let margin = Margin::new(config.answer_margin());
+        let activity = warmup::Activity::new();
+        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
+    }
+
+    /// The backend's name: `openai` or `offline`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// The skills catalog now; `None` when the policy serves no skills.
+    pub(crate) fn skills_catalog(&self) -> Option<Arc<crate::skills::catalog::Catalog>> {
+        self.skills.as_ref().map(|skills| skills.catalog())
+    }
+
+    /// Model calls running now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.calls.in_flight()
+    }
+
+    /// A reader of the events of the model call `call_id` (the `RequestId`
+    /// that started it), from its first event, while it runs or is kept.
+    pub fn follow(&self, call_id: &str) -> Option<Follower> {
+        self.calls.follow(call_id)
+    }
+
+    /// The call `args.call_id`: the running or kept one, else a new one.
+    async fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
+        let call = |record: Arc<CallRecord>| {
+            let state = args.state.clone().unwrap_or_default();
+            let messages = self.policy.messages(&state, &args.utterance);
+            let sampling = self.policy.sampling(&state);
+            let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
+            let timeout = self.config.call_timeout();
+            let (session_id, call_id) = (state.session_id, args.call_id.clone());
+            self.activity.touch();
+            async move {
+                let started = Instant::now();
+                let request = ModelRequest { messages, session_id, deadline: started + timeout, sampling };
+                let outcome = timeout_at(request.deadline, backend.complete(&request, &*record))
+                    .await
+                    .unwrap_or(Err(BackendError::Timeout("call")));
+                metrics.model_call(&*backend, &outcome, started.elapsed());
+                // Logged here, once, whether or not anyone still waits for it.
+                if let Err(error) = &outcome {
+                    tracing::warn!(%call_id, %error, "assistant: the model call failed");
+                }
+                outcome
+            }
+        };
+        let (handle, _) = self.calls.begin(&args.call_id, call).await?;
+        Ok(handle)
+    }
+
+    /// The answer body of a finished call; the call the policy goes on
+    /// with by itself, if any, is started now, so that it is often done
+    /// when its callback comes.
+    async fn finish(
+        &self,
+        handler: Handler,
+        args: &TAssistantContinueArguments,
+        outcome: &ModelOutcome,
+    ) -> TScenarioResponseBody {
+        let mut state = args.state.clone().unwrap_or_default();
+        state.pending = None;
+        let Ok(completion) = outcome else {
+            return self.apology(handler, &state);
+        };
+        match self.policy.interpret(&args.call_id, &args.utterance, completion, &state, &args.spoken) {
+            Interpretation::Answer(body) => {
+                self.metrics.answer(handler.as_str(), "model");
+                *body
+            }
+            Interpretation::AnswerThen(body, next) => {
+                self.metrics.answer(handler.as_str(), "model");
+                if self.start(&next).await.is_err() {
+                    // Its callback starts it when there is room.
+                    tracing::debug!(call_id = %next.call_id, "assistant: at the in-flight cap; the next call waits");
+                }
+                *body
+            }
+            Interpretation::Unusable => {
+                tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+                self.apology(handler, &state)
+            }
+        }
+    }
+
+    /// The answer of a `/continue` whose call is still running: what the
+    /// model has said in complete sentences since the last hop, else the next
+    /// filler; with the callback that fetches the rest (SPEC §2.1). Past the
+    /// hops a call may take, the apology.
+    fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
+        let mut state = args.state.clone().unwrap_or_default();
+        if args.hops >= callback::max_hops(self.config.call_timeout()) {
+            tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
+            state.pending = None;
+            return self.apology(Handler::Continue, &state);
+        }
+        let partial = self.calls.partial_text(&args.call_id).unwrap_or_default();
+        let ready = self.policy.ready_speech(&partial, &state);
+        let new = ready.strip_prefix(args.spoken.as_str()).map(str::trim).filter(|new| !new.is_empty());
+        let (speech, spoken, listen, kind) = match new {
+            Some(new) => (new, ready.as_str(), false, "partial"),
+            None => {
+                let fillers = &self.config.filler_texts;
+                let next = callback::next_filler(state.last_filler, fillers.len());
+                state.last_filler = u32::try_from(next + 1).unwrap_or(0);
+                // The microphone stays open for a client that does not follow
+                // callbacks: the user's repeat joins the call too.
+                (fillers[next].as_str(), args.spoken.as_str(), true, "filler")
+            }
+        };
+        state.pending = Some(TAssistantPending {
+            call_id: args.call_id.clone(),
+            utterance: args.utterance.clone(),
+            hops: args.hops.saturating_add(1),
+            spoken: spoken.to_owned(),
+        });
+        self.metrics.answer("continue", kind);
+        let mut body = reply::spoken(speech, listen, &state, "assistant.hold");
+        if let Some(layout) = body.layout.as_mut() {
+            layout.directives.push(callback::directive(&args.call_id));
+        }
+        body
+    }
+
+    /// On a client with a screen, the address of the call's JSONSeq stream
+    /// beside the voice answer: the screen shows the whole answer as it
+    /// streams while the voice speaks the short part.
+    fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
+        if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
+            layout.directives.push(reply::show_stream(&self.config.stream_url(call_id)));
+        }
+    }
+
+    fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
+        self.metrics.answer(handler.as_str(), "apology");
+        reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
+    }
+
+    /// Where waiting must stop to answer by `deadline`.
+    fn stop_by(&self, deadline: Instant) -> Instant {
+        deadline.checked_sub(self.margin.get()).unwrap_or(deadline)
+    }
+
+    /// Notes how late past `stop_by` an answer was ready, for the margin.
+    fn answered(&self, stop_by: Instant) {
+        self.margin.observe(Instant::now().saturating_duration_since(stop_by));
+    }
+
+    /// What the words of a `/run` ask: the pending call when they repeat its
+    /// question (its answer, or its apology when it failed, given once),
+    /// else a new call under this request's id.
+    fn asked(&self, request_id: &str, utterance: String, mut state: TAssistantState) -> TAssistantContinueArguments {
+        match state.pending.take() {
+            Some(pending) if turn::normalize(&pending.utterance) == turn::normalize(&utterance) => {
+                TAssistantContinueArguments {
+                    call_id: pending.call_id,
+                    utterance,
+                    state: Some(state),
+                    hops: pending.hops,
+                    spoken: pending.spoken,
+                }
+            }
+            _ => TAssistantContinueArguments {
+                call_id: request_id.to_owned(),
+                utterance,
+                state: Some(state),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The call our callback comes back for: the pending call its payload
+    /// names, or `None` when the dialog holds no such call (a stale or
+    /// foreign callback).
+    fn resumed(&self, payload: Option<&Struct>, mut state: TAssistantState) -> Option<TAssistantContinueArguments> {
+        let pending = state.pending.take().filter(|p| Some(p.call_id.as_str()) == callback::call_id(payload))?;
+        Some(TAssistantContinueArguments {
+            call_id: pending.call_id,
+            utterance: pending.utterance,
+            state: Some(state),
+            hops: pending.hops,
+            spoken: pending.spoken,
+        })
+    }
+}
+
+/// Whether the client of `base` has a screen.
+fn has_screen(base: Option<&TScenarioBaseRequest>) -> bool {
+    base.and_then(|base| base.interfaces.as_ref()).is_some_and(|interfaces| interfaces.has_screen)
+}
+
+pub(crate) use megamind_core::text::clip;
+
+#[async_trait]
+impl Scenario for Assistant {
+    async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        let stop_by = (Instant::now() + self.config.run_wait()).min(self.stop_by(ctx.deadline));
+        let base = request.base_request.unwrap_or_default();
+        let screen = has_screen(Some(&base));
+        let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
+            self.metrics.answer("run", "irrelevant");
+            return Ok(reply::irrelevant(NO_WORDS).into());
+        };
+        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
+        let args = match input {
+            TurnInput::Callback { name, payload } if name == callback::NAME => {
+                let Some(args) = self.resumed(payload.as_ref(), state) else {
+                    self.metrics.answer("run", "stale_callback");
+                    return Ok(reply::irrelevant(NOTHING_PENDING).into());
+                };
+                args
+            }
+            input => match self.policy.plan(&ctx.request_id, &input, &mut state) {
+                TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
+                TurnPlan::Decline { reason } => {
+                    self.metrics.answer("run", "irrelevant");
+                    return Ok(reply::irrelevant(&reason).into());
+                }
+                TurnPlan::Answer { body, kind } => {
+                    self.metrics.answer("run", kind);
+                    let response = t_scenario_run_response::Response::ResponseBody(*body);
+                    let features = Some(reply::features());
+                    return Ok(TScenarioRunResponse { response: Some(response), features, ..Default::default() }.into());
+                }
+            },
+        };
+        let Ok(handle) = self.start(&args).await else {
+            tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
+            self.metrics.answer("run", "refused");
+            return Ok(reply::irrelevant(BUSY).into());
+        };
+        let response = match handle.wait_until(stop_by).await {
+            Some(outcome) => {
+                let mut body = self.finish(Handler::Run, &args, &outcome).await;
+                self.on_screen(&mut body, &args.call_id, screen);
+                t_scenario_run_response::Response::ResponseBody(body)
+            }
+            None => {
+                self.metrics.answer("run", "handover");
+                let any = Any::from_msg(&args).map_err(|e| ScenarioError::Internal(e.to_string()))?;
+                t_scenario_run_response::Response::ContinueArguments(any)
+            }
+        };
+        Ok(TScenarioRunResponse { response: Some(response), features: Some(reply::features()), ..Default::default() }
+            .into())
+    }
+
+    async fn r#continue(
+        &self,
+        request: TScenarioApplyRequest,
+        ctx: CallContext,
+    ) -> ScenarioResult<TScenarioContinueResponse> {
+        let stop_by = self.stop_by(ctx.deadline);
+        let args = state::continue_arguments(request.arguments.as_ref())?;
+        let screen = has_screen(request.base_request.as_ref());
+        let mut body = match self.start(&args).await {
+            Err(AtCapacity) => {
+                tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");
+                let mut state = args.state.clone().unwrap_or_default();
+                state.pending = None;
+                self.metrics.answer("continue", "refused");
+                reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
+            }
+            Ok(handle) => match handle.wait_until(stop_by).await {
+                Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
+                None => {
+                    let body = self.hold(&args);
+                    self.answered(stop_by);
+                    body
+                }
+            },
+        };
+        self.on_screen(&mut body, &args.call_id, screen);
+        Ok(TScenarioContinueResponse {
+            response: Some(t_scenario_continue_response::Response::ResponseBody(body)),
+            ..Default::default()
+        }
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,387 @@
+//! The scenario's handlers called directly over a scripted backend, on
+//! tokio's paused clock: the timing design without the server around it.
+
+use std::{
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use super::*;
+use crate::assistant::backend::ModelEvent;
+use megamind_core::proto::{
+    megamind_scenario::v1::TAssistantTurn,
+    n_alice::n_scenarios::{
+        TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
+    },
+};
+
+/// Answers `reply` after `delay`, counting calls and keeping the requests.
+#[derive(Debug)]
+struct Scripted {
+    delay: Duration,
+    reply: Result<String, BackendError>,
+    calls: AtomicUsize,
+    requests: Mutex<Vec<ModelRequest>>,
+}
+
+impl Scripted {
+    fn new(delay_ms: u64, reply: Result<&str, BackendError>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            delay: Duration::from_millis(delay_ms),
+            reply: reply.map(str::to_owned),
+            calls: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ModelBackend for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        events: &dyn backend::EventSink,
+    ) -> Result<backend::Completion, BackendError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.requests.lock().unwrap().push(request.clone());
+        tokio::time::sleep(self.delay).await;
+        let text = self.reply.clone()?.replace("{session_id}", &request.session_id);
+        events.event(ModelEvent::TextDelta(text.clone()));
+        events.event(ModelEvent::Finish { reason: "stop".into() });
+        Ok(backend::Completion { text, attempts: 1, ..backend::Completion::default() })
+    }
+}
+
+/// The backend fills in the session id of its request.
+const OPEN_SAFARI: &str =
+    r#"{"session_id":"{session_id}","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю Safari."}"#;
+
+fn assistant(backend: Arc<Scripted>, config: AssistantConfig) -> (Assistant, prometheus::Registry) {
+    let registry = prometheus::Registry::new();
+    let metrics = AssistantMetrics::new(&registry).unwrap();
+    (Assistant::with_backend(&config, backend, metrics).unwrap(), registry)
+}
+
+fn ctx(request_id: &str) -> CallContext {
+    // Deadlines on tokio's clock, which the tests pause and advance.
+    let deadline = Instant::now() + Duration::from_millis(290);
+    CallContext { request_id: request_id.into(), deadline, meta: Default::default() }
+}
+
+fn run_request(request_id: &str, words: &str, state: Option<Any>) -> TScenarioRunRequest {
+    TScenarioRunRequest {
+        base_request: Some(TScenarioBaseRequest {
+            request_id: request_id.into(),
+            server_time_ms: 1_764_210_832_530,
+            state,
+            ..Default::default()
+        }),
+        input: Some(TInput {
+            event: Some(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() })),
+            ..Default::default()
+        }),
+    }
+}
+
+fn continue_request(arguments: Any) -> TScenarioApplyRequest {
+    TScenarioApplyRequest { arguments: Some(arguments), ..Default::default() }
+}
+
+fn body_of(response: TScenarioRunResponse) -> TScenarioResponseBody {
+    match response.response {
+        Some(t_scenario_run_response::Response::ResponseBody(body)) => body,
+        other => panic!("expected a ResponseBody, got {other:?}"),
+    }
+}
+
+fn continue_body(response: TScenarioContinueResponse) -> TScenarioResponseBody {
+    match response.response {
+        Some(t_scenario_continue_response::Response::ResponseBody(body)) => body,
+        other => panic!("expected a ResponseBody, got {other:?}"),
+    }
+}
+
+fn handover(response: &TScenarioRunResponse) -> Any {
+    match &response.response {
+        Some(t_scenario_run_response::Response::ContinueArguments(any)) => any.clone(),
+        other => panic!("expected ContinueArguments, got {other:?}"),
+    }
+}
+
+fn speech(body: &TScenarioResponseBody) -> &str {
+    &body.layout.as_ref().unwrap().output_speech
+}
+
+fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
+    state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
+}
+
+fn metric(registry: &prometheus::Registry, needle: &str) -> bool {
+    prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap().contains(needle)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_model_is_answered_inside_run() {
+    let backend = Scripted::new(50, Ok(OPEN_SAFARI));
+    let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
+    let started = Instant::now();
+    let response = assistant.run(run_request("r1", "открой Safari", None), ctx("r1")).await.unwrap().into_owned();
+    assert_eq!(started.elapsed(), Duration::from_millis(50), "answered when the model did");
+    assert_eq!(response.features.as_ref().unwrap().intent, "assistant");
+    let body = body_of(response);
+    assert_eq!(speech(&body), "Открываю Safari.");
+    let directive = body.layout.as_ref().unwrap().directives[0].directive.clone();
+    assert!(matches!(directive, Some(t_directive::Directive::OpenAppDirective(ref d)) if d.app_name == "Safari"));
+    let state = state_of(&body);
+    let remembered = OPEN_SAFARI.replace("{session_id}", &state.session_id);
+    assert_eq!(state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: remembered }]);
+    assert!(state.session_id.starts_with("session_1764210832.530"), "{}", state.session_id);
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="model"} 1"#));
+    assert!(metric(&registry, r#"megamind_assistant_model_calls_total{backend="scripted",outcome="ok"} 1"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_repeat() {
+    let backend = Scripted::new(2_000, Ok("Сейчас 12 часов."));
+    let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
+
+    let started = Instant::now();
+    let run = assistant.run(run_request("r1", "Который час?", None), ctx("r1")).await.unwrap().into_owned();
+    assert_eq!(started.elapsed(), Duration::from_millis(150), "run_wait_ms");
+    let arguments = handover(&run);
+    assert_eq!(run.features.unwrap().intent, "assistant");
+
+    let started = Instant::now();
+    let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
+    assert_eq!(started.elapsed(), Duration::from_millis(290 - 30), "the deadline minus the margin");
+    assert_eq!(speech(&body), AssistantConfig::default().filler_texts[0].clone());
+    let layout = body.layout.as_ref().unwrap();
+    assert!(layout.should_listen && body.expects_request, "a client without callbacks lets the user repeat");
+    let Some(t_directive::Directive::CallbackDirective(callback)) = &layout.directives[0].directive else {
+        panic!("{:?}", layout.directives)
+    };
+    assert_eq!(
+        (callback.name.as_str(), callback::call_id(callback.payload.as_ref())),
+        ("assistant_answer", Some("r1"))
+    );
+    let state = state_of(&body);
+    let pending = state.pending.clone().unwrap();
+    assert_eq!((pending.call_id.as_str(), pending.utterance.as_str(), pending.hops), ("r1", "Который час?", 1));
+    assert_eq!(state.last_filler, 1);
+    assert!(state.turns.is_empty());
+
+    // The user repeats (other case and punctuation) after the model finished.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let repeat = run_request("r2", "который час", Some(state::encode(&state)));
+    let body = body_of(assistant.run(repeat, ctx("r2")).await.unwrap().into_owned());
+    assert_eq!(speech(&body), "Сейчас 12 часов.");
+    let state = state_of(&body);
+    assert!(state.pending.is_none());
+    assert_eq!(state.turns.len(), 1);
+    assert_eq!(backend.calls(), 1, "the repeat got the first call's answer");
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="continue",kind="filler"} 1"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_different_question_after_the_fallback_calls_the_model_again() {
+    let backend = Scripted::new(2_000, Ok("Ответ."));
+    let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let arguments =
+        handover(&assistant.run(run_request("r1", "вопрос один", None), ctx("r1")).await.unwrap().into_owned());
+    let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
+    let state = state_of(&body);
+    let next = run_request("r2", "вопрос два", Some(state::encode(&state)));
+    let run = assistant.run(next, ctx("r2")).await.unwrap().into_owned();
+    handover(&run);
+    assert_eq!(backend.calls(), 2);
+    assert_eq!(backend.requests.lock().unwrap()[1].utterance(), "вопрос два");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_of_run_and_the_continue_make_one_model_call() {
+    let backend = Scripted::new(400, Ok("Готово."));
+    let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let assistant = Arc::new(assistant);
+    let runs: Vec<_> = (0..5)
+        .map(|_| {
+            let assistant = assistant.clone();
+            tokio::spawn(async move {
+                assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned()
+            })
+        })
+        .collect();
+    let mut arguments = Vec::new();
+    for run in runs {
+        arguments.push(handover(&run.await.unwrap()));
+    }
+    assert!(arguments.windows(2).all(|w| w[0] == w[1]), "every retry hands over the same arguments");
+    let body = continue_body(
+        assistant.r#continue(continue_request(arguments[0].clone()), ctx("r1")).await.unwrap().into_owned(),
+    );
+    assert_eq!(speech(&body), "Готово.");
+    let again = assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned();
+    assert_eq!(speech(&body_of(again)), "Готово.", "a late retry gets the kept answer");
+    assert_eq!(backend.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn history_and_session_id_carry_over_and_reset() {
+    let backend = Scripted::new(10, Ok("Ок."));
+    let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let first = body_of(assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+    let state = state_of(&first);
+    let second =
+        body_of(assistant.run(run_request("r2", "два", first.state.clone()), ctx("r2")).await.unwrap().into_owned());
+    let second_state = state_of(&second);
+    assert_eq!(second_state.session_id, state.session_id, "stable over the session");
+    assert_eq!(second_state.turns.len(), 2);
+    {
+        let requests = backend.requests.lock().unwrap();
+        let contents: Vec<&str> = requests[1].messages.iter().skip(1).map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["раз", "Ок.", "два"]);
+        assert!(requests[1].messages[0].content.contains(&state.session_id));
+        assert_eq!(requests[1].session_id, state.session_id);
+    }
+    let mut reset = run_request("r3", "три", second.state.clone());
+    reset.base_request.as_mut().unwrap().is_session_reset = true;
+    let third = state_of(&body_of(assistant.run(reset, ctx("r3")).await.unwrap().into_owned()));
+    assert_eq!(third.turns.len(), 1, "the reset forgot the history");
+    assert_ne!(third.session_id, state.session_id, "and started a new session");
+}
+
+#[tokio::test(start_paused = true)]
+async fn model_failures_are_spoken_apologies() {
+    for error in [BackendError::Timeout("call"), BackendError::CircuitOpen, BackendError::BadResponse("x".into())] {
+        let kind = error.kind();
+        let backend = Scripted::new(10, Err(error));
+        let (assistant, registry) = assistant(backend, AssistantConfig::default());
+        let body = body_of(assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned());
+        assert_eq!(speech(&body), AssistantConfig::default().apology_text, "{kind}");
+        assert!(state_of(&body).turns.is_empty(), "{kind}: a failure is not history");
+        assert!(metric(&registry, &format!(r#"outcome="{kind}"}} 1"#)), "{kind}");
+        assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="apology"} 1"#));
+    }
+    // An answer with nothing to say is apologized for as well.
+    let (assistant, _) = assistant(Scripted::new(10, Ok("{\"text\": \"")), AssistantConfig::default());
+    let body = body_of(assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned());
+    assert_eq!(speech(&body), AssistantConfig::default().apology_text);
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_in_flight_cap_run_declines_and_says_why() {
+    let backend = Scripted::new(10_000, Ok("..."));
+    let config = AssistantConfig { max_in_flight: 1, ..AssistantConfig::default() };
+    let (assistant, registry) = assistant(backend.clone(), config);
+    handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+    let refused = assistant.run(run_request("r2", "два", None), ctx("r2")).await.unwrap().into_owned();
+    assert!(refused.features.as_ref().unwrap().is_irrelevant);
+    assert_eq!(speech(&body_of(refused)), BUSY);
+    assert_eq!(backend.calls(), 1);
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="refused"} 1"#));
+    // The running call is still served.
+    handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+}
+
+#[tokio::test(start_paused = true)]
+async fn continue_on_another_instance_starts_the_call_itself() {
+    let (first, _) =
+        assistant(Scripted::new(100, Ok("Ответ.")), AssistantConfig { run_wait_ms: 20, ..Default::default() });
+    let arguments = handover(&first.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
+    let backend = Scripted::new(100, Ok("Ответ с другой машины."));
+    let (other, _) = assistant(backend.clone(), AssistantConfig::default());
+    let body = continue_body(other.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
+    assert_eq!(speech(&body), "Ответ с другой машины.");
+    assert_eq!(backend.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_that_make_no_sense_are_declined_or_errors() {
+    let backend = Scripted::new(10, Ok("x"));
+    let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let mut callback = run_request("r1", "", None);
+    callback.input.as_mut().unwrap().event = Some(t_input::Event::Callback(TCallbackDirective::default()));
+    let declined = assistant.run(callback, ctx("r1")).await.unwrap().into_owned();
+    assert!(declined.features.unwrap().is_irrelevant);
+    let declined = assistant.run(run_request("r1", "   ", None), ctx("r1")).await.unwrap().into_owned();
+    assert!(declined.features.unwrap().is_irrelevant);
+    assert_eq!(backend.calls(), 0);
+
+    let foreign = Any { type_url: "type.googleapis.com/google.protobuf.StringValue".into(), value: vec![] };
+    for arguments in [None, Some(foreign)] {
+        let request = TScenarioApplyRequest { arguments, ..Default::default() };
+        let error = assistant.r#continue(request, ctx("r1")).await.unwrap_err();
+        assert_eq!(error.error_type(), "bad_request", "{error}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn voice_input_is_heard_too() {
+    let backend = Scripted::new(10, Ok("Слышу."));
+    let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let mut request = run_request("r1", "", None);
+    request.input.as_mut().unwrap().event =
+        Some(t_input::Event::Voice(TVoiceInput { utterance: "алло".into(), ..Default::default() }));
+    assert_eq!(speech(&body_of(assistant.run(request, ctx("r1")).await.unwrap().into_owned())), "Слышу.");
+    assert_eq!(backend.requests.lock().unwrap()[0].utterance(), "алло");
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_never_waits_past_its_deadline() {
+    let backend = Scripted::new(10_000, Ok("x"));
+    let config = AssistantConfig { run_wait_ms: 5_000, ..AssistantConfig::default() };
+    let (assistant, _) = assistant(backend, config);
+    let started = Instant::now();
+    handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
+    assert_eq!(started.elapsed(), Duration::from_millis(290 - 30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_result_without_a_skill_session_is_declined() {
+    let backend = Scripted::new(10, Ok("x"));
+    let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
+    let payload = serde_json::json!({"output": "ok", "exit_code": 0});
+    let callback = TCallbackDirective {
+        name: "skill_command_result".into(),
+        payload: Some(answer::to_struct(payload.as_object().unwrap().clone())),
+        ..Default::default()
+    };
+    let mut request = run_request("r1", "", None);
+    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
+    assert!(declined.features.as_ref().unwrap().is_irrelevant);
+    assert_eq!(speech(&body_of(declined)), super::skill_dialog::STALE_RESULT);
+    assert_eq!(backend.calls(), 0);
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="irrelevant"} 1"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn followers_of_a_call_read_its_events_from_the_start() {
+    let (assistant, _) = assistant(Scripted::new(2_000, Ok("Ответ.")), AssistantConfig::default());
+    handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
+    let events = [ModelEvent::TextDelta("Ответ.".into()), ModelEvent::Finish { reason: "stop".into() }];
+    let mut early = assistant.follow("r1").expect("a running call");
+    let started = Instant::now();
+    assert_eq!(early.next().await.as_ref(), Some(&events[0]));
+    assert_eq!(started.elapsed(), Duration::from_millis(2_000 - 150), "waited for the model");
+    assert_eq!(early.next().await.as_ref(), Some(&events[1]));
+    assert_eq!(early.next().await, None, "over with the call");
+    let mut late = assistant.follow("r1").expect("a kept call");
+    assert_eq!(
+        (late.next().await, late.next().await, late.next().await),
+        (Some(events[0].clone()), Some(events[1].clone()), None)
+    );
+    assert!(assistant.follow("r2").is_none(), "no such call");
+}
+
+mod callbacks;

@@ -1,0 +1,27 @@
+//! Multi-step skills (the skills format, SPEC §2.2): `SKILL.md` files run by the
+//! model one step per turn. This is the pure core — the catalog, the
+//! model's step markers, command output cleaning, the command policy and
+//! the seed's prompts — with no I/O beyond reading the skills folder and
+//! no knowledge of scenarios (it imports nothing under `crate::scenarios`).
+//!
+//! # Layout
+//! - [`catalog`]: `SKILL.md` parsing and the folder loader (`Catalog::load`),
+//!   lookups by name, by closest name and by trigger phrase.
+//! - [`markers`]: the model's answer as a [`markers::Step`] (seed §5).
+//! - [`output`]: a command's output cleaned and capped for the model (§4.2).
+//! - [`policy`]: deny > ask > allow for every command, whatever the model says.
+//! - [`prompt`]: the seed's system prompt and user messages, byte for byte (§3-4).
+//!
+//! Invariant: no function here panics on any input, and every result is
+//! bounded (file sizes, skill count, output bytes, command length).
+
+pub mod catalog;
+pub mod markers;
+pub mod output;
+pub mod policy;
+pub mod prompt;
+
+/// The most steps a skill session runs: the seed's `[Step N of 100]`.
+pub const MAX_STEPS: u32 = 100;
+
+pub(crate) use megamind_core::text::clip as cut_at_char_boundary;

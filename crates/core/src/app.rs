@@ -1,0 +1,199 @@
+//! The server's shared state: the dispatcher, the limits every connection
+//! applies, the routes scenarios registered and the drain signal, built once
+//! from the configuration and shared by the transports and the accept loop
+//! behind one `Arc`.
+//!
+//! Transports and the server both import this module; it imports neither.
+
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use crate::{
+    config::{Config, ConfigError},
+    dispatch::{Authenticator, Dispatcher},
+    rules::{
+        budget::Budgets,
+        connections::ConnectionLimits,
+        idempotency::IdempotencyCache,
+        metrics::{ConnectionMetrics, ServerMetrics},
+        overload::Admission,
+    },
+    scenario::{Registry, Shutdown},
+};
+
+/// Everything a connection needs, shared by all of them.
+#[derive(Debug)]
+pub struct App {
+    /// Runs calls under the server's rules.
+    pub dispatcher: Dispatcher,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// How long `/readyz` says "draining" while the server still serves,
+    /// before it stops accepting: time for load balancers to notice.
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests may take to finish once accepting stopped.
+    pub drain_timeout: Duration,
+    /// Per-handler budgets: a request's body must arrive within its handler's.
+    pub budgets: Budgets,
+    /// Connection count, timeouts and HTTP/2 streams.
+    pub connection_limits: ConnectionLimits,
+    /// Open connections, waits for a free slot, closes by reason.
+    pub connection_metrics: ConnectionMetrics,
+    /// The paths of the long-lived routes scenarios registered for the
+    /// stream lane ([`crate::scenario::Setup::route_in_lane`]).
+    pub lane_paths: Vec<String>,
+    draining: AtomicBool,
+    shutdown: Shutdown,
+    routes: axum::Router,
+}
+
+/// Paths the server's router serves itself, which no scenario may take.
+const SERVER_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+impl App {
+    /// Builds the server state for `config` over the scenarios of `registry`.
+    pub fn new(config: &Config, registry: Registry) -> Result<App, ConfigError> {
+        App::with_metrics(config, registry, ServerMetrics::new())
+    }
+
+    /// As [`App::new`], recording into `metrics` (whose registry the
+    /// scenarios may already have registered their own collectors in).
+    pub fn with_metrics(config: &Config, registry: Registry, metrics: ServerMetrics) -> Result<App, ConfigError> {
+        App::with_routes(config, registry, metrics, Vec::new())
+    }
+
+    /// As [`App::with_metrics`], also serving `routes` (path in axum syntax,
+    /// and its methods), as scenarios register them
+    /// ([`crate::scenario::Setup::into_routes`]). A `POST` naming a scenario
+    /// handler (`/{scenario}/{handler}`, `/{handler}`) never reaches them.
+    pub fn with_routes(
+        config: &Config,
+        registry: Registry,
+        metrics: ServerMetrics,
+        routes: Vec<(String, axum::routing::MethodRouter)>,
+    ) -> Result<App, ConfigError> {
+        let mut problems = Vec::new();
+        if !config.default_scenario.is_empty() && registry.get(&config.default_scenario).is_none() {
+            problems.push(format!(
+                "default_scenario {:?} is not registered (scenarios: {})",
+                config.default_scenario,
+                registry.listed()
+            ));
+        }
+        let routes = router_of(routes, &mut problems);
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        let cache = IdempotencyCache::new(config.cache_limits());
+        let admission = Admission::new(config.max_in_flight, config.priority_reserve);
+        let limits = config.dispatch_limits();
+        let connection_metrics = ConnectionMetrics::register(metrics.registry());
+        let dispatcher = Dispatcher::new(
+            registry,
+            Some(config.default_scenario.as_str()).filter(|name| !name.is_empty()),
+            limits,
+            cache,
+            admission,
+            metrics,
+        );
+        Ok(App {
+            dispatcher,
+            body_limit: config.body_limit,
+            shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
+            drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+            budgets: config.budgets(),
+            connection_limits: config.connection_limits(),
+            connection_metrics,
+            lane_paths: Vec::new(),
+            draining: AtomicBool::new(false),
+            shutdown: Shutdown::new(),
+            routes,
+        })
+    }
+
+    /// The same state, asking `authenticator` about every call before
+    /// anything else is done for it (by default every caller is let in).
+    pub fn with_authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> App {
+        self.dispatcher = self.dispatcher.with_authenticator(authenticator);
+        self
+    }
+
+    /// The same state, serving the routes at `paths` (registered with
+    /// [`crate::scenario::Setup::route_in_lane`]) on the stream lane.
+    pub fn with_lane(mut self, paths: Vec<String>) -> App {
+        self.lane_paths = paths;
+        self
+    }
+
+    /// Whether shutdown has started (`/readyz` answers 503 then).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Fires when shutdown starts: what long-lived responses end on.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// The routes scenarios registered, for the server's router.
+    pub fn routes(&self) -> &axum::Router {
+        &self.routes
+    }
+
+    /// Marks the start of shutdown and ends long-lived responses.
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.shutdown.fire();
+    }
+}
+
+/// One router of `routes`. What axum would panic on at start-up (a path
+/// without its leading '/', one taken twice, one of the server's own) is a
+/// configuration error instead.
+fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut Vec<String>) -> axum::Router {
+    let mut seen = BTreeSet::new();
+    let mut router = axum::Router::new();
+    for (path, route) in routes {
+        if !path.starts_with('/') {
+            problems.push(format!("route {path:?} does not start with '/'"));
+        } else if SERVER_PATHS.contains(&path.as_str()) {
+            problems.push(format!("route {path:?} is the server's own"));
+        } else if !seen.insert(path.clone()) {
+            problems.push(format!("route {path:?} is registered twice"));
+        } else {
+            router = router.route(&path, route);
+        }
+    }
+    router
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::routing::get;
+
+    use super::*;
+    use crate::scenario::registry::tests::Nop;
+
+    #[test]
+    fn routes_axum_would_panic_on_are_configuration_errors() {
+        let mut registry = Registry::new();
+        registry.register("demo", Arc::new(Nop)).unwrap();
+        let route = || get(|| async { "" });
+        let routes = ["/a", "b", "/metrics", "/a", "/c/{id}"].map(|path| (path.to_owned(), route()));
+        let error = App::with_routes(&Config::default(), registry, ServerMetrics::new(), routes.into()).unwrap_err();
+        assert_eq!(
+            error.0,
+            [
+                r#"route "b" does not start with '/'"#,
+                r#"route "/metrics" is the server's own"#,
+                r#"route "/a" is registered twice"#
+            ]
+        );
+    }
+}

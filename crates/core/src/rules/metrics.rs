@@ -1,0 +1,243 @@
+//! Prometheus metrics of the server: every name in one place, labels bounded
+//! to scenario, handler, transport and outcome (never a RequestId or a path).
+//!
+//! Each [`ServerMetrics`] owns its own registry, so several servers in one process
+//! (tests, benches) never mix their numbers; scenarios register their own
+//! collectors into [`ServerMetrics::registry`].
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, PullingGauge, Registry,
+    TextEncoder,
+};
+
+use super::{idempotency::IdempotencyCache, overload::Admission};
+use crate::store::Usage;
+
+/// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
+const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
+
+/// A gauge read from the cache's usage at scrape time: name, help, reader.
+type PulledGauge = (&'static str, &'static str, fn(&Usage) -> usize);
+
+/// The server's metrics and the registry `/metrics` renders.
+#[derive(Debug, Clone)]
+pub struct ServerMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    budget_overruns: IntCounterVec,
+}
+
+impl Default for ServerMetrics {
+    fn default() -> ServerMetrics {
+        ServerMetrics::new()
+    }
+}
+
+impl ServerMetrics {
+    /// Fresh metrics in a fresh registry.
+    pub fn new() -> ServerMetrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "megamind_requests_total",
+                "Scenario handler calls by outcome (ok, replay, replay_timeout, or the Error type).",
+            ),
+            &["scenario", "handler", "transport", "outcome"],
+        )
+        .expect("valid metric");
+        let latency = HistogramVec::new(
+            HistogramOpts::new("megamind_request_duration_seconds", "Time from arrival to answer of handler calls.")
+                .buckets(LATENCY_BUCKETS.to_vec()),
+            &["scenario", "handler", "transport"],
+        )
+        .expect("valid metric");
+        let budget_overruns = IntCounterVec::new(
+            Opts::new(
+                "megamind_budget_overruns_total",
+                "Calls answered `timeout` because the scenario overran its budget.",
+            ),
+            &["scenario", "handler"],
+        )
+        .expect("valid metric");
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(latency.clone()),
+            Box::new(budget_overruns.clone()),
+        ] {
+            registry.register(collector).expect("metric names are unique");
+        }
+        ServerMetrics { registry, requests, latency, budget_overruns }
+    }
+
+    /// The registry: scenarios add their own collectors here.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Records one answered call.
+    pub fn observe(&self, scenario: &str, handler: &str, transport: &str, outcome: &str, latency: Duration) {
+        self.requests.with_label_values(&[scenario, handler, transport, outcome]).inc();
+        self.latency.with_label_values(&[scenario, handler, transport]).observe(latency.as_secs_f64());
+        if outcome == "timeout" {
+            self.budget_overruns.with_label_values(&[scenario, handler]).inc();
+        }
+    }
+
+    /// Exposes the cache's counters and its size.
+    pub fn watch_cache(&self, cache: &IdempotencyCache) {
+        let counters = cache.counters();
+        for counter in [&counters.hits, &counters.misses, &counters.waits] {
+            self.register(Box::new(counter.clone()));
+        }
+        for counter in [&counters.evictions, &counters.refusals] {
+            self.register(Box::new(counter.clone()));
+        }
+        let pulled: [PulledGauge; 5] = [
+            ("megamind_idempotency_entries", "Answers held by the idempotency cache.", |u| u.entries),
+            ("megamind_idempotency_bytes", "Bytes held by the idempotency cache.", |u| u.bytes),
+            (
+                "megamind_idempotency_commit_entries",
+                "/commit and /apply answers held (part of megamind_idempotency_entries).",
+                |u| u.reserved_entries,
+            ),
+            (
+                "megamind_idempotency_commit_bytes",
+                "Bytes of /commit and /apply answers held (part of megamind_idempotency_bytes).",
+                |u| u.reserved_bytes,
+            ),
+            ("megamind_idempotency_in_flight", "First calls running whose repeats would wait.", |u| u.in_flight),
+        ];
+        for (name, help, read) in pulled {
+            let cache = cache.clone();
+            let gauge =
+                PullingGauge::new(name, help, Box::new(move || read(&cache.usage()) as f64)).expect("valid metric");
+            self.register(Box::new(gauge));
+        }
+    }
+
+    /// Exposes the number of calls in flight.
+    pub fn watch_admission(&self, admission: &Admission) {
+        let admission = admission.clone();
+        let gauge = PullingGauge::new(
+            "megamind_requests_in_flight",
+            "Handler calls being answered now.",
+            Box::new(move || admission.in_flight() as f64),
+        )
+        .expect("valid metric");
+        self.register(Box::new(gauge));
+    }
+
+    fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        if let Err(error) = self.registry.register(collector) {
+            tracing::warn!(%error, "metric not registered");
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::with_capacity(8 * 1024);
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(%error, "cannot render metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The server's connections: how many are open, how often the accept loop
+/// had to wait for a free slot or failed, and why the server closed any.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Times a new connection had to wait because `max_connections` were open.
+    pub waited: IntCounter,
+    /// Accepts that failed (out of file descriptors and the like).
+    pub accept_errors: IntCounter,
+    /// Connections the server closed, by reason (`header_timeout`,
+    /// `idle_timeout`, `send_timeout`, `drain_timeout`).
+    pub closed: IntCounterVec,
+    /// HTTP/2 streams refused because their connection had a request open
+    /// while the server had `max_open_requests` open.
+    pub refused_streams: IntCounter,
+    /// Connections served, by lane (`main`, `stream`).
+    pub served: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// The connection metrics, registered in `registry`.
+    pub fn register(registry: &Registry) -> ConnectionMetrics {
+        let metrics = ConnectionMetrics {
+            open: IntGauge::new("megamind_connections_open", "Client connections open now.").expect("valid metric"),
+            waited: IntCounter::new(
+                "megamind_connections_waited_total",
+                "Times a new connection waited in the listen backlog because max_connections were open.",
+            )
+            .expect("valid metric"),
+            accept_errors: IntCounter::new(
+                "megamind_accept_errors_total",
+                "Accepts that failed (e.g. out of file descriptors); the accept loop backs off.",
+            )
+            .expect("valid metric"),
+            closed: IntCounterVec::new(
+                Opts::new("megamind_connections_closed_total", "Connections the server closed, by reason."),
+                &["reason"],
+            )
+            .expect("valid metric"),
+            refused_streams: IntCounter::new(
+                "megamind_h2_streams_refused_total",
+                "HTTP/2 streams refused (REFUSED_STREAM) on busy connections while max_open_requests were open.",
+            )
+            .expect("valid metric"),
+            served: IntCounterVec::new(
+                Opts::new(
+                    "megamind_connections_served_total",
+                    "Connections served, by lane: main, or stream (opened with a GET of a long-lived route).",
+                ),
+                &["lane"],
+            )
+            .expect("valid metric"),
+        };
+        for collector in [
+            Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.waited.clone()),
+            Box::new(metrics.accept_errors.clone()),
+            Box::new(metrics.closed.clone()),
+            Box::new(metrics.refused_streams.clone()),
+            Box::new(metrics.served.clone()),
+        ] {
+            if let Err(error) = registry.register(collector) {
+                tracing::warn!(%error, "metric not registered");
+            }
+        }
+        metrics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_render_with_bounded_labels() {
+        let metrics = ServerMetrics::new();
+        metrics.observe("demo", "run", "http", "ok", Duration::from_micros(700));
+        metrics.observe("demo", "commit", "grpc", "timeout", Duration::from_millis(300));
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"megamind_requests_total{handler="run",outcome="ok",scenario="demo",transport="http"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="commit",scenario="demo"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.001"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.0005"} 0"#),
+            "{text}"
+        );
+    }
+}

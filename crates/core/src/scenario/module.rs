@@ -1,0 +1,251 @@
+//! What a scenario brings to the server besides its handlers: its name, its
+//! configuration table, its `serve` flags, its metrics and its routes.
+//!
+//! The server core knows no scenario: `serve` builds each [`ScenarioModule`]
+//! from its own table of the configuration (`[name]`; defaults, then the
+//! file, then its flags, then `--set name.key=value`) and hands it a
+//! [`Setup`] to register its metrics and routes in. Adding a scenario is one
+//! module of its own and one line in the list `serve` hosts.
+
+use std::{fmt, sync::Arc};
+
+use super::Scenario;
+
+/// A scenario as `serve` builds it.
+pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
+    /// The registered name: also the name of its table (`[name]`), the
+    /// prefix of its `--set name.key=value` keys and its flags' heading.
+    fn name(&self) -> &'static str;
+
+    /// Its table with every default, as the configuration file would write
+    /// it: the base its table is merged over, and what `--help` and
+    /// `serve --print-config` show.
+    fn defaults(&self) -> toml::Table {
+        toml::Table::new()
+    }
+
+    /// Its flags of `serve`, each setting one key of its table.
+    fn flags(&self) -> Vec<Flag> {
+        Vec::new()
+    }
+
+    /// Builds the scenario from its table (defaults, file, flags and `--set`
+    /// merged), registering its metrics and routes in `setup`. Every problem
+    /// with the table is reported at once.
+    fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError>;
+}
+
+/// One flag of `serve` that sets one key of a scenario's table:
+/// `--llm-model qwen` is `--set assistant.model=qwen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flag {
+    /// The long flag, without `--`.
+    pub long: &'static str,
+    /// The key it sets in the scenario's table.
+    pub key: &'static str,
+    /// The environment variable read when the flag is absent.
+    pub env: Option<&'static str>,
+    /// One line of help; the default is appended from [`ScenarioModule::defaults`].
+    pub help: &'static str,
+    /// A value that must never be shown (`--help` hides the environment's value).
+    pub secret: bool,
+}
+
+impl Flag {
+    /// `--long` setting `key`.
+    pub const fn new(long: &'static str, key: &'static str, help: &'static str) -> Flag {
+        Flag { long, key, env: None, help, secret: false }
+    }
+
+    /// Also read from the environment variable `env`.
+    pub const fn env(mut self, env: &'static str) -> Flag {
+        self.env = Some(env);
+        self
+    }
+
+    /// A secret: its value is never shown.
+    pub const fn secret(mut self) -> Flag {
+        self.secret = true;
+        self
+    }
+}
+
+/// What a scenario registers while it is built.
+pub struct Setup<'a> {
+    /// The registry `/metrics` renders: register the scenario's collectors here.
+    pub metrics: &'a prometheus::Registry,
+    routes: Vec<(String, axum::routing::MethodRouter)>,
+    lane: Vec<String>,
+}
+
+impl fmt::Debug for Setup<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let paths: Vec<_> = self.routes.iter().map(|(path, _)| path).collect();
+        f.debug_struct("Setup").field("routes", &paths).finish_non_exhaustive()
+    }
+}
+
+impl<'a> Setup<'a> {
+    /// A setup registering metrics into `metrics`.
+    pub fn new(metrics: &'a prometheus::Registry) -> Setup<'a> {
+        Setup { metrics, routes: Vec::new(), lane: Vec::new() }
+    }
+
+    /// Serves `path` (axum syntax: `/llm/calls/{id}`) with `route`. Routes
+    /// other than `POST /{scenario}/{handler}` go through the server's router.
+    /// An answer that streams for long takes the server's `Shutdown`
+    /// ([`crate::scenario::Shutdown`], an extractor) and ends when it fires.
+    pub fn route(&mut self, path: &str, route: axum::routing::MethodRouter) {
+        self.routes.push((path.to_owned(), route));
+    }
+
+    /// Serves `path` as [`Setup::route`] does, as a long-lived route: a
+    /// connection that opens with a `GET` of it (its path up to the first
+    /// `{`) is served on the stream lane, threads of its own at a lower OS
+    /// priority, so that thousands of open streams never slow down `/run`.
+    pub fn route_in_lane(&mut self, path: &str, route: axum::routing::MethodRouter) {
+        self.route(path, route);
+        self.lane.push(path.to_owned());
+    }
+
+    /// The routes registered so far.
+    pub fn into_routes(self) -> Vec<(String, axum::routing::MethodRouter)> {
+        self.routes
+    }
+
+    /// The routes registered so far, and the paths of those in the lane.
+    pub fn into_parts(self) -> (Vec<(String, axum::routing::MethodRouter)>, Vec<String>) {
+        (self.routes, self.lane)
+    }
+}
+
+/// Why a scenario could not be built: every problem found, one per entry.
+#[derive(Debug, thiserror::Error)]
+#[error("{scenario}: {}", .problems.join("; "))]
+pub struct SetupError {
+    /// The scenario's name.
+    pub scenario: &'static str,
+    /// What is wrong.
+    pub problems: Vec<String>,
+}
+
+impl SetupError {
+    /// One problem of `scenario`.
+    pub fn new(scenario: &'static str, problem: impl Into<String>) -> SetupError {
+        SetupError { scenario, problems: vec![problem.into()] }
+    }
+}
+
+/// Reads a scenario's table into its typed configuration, naming the
+/// scenario and the key in the error.
+pub fn parse_table<T: serde::de::DeserializeOwned>(
+    scenario: &'static str,
+    table: toml::Table,
+) -> Result<T, SetupError> {
+    T::deserialize(toml::Value::Table(table))
+        .map_err(|e| SetupError::new(scenario, format!("[{scenario}] {}", e.to_string().trim_end())))
+}
+
+/// What [`build_all`] makes: the registry `serve` hosts and the scenarios' routes.
+#[derive(Debug, Default)]
+pub struct Built {
+    /// Every scenario by name.
+    pub registry: super::Registry,
+    /// The routes the scenarios registered, by path.
+    pub routes: Vec<(String, axum::routing::MethodRouter)>,
+    /// The paths of the routes served on the stream lane.
+    pub lane: Vec<String>,
+}
+
+/// Every scenario module's table: its defaults, as the configuration file
+/// would write them under `[name]`.
+pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
+    modules.iter().map(|module| (module.name().to_owned(), toml::Value::Table(module.defaults()))).collect()
+}
+
+/// A scenario's whole table: its defaults with what was configured merged over them.
+pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
+    let mut table = module.defaults();
+    if let Some(configured) = configured {
+        merge(&mut table, configured.clone());
+    }
+    table
+}
+
+/// Builds every module from its table in `tables` (see
+/// [`crate::config::Config::scenarios`]), registering metrics in `metrics`.
+/// Every problem is reported together: a table no scenario owns, a table a
+/// scenario refuses, two routes on one path.
+pub fn build_all(
+    modules: &[Box<dyn ScenarioModule>],
+    tables: &std::collections::BTreeMap<String, toml::Table>,
+    metrics: &prometheus::Registry,
+) -> Result<Built, BuildError> {
+    let mut errors = Vec::new();
+    let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
+    for name in tables.keys().filter(|name| !names.contains(&name.as_str())) {
+        errors.push(format!("[{name}]: no scenario of that name (scenarios: {})", names.join(", ")));
+    }
+    let mut built = Built::default();
+    for module in modules {
+        let mut setup = Setup::new(metrics);
+        match module.build(table_of(&**module, tables.get(module.name())), &mut setup) {
+            Ok(scenario) => {
+                if let Err(error) = built.registry.register(module.name(), scenario) {
+                    errors.push(error.to_string());
+                }
+            }
+            Err(error) => {
+                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())));
+                // A scenario that did not build serves no routes either.
+                continue;
+            }
+        }
+        let (routes, lane) = setup.into_parts();
+        built.lane.extend(lane);
+        for (path, route) in routes {
+            if built.routes.iter().any(|(taken, _)| *taken == path) {
+                errors.push(format!("{}: the route {path} is registered twice", module.name()));
+            } else {
+                built.routes.push((path, route));
+            }
+        }
+    }
+    // `/{scenario}/...` is that scenario's: a route under its name would be shadowed.
+    for (path, _) in &built.routes {
+        let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+        if built.registry.get(first).is_some() {
+            errors.push(format!("the route {path} is under the scenario name {first:?}"));
+        }
+    }
+    if errors.is_empty() { Ok(built) } else { Err(BuildError(errors)) }
+}
+
+/// Why the scenarios could not be built: every problem found, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid scenario configuration:\n  - {}", .0.join("\n  - "))]
+pub struct BuildError(pub Vec<String>);
+
+/// `over` merged into `base`, table by table; other values replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_merge_key_by_key() {
+        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
+        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
+        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
+    }
+}

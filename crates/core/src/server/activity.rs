@@ -1,0 +1,442 @@
+//! What one connection is doing, for its watchdog: requests in flight,
+//! answers being sent, when the last request ended and when bytes last moved.
+//! [`Watched`] wraps the socket, [`InFlight`] follows a request from its head
+//! to the end of its answer ([`Tracked`] body), and [`due`] says what the
+//! connection's timeouts make of it.
+//!
+//! Times are milliseconds since the connection opened, in atomics: the
+//! socket and the requests update them, the watchdog task reads them.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst},
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The HTTP/2 connection preface, by which an HTTP/2 connection is told apart.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The timeouts the watchdog enforces, in ms.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) header: u64,
+    pub(crate) idle: u64,
+    pub(crate) send: u64,
+}
+
+impl Timeouts {
+    pub(crate) fn new(header: Duration, idle: Duration, send: Duration) -> Timeouts {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        Timeouts { header: ms(header), idle: ms(idle), send: ms(send) }
+    }
+}
+
+/// Which timeout closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// A request head took too long to arrive.
+    Header,
+    /// No request for the idle timeout.
+    Idle,
+    /// Answers waited for the client to read them, with no byte written.
+    Send,
+}
+
+impl Expiry {
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Expiry::Header => "header_timeout",
+            Expiry::Idle => "idle_timeout",
+            Expiry::Send => "send_timeout",
+        }
+    }
+}
+
+/// One connection's activity.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    opened: Instant,
+    /// Requests from their head to the end of their answer.
+    in_flight: AtomicUsize,
+    /// Answers given whose body is not yet all handed over.
+    sending: AtomicUsize,
+    /// When the last request ended (or the connection opened).
+    idle_since: AtomicU64,
+    /// One more than when the first byte arrived with no request in flight; 0: none.
+    head_since: AtomicU64,
+    /// When an answer was last given or a byte last written while one was pending.
+    progress: AtomicU64,
+    h2: AtomicBool,
+    /// Requests open on every connection of the server.
+    open: Arc<AtomicUsize>,
+}
+
+/// The watchdog's view of an [`Activity`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) in_flight: usize,
+    pub(crate) sending: usize,
+    pub(crate) idle_since: u64,
+    pub(crate) head_since: Option<u64>,
+    pub(crate) progress: u64,
+    pub(crate) h2: bool,
+}
+
+impl Activity {
+    /// A new connection's; `open` counts the requests of all of the server's.
+    /// A connection accepted at `opened`.
+    pub(crate) fn new(open: Arc<AtomicUsize>, opened: Instant) -> Arc<Activity> {
+        Arc::new(Activity {
+            opened,
+            in_flight: AtomicUsize::new(0),
+            sending: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            // A new connection owes its first request head within the header timeout.
+            head_since: AtomicU64::new(1),
+            progress: AtomicU64::new(0),
+            h2: AtomicBool::new(false),
+            open,
+        })
+    }
+
+    /// Milliseconds since the connection opened.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// When `at` (ms since the connection opened) falls.
+    pub(crate) fn instant(&self, at: u64) -> Instant {
+        self.opened + Duration::from_millis(at)
+    }
+
+    /// Whether the connection speaks HTTP/2.
+    pub(crate) fn is_h2(&self) -> bool {
+        self.h2.load(SeqCst)
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        // `in_flight` first: a request that ends stores `idle_since` before
+        // it lowers the count, so a count of 0 comes with a fresh `idle_since`.
+        let in_flight = self.in_flight.load(SeqCst);
+        Snapshot {
+            in_flight,
+            sending: self.sending.load(SeqCst),
+            idle_since: self.idle_since.load(SeqCst),
+            head_since: self.head_since.load(SeqCst).checked_sub(1),
+            progress: self.progress.load(SeqCst),
+            h2: self.h2.load(SeqCst),
+        }
+    }
+
+    /// Whether this connection has a request open while the server has
+    /// `bound` or more open in all.
+    pub(crate) fn crowded(&self, bound: usize) -> bool {
+        self.in_flight.load(SeqCst) > 0 && self.open.load(SeqCst) >= bound
+    }
+
+    /// A request's head has arrived.
+    pub(crate) fn begin(self: &Arc<Activity>) -> InFlight {
+        self.in_flight.fetch_add(1, SeqCst);
+        self.open.fetch_add(1, SeqCst);
+        self.head_since.store(0, SeqCst);
+        InFlight { activity: self.clone(), answering: false }
+    }
+
+    fn read(&self, first: Option<&[u8]>) {
+        if let Some(bytes) = first {
+            let len = bytes.len().min(H2_PREFACE.len());
+            self.h2.store(len > 0 && bytes[..len] == H2_PREFACE[..len], SeqCst);
+        }
+        if self.in_flight.load(SeqCst) == 0 && self.head_since.load(SeqCst) == 0 {
+            self.head_since.store(self.now() + 1, SeqCst);
+        }
+    }
+
+    fn wrote(&self) {
+        if self.sending.load(SeqCst) > 0 {
+            self.progress.store(self.now(), SeqCst);
+        }
+    }
+}
+
+/// When the connection's next timeout falls due (ms since it opened), or the
+/// one that has. `closing`: the connection was told to close when idle, so
+/// the idle timeout no longer applies.
+pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: bool) -> Result<u64, Expiry> {
+    // Whatever the state, look again after the shortest timeout: a state
+    // change may bring a deadline closer than the one computed now.
+    let recheck = now + limits.header.min(limits.idle).min(limits.send);
+    let (at, expiry) = if s.sending > 0 {
+        (s.progress + limits.send, Expiry::Send)
+    } else if s.in_flight > 0 {
+        // A call runs: its own deadline bounds it.
+        return Ok(recheck);
+    } else if let (Some(head), false) = (s.head_since, s.h2) {
+        // HTTP/2 reads pings and settings between requests: only HTTP/1
+        // bytes start a request head.
+        (head + limits.header, Expiry::Header)
+    } else if closing {
+        return Ok(recheck);
+    } else {
+        (s.idle_since + limits.idle, Expiry::Idle)
+    };
+    if now >= at { Err(expiry) } else { Ok(at.min(recheck)) }
+}
+
+/// A request from its head to the end of its answer.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    activity: Arc<Activity>,
+    /// Counted in `sending`: its answer has bytes for the client.
+    answering: bool,
+}
+
+impl InFlight {
+    /// The answer is given: follow its body until it is all handed over.
+    pub(crate) fn answer<B>(mut self, body: B) -> Tracked<B> {
+        self.sending(true);
+        Tracked { body, in_flight: Some(self) }
+    }
+
+    /// Whether the answer has bytes for the client, or waits for its body's
+    /// next frame: a stream with nothing to say keeps no send clock running.
+    fn sending(&mut self, sending: bool) {
+        if sending == self.answering {
+            return;
+        }
+        self.answering = sending;
+        let activity = &self.activity;
+        if sending {
+            activity.progress.store(activity.now(), SeqCst);
+            activity.sending.fetch_add(1, SeqCst);
+        } else {
+            activity.sending.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let activity = &self.activity;
+        if self.answering {
+            activity.sending.fetch_sub(1, SeqCst);
+        }
+        activity.idle_since.store(activity.now(), SeqCst);
+        activity.in_flight.fetch_sub(1, SeqCst);
+        activity.open.fetch_sub(1, SeqCst);
+    }
+}
+
+/// An answer body that ends its request's [`InFlight`] when it is done or
+/// dropped. While it waits for its next frame, its answer does not count as
+/// sending: hyper (or the stream lane) asks for a frame once the ones before
+/// are buffered or written, so the send timeout runs only while the client
+/// has yet to take bytes.
+#[derive(Debug)]
+pub(crate) struct Tracked<B> {
+    body: B,
+    in_flight: Option<InFlight>,
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        match (&frame, self.in_flight.as_mut()) {
+            (Poll::Ready(None | Some(Err(_))), _) => self.in_flight = None,
+            (Poll::Pending, Some(in_flight)) => in_flight.sending(false),
+            (Poll::Ready(Some(Ok(_))), Some(in_flight)) => in_flight.sending(true),
+            (_, None) => {}
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A socket that reports reads and writes to its connection's [`Activity`].
+#[derive(Debug)]
+pub(crate) struct Watched<IO> {
+    io: IO,
+    activity: Arc<Activity>,
+    first_read: bool,
+    /// Bytes read from `io` before, read again first (the stream lane
+    /// hands hyper a head it read and did not answer).
+    read: Bytes,
+}
+
+impl<IO> Watched<IO> {
+    pub(crate) fn new(io: IO, activity: Arc<Activity>) -> Watched<IO> {
+        Watched::after(Bytes::new(), io, activity)
+    }
+
+    /// `io`, whose reads return `read` first.
+    pub(crate) fn after(read: Bytes, io: IO, activity: Arc<Activity>) -> Watched<IO> {
+        Watched { io, activity, first_read: true, read }
+    }
+
+    /// The socket, no longer watched.
+    pub(crate) fn into_inner(self) -> IO {
+        self.io
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = if self.read.is_empty() {
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        } else {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read.split_to(n));
+            Poll::Ready(Ok(()))
+        };
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            let first = std::mem::take(&mut self.first_read).then(|| &buf.filled()[before..]);
+            self.activity.read(first);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Timeouts = Timeouts { header: 100, idle: 1_000, send: 300 };
+
+    #[test]
+    fn a_new_connection_owes_a_request_head_within_the_header_timeout() {
+        let fresh = Snapshot { head_since: Some(0), ..Snapshot::default() };
+        assert_eq!(due(&fresh, 50, &LIMITS, false), Ok(100));
+        assert_eq!(due(&fresh, 100, &LIMITS, false), Err(Expiry::Header));
+        let h2 = Snapshot { h2: true, ..fresh };
+        assert_eq!(due(&h2, 100, &LIMITS, false), Ok(200), "HTTP/2 goes by the idle timeout");
+        assert_eq!(due(&h2, 1_000, &LIMITS, false), Err(Expiry::Idle));
+    }
+
+    #[test]
+    fn an_idle_connection_closes_after_the_idle_timeout_unless_told_already() {
+        let idle = Snapshot { idle_since: 500, ..Snapshot::default() };
+        assert_eq!(due(&idle, 1_499, &LIMITS, false), Ok(1_500));
+        assert_eq!(due(&idle, 1_500, &LIMITS, false), Err(Expiry::Idle));
+        assert_eq!(due(&idle, 1_500, &LIMITS, true), Ok(1_600));
+        let started = Snapshot { head_since: Some(1_400), ..idle };
+        assert_eq!(due(&started, 1_500, &LIMITS, false), Err(Expiry::Header), "bytes of a head started the clock");
+    }
+
+    #[test]
+    fn pending_answers_must_make_progress_and_running_calls_are_left_alone() {
+        let stalled = Snapshot { in_flight: 3, sending: 2, progress: 1_000, ..Snapshot::default() };
+        assert_eq!(due(&stalled, 1_200, &LIMITS, false), Ok(1_300));
+        assert_eq!(due(&stalled, 1_300, &LIMITS, true), Err(Expiry::Send), "even while closing");
+        let running = Snapshot { in_flight: 1, idle_since: 0, head_since: Some(0), ..Snapshot::default() };
+        assert_eq!(due(&running, 60_000, &LIMITS, false), Ok(60_100));
+    }
+
+    #[test]
+    fn requests_and_answers_move_the_clocks() {
+        let activity = Activity::new(Arc::default(), Instant::now());
+        activity.read(Some(b"PRI * HTTP/2.0\r\n"));
+        assert!(activity.is_h2());
+        let request = activity.begin();
+        assert_eq!((activity.snapshot().in_flight, activity.snapshot().head_since), (1, None));
+        let body = request.answer(http_body_util::Empty::<bytes::Bytes>::new());
+        assert_eq!(activity.snapshot().sending, 1);
+        drop(body);
+        let after = activity.snapshot();
+        assert_eq!((after.in_flight, after.sending), (0, 0));
+        activity.read(None);
+        assert!(activity.snapshot().head_since.is_some(), "bytes with no request in flight start a head");
+        let plain = Activity::new(Arc::default(), Instant::now());
+        plain.read(Some(b"GET / HTTP/1.1\r\n"));
+        assert!(!plain.is_h2());
+    }
+
+    #[test]
+    fn a_body_waiting_for_its_next_frame_is_not_sending() {
+        use http_body_util::StreamBody;
+
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let (frames, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<Frame<bytes::Bytes>, io::Error>>();
+        let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let mut body = activity.begin().answer(StreamBody::new(stream));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(activity.snapshot().sending, 1, "its head is for the client");
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        assert_eq!((activity.snapshot().sending, activity.snapshot().in_flight), (0, 1), "a silent stream");
+        frames.send(Ok(Frame::data(bytes::Bytes::from_static(b"event")))).unwrap();
+        assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(activity.snapshot().sending, 1, "an event for the client");
+        drop(frames);
+        assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(None)));
+        assert_eq!((activity.snapshot().sending, activity.snapshot().in_flight), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn bytes_read_before_are_read_again_first() {
+        use tokio::io::AsyncReadExt;
+
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let mut io = Watched::after(Bytes::from_static(b"GET /ev"), &b"ents/r"[..], activity.clone());
+        let mut first = [0u8; 4];
+        io.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"GET ");
+        let mut rest = String::new();
+        io.read_to_string(&mut rest).await.unwrap();
+        assert_eq!(rest, "/events/r");
+        assert!(!activity.is_h2());
+    }
+}

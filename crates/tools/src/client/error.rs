@@ -1,0 +1,96 @@
+//! Why a call or a turn of the [`Client`](super::Client) failed: the server
+//! could not be reached or answered with a status, its answer did not decode,
+//! or it answered the protocol `Error` or something the flow cannot follow.
+
+use std::time::Duration;
+
+use megamind_core::scenario::Handler;
+
+/// A failed call or turn. Every variant but [`ClientError::Setting`] and
+/// [`ClientError::TooManyCallbacks`] names the handler that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A setting of the client cannot be used: an address that is not a
+    /// URL, a scenario name or ticket that cannot be a header value.
+    #[error("invalid {name}: {reason}")]
+    Setting {
+        /// Which setting.
+        name: &'static str,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The HTTP request failed below HTTP: connect, reset, unreadable body.
+    #[error("/{handler}: the server cannot be reached: {source}")]
+    Unreachable {
+        /// The handler called.
+        handler: Handler,
+        /// What reqwest reported.
+        source: reqwest::Error,
+    },
+    /// An HTTP status other than 200 (404 unknown scenario, 429 overload, ...).
+    #[error("/{handler}: HTTP {status}: {body}")]
+    Status {
+        /// The handler called.
+        handler: Handler,
+        /// The status the server answered.
+        status: http::StatusCode,
+        /// The body the server sent with it, as text.
+        body: String,
+    },
+    /// A gRPC status other than OK (`NOT_FOUND`, `RESOURCE_EXHAUSTED`,
+    /// `UNAVAILABLE` when the server cannot be reached, ...).
+    #[error("{handler}: gRPC {code:?}: {message}")]
+    Grpc {
+        /// The handler called.
+        handler: Handler,
+        /// The status code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
+    /// No answer within the client's own timeout per call.
+    #[error("/{handler}: no answer within {after:?}")]
+    Timeout {
+        /// The handler called.
+        handler: Handler,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+    /// The answer is not the handler's response message.
+    #[error("/{handler}: the answer does not decode: {source}")]
+    Decode {
+        /// The handler called.
+        handler: Handler,
+        /// What prost reported.
+        source: prost::DecodeError,
+    },
+    /// The server answered the protocol `Error` (`Type` and `Message`).
+    #[error("/{handler} answered the protocol Error {kind:?}: {message}")]
+    Protocol {
+        /// The handler that answered it.
+        handler: Handler,
+        /// `Error.Type`: `bad_request`, `timeout`, `internal`, ...
+        kind: String,
+        /// `Error.Message`.
+        message: String,
+    },
+    /// The answer is valid protobuf but not one the flow can follow, such as
+    /// a `/run` answer with none of its `Response` fields set.
+    #[error("/{handler} answered {what}")]
+    Unexpected {
+        /// The handler that answered it.
+        handler: Handler,
+        /// What the answer held instead.
+        what: &'static str,
+    },
+    /// A command result was to be sent, but the last answer asked to run no
+    /// command (`RunCommandDirective`).
+    #[error("the last answer asked to run no command")]
+    NoCommand,
+    /// The answers kept asking for one more callback.
+    #[error("still asked for a callback after {max} callbacks in one turn; giving up")]
+    TooManyCallbacks {
+        /// The client's `max_callbacks`.
+        max: usize,
+    },
+}

@@ -1,0 +1,169 @@
+//! How one request reaches the server: `POST {base}/{scenario}/{handler}`
+//! with a binary protobuf body, or the unary gRPC method of
+//! `megamind_scenario.v1.Scenario` with the scenario in `x-scenario`.
+//! Either way the answer comes back decoded and timed, as a [`Hop`].
+
+use std::time::Duration;
+
+use prost::Message;
+// tokio's clock, as the server's timers use: a test that pauses time sees
+// the same durations here as in the server.
+use tokio::time::Instant;
+use tonic::{
+    metadata::{AsciiMetadataValue, MetadataMap},
+    transport::Channel,
+};
+
+use super::{
+    ClientError,
+    hop::{Hop, Request, Response},
+};
+use megamind_core::{
+    proto::{
+        megamind_scenario::v1::scenario_client::ScenarioClient,
+        n_alice::n_scenarios::{
+            TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
+        },
+    },
+    scenario::Handler,
+    scenario::meta::{SCENARIO_KEY, USER_TICKET},
+};
+
+/// The transport to one server.
+#[derive(Debug, Clone)]
+pub(super) enum Wire {
+    /// HTTP with binary protobuf bodies; `base` has no trailing `/`.
+    Http { http: reqwest::Client, base: String },
+    /// gRPC over one HTTP/2 channel.
+    Grpc(ScenarioClient<Channel>),
+}
+
+/// What every call carries besides its message.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Route {
+    /// The scenario; `None` for the server's default one.
+    pub(super) scenario: Option<String>,
+    /// `X-Ya-User-Ticket`, when the user is logged in.
+    pub(super) user_ticket: Option<String>,
+    /// How long to wait for one answer.
+    pub(super) timeout: Option<Duration>,
+}
+
+impl Wire {
+    /// Sends `request` and waits for its answer, within `route.timeout` if set.
+    pub(super) async fn call(&self, route: &Route, request: Request) -> Result<Hop, ClientError> {
+        let handler = request.handler();
+        let exchange = async {
+            match self {
+                Wire::Http { http, base } => http_call(http, base, route, &request).await,
+                Wire::Grpc(client) => grpc_call(client.clone(), route, request.clone()).await,
+            }
+        };
+        let (took, response) = match route.timeout {
+            Some(after) => {
+                tokio::time::timeout(after, exchange).await.map_err(|_| ClientError::Timeout { handler, after })??
+            }
+            None => exchange.await?,
+        };
+        Ok(Hop { request, took, response })
+    }
+}
+
+async fn http_call(
+    http: &reqwest::Client,
+    base: &str,
+    route: &Route,
+    request: &Request,
+) -> Result<(Duration, Response), ClientError> {
+    let handler = request.handler();
+    let url = match &route.scenario {
+        Some(scenario) => format!("{base}/{scenario}/{handler}"),
+        None => format!("{base}/{handler}"),
+    };
+    let body = match request {
+        Request::Run(message) => message.encode_to_vec(),
+        Request::Continue(message) | Request::Commit(message) | Request::Apply(message) => message.encode_to_vec(),
+    };
+    let mut post = http.post(url).header(http::header::CONTENT_TYPE, "application/protobuf").body(body);
+    if let Some(ticket) = &route.user_ticket {
+        let ticket = http::HeaderValue::from_str(ticket).map_err(|_| ClientError::Setting {
+            name: "user ticket",
+            reason: format!("{ticket:?} is not a header value"),
+        })?;
+        post = post.header(USER_TICKET, ticket);
+    }
+    let unreachable = |source| ClientError::Unreachable { handler, source };
+    let started = Instant::now();
+    let answer = post.send().await.map_err(unreachable)?;
+    let status = answer.status();
+    let bytes = answer.bytes().await.map_err(unreachable)?;
+    let took = started.elapsed();
+    if status != http::StatusCode::OK {
+        let body = String::from_utf8_lossy(&bytes).trim_end().to_owned();
+        return Err(ClientError::Status { handler, status, body });
+    }
+    let decode = |source| ClientError::Decode { handler, source };
+    let response = match handler {
+        Handler::Run => Response::Run(TScenarioRunResponse::decode(bytes).map_err(decode)?),
+        Handler::Continue => Response::Continue(TScenarioContinueResponse::decode(bytes).map_err(decode)?),
+        Handler::Commit => Response::Commit(TScenarioCommitResponse::decode(bytes).map_err(decode)?),
+        Handler::Apply => Response::Apply(TScenarioApplyResponse::decode(bytes).map_err(decode)?),
+    };
+    Ok((took, response))
+}
+
+async fn grpc_call(
+    mut client: ScenarioClient<Channel>,
+    route: &Route,
+    request: Request,
+) -> Result<(Duration, Response), ClientError> {
+    let handler = request.handler();
+    let metadata = &metadata(route)?;
+    let started = Instant::now();
+    let answer = match request {
+        Request::Run(message) => {
+            client.run(grpc_request(message, metadata)).await.map(|a| Response::Run(a.into_inner()))
+        }
+        Request::Continue(message) => {
+            let request = grpc_request(message, metadata);
+            client.r#continue(request).await.map(|a| Response::Continue(a.into_inner()))
+        }
+        Request::Commit(message) => {
+            client.commit(grpc_request(message, metadata)).await.map(|a| Response::Commit(a.into_inner()))
+        }
+        Request::Apply(message) => {
+            client.apply(grpc_request(message, metadata)).await.map(|a| Response::Apply(a.into_inner()))
+        }
+    };
+    let took = started.elapsed();
+    let response = answer.map_err(|status| ClientError::Grpc {
+        handler,
+        code: status.code(),
+        message: status.message().into(),
+    })?;
+    Ok((took, response))
+}
+
+// No `grpc-timeout`: the server would answer its own `timeout` Error at
+// the deadline, racing the client's timer; over HTTP nothing tells the server
+// either, so both transports end a late call the same way.
+fn grpc_request<T>(message: T, metadata: &MetadataMap) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    *request.metadata_mut() = metadata.clone();
+    request
+}
+
+fn metadata(route: &Route) -> Result<MetadataMap, ClientError> {
+    let mut metadata = MetadataMap::new();
+    let value = |name, text: &str| {
+        AsciiMetadataValue::try_from(text)
+            .map_err(|_| ClientError::Setting { name, reason: format!("{text:?} is not a valid metadata value") })
+    };
+    if let Some(scenario) = &route.scenario {
+        metadata.insert(SCENARIO_KEY, value("scenario name", scenario)?);
+    }
+    if let Some(ticket) = &route.user_ticket {
+        metadata.insert(USER_TICKET, value("user ticket", ticket)?);
+    }
+    Ok(metadata)
+}

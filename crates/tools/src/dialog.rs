@@ -1,0 +1,221 @@
+//! The `dialog` command: plays Megamind against a running server — from the
+//! terminal, from YAML scripts with expectations (golden dialogs), or from a
+//! server's debug log (replay) — with the crate's protocol client, which
+//! plays `/run` → `/continue` / `/commit` / `/apply`, carries `State` and
+//! follows `CallbackDirective`s.
+//!
+//! Exit codes: 0 all is as expected, 1 an expectation failed or a replayed
+//! answer differs, 2 the command could not do its work (a script that does
+//! not load, a server that is down or answers garbage).
+//!
+//! [`script`] loads and checks scripts, [`expect`] reads answers by field
+//! path and matches them, [`junit`] writes the report CI reads,
+//! [`interactive`] is the terminal session (and `--record`), [`replay`]
+//! replays logged traffic.
+
+pub mod expect;
+pub mod interactive;
+pub mod junit;
+pub mod replay;
+pub mod script;
+
+use std::{path::PathBuf, time::Duration};
+
+use prost_reflect::ReflectMessage;
+
+use self::{
+    expect::{Answer, Failure},
+    script::{Loaded, TurnSpec},
+};
+use crate::client::{Client, ClientError, Turn};
+use megamind_core::{
+    codec::{self, Format, structs::struct_from_json},
+    proto::n_alice::n_scenarios::{TCallbackDirective, TInput, TScenarioRunRequest, t_input},
+};
+
+/// `dialog`'s command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DialogArgs {
+    /// The server to talk to.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// The scenario to talk to (a script's dialog may name its own).
+    #[arg(long, default_value = "assistant")]
+    pub scenario: String,
+    /// Run these dialog scripts (YAML) instead of reading the terminal.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    pub script: Vec<PathBuf>,
+    /// Write a JUnit XML report of the scripts run.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write what was played as a script whose expectations are what came back.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Replay the requests of a server's debug log (`--log-level debug`) and report the answers that differ.
+    #[arg(long, value_name = "LOG")]
+    pub replay: Option<PathBuf>,
+    /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
+    #[arg(long = "ignore", value_name = "FIELD")]
+    pub ignore: Vec<String>,
+    /// Each handler's budget: a slower answer is flagged.
+    #[arg(long, default_value_t = 300)]
+    pub budget_ms: u64,
+    /// Print whole answers in text format, not only speech, cards, directives and state size.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// What ended a run that could not do its work (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unplayable(pub String);
+
+/// Runs the command; returns its exit code.
+pub fn main(args: &DialogArgs) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("dialog: cannot start: {error}");
+            return 2;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        if let Some(log) = &args.replay {
+            return replay::run(args, log).await;
+        }
+        if !args.script.is_empty() {
+            return run_scripts(args).await;
+        }
+        interactive::run(args, std::io::stdin().lock(), &mut std::io::stdout().lock()).await
+    });
+    match outcome {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(Unplayable(message)) => {
+            eprintln!("dialog: {message}");
+            2
+        }
+    }
+}
+
+/// The client of one dialog with `scenario` at `args.server`.
+pub fn client(args: &DialogArgs, scenario: &str) -> Result<Client, Unplayable> {
+    Client::http(&args.server)
+        .map(|client| client.with_scenario(scenario))
+        .map_err(|e| Unplayable(format!("{}: {e}", args.server)))
+}
+
+/// One turn of `spec` on `client`: its answer, or the protocol `Error` it got.
+pub async fn play(client: &mut Client, spec: &TurnSpec) -> Result<Result<Turn, (String, String)>, Unplayable> {
+    let played = if let Some(words) = &spec.say {
+        client.say(words).await
+    } else if let Some(words) = &spec.voice {
+        client.say_voice(words).await
+    } else if let Some(callback) = &spec.callback {
+        let payload = Some(struct_from_json(callback.payload.clone()));
+        let callback = TCallbackDirective { name: callback.name.clone(), payload, ..Default::default() };
+        client.send(TInput { event: Some(t_input::Event::Callback(callback)), ..Default::default() }).await
+    } else if let Some(result) = &spec.command_result {
+        client.command_result(&result.output, result.exit_code, result.skipped).await
+    } else {
+        let text = spec.request.as_deref().unwrap_or_default();
+        let request: TScenarioRunRequest = codec::decode(text.as_bytes(), Format::Text)
+            .map_err(|e| Unplayable(format!("request: not a TScenarioRunRequest in text format: {e}")))?;
+        client.send(request.input.unwrap_or_default()).await
+    };
+    match played {
+        Ok(turn) => Ok(Ok(turn)),
+        Err(ClientError::Protocol { kind, message, .. }) => Ok(Err((kind, message))),
+        Err(ClientError::NoCommand) => Ok(Err(("no_command".into(), ClientError::NoCommand.to_string()))),
+        Err(error) => Err(Unplayable(error.to_string())),
+    }
+}
+
+/// What a played turn came to, for the checks.
+pub fn answer_of(played: &Result<Turn, (String, String)>) -> (Answer<'_>, Vec<Duration>) {
+    match played {
+        Ok(turn) => (
+            Answer { body: Some(turn.body()), irrelevant: turn.is_irrelevant(), error: None },
+            turn.hops.iter().map(|hop| hop.took).collect(),
+        ),
+        Err(error) => (Answer { error: Some(error.clone()), ..Answer::default() }, Vec::new()),
+    }
+}
+
+/// The result of one dialog of a script.
+#[derive(Debug)]
+pub struct DialogResult {
+    /// Its name.
+    pub name: String,
+    /// How long it took.
+    pub took: Duration,
+    /// Its failures, each with the turn it happened in.
+    pub failures: Vec<(String, Failure)>,
+}
+
+/// Runs every script; `true` when every expectation held.
+async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
+    // Every script loads before any runs: a mistake costs nothing.
+    let scripts = args
+        .script
+        .iter()
+        .map(|path| script::load(path).map_err(|e| Unplayable(e.to_string())))
+        .collect::<Result<Vec<Loaded>, _>>()?;
+    let mut reports = Vec::new();
+    let mut recorded = script::Script::default();
+    for loaded in &scripts {
+        println!("{}", loaded.file);
+        let mut results = Vec::new();
+        for (dialog, expectations) in &loaded.dialogs {
+            let scenario = dialog.scenario.as_deref().unwrap_or(&args.scenario);
+            // The client's own RequestIds are unique to the run: a second run
+            // is not answered from the server's idempotency cache.
+            let mut client = client(args, scenario)?;
+            let started = std::time::Instant::now();
+            let mut failures = Vec::new();
+            let mut turns = Vec::new();
+            for (i, (spec, expectation)) in dialog.turns.iter().zip(expectations).enumerate() {
+                let played = play(&mut client, spec).await?;
+                let (answer, took) = answer_of(&played);
+                let turn = format!("turn {} ({})", i + 1, interactive::describe(spec));
+                failures.extend(expectation.check(&answer, &took).into_iter().map(|f| (turn.clone(), f)));
+                turns.push(interactive::recorded_turn(spec, &answer));
+            }
+            recorded.dialogs.push(script::Dialog { turns, ..dialog.clone() });
+            let result = DialogResult { name: dialog.name.clone(), took: started.elapsed(), failures };
+            print_result(&result);
+            results.push(result);
+        }
+        reports.push((loaded.file.clone(), results));
+    }
+    let total: usize = reports.iter().map(|(_, results)| results.len()).sum();
+    let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| !r.failures.is_empty()).count();
+    println!("{total} dialogs: {} passed, {failed} failed", total - failed);
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit::report(&reports))
+            .map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &args.record {
+        interactive::write_script(path, &recorded)?;
+    }
+    Ok(failed == 0)
+}
+
+fn print_result(result: &DialogResult) {
+    let ms = result.took.as_millis();
+    if result.failures.is_empty() {
+        println!("  ✓ {} ({ms} ms)", result.name);
+        return;
+    }
+    println!("  ✗ {} ({ms} ms)", result.name);
+    for (turn, failure) in &result.failures {
+        println!("      {turn}: {}", failure.path);
+        println!("        - expected {}", failure.expected);
+        println!("        + got      {:?}", failure.got);
+    }
+}
+
+/// `body` in text format, for `-v` and replay.
+pub fn text_of(message: &impl ReflectMessage) -> String {
+    codec::text::print(&message.transcode_to_dynamic()).unwrap_or_else(|e| format!("<{e}>"))
+}

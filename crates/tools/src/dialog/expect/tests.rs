@@ -1,0 +1,92 @@
+//! Paths and matchers over a real answer body.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use megamind_core::proto::n_alice::n_scenarios::{TCard, TDirective, TLayout, TOpenAppDirective, t_card, t_directive};
+
+fn body() -> TScenarioResponseBody {
+    let open = TOpenAppDirective { name: "open_app".into(), app_name: "Safari".into(), ..Default::default() };
+    TScenarioResponseBody {
+        layout: Some(TLayout {
+            output_speech: "Открываю Safari.".into(),
+            cards: vec![TCard { card: Some(t_card::Card::Text("Открываю Safari.".into())) }],
+            directives: vec![TDirective { directive: Some(t_directive::Directive::OpenAppDirective(open)) }],
+            should_listen: false,
+        }),
+        ..Default::default()
+    }
+}
+
+fn expectation(expect: Value) -> Expectation {
+    let Value::Object(map) = expect else { panic!() };
+    Expectation::compile(&map).unwrap()
+}
+
+fn failures(expect: Value) -> Vec<Failure> {
+    let body = body();
+    let answer = Answer { body: Some(&body), ..Default::default() };
+    expectation(expect).check(&answer, &[Duration::from_millis(120)])
+}
+
+#[test]
+fn shortcuts_and_field_paths_read_the_answer() {
+    let all = json!({
+        "speech": {"contains": "Safari"},
+        "card": "Открываю Safari.",
+        "directives[0].OpenAppDirective.AppName": "Safari",
+        "directives": {"contains": "OpenAppDirective"},
+        "Layout.Directives[0].OpenAppDirective.Name": {"one_of": ["open_app", "close_app"]},
+        "should_listen": false,
+        "speech ": {"regex": "^Откр"},
+        "state": "<absent>",
+        "irrelevant": false,
+        "error.type": "",
+        "max_ms": 300,
+    });
+    let Value::Object(mut map) = all else { unreachable!() };
+    // A key with a trailing space is no path: take it out of this row.
+    map.remove("speech ");
+    map.insert("Layout.OutputSpeech".into(), json!({"regex": "^Откр"}));
+    let body = body();
+    let failures = Expectation::compile(&map).unwrap().check(&Answer { body: Some(&body), ..Default::default() }, &[]);
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+#[test]
+fn a_wrong_expectation_says_what_was_expected_and_what_came() {
+    let got = failures(json!({"speech": "Закрываю Safari.", "directives[1].OpenAppDirective.AppName": "X"}));
+    assert_eq!(
+        got,
+        [
+            Failure {
+                path: "speech".into(), expected: "\"Закрываю Safari.\"".into(), got: "Открываю Safari.".into()
+            },
+            Failure {
+                path: "directives[1].OpenAppDirective.AppName".into(),
+                expected: "\"X\"".into(),
+                got: ABSENT.into()
+            },
+        ]
+    );
+    let slow = expectation(json!({"max_ms": 100})).check(&Answer::default(), &[Duration::from_millis(150)]);
+    assert_eq!(slow[0].got, "150 ms");
+    assert!(failures(json!({"speech": {"not_contains": "Safari"}}))[0].expected.contains("not to contain"));
+}
+
+#[test]
+fn paths_the_schema_lacks_and_bad_matchers_are_refused() {
+    let refuse = |expect: Value| {
+        let Value::Object(map) = expect else { panic!() };
+        Expectation::compile(&map).unwrap_err()
+    };
+    assert!(refuse(json!({"Layout.Nope": 1})).contains("TLayout has no field \"Nope\""));
+    assert!(refuse(json!({"speech[0]": 1})).contains("not a list"));
+    assert!(refuse(json!({"speech.Deeper": 1})).contains("has no fields"));
+    assert!(refuse(json!({"speech": {"starts_with": "x"}})).contains("unknown matcher"));
+    assert!(refuse(json!({"speech": {"regex": "("}})).contains("regex"));
+    assert!(refuse(json!({"max_ms": "fast"})).contains("max_ms"));
+    assert!(refuse(json!({"directives[x]": 1})).contains("name[N]"));
+}

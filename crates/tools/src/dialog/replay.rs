@@ -1,0 +1,283 @@
+//! Replay of logged traffic: the requests a server wrote to its debug log
+//! (`serve --log-level debug`: each request and answer in text format, then
+//! the call's summary line) sent again to a server, typically a new build,
+//! and each answer compared with the logged one, volatile fields aside.
+//!
+//! A request is paired with its summary line (scenario, handler) by its
+//! `RequestId`, in order; an answer with the summary line that follows it,
+//! which the same call writes right after. Personal data the log redacted
+//! stays redacted in what is sent.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    path::Path,
+};
+
+use super::{DialogArgs, Unplayable, text_of};
+use crate::client::{Request, Response};
+use megamind_core::{
+    codec::{self, Format},
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
+    rules::logging::ACCESS_TARGET,
+    scenario::Handler,
+};
+
+/// Largest log read, in bytes.
+const MAX_LOG_BYTES: u64 = 256 << 20;
+/// Largest logged request or answer kept, in bytes.
+const MAX_ENTRY_BYTES: usize = 4 << 20;
+/// Fields that differ between any two runs, never compared.
+const VOLATILE: &[&str] = &["Version", "ServerTimeMs", "RandomSeed", "RequestId"];
+
+/// One logged call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    /// The scenario called.
+    pub scenario: String,
+    /// The handler called.
+    pub handler: Handler,
+    /// Its `RequestId`.
+    pub request_id: String,
+    /// The request, in text format.
+    pub request: String,
+    /// The answer, in text format, when it was logged.
+    pub answer: Option<String>,
+}
+
+/// The calls of a debug log, in the order they ended.
+pub fn parse_log(log: &str) -> Vec<Logged> {
+    let mut requests: HashMap<String, VecDeque<String>> = HashMap::new();
+    let mut answer = None;
+    let mut calls = Vec::new();
+    for (head, body) in entries(log) {
+        let Some(what) = head.split_once(&format!("{ACCESS_TARGET}: ")).map(|(_, what)| what.trim()) else { continue };
+        match what {
+            "request" => {
+                let request_id = field_of(&body, "RequestId").unwrap_or_default();
+                requests.entry(request_id).or_default().push_back(body);
+            }
+            "answer" => answer = Some(body),
+            summary if summary.starts_with("transport=") => {
+                let fields = summary_fields(summary);
+                let handler = match fields.get("handler").map(String::as_str) {
+                    Some("run") => Handler::Run,
+                    Some("continue") => Handler::Continue,
+                    Some("commit") => Handler::Commit,
+                    Some("apply") => Handler::Apply,
+                    _ => continue,
+                };
+                let request_id = fields.get("request_id").cloned().unwrap_or_default();
+                let Some(request) = requests.get_mut(&request_id).and_then(VecDeque::pop_front) else { continue };
+                let scenario = fields.get("scenario").cloned().unwrap_or_default();
+                calls.push(Logged { scenario, handler, request_id, request, answer: answer.take() });
+            }
+            _ => {}
+        }
+    }
+    calls
+}
+
+/// Replays the log at `path` against `args.server`; `true` when no answer differs.
+pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
+    let file = std::fs::File::open(path).map_err(|e| Unplayable(format!("{}: {e}", path.display())))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_LOG_BYTES), &mut text)
+        .map_err(|e| Unplayable(format!("{}: {e}", path.display())))?;
+    let calls = parse_log(&text);
+    if calls.is_empty() {
+        return Err(Unplayable(format!(
+            "{}: no logged requests (run the server with --log-level debug)",
+            path.display()
+        )));
+    }
+    let ignored: Vec<&str> = VOLATILE.iter().copied().chain(args.ignore.iter().map(String::as_str)).collect();
+    let mut differ = 0;
+    for call in &calls {
+        let client = super::client(args, &call.scenario)?;
+        let request = request_of(call)?;
+        let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
+        let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
+        let Some(logged) = &call.answer else {
+            println!("? {label}: no answer logged");
+            continue;
+        };
+        let now = answer_text(&hop.response);
+        let (old, new) = (normalized(logged, &ignored), normalized(&now, &ignored));
+        if old == new {
+            println!("= {label}");
+            continue;
+        }
+        differ += 1;
+        println!("≠ {label}");
+        for line in diff(&old, &new) {
+            println!("    {line}");
+        }
+    }
+    println!("{} calls replayed: {} the same, {differ} differ", calls.len(), calls.len() - differ);
+    Ok(differ == 0)
+}
+
+fn request_of(call: &Logged) -> Result<Request, Unplayable> {
+    let bad = |e: codec::CodecError| {
+        Unplayable(format!("{} {}: the logged request: {e}", call.request_id, call.handler.as_str()))
+    };
+    let apply = || codec::decode::<TScenarioApplyRequest>(call.request.as_bytes(), Format::Text).map_err(bad);
+    Ok(match call.handler {
+        Handler::Run => {
+            Request::Run(codec::decode::<TScenarioRunRequest>(call.request.as_bytes(), Format::Text).map_err(bad)?)
+        }
+        Handler::Continue => Request::Continue(apply()?),
+        Handler::Commit => Request::Commit(apply()?),
+        Handler::Apply => Request::Apply(apply()?),
+    })
+}
+
+fn answer_text(response: &Response) -> String {
+    match response {
+        Response::Run(answer) => text_of(answer),
+        Response::Continue(answer) => text_of(answer),
+        Response::Commit(answer) => text_of(answer),
+        Response::Apply(answer) => text_of(answer),
+    }
+}
+
+/// The log's entries: a line starting with a timestamp and the lines after
+/// it up to the next such line (each capped).
+fn entries(log: &str) -> impl Iterator<Item = (&str, String)> {
+    let mut lines = log.lines().peekable();
+    std::iter::from_fn(move || {
+        let head = loop {
+            let line = lines.next()?;
+            if starts_with_timestamp(line) {
+                break line;
+            }
+        };
+        let mut body = String::new();
+        while let Some(line) = lines.next_if(|line| !starts_with_timestamp(line)) {
+            if body.len() + line.len() < MAX_ENTRY_BYTES {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+        Some((head, body))
+    })
+}
+
+/// `2026-11-24T00:21:34...`
+fn starts_with_timestamp(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    bytes.len() > 19 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-' && bytes[10] == b'T'
+}
+
+/// The first `Name: "value"` of a text-format body.
+fn field_of(body: &str, name: &str) -> Option<String> {
+    body.lines().find_map(|line| {
+        let value = line.trim().strip_prefix(name)?.strip_prefix(':')?.trim();
+        Some(value.trim_matches('"').to_owned())
+    })
+}
+
+/// `key=value key="quoted value"` of a summary line.
+fn summary_fields(line: &str) -> HashMap<String, String> {
+    let mut fields = HashMap::new();
+    let mut rest = line.trim();
+    while let Some((key, after)) = rest.split_once('=') {
+        let (value, next) = match after.strip_prefix('"') {
+            Some(quoted) => quoted.split_once('"').unwrap_or((quoted, "")),
+            None => after.split_once(' ').unwrap_or((after, "")),
+        };
+        fields.insert(key.trim().to_owned(), value.to_owned());
+        rest = next.trim_start();
+    }
+    fields
+}
+
+/// The lines of a text-format message without the fields named in
+/// `ignored` (a message field with its whole block).
+fn normalized(text: &str, ignored: &[&str]) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut skipping: Option<usize> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some(depth) = skipping {
+            if indent == depth && line.trim() == "}" {
+                skipping = None;
+            }
+            continue;
+        }
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let name = trimmed.split([':', ' ']).next().unwrap_or("");
+        if ignored.contains(&name) {
+            if trimmed.ends_with('{') {
+                skipping = Some(indent);
+            }
+            continue;
+        }
+        kept.push(line.trim_end().to_owned());
+    }
+    kept
+}
+
+/// The differing middle of two line lists, as `- old` and `+ new` lines.
+fn diff(old: &[String], new: &[String]) -> Vec<String> {
+    let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    let suffix = old[prefix..].iter().rev().zip(new[prefix..].iter().rev()).take_while(|(a, b)| a == b).count();
+    let removed = old[prefix..old.len() - suffix].iter().map(|line| format!("- {line}"));
+    let added = new[prefix..new.len() - suffix].iter().map(|line| format!("+ {line}"));
+    removed.chain(added).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "2026-11-24T00:21:34.450000Z DEBUG megamind_scenario::access: request
+BaseRequest {
+  RequestId: \"r-1\"
+}
+Input {
+  Text {
+    Utterance: \"кафе\"
+  }
+}
+2026-11-24T00:21:34.452590Z DEBUG megamind_scenario::access: answer
+Version: \"1\"
+ResponseBody {
+  Layout {
+    OutputSpeech: \"Вот.\"
+  }
+}
+2026-11-24T00:21:34.452780Z  INFO megamind_scenario::access: transport=http scenario=demo handler=run request_id=r-1 outcome=ok latency_us=5234
+2026-11-24T00:21:35.000000Z  INFO megamind_scenario::cli: something else
+";
+
+    #[test]
+    fn requests_pair_with_their_answers_and_summaries() {
+        let calls = parse_log(LOG);
+        assert_eq!(calls.len(), 1);
+        let call = &calls[0];
+        assert_eq!((call.scenario.as_str(), call.handler, call.request_id.as_str()), ("demo", Handler::Run, "r-1"));
+        assert!(call.request.contains("Utterance: \"кафе\""));
+        assert!(call.answer.as_deref().unwrap().contains("OutputSpeech"));
+        assert!(parse_log("no log at all\n").is_empty());
+    }
+
+    #[test]
+    fn volatile_fields_and_their_blocks_are_not_compared() {
+        let text = "Version: \"2\"\nState {\n  x: 1\n}\nResponseBody {\n  Layout {\n  }\n}\n";
+        assert_eq!(normalized(text, &["Version", "State"]), ["ResponseBody {", "  Layout {", "  }", "}"]);
+        let old: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let new: Vec<String> = ["a", "B", "c"].map(String::from).to_vec();
+        assert_eq!(diff(&old, &new), ["- b", "+ B"]);
+    }
+
+    #[test]
+    fn summary_fields_read_quoted_values() {
+        let fields = summary_fields("transport=http scenario=demo handler=run request_id=\"\" outcome=ok");
+        assert_eq!(fields["request_id"], "");
+        assert_eq!(fields["outcome"], "ok");
+    }
+}

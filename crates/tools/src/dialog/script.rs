@@ -1,0 +1,233 @@
+//! Dialog scripts (SPEC §3.1): YAML files of dialogs, each a scenario and
+//! turns of `say`, `voice`, `callback` or `request`, with expectations on the
+//! answer. Loading checks everything before anything is sent: the YAML
+//! (file, line and column of a mistake), one input per turn, the field paths
+//! against the protocol's schema, the matchers; and bounds the work a file
+//! can ask for.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::expect::Expectation;
+use megamind_core::{
+    codec::{self, Format},
+    proto::n_alice::n_scenarios::TScenarioRunRequest,
+};
+
+/// Largest script file read, in bytes.
+pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
+/// Dialogs in one file at most.
+pub const MAX_DIALOGS: usize = 1000;
+/// Turns in one dialog at most.
+pub const MAX_TURNS: usize = 1000;
+
+/// A script file as written.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// The dialogs, played one after the other, each a session of its own.
+    pub dialogs: Vec<Dialog>,
+}
+
+/// One dialog.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dialog {
+    /// Its name in reports.
+    pub name: String,
+    /// The scenario it talks to; the command's `--scenario` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// The turns, in order; `State` is carried from one to the next.
+    pub turns: Vec<TurnSpec>,
+}
+
+/// One turn: exactly one input, and what its answer must be.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnSpec {
+    /// Typed words (`Input.Text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
+    /// Spoken words (`Input.Voice`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voice: Option<String>,
+    /// A callback the client sends back (`Input.Callback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<CallbackSpec>,
+    /// The result of the command the last answer asked to run
+    /// (`RunCommandDirective`): its callback sent back, completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_result: Option<CommandResultSpec>,
+    /// `TScenarioRunRequest` fields in text format, merged into the request
+    /// (e.g. `Input { SemanticFrames { Name: "run_skill" } }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Field path → matcher, and `max_ms`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub expect: Map<String, Value>,
+}
+
+/// `callback: {name, payload}`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackSpec {
+    /// Its `Name`.
+    pub name: String,
+    /// Its `Payload`, a JSON-like object.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub payload: Map<String, Value>,
+}
+
+/// `command_result: {output, exit_code, skipped}`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandResultSpec {
+    /// What the command printed.
+    #[serde(default)]
+    pub output: String,
+    /// Its exit code.
+    #[serde(default)]
+    pub exit_code: i32,
+    /// True when the user skipped it.
+    #[serde(default)]
+    pub skipped: bool,
+}
+
+/// A script loaded and checked.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The file it came from, for reports.
+    pub file: String,
+    /// The dialogs with their expectations compiled.
+    pub dialogs: Vec<(Dialog, Vec<Expectation>)>,
+}
+
+/// Why a script cannot run; says where.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ScriptError(pub String);
+
+/// Reads, parses and checks the script at `path`.
+pub fn load(path: &Path) -> Result<Loaded, ScriptError> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| ScriptError(format!("{file}: cannot read: {e}")))?;
+    if bytes.len() > MAX_SCRIPT_BYTES {
+        return Err(ScriptError(format!("{file}: larger than {MAX_SCRIPT_BYTES} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ScriptError(format!("{file}: not UTF-8: {e}")))?;
+    parse(&file, &text)
+}
+
+/// Parses and checks the script `text` of `file`.
+pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
+    let script: Script = serde_saphyr::from_str(text).map_err(|error| {
+        let at = error.location().map_or(String::new(), |at| format!(":{}:{}", at.line(), at.column()));
+        // The crate's message may carry its own position and a snippet:
+        // the first line says what is wrong.
+        let message = error.to_string();
+        ScriptError(format!("{file}{at}: {}", message.lines().next().unwrap_or("invalid YAML")))
+    })?;
+    if script.dialogs.is_empty() || script.dialogs.len() > MAX_DIALOGS {
+        return Err(ScriptError(format!("{file}: write 1 to {MAX_DIALOGS} dialogs under `dialogs:`")));
+    }
+    let mut dialogs = Vec::with_capacity(script.dialogs.len());
+    for dialog in script.dialogs {
+        let name = &dialog.name;
+        if dialog.turns.is_empty() || dialog.turns.len() > MAX_TURNS {
+            return Err(ScriptError(format!("{file}: dialog {name:?}: write 1 to {MAX_TURNS} turns")));
+        }
+        let mut expectations = Vec::with_capacity(dialog.turns.len());
+        for (i, turn) in dialog.turns.iter().enumerate() {
+            let at = format!("{file}: dialog {name:?}, turn {}", i + 1);
+            let inputs = [
+                turn.say.is_some(),
+                turn.voice.is_some(),
+                turn.callback.is_some(),
+                turn.command_result.is_some(),
+                turn.request.is_some(),
+            ];
+            if inputs.iter().filter(|set| **set).count() != 1 {
+                return Err(ScriptError(format!(
+                    "{at}: write exactly one of say, voice, callback, command_result, request"
+                )));
+            }
+            if let Some(text) = &turn.request {
+                codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text).map_err(|e| {
+                    ScriptError(format!("{at}: request: not a TScenarioRunRequest in text format: {e}"))
+                })?;
+            }
+            let expectation = Expectation::compile(&turn.expect).map_err(|e| ScriptError(format!("{at}: {e}")))?;
+            expectations.push(expectation);
+        }
+        dialogs.push((dialog, expectations));
+    }
+    Ok(Loaded { file: file.to_owned(), dialogs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: &str = r#"
+dialogs:
+  - name: open an app
+    scenario: assistant
+    turns:
+      - say: "открой Safari"
+        expect:
+          speech: {contains: "Safari"}
+          directives[0].OpenAppDirective.AppName: "Safari"
+          max_ms: 300
+      - callback: {name: skill_command_result, payload: {output: "", exit_code: 0}}
+        expect: {should_listen: true}
+"#;
+
+    #[test]
+    fn the_spec_example_loads() {
+        let loaded = parse("seed.yaml", SEED).unwrap();
+        let (dialog, expectations) = &loaded.dialogs[0];
+        assert_eq!((dialog.name.as_str(), dialog.scenario.as_deref()), ("open an app", Some("assistant")));
+        assert_eq!(dialog.turns.len(), 2);
+        assert_eq!(dialog.turns[1].callback.as_ref().unwrap().payload["exit_code"], 0);
+        assert_eq!(expectations[0].max_ms, Some(300));
+        assert_eq!(expectations[0].checks.len(), 2);
+    }
+
+    #[test]
+    fn a_command_result_turn_loads_and_is_one_input() {
+        let text = "dialogs:\n  - name: skill\n    turns:\n      - say: запусти навык git-quick-commit\n      - command_result: {output: \" M a.txt\", exit_code: 0}\n      - command_result: {skipped: true}\n";
+        let loaded = parse("skill.yaml", text).unwrap();
+        let turns = &loaded.dialogs[0].0.turns;
+        let result = turns[1].command_result.as_ref().unwrap();
+        assert_eq!((result.output.as_str(), result.exit_code, result.skipped), (" M a.txt", 0, false));
+        assert!(turns[2].command_result.as_ref().unwrap().skipped);
+        let both = "dialogs:\n  - name: x\n    turns:\n      - say: a\n        command_result: {}\n";
+        let error = parse("both.yaml", both).unwrap_err().to_string();
+        assert!(error.contains("exactly one of say, voice, callback, command_result, request"), "{error}");
+    }
+
+    #[test]
+    fn mistakes_say_file_line_and_column() {
+        let broken = "dialogs:\n  - name: x\n    turns:\n      - say: [unclosed\n";
+        let error = parse("bad.yaml", broken).unwrap_err().to_string();
+        assert!(error.starts_with("bad.yaml:4:"), "{error}");
+        let unknown = "dialogs:\n  - name: x\n    turns:\n      - sya: hi\n";
+        let error = parse("typo.yaml", unknown).unwrap_err().to_string();
+        assert!(error.starts_with("typo.yaml:4:") && error.contains("sya"), "{error}");
+    }
+
+    #[test]
+    fn bad_turns_and_paths_are_refused_before_anything_runs() {
+        let two = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n";
+        assert!(parse("f", two).unwrap_err().to_string().contains("exactly one"));
+        let path = "dialogs:\n  - name: x\n    turns:\n      - say: a\n        expect: {Layout.NoSuchField: 1}\n";
+        let error = parse("f", path).unwrap_err().to_string();
+        assert!(error.contains("turn 1") && error.contains("NoSuchField"), "{error}");
+        assert!(parse("f", "dialogs: []\n").is_err());
+        let request = "dialogs:\n  - name: x\n    turns:\n      - request: 'Input { Nope: 1 }'\n";
+        assert!(parse("f", request).unwrap_err().to_string().contains("request: not a TScenarioRunRequest"));
+    }
+}

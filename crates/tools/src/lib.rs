@@ -1,0 +1,15 @@
+//! Tools around a running scenario server, built into the server's binary
+//! as subcommands and used by the tests.
+//!
+//! # Layout
+//! - [`client`]: a protocol client that plays a scenario as Megamind does
+//!   (run, then continue, commit or apply; `State` carried; callbacks followed).
+//! - [`dialog`]: the `dialog` command: the client from the terminal, from
+//!   YAML scripts with expectations, or replaying a server's debug log.
+//! - [`convert`]: the `convert` command (binary, JSON and text format).
+//! - [`validate_jsonseq`]: the `validate-jsonseq` command.
+
+pub mod client;
+pub mod convert;
+pub mod dialog;
+pub mod validate_jsonseq;
