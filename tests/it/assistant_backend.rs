@@ -74,7 +74,7 @@ async fn the_breaker_counts_failed_calls_not_attempts() {
         c.breaker_failures = 2;
         c.max_retries = 2;
         c.retry_backoff_ms = 1;
-        c.warmup = megamind_assistant::assistant::config::Warmup::Off;
+        c.warmup = megamind_assistant::config::Warmup::Off;
     })
     .await;
     let mut client = client(&h.app, Transport::Http);
@@ -122,7 +122,7 @@ async fn extra_body_keeps_the_order_it_was_written_in() {
 
 #[tokio::test]
 async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_turn() {
-    use megamind_assistant::assistant::config::Warmup;
+    use megamind_assistant::config::Warmup;
     let mock = MockLlm::start(Reply::content("Ок.")).await;
     let h = spawn(&mock, |c| c.warmup = Warmup::Auto).await;
     mock.wait_for_calls(1).await;

@@ -24,7 +24,7 @@ use crate::{
 };
 
 fn fillers() -> Vec<String> {
-    megamind_assistant::assistant::config::AssistantConfig::default().filler_texts
+    megamind_assistant::config::AssistantConfig::default().filler_texts
 }
 
 /// The callback hops of a turn: the `/run`s after the first.

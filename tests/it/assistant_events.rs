@@ -3,11 +3,9 @@
 
 use std::{sync::Mutex, time::Duration};
 
-use megamind_assistant::assistant::{
-    backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage},
-    config::AssistantConfig,
-    openai::OpenAi,
-};
+use megamind_assistant::backend::openai::OpenAi;
+use megamind_assistant::backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage};
+use megamind_assistant::config::AssistantConfig;
 use tokio::time::Instant;
 
 use crate::mock_llm::{MockLlm, Reply};

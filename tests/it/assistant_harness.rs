@@ -7,10 +7,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use megamind_assistant::assistant::{
-    Assistant, AssistantModule,
-    config::{AssistantConfig, Warmup},
-};
+use megamind_assistant::config::{AssistantConfig, Warmup};
+use megamind_assistant::{Assistant, AssistantModule};
 use megamind_core::{
     config::Config,
     proto::{

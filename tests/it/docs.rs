@@ -56,7 +56,7 @@ fn the_skills_script_example_loads() {
 #[test]
 fn the_shipped_system_prompt_is_the_built_in_one() {
     let shipped = read("docs/system-prompt.txt");
-    assert_eq!(shipped.trim(), megamind_assistant::assistant::prompt::DEFAULT_SYSTEM_PROMPT.trim());
+    assert_eq!(shipped.trim(), megamind_assistant::dialog::prompt::DEFAULT_SYSTEM_PROMPT.trim());
     let table = blocks(&read("docs/assistant.md"), "toml").concat();
     assert!(table.contains(r#"system_prompt_file = "docs/system-prompt.txt""#), "{table}");
 }

@@ -48,7 +48,8 @@ fn crates_depend_one_way() {
         let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).expect("manifest");
         let manifest: toml::Table = manifest.parse().expect("TOML");
         let deps = manifest.get("dependencies").and_then(toml::Value::as_table).cloned().unwrap_or_default();
-        let ours: BTreeSet<&str> = deps.keys().map(String::as_str).filter(|name| name.starts_with("megamind-")).collect();
+        let ours: BTreeSet<&str> =
+            deps.keys().map(String::as_str).filter(|name| name.starts_with("megamind-")).collect();
         let allowed: BTreeSet<&str> = allowed.iter().copied().collect();
         assert_eq!(ours, allowed, "{dir} depends on the workspace's crates it may");
     }
@@ -203,7 +204,9 @@ fn imports(code: &str, module: &str, name: &str, modules: &BTreeSet<String>) -> 
     let mut offset = 0;
     for line in code.lines() {
         let trimmed = line.trim_start();
-        let item = trimmed.strip_prefix("pub ").or_else(|| Some(trimmed.split_once(") ")?.1).filter(|_| trimmed.starts_with("pub(")));
+        let item = trimmed
+            .strip_prefix("pub ")
+            .or_else(|| Some(trimmed.split_once(") ")?.1).filter(|_| trimmed.starts_with("pub(")));
         let statement = item.unwrap_or(trimmed).strip_prefix("use ");
         if let Some(start) = statement.map(|rest| offset + line.len() - rest.len()) {
             let end = code[start..].find(';').map_or(code.len(), |end| start + end);
@@ -215,9 +218,11 @@ fn imports(code: &str, module: &str, name: &str, modules: &BTreeSet<String>) -> 
         let mut rest = code;
         while let Some(at) = rest.find(root) {
             let before = rest[..at].chars().next_back();
-            let path: String = rest[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+            let path: String =
+                rest[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
             rest = &rest[at + root.len()..];
-            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') && !path.ends_with("::") {
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') && !path.ends_with("::")
+            {
                 paths.push(path);
             }
         }

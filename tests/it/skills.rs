@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use megamind_assistant::assistant::config::AssistantConfig;
+use megamind_assistant::config::AssistantConfig;
 use megamind_core::proto::{
     megamind_scenario::v1::TSkillSession,
     n_alice::n_scenarios::{
@@ -389,7 +389,7 @@ async fn without_a_model_skills_are_listed_but_not_run() {
     let metrics = prometheus::Registry::new();
     let mut config = AssistantConfig::default();
     config.skills.dir = Some(skills_dir());
-    let assistant = megamind_assistant::assistant::Assistant::from_config(&config, &metrics).unwrap();
+    let assistant = megamind_assistant::Assistant::from_config(&config, &metrics).unwrap();
     let registry = crate::helpers::registry_of("assistant", std::sync::Arc::new(assistant));
     let app = crate::helpers::spawn_app(megamind_core::config::Config::default(), registry).await;
     let mut client = client(&app, Transport::Http);

@@ -63,61 +63,27 @@
 //! `/llm` routes ([`llm_schema`] their description): a call's record as a
 //! JSONSeq [`stream`], or whole.
 
-pub mod answer;
-pub mod backend;
-mod background;
-mod backoff;
-mod breaker;
-mod callback;
-pub(crate) mod calls;
-pub mod config;
-mod llm_api;
-mod llm_schema;
 mod margin;
-pub mod metrics;
-pub mod module;
-pub mod offline;
-pub mod openai;
-mod outcome;
-pub(crate) mod policy;
-pub mod prompt;
-pub mod record;
-// Public, but hidden, only so the fuzz targets under `fuzz/` can reach them.
-#[doc(hidden)]
-pub mod reply;
-// Public, but hidden, only so the fuzz target `skill_turn` can reach it.
-#[doc(hidden)]
-pub mod skill_dialog;
-pub(crate) mod speech;
-pub(crate) mod state;
-pub mod stream;
-pub(crate) mod turn;
-mod upstream_json;
-#[doc(hidden)]
-pub mod upstream_sse;
-mod warmup;
-
-pub use module::AssistantModule;
 
 use std::{sync::Arc, time::Duration};
+
+use crate::{dialog::reply::NO_WORDS, error::AssistantError};
 
 use async_trait::async_trait;
 use prost_types::{Any, Struct};
 use tokio::time::{Instant, timeout_at};
 
-use self::{
-    backend::{BackendError, ModelBackend, ModelRequest},
-    calls::{AtCapacity, Calls, Handle},
-    config::AssistantConfig,
-    margin::Margin,
-    metrics::AssistantMetrics,
-    outcome::ModelOutcome,
-    policy::{DialogPolicy, Interpretation, TurnPlan},
-    record::{CallRecord, Follower},
-    skill_dialog::SkillPolicy,
-    state::Caps,
-    turn::TurnInput,
-};
+use crate::assistant::margin::Margin;
+use crate::backend::{BackendError, ModelBackend, ModelRequest};
+use crate::calls::outcome::ModelOutcome;
+use crate::calls::record::{CallRecord, Follower};
+use crate::calls::{AtCapacity, Calls, Handle};
+use crate::config::AssistantConfig;
+use crate::dialog::policy::{DialogPolicy, Interpretation, TurnPlan};
+use crate::dialog::state::Caps;
+use crate::dialog::turn::TurnInput;
+use crate::metrics::AssistantMetrics;
+use crate::skills::dialog::SkillPolicy;
 use megamind_core::{
     proto::{
         megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
@@ -129,22 +95,9 @@ use megamind_core::{
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };
 
-/// Spoken when declining a turn that brings nothing to answer.
-const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
 const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
 /// Spoken when declining a callback for a call the dialog no longer waits for.
 const NOTHING_PENDING: &str = "Этот ответ уже не ждут.";
-
-/// Why the assistant could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum AssistantError {
-    /// A configuration value that passed validation but cannot be used.
-    #[error("assistant: {0}")]
-    Setup(String),
-    /// Metrics could not be registered.
-    #[error("assistant metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-}
 
 /// The assistant scenario.
 #[derive(Debug)]
@@ -156,7 +109,7 @@ pub struct Assistant {
     config: AssistantConfig,
     caps: Caps,
     margin: Margin,
-    activity: Arc<warmup::Activity>,
+    activity: Arc<crate::backend::warmup::Activity>,
     /// The skills policy, when it is the policy: for the catalog's route.
     skills: Option<Arc<SkillPolicy>>,
 }
@@ -174,11 +127,11 @@ impl Assistant {
             tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
         }
         if config.is_offline() {
-            return Assistant::with_backend(config, Arc::new(offline::Offline), metrics);
+            return Assistant::with_backend(config, Arc::new(crate::backend::offline::Offline), metrics);
         }
-        let backend = Arc::new(openai::OpenAi::new(config, metrics.retries.clone())?);
+        let backend = Arc::new(crate::backend::openai::OpenAi::new(config, metrics.retries.clone())?);
         let assistant = Assistant::with_backend(config, backend, metrics)?;
-        if warmup::wanted(config.warmup, &config.base_url) {
+        if crate::backend::warmup::wanted(config.warmup, &config.base_url) {
             assistant.keep_warm()?;
         }
         Ok(assistant)
@@ -189,12 +142,13 @@ impl Assistant {
     /// that drives it.
     fn keep_warm(&self) -> Result<(), AssistantError> {
         // A session of its own: the prompt's static text is what warms.
-        let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
+        let state =
+            TAssistantState { session_id: crate::dialog::state::new_session_id(0, "warmup"), ..Default::default() };
         let messages = self.policy.messages(&state, "Привет");
         let (config, metrics) = (self.config.clone(), self.metrics.clone());
         let activity = Arc::downgrade(&self.activity);
         let task = async move {
-            let backend = match openai::OpenAi::new(&config, metrics.retries.clone()) {
+            let backend = match crate::backend::openai::OpenAi::new(&config, metrics.retries.clone()) {
                 Ok(backend) => Arc::new(backend),
                 Err(error) => return tracing::warn!(%error, "assistant: no warm-up"),
             };
@@ -216,9 +170,9 @@ impl Assistant {
                     }
                 }
             };
-            warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
+            crate::backend::warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
         };
-        background::spawn("assistant-warmup", task)
+        crate::background::spawn("assistant-warmup", task)
             .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up: {e}")))
     }
 
@@ -228,7 +182,7 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
-        let offline = backend.name() == ModelBackend::name(&offline::Offline);
+        let offline = backend.name() == ModelBackend::name(&crate::backend::offline::Offline);
         let policy = Arc::new(SkillPolicy::from_config(config, &metrics, offline)?);
         let skills = Some(policy.clone());
         let mut assistant = Assistant::with_policy(config, backend, policy, metrics);
@@ -243,7 +197,7 @@ impl Assistant {
         policy: Arc<dyn DialogPolicy>,
         metrics: AssistantMetrics,
     ) -> Assistant {
-        let retention = calls::Retention {
+        let retention = crate::calls::Retention {
             ttl: config.result_ttl(),
             max_entries: config.max_retained,
             max_bytes: config.max_retained_bytes,
@@ -257,7 +211,7 @@ impl Assistant {
         );
         let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
-        let activity = warmup::Activity::new();
+        let activity = crate::backend::warmup::Activity::new();
         Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
     }
 
@@ -266,9 +220,14 @@ impl Assistant {
         self.backend.name()
     }
 
-    /// The skills catalog now; `None` when the policy serves no skills.
-    pub(crate) fn skills_catalog(&self) -> Option<Arc<crate::skills::catalog::Catalog>> {
-        self.skills.as_ref().map(|skills| skills.catalog())
+    /// What the `/llm` routes read of this assistant.
+    pub(crate) fn llm_sources(&self) -> crate::llm::routes::Sources {
+        crate::llm::routes::Sources {
+            config: self.config.clone(),
+            metrics: self.metrics.clone(),
+            calls: self.calls.clone(),
+            skills: self.skills.clone(),
+        }
     }
 
     /// Model calls running now.
@@ -350,7 +309,7 @@ impl Assistant {
     /// hops a call may take, the apology.
     fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
-        if args.hops >= callback::max_hops(self.config.call_timeout()) {
+        if args.hops >= crate::dialog::callback::max_hops(self.config.call_timeout()) {
             tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
             state.pending = None;
             return self.apology(Handler::Continue, &state);
@@ -362,7 +321,7 @@ impl Assistant {
             Some(new) => (new, ready.as_str(), false, "partial"),
             None => {
                 let fillers = &self.config.filler_texts;
-                let next = callback::next_filler(state.last_filler, fillers.len());
+                let next = crate::dialog::callback::next_filler(state.last_filler, fillers.len());
                 state.last_filler = u32::try_from(next + 1).unwrap_or(0);
                 // The microphone stays open for a client that does not follow
                 // callbacks: the user's repeat joins the call too.
@@ -376,9 +335,9 @@ impl Assistant {
             spoken: spoken.to_owned(),
         });
         self.metrics.answer("continue", kind);
-        let mut body = reply::spoken(speech, listen, &state, "assistant.hold");
+        let mut body = crate::dialog::reply::spoken(speech, listen, &state, "assistant.hold");
         if let Some(layout) = body.layout.as_mut() {
-            layout.directives.push(callback::directive(&args.call_id));
+            layout.directives.push(crate::dialog::callback::directive(&args.call_id));
         }
         body
     }
@@ -388,13 +347,13 @@ impl Assistant {
     /// streams while the voice speaks the short part.
     fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
         if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
-            layout.directives.push(reply::show_stream(&self.config.stream_url(call_id)));
+            layout.directives.push(crate::dialog::reply::show_stream(&self.config.stream_url(call_id)));
         }
     }
 
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
         self.metrics.answer(handler.as_str(), "apology");
-        reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
+        crate::dialog::reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
     }
 
     /// Where waiting must stop to answer by `deadline`.
@@ -412,7 +371,9 @@ impl Assistant {
     /// else a new call under this request's id.
     fn asked(&self, request_id: &str, utterance: String, mut state: TAssistantState) -> TAssistantContinueArguments {
         match state.pending.take() {
-            Some(pending) if turn::normalize(&pending.utterance) == turn::normalize(&utterance) => {
+            Some(pending)
+                if crate::dialog::turn::normalize(&pending.utterance) == crate::dialog::turn::normalize(&utterance) =>
+            {
                 TAssistantContinueArguments {
                     call_id: pending.call_id,
                     utterance,
@@ -434,7 +395,8 @@ impl Assistant {
     /// names, or `None` when the dialog holds no such call (a stale or
     /// foreign callback).
     fn resumed(&self, payload: Option<&Struct>, mut state: TAssistantState) -> Option<TAssistantContinueArguments> {
-        let pending = state.pending.take().filter(|p| Some(p.call_id.as_str()) == callback::call_id(payload))?;
+        let pending =
+            state.pending.take().filter(|p| Some(p.call_id.as_str()) == crate::dialog::callback::call_id(payload))?;
         Some(TAssistantContinueArguments {
             call_id: pending.call_id,
             utterance: pending.utterance,
@@ -450,8 +412,6 @@ fn has_screen(base: Option<&TScenarioBaseRequest>) -> bool {
     base.and_then(|base| base.interfaces.as_ref()).is_some_and(|interfaces| interfaces.has_screen)
 }
 
-pub(crate) use megamind_core::text::clip;
-
 #[async_trait]
 impl Scenario for Assistant {
     async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
@@ -460,14 +420,14 @@ impl Scenario for Assistant {
         let screen = has_screen(Some(&base));
         let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
             self.metrics.answer("run", "irrelevant");
-            return Ok(reply::irrelevant(NO_WORDS).into());
+            return Ok(crate::dialog::reply::irrelevant(NO_WORDS).into());
         };
-        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
+        let mut state = crate::dialog::state::of_request(&base, &ctx.request_id, self.caps);
         let args = match input {
-            TurnInput::Callback { name, payload } if name == callback::NAME => {
+            TurnInput::Callback { name, payload } if name == crate::dialog::callback::NAME => {
                 let Some(args) = self.resumed(payload.as_ref(), state) else {
                     self.metrics.answer("run", "stale_callback");
-                    return Ok(reply::irrelevant(NOTHING_PENDING).into());
+                    return Ok(crate::dialog::reply::irrelevant(NOTHING_PENDING).into());
                 };
                 args
             }
@@ -475,12 +435,12 @@ impl Scenario for Assistant {
                 TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
                 TurnPlan::Decline { reason } => {
                     self.metrics.answer("run", "irrelevant");
-                    return Ok(reply::irrelevant(&reason).into());
+                    return Ok(crate::dialog::reply::irrelevant(&reason).into());
                 }
                 TurnPlan::Answer { body, kind } => {
                     self.metrics.answer("run", kind);
                     let response = t_scenario_run_response::Response::ResponseBody(*body);
-                    let features = Some(reply::features());
+                    let features = Some(crate::dialog::reply::features());
                     return Ok(TScenarioRunResponse { response: Some(response), features, ..Default::default() }.into());
                 }
             },
@@ -488,7 +448,7 @@ impl Scenario for Assistant {
         let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
-            return Ok(reply::irrelevant(BUSY).into());
+            return Ok(crate::dialog::reply::irrelevant(BUSY).into());
         };
         let response = match handle.wait_until(stop_by).await {
             Some(outcome) => {
@@ -502,8 +462,12 @@ impl Scenario for Assistant {
                 t_scenario_run_response::Response::ContinueArguments(any)
             }
         };
-        Ok(TScenarioRunResponse { response: Some(response), features: Some(reply::features()), ..Default::default() }
-            .into())
+        Ok(TScenarioRunResponse {
+            response: Some(response),
+            features: Some(crate::dialog::reply::features()),
+            ..Default::default()
+        }
+        .into())
     }
 
     async fn r#continue(
@@ -512,7 +476,7 @@ impl Scenario for Assistant {
         ctx: CallContext,
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
-        let args = state::continue_arguments(request.arguments.as_ref())?;
+        let args = crate::dialog::state::continue_arguments(request.arguments.as_ref())?;
         let screen = has_screen(request.base_request.as_ref());
         let mut body = match self.start(&args).await {
             Err(AtCapacity) => {
@@ -520,7 +484,7 @@ impl Scenario for Assistant {
                 let mut state = args.state.clone().unwrap_or_default();
                 state.pending = None;
                 self.metrics.answer("continue", "refused");
-                reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
+                crate::dialog::reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
             }
             Ok(handle) => match handle.wait_until(stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,

@@ -14,6 +14,6 @@ pub mod mapper;
 pub mod transcript;
 pub mod validate;
 
-pub use mapper::{Format, Mapper, SeqEvent, clean_queries};
-pub use transcript::{Event, parse_transcript};
-pub use validate::{Violation, validate};
+pub use crate::jsonseq::mapper::{Format, Mapper, SeqEvent, clean_queries};
+pub use crate::jsonseq::transcript::{Event, parse_transcript};
+pub use crate::jsonseq::validate::{Violation, validate};

@@ -46,11 +46,11 @@ use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use self::{
+use crate::parts::{
     error::json_response,
     snapshots::{Found, Snapshots},
 };
-pub use self::{
+pub use crate::parts::{
     error::{PartError, json_error},
     fetch::{FetchError, FetchLimits, fetch_all, fetch_all_with},
     schema::{chunking_doc, part_schema},

@@ -16,12 +16,11 @@
 //! bounded (file sizes, skill count, output bytes, command length).
 
 pub mod catalog;
+pub mod dialog;
 pub mod markers;
 pub mod output;
-pub mod policy;
 pub mod prompt;
+pub mod rules;
 
 /// The most steps a skill session runs: the seed's `[Step N of 100]`.
 pub const MAX_STEPS: u32 = 100;
-
-pub(crate) use megamind_core::text::clip as cut_at_char_boundary;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::*;
-use crate::assistant::backend::ModelEvent;
+use crate::backend::ModelEvent;
 use megamind_core::proto::{
     megamind_scenario::v1::TAssistantTurn,
     n_alice::n_scenarios::{
@@ -51,15 +51,15 @@ impl ModelBackend for Scripted {
     async fn complete(
         &self,
         request: &ModelRequest,
-        events: &dyn backend::EventSink,
-    ) -> Result<backend::Completion, BackendError> {
+        events: &dyn crate::backend::EventSink,
+    ) -> Result<crate::backend::Completion, BackendError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
         tokio::time::sleep(self.delay).await;
         let text = self.reply.clone()?.replace("{session_id}", &request.session_id);
         events.event(ModelEvent::TextDelta(text.clone()));
         events.event(ModelEvent::Finish { reason: "stop".into() });
-        Ok(backend::Completion { text, attempts: 1, ..backend::Completion::default() })
+        Ok(crate::backend::Completion { text, attempts: 1, ..crate::backend::Completion::default() })
     }
 }
 
@@ -124,7 +124,7 @@ fn speech(body: &TScenarioResponseBody) -> &str {
 }
 
 fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
-    state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
+    crate::dialog::state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
 }
 
 fn metric(registry: &prometheus::Registry, needle: &str) -> bool {
@@ -172,7 +172,7 @@ async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_rep
         panic!("{:?}", layout.directives)
     };
     assert_eq!(
-        (callback.name.as_str(), callback::call_id(callback.payload.as_ref())),
+        (callback.name.as_str(), crate::dialog::callback::call_id(callback.payload.as_ref())),
         ("assistant_answer", Some("r1"))
     );
     let state = state_of(&body);
@@ -183,7 +183,7 @@ async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_rep
 
     // The user repeats (other case and punctuation) after the model finished.
     tokio::time::advance(Duration::from_secs(2)).await;
-    let repeat = run_request("r2", "который час", Some(state::encode(&state)));
+    let repeat = run_request("r2", "который час", Some(crate::dialog::state::encode(&state)));
     let body = body_of(assistant.run(repeat, ctx("r2")).await.unwrap().into_owned());
     assert_eq!(speech(&body), "Сейчас 12 часов.");
     let state = state_of(&body);
@@ -201,7 +201,7 @@ async fn a_different_question_after_the_fallback_calls_the_model_again() {
         handover(&assistant.run(run_request("r1", "вопрос один", None), ctx("r1")).await.unwrap().into_owned());
     let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
     let state = state_of(&body);
-    let next = run_request("r2", "вопрос два", Some(state::encode(&state)));
+    let next = run_request("r2", "вопрос два", Some(crate::dialog::state::encode(&state)));
     let run = assistant.run(next, ctx("r2")).await.unwrap().into_owned();
     handover(&run);
     assert_eq!(backend.calls(), 2);
@@ -353,14 +353,14 @@ async fn a_command_result_without_a_skill_session_is_declined() {
     let payload = serde_json::json!({"output": "ok", "exit_code": 0});
     let callback = TCallbackDirective {
         name: "skill_command_result".into(),
-        payload: Some(answer::to_struct(payload.as_object().unwrap().clone())),
+        payload: Some(crate::dialog::answer::to_struct(payload.as_object().unwrap().clone())),
         ..Default::default()
     };
     let mut request = run_request("r1", "", None);
     request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
     let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
     assert!(declined.features.as_ref().unwrap().is_irrelevant);
-    assert_eq!(speech(&body_of(declined)), super::skill_dialog::STALE_RESULT);
+    assert_eq!(speech(&body_of(declined)), crate::skills::dialog::STALE_RESULT);
     assert_eq!(backend.calls(), 0);
     assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="irrelevant"} 1"#));
 }

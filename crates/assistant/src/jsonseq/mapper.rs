@@ -57,11 +57,11 @@ mod thinkingml;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{
+use crate::jsonseq::mapper::sequence::Sequence;
+use crate::jsonseq::{
     Event,
     validate::{MAX_QUERIES, MAX_QUERY_CHARS, sensitive},
 };
-use sequence::Sequence;
 
 /// The longest ThinkingML tag read as a tag; a longer one is text.
 pub const MAX_TAG_BYTES: usize = 256;
@@ -131,8 +131,8 @@ enum Reader {
     /// Nothing visible yet, the format to be decided.
     Undecided,
     Text,
-    ThinkingMl(thinkingml::ThinkingMl),
-    Jsonl(jsonl::Jsonl),
+    ThinkingMl(crate::jsonseq::mapper::thinkingml::ThinkingMl),
+    Jsonl(crate::jsonseq::mapper::jsonl::Jsonl),
 }
 
 impl Reader {

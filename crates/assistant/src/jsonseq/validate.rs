@@ -19,7 +19,7 @@ use std::{collections::HashSet, sync::LazyLock};
 
 use serde_json::{Map, Value};
 
-use super::Event;
+use crate::jsonseq::Event;
 
 /// Queries `serp_queries` may carry.
 pub const MAX_QUERIES: usize = 5;

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{PartsConfig, etag_of, split};
+use crate::parts::{PartsConfig, etag_of, split};
 
 /// The JSON Schema (draft 2020-12) of one part as [`super::Parts::respond`]
 /// serves it: a whole answer (`is_consequential: false`, `content` the JSON

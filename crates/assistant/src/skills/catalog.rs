@@ -35,7 +35,7 @@ use serde::Deserialize;
 mod front;
 mod words;
 
-use words::{edit_distance, normalize};
+use crate::skills::catalog::words::{edit_distance, normalize};
 
 /// The largest `SKILL.md` read; a bigger one is skipped.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
@@ -283,8 +283,8 @@ pub fn parse(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<SkillP
 }
 
 fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Located>), Located> {
-    let (yaml, body) =
-        front::split(text).ok_or((Some(1), "no front matter: write it between two `---` lines".to_string()))?;
+    let (yaml, body) = crate::skills::catalog::front::split(text)
+        .ok_or((Some(1), "no front matter: write it between two `---` lines".to_string()))?;
     // The YAML starts on the file's second line.
     let located = |error: serde_saphyr::Error| {
         let line = error.location().map(|at| at.line() + 1);
@@ -295,10 +295,10 @@ fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Lo
     let warnings = keys
         .keys()
         .filter(|key| !KNOWN_KEYS.contains(&key.as_str()))
-        .map(|key| (front::line_of_key(yaml, key), format!("unknown key `{key}` ignored")))
+        .map(|key| (crate::skills::catalog::front::line_of_key(yaml, key), format!("unknown key `{key}` ignored")))
         .collect();
     let front: FrontMatter = serde_saphyr::from_str(yaml).map_err(located)?;
-    let at = |key: &str| front::line_of_key(yaml, key);
+    let at = |key: &str| crate::skills::catalog::front::line_of_key(yaml, key);
     check_name(&front.name, folder).map_err(|reason| (at("name"), reason))?;
     let chars = front.description.trim().chars().count();
     if !(1..=1024).contains(&chars) {

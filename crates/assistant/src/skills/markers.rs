@@ -20,7 +20,7 @@
 //!   after the marker, trimmed at both ends (a question may span lines).
 //! - An empty answer is `Command("")`; the command policy refuses it.
 
-use super::cut_at_char_boundary;
+use megamind_core::text::clip;
 
 /// The longest text a step carries; the model's `max_tokens` (512) keeps
 /// real answers far below it.
@@ -143,7 +143,7 @@ fn block(rest: &str, after: &[&str]) -> String {
 }
 
 fn bounded(text: &str) -> String {
-    cut_at_char_boundary(text, MAX_CONTENT_BYTES).to_string()
+    clip(text, MAX_CONTENT_BYTES).to_string()
 }
 
 #[cfg(test)]

@@ -87,7 +87,7 @@ pub fn clean(raw: &str, max_bytes: usize) -> String {
 /// rules: it goes when that leaves it blank or equal to the line before.
 fn cut_with_note(out: &mut String, max_bytes: usize) {
     let note = max_bytes.checked_sub(CUT_NOTE.len() + 1);
-    let keep = super::cut_at_char_boundary(out, note.unwrap_or(max_bytes)).trim_end().len();
+    let keep = megamind_core::text::clip(out, note.unwrap_or(max_bytes)).trim_end().len();
     out.truncate(keep);
     let (before, last) = out.rsplit_once('\n').unwrap_or(("", out.as_str()));
     if before.rsplit('\n').next() == Some(last) && !before.is_empty() {

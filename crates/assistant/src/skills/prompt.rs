@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 
-use super::MAX_STEPS;
+use crate::skills::MAX_STEPS;
 
 /// The seed's base prompt (`prompts.json` key `SKILL_SYSTEM_PROMPT_WITH_ASK`,
 /// §3.1), verbatim.

@@ -20,7 +20,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{MAX_OBJECT_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
+use crate::jsonseq::mapper::{MAX_OBJECT_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
 /// Blanks kept between lines of text at most.
 const MAX_BLANK_BYTES: usize = 4096;
 

@@ -5,7 +5,7 @@
 use proptest::{prelude::*, sample::select};
 use serde_json::json;
 
-use super::{
+use crate::jsonseq::mapper::{
     tests::{final_text, joined, violations},
     *,
 };

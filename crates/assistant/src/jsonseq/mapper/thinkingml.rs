@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use super::{MAX_TAG_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
+use crate::jsonseq::mapper::{MAX_TAG_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
 
 /// The longest comment held back; a longer one is text.
 const MAX_COMMENT_BYTES: usize = 2048;

@@ -1,7 +1,7 @@
 //! Word-level helpers of the catalog's lookups: the text a trigger is
 //! compared on, and the edit distance behind "did you mean".
 
-use super::MAX_QUERY_CHARS;
+use crate::skills::catalog::MAX_QUERY_CHARS;
 
 /// Lowercase words separated by single spaces; `ё` is `е`.
 pub(super) fn normalize(text: &str) -> String {

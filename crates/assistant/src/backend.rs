@@ -1,0 +1,246 @@
+//! The model backend seam: one chat completion per call, its text delivered
+//! whole at the end and, on the way, as typed [`ModelEvent`]s (text and
+//! reasoning pieces, how it finished, the tokens it cost) to an [`EventSink`].
+//!
+//! Implementations: [`super::openai::OpenAi`] (any OpenAI-compatible server)
+//! and [`super::offline::Offline`] (embedded, no network). Errors are tagged
+//! by cause so that metrics, retries and the breaker agree on what happened.
+
+pub(crate) mod backoff;
+pub(crate) mod breaker;
+pub mod offline;
+pub mod openai;
+pub(crate) mod warmup;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The instructions.
+    System,
+    /// The user.
+    User,
+    /// The model, in earlier turns.
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message of `role`.
+    pub fn new(role: Role, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role, content: content.into() }
+    }
+}
+
+/// One completion to make.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    /// System prompt, history, then the user's words.
+    pub messages: Vec<ChatMessage>,
+    /// The session id the model is told to echo in commands; backends that
+    /// do not read the prompt (the offline one) take it from here.
+    pub session_id: String,
+    /// When the whole call, retries included, must be over.
+    pub deadline: Instant,
+    /// Sampling of this call instead of the configured one (a skill's step).
+    pub sampling: Option<Sampling>,
+}
+
+/// A call's own sampling: `temperature` and `max_tokens` replace the
+/// configured ones, and the answer is free text (no `response_format`,
+/// `json_schema` or `grammar` of `extra_body`: a skill answers in markers,
+/// not the chat's JSON) unless `extra_body` says otherwise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// `temperature` of the request body.
+    pub temperature: f64,
+    /// `max_tokens` of the request body.
+    pub max_tokens: u32,
+    /// More request body fields, over the configured ones (a grammar that
+    /// keeps a small model to the skills' markers).
+    pub extra_body: Arc<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl ModelRequest {
+    /// The last user message: what this call answers.
+    pub fn utterance(&self) -> &str {
+        self.messages.iter().rev().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str())
+    }
+}
+
+/// Largest answer a backend hands back (and largest event it reads), in bytes.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
+
+/// Longest `finish_reason` kept, in bytes: the known ones are a word
+/// (`stop`, `length`, `content_filter`, `tool_calls`), the rest is the
+/// backend's invention.
+pub const MAX_FINISH_REASON_BYTES: usize = 64;
+
+/// A finished completion.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// The model's whole answer.
+    pub text: String,
+    /// From the request to the first token (of the answer or of its
+    /// reasoning), when the backend streamed.
+    pub first_token: Option<Duration>,
+    /// Attempts made, 1 without retries.
+    pub attempts: u32,
+    /// Why the model stopped (`stop`, `length`, ...), when the backend said.
+    pub finish_reason: Option<String>,
+    /// Tokens the call cost, when the backend said.
+    pub usage: Option<TokenUsage>,
+}
+
+/// Tokens one completion cost, as the backend counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenUsage {
+    /// Tokens of the messages sent.
+    pub prompt_tokens: u64,
+    /// Tokens the model produced, reasoning included.
+    pub completion_tokens: u64,
+}
+
+/// One thing a backend reports while it answers, in the order it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelEvent {
+    /// More text of the answer.
+    TextDelta(String),
+    /// More of the model's reasoning before (or beside) the answer; never
+    /// part of the answer's text.
+    ReasoningDelta(String),
+    /// The model stopped, for `reason` (`stop`, `length`, ...).
+    Finish {
+        /// The backend's `finish_reason`, at most [`MAX_FINISH_REASON_BYTES`].
+        reason: String,
+    },
+    /// What the call cost.
+    Usage {
+        /// Tokens of the messages sent.
+        prompt_tokens: u64,
+        /// Tokens the model produced.
+        completion_tokens: u64,
+    },
+}
+
+impl ModelEvent {
+    /// The event of `usage`.
+    pub fn usage(usage: TokenUsage) -> ModelEvent {
+        ModelEvent::Usage { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens }
+    }
+
+    /// Bytes of text it carries.
+    pub fn text_len(&self) -> usize {
+        match self {
+            ModelEvent::TextDelta(text) | ModelEvent::ReasoningDelta(text) => text.len(),
+            ModelEvent::Finish { reason } => reason.len(),
+            ModelEvent::Usage { .. } => 0,
+        }
+    }
+}
+
+/// Receives a backend's events while it answers.
+pub trait EventSink: Send + Sync {
+    /// One more event.
+    fn event(&self, event: ModelEvent);
+}
+
+/// Ignores the events.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn event(&self, _event: ModelEvent) {}
+}
+
+/// Why a model call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// No connection, or it broke before a whole answer arrived.
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// A timeout: `connect`, `first_token` or `call`.
+    #[error("no answer in time ({0} timeout)")]
+    Timeout(&'static str),
+    /// The backend answered an HTTP error status.
+    #[error("the backend answered HTTP {status}: {message}")]
+    Status {
+        /// The status code.
+        status: u16,
+        /// The start of the body, for the log.
+        message: String,
+    },
+    /// The answer was not a chat completion.
+    #[error("malformed answer: {0}")]
+    BadResponse(String),
+    /// The circuit breaker is open: the backend failed too often lately.
+    #[error("the backend is failing; calls are paused")]
+    CircuitOpen,
+}
+
+impl BackendError {
+    /// The stable label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendError::Connect(_) => "connect",
+            BackendError::Timeout(_) => "timeout",
+            BackendError::Status { status: 429, .. } => "rate_limited",
+            BackendError::Status { .. } => "status",
+            BackendError::BadResponse(_) => "bad_response",
+            BackendError::CircuitOpen => "circuit_open",
+        }
+    }
+
+    /// Worth another attempt: the backend may answer the same request next time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            BackendError::Connect(_) => true,
+            BackendError::Status { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+
+    /// Says the backend is unwell (not that our request was wrong): counts
+    /// towards opening the breaker.
+    pub fn is_backend_failure(&self) -> bool {
+        match self {
+            BackendError::Connect(_) | BackendError::Timeout(_) => true,
+            BackendError::Status { status, .. } => *status == 429 || *status >= 500,
+            BackendError::BadResponse(_) | BackendError::CircuitOpen => false,
+        }
+    }
+}
+
+/// A chat model.
+#[async_trait]
+pub trait ModelBackend: Send + Sync + fmt::Debug + 'static {
+    /// The label of metrics: `openai`, `offline`.
+    fn name(&self) -> &'static str;
+
+    /// Completes `request`, handing its events to `events` as they come:
+    /// the text in [`ModelEvent::TextDelta`]s that add up to the returned
+    /// text, then [`ModelEvent::Finish`] and [`ModelEvent::Usage`] when the
+    /// backend reports them. Events handed out are never taken back, so a
+    /// backend does not retry once it has sent one. Must return by
+    /// `request.deadline` (the caller enforces it as well).
+    async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError>;
+
+    /// The circuit breaker's state for the metric: 0 closed, 1 half-open, 2 open.
+    fn breaker_state(&self) -> i64 {
+        0
+    }
+}

@@ -1,0 +1,311 @@
+//! Server-sent events of an OpenAI-compatible stream: `data:` lines with
+//! `choices[].delta` chunks, ended by `data: [DONE]`. A chunk carries answer
+//! text (`delta.content`), reasoning (`delta.reasoning_content`, or
+//! `delta.reasoning` as some servers name it), `finish_reason` and, in the
+//! last chunk when the request asked for it (`stream_options`), `usage`.
+//!
+//! The network cuts the stream anywhere (inside a line, inside a UTF-8
+//! character), so [`SseDecoder`] keeps the partial line until its end arrives
+//! and hands out whole events only. It is bounded: a line or event past
+//! `max_bytes` is an error, not an ever-growing buffer.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::backend::{MAX_FINISH_REASON_BYTES, TokenUsage};
+
+/// What a complete event means; one chunk may mean several, in this order:
+/// reasoning, text, finish, usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// More text of the answer (never empty).
+    Delta(String),
+    /// More of the model's reasoning (never empty).
+    Reasoning(String),
+    /// `finish_reason`: why the model stopped (at most
+    /// [`MAX_FINISH_REASON_BYTES`]).
+    Finish(String),
+    /// `usage`: what the call cost.
+    Usage(TokenUsage),
+    /// `[DONE]`: the answer is complete.
+    Done,
+}
+
+/// A stream that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    /// A line or event larger than the limit.
+    #[error("stream event larger than {0} bytes")]
+    TooLarge(usize),
+    /// Bytes that are not UTF-8.
+    #[error("stream is not UTF-8")]
+    NotUtf8,
+    /// A `data:` that is neither `[DONE]` nor a chat completion chunk.
+    #[error("stream chunk is not a chat completion chunk: {0}")]
+    BadChunk(String),
+    /// The backend reported an error inside the stream.
+    #[error("the backend reported an error in the stream: {0}")]
+    Backend(String),
+}
+
+/// Splits bytes into events, whatever the chunking.
+#[derive(Debug)]
+pub struct SseDecoder {
+    partial: Vec<u8>,
+    data: String,
+    has_data: bool,
+    max_bytes: usize,
+}
+
+impl SseDecoder {
+    /// A decoder refusing lines and events past `max_bytes`.
+    pub fn new(max_bytes: usize) -> SseDecoder {
+        SseDecoder { partial: Vec::new(), data: String::new(), has_data: false, max_bytes }
+    }
+
+    /// Feeds received bytes; returns the events they complete, in order.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, SseError> {
+        let mut events = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let (line, tail) = rest.split_at(end);
+            rest = &tail[1..];
+            if self.partial.is_empty() {
+                self.line(line, &mut events)?;
+            } else {
+                self.partial.extend_from_slice(line);
+                let whole = std::mem::take(&mut self.partial);
+                self.line(&whole, &mut events)?;
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > self.max_bytes {
+            return Err(SseError::TooLarge(self.max_bytes));
+        }
+        Ok(events)
+    }
+
+    /// The stream ended: an event not closed by a blank line still counts
+    /// (some servers close right after the last `data:` line).
+    pub fn finish(&mut self) -> Result<Vec<StreamEvent>, SseError> {
+        let mut events = Vec::new();
+        let last = std::mem::take(&mut self.partial);
+        if !last.is_empty() {
+            self.line(&last, &mut events)?;
+        }
+        self.line(b"", &mut events)?;
+        Ok(events)
+    }
+
+    fn line(&mut self, line: &[u8], events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if std::mem::take(&mut self.has_data) {
+                let data = std::mem::take(&mut self.data);
+                interpret(&data, events)?;
+            }
+            return Ok(());
+        }
+        let line = std::str::from_utf8(line).map_err(|_| SseError::NotUtf8)?;
+        // Only `data` matters; `event`, `id`, `retry` and `:` comments
+        // (keep-alives) are skipped.
+        let Some(value) = line.strip_prefix("data:") else { return Ok(()) };
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        if self.has_data {
+            self.data.push('\n');
+        }
+        self.data.push_str(value);
+        self.has_data = true;
+        if self.data.len() > self.max_bytes {
+            return Err(SseError::TooLarge(self.max_bytes));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    error: Option<Value>,
+    // Read leniently: a cost the backend garbles is not worth the answer.
+    usage: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    finish_reason: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+}
+
+fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
+    if data.trim() == "[DONE]" {
+        events.push(StreamEvent::Done);
+        return Ok(());
+    }
+    let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(e.to_string()))?;
+    if let Some(error) = chunk.error {
+        return Err(SseError::Backend(megamind_core::text::clip(&error.to_string(), 200).to_owned()));
+    }
+    if let Some(choice) = chunk.choices.into_iter().next() {
+        if let Some(delta) = choice.delta {
+            let reasoning = [delta.reasoning_content, delta.reasoning].into_iter().flatten().find(|r| !r.is_empty());
+            events.extend(reasoning.map(StreamEvent::Reasoning));
+            events.extend(delta.content.filter(|text| !text.is_empty()).map(StreamEvent::Delta));
+        }
+        events.extend(finish_reason(choice.finish_reason.as_ref()).map(StreamEvent::Finish));
+    }
+    events.extend(usage(chunk.usage.as_ref()).map(StreamEvent::Usage));
+    Ok(())
+}
+
+/// A `finish_reason` that says something, clipped.
+pub(crate) fn finish_reason(value: Option<&Value>) -> Option<String> {
+    let reason = value?.as_str()?.trim();
+    (!reason.is_empty()).then(|| megamind_core::text::clip(reason, MAX_FINISH_REASON_BYTES).to_owned())
+}
+
+/// A `usage` object's token counts; absent ones count 0.
+pub(crate) fn usage(value: Option<&Value>) -> Option<TokenUsage> {
+    let usage = value?.as_object()?;
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage { prompt_tokens: count("prompt_tokens"), completion_tokens: count("completion_tokens") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> String {
+        format!("data: {}\n\n", serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]}))
+    }
+
+    fn stream() -> Vec<u8> {
+        let mut all = String::from(": keep-alive\n\n");
+        all.push_str("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n");
+        for piece in ["При", "вет, ", "мир! 👋"] {
+            all.push_str(&chunk(piece));
+        }
+        all.push_str("data: [DONE]\n\n");
+        all.into_bytes()
+    }
+
+    fn text_of(events: &[StreamEvent]) -> (String, bool) {
+        let mut text = String::new();
+        let mut done = false;
+        for event in events {
+            match event {
+                StreamEvent::Delta(piece) => text.push_str(piece),
+                StreamEvent::Done => done = true,
+                _ => {}
+            }
+        }
+        (text, done)
+    }
+
+    #[test]
+    fn any_split_of_the_bytes_gives_the_same_events() {
+        let bytes = stream();
+        let whole = SseDecoder::new(1 << 20).push(&bytes).unwrap();
+        assert_eq!(text_of(&whole), ("Привет, мир! 👋".to_owned(), true));
+        // Every cut point, including inside multi-byte characters and "\n\n".
+        for cut in 0..bytes.len() {
+            let mut decoder = SseDecoder::new(1 << 20);
+            let mut events = decoder.push(&bytes[..cut]).unwrap();
+            events.extend(decoder.push(&bytes[cut..]).unwrap());
+            assert_eq!(events, whole, "cut at {cut}");
+        }
+        // And byte by byte.
+        let mut decoder = SseDecoder::new(1 << 20);
+        let events: Vec<_> = bytes.iter().flat_map(|b| decoder.push(&[*b]).unwrap()).collect();
+        assert_eq!(events, whole);
+    }
+
+    #[test]
+    fn crlf_lines_and_multi_line_data() {
+        let mut decoder = SseDecoder::new(1024);
+        let events = decoder.push(b"event: message\r\nid: 7\r\ndata: [DONE]\r\n\r\n").unwrap();
+        assert_eq!(events, [StreamEvent::Done]);
+        let mut decoder = SseDecoder::new(1024);
+        let events = decoder.push(b"data: {\"choices\":\r\ndata: [{\"delta\":{\"content\":\"a\"}}]}\r\n\r\n").unwrap();
+        assert_eq!(events, [StreamEvent::Delta("a".into())]);
+    }
+
+    #[test]
+    fn a_stream_cut_before_the_blank_line_still_yields_its_last_event() {
+        let mut decoder = SseDecoder::new(1024);
+        assert!(decoder.push(b"data: [DONE]").unwrap().is_empty());
+        assert_eq!(decoder.finish().unwrap(), [StreamEvent::Done]);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(matches!(SseDecoder::new(1024).push(b"data: {not json\n\n"), Err(SseError::BadChunk(_))));
+        assert!(matches!(SseDecoder::new(1024).push(b"data: \xff\xfe\n\n"), Err(SseError::NotUtf8)));
+        let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
+        assert!(matches!(error, Err(SseError::Backend(ref m)) if m.contains("overloaded")), "{error:?}");
+    }
+
+    #[test]
+    fn bounded_by_max_bytes() {
+        let mut decoder = SseDecoder::new(64);
+        assert_eq!(decoder.push(&[b'x'; 65]), Err(SseError::TooLarge(64)), "a line without an end");
+        let mut decoder = SseDecoder::new(64);
+        let many_lines = "data: 0123456789\n".repeat(8);
+        assert_eq!(decoder.push(many_lines.as_bytes()), Err(SseError::TooLarge(64)), "an event without an end");
+    }
+
+    #[test]
+    fn reasoning_finish_reason_and_usage_are_read() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Думаю\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"reasoning\":\"...\",\"content\":\"Ответ\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":7,\"total_tokens\":19}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let events = SseDecoder::new(1024).push(stream.as_bytes()).unwrap();
+        assert_eq!(
+            events,
+            [
+                StreamEvent::Reasoning("Думаю".into()),
+                StreamEvent::Reasoning("...".into()),
+                StreamEvent::Delta("Ответ".into()),
+                StreamEvent::Finish("length".into()),
+                StreamEvent::Usage(TokenUsage { prompt_tokens: 12, completion_tokens: 7 }),
+                StreamEvent::Done,
+            ]
+        );
+    }
+
+    #[test]
+    fn odd_finish_reasons_and_usage_neither_fail_nor_grow() {
+        let long = "x".repeat(500);
+        let chunk = serde_json::json!({
+            "choices": [{"delta": {"content": "a"}, "finish_reason": long}],
+            "usage": {"prompt_tokens": "many", "completion_tokens": 3},
+        });
+        let events = SseDecoder::new(4096).push(format!("data: {chunk}\n\n").as_bytes()).unwrap();
+        assert_eq!(
+            events,
+            [
+                StreamEvent::Delta("a".into()),
+                StreamEvent::Finish("x".repeat(MAX_FINISH_REASON_BYTES)),
+                StreamEvent::Usage(TokenUsage { prompt_tokens: 0, completion_tokens: 3 }),
+            ]
+        );
+        let quiet = b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":null}],\"usage\":null}\n\n";
+        assert!(SseDecoder::new(1024).push(quiet).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,460 @@
+//! The recording of one model call: every [`ModelEvent`] its backend
+//! reported, in order, for readers that follow the call from its start,
+//! each at its own pace, however late they join (the JSONSeq stream,
+//! `/continue`).
+//!
+//! Append-only and bounded by bytes (text plus a fixed cost per event). Past
+//! the bound the text is cut at a character boundary, later pieces are not
+//! kept and the record says it was truncated: a follower reads a prefix of
+//! the answer, never one with holes. How the call ended (`Finish`, `Usage`,
+//! a few bytes each) still fits in a small allowance past the bound. The
+//! record ends when the call does, or when its writer goes away without
+//! saying so; a follower then gets the rest and `None`.
+//!
+//! The events sit in a `tokio::sync::watch`: the writer appends under its
+//! lock (never held across an await) and wakes every follower; a follower
+//! keeps only its own position, so a slow one holds nothing back and costs
+//! nothing but that position.
+
+use std::{
+    any::Any,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use tokio::{sync::watch, time::Instant};
+
+use crate::backend::{EventSink, ModelEvent};
+use megamind_core::text::clip;
+
+/// Room past the bound for how the call ended.
+const END_ALLOWANCE: usize = 1024;
+/// What keeping an event costs besides its text.
+const EVENT_COST: usize = std::mem::size_of::<ModelEvent>();
+
+/// The recording of one call; the writer and the source of followers.
+#[derive(Debug)]
+pub(crate) struct CallRecord {
+    max_bytes: usize,
+    started: Instant,
+    tx: watch::Sender<Recording>,
+    /// What the call's readers share (the stream's events, made once),
+    /// kept while one of them holds it.
+    shared: Mutex<Weak<dyn Any + Send + Sync>>,
+}
+
+#[derive(Debug)]
+struct Recording {
+    started: Instant,
+    events: Vec<ModelEvent>,
+    /// When each event came, in µs from the start (a u32 spans 71 minutes,
+    /// past any call's timeout).
+    arrived_us: Vec<u32>,
+    bytes: usize,
+    truncated: bool,
+    finished: bool,
+    /// Why the call failed, when it did.
+    failure: Option<String>,
+    /// From the start to the first event and to the end.
+    first_event: Option<Duration>,
+    ended: Option<Duration>,
+}
+
+/// How a recorded call ended, as far as the record knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Still running.
+    Running,
+    /// It answered.
+    Completed,
+    /// It failed, for this reason (as the error says it).
+    Failed(String),
+}
+
+/// When a recorded call's events came, from its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timings {
+    /// To the first event (a token of the answer or of its reasoning).
+    pub first_event: Option<Duration>,
+    /// To the end; `None` while it runs.
+    pub ended: Option<Duration>,
+    /// So far (to the end once it ended).
+    pub elapsed: Duration,
+}
+
+/// Bytes kept of a failure's reason.
+const MAX_FAILURE_BYTES: usize = 512;
+
+/// One reader of a call's events, from the first.
+#[derive(Debug)]
+pub struct Follower {
+    rx: watch::Receiver<Recording>,
+    next: usize,
+}
+
+impl CallRecord {
+    /// An empty record keeping at most about `max_bytes`.
+    pub(crate) fn new(max_bytes: usize) -> CallRecord {
+        let started = Instant::now();
+        let recording = Recording {
+            started,
+            events: Vec::new(),
+            arrived_us: Vec::new(),
+            bytes: 0,
+            truncated: false,
+            finished: false,
+            failure: None,
+            first_event: None,
+            ended: None,
+        };
+        let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
+        CallRecord { max_bytes, started, tx: watch::Sender::new(recording), shared }
+    }
+
+    /// Appends `event`, within the bound; nothing once finished.
+    pub(crate) fn push(&self, event: ModelEvent) {
+        let at = self.started.elapsed();
+        self.tx.send_if_modified(|recording| {
+            let kept = recording.push(event, self.max_bytes);
+            if kept {
+                recording.arrived_us.push(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
+                if recording.first_event.is_none() {
+                    recording.first_event = Some(at);
+                }
+            }
+            kept
+        });
+    }
+
+    /// The call is over: followers get the rest, then `None`.
+    pub(crate) fn finish(&self) {
+        let at = self.started.elapsed();
+        self.tx.send_if_modified(|recording| {
+            let first = !std::mem::replace(&mut recording.finished, true);
+            if first {
+                recording.ended = Some(at);
+            }
+            first
+        });
+    }
+
+    /// The call failed for `reason` and is over.
+    pub(crate) fn fail(&self, reason: &str) {
+        self.tx.send_if_modified(|recording| {
+            if recording.finished {
+                return false;
+            }
+            recording.failure = Some(clip(reason, MAX_FAILURE_BYTES).to_owned());
+            true
+        });
+        self.finish();
+    }
+
+    /// How the call ended, so far.
+    #[cfg(test)]
+    pub(crate) fn ending(&self) -> Ending {
+        self.tx.borrow().ending()
+    }
+
+    /// When its events came.
+    pub(crate) fn timings(&self) -> Timings {
+        let recording = self.tx.borrow();
+        let elapsed = recording.ended.unwrap_or_else(|| self.started.elapsed());
+        Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
+    }
+
+    /// Every event so far, whether the text was cut at the bound, and how
+    /// the call ended: read at once, so that an ended call's events are all
+    /// there.
+    pub(crate) fn snapshot(&self) -> (Vec<ModelEvent>, bool, Ending) {
+        let recording = self.tx.borrow();
+        (recording.events.clone(), recording.truncated, recording.ending())
+    }
+
+    /// What the call's readers share: the one a reader still holds, else
+    /// `make`'s, held by the readers only (it goes with the last of them).
+    pub(crate) fn shared<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
+        let mut slot = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = slot.upgrade().and_then(|held| held.downcast::<T>().ok()) {
+            return held;
+        }
+        let made = Arc::new(make());
+        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&made) as Weak<dyn Any + Send + Sync>;
+        *slot = weak;
+        made
+    }
+
+    /// A reader from the first event.
+    pub(crate) fn follow(&self) -> Follower {
+        Follower { rx: self.tx.subscribe(), next: 0 }
+    }
+
+    /// The answer's text so far: its text pieces, joined.
+    pub(crate) fn text(&self) -> String {
+        let recording = self.tx.borrow();
+        recording
+            .events
+            .iter()
+            .filter_map(|event| match event {
+                ModelEvent::TextDelta(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What the record holds, in bytes, for the retention bound.
+    pub(crate) fn bytes(&self) -> usize {
+        self.tx.borrow().bytes
+    }
+}
+
+impl EventSink for CallRecord {
+    fn event(&self, event: ModelEvent) {
+        self.push(event);
+    }
+}
+
+impl Recording {
+    fn ending(&self) -> Ending {
+        match (&self.failure, self.finished) {
+            (Some(reason), _) => Ending::Failed(reason.clone()),
+            (None, true) => Ending::Completed,
+            (None, false) => Ending::Running,
+        }
+    }
+
+    /// Whether `event`, or a part of it, was kept.
+    fn push(&mut self, event: ModelEvent, max_bytes: usize) -> bool {
+        if self.finished {
+            return false;
+        }
+        let event = match event {
+            ModelEvent::TextDelta(text) => match self.fit(text, max_bytes) {
+                Some(text) => ModelEvent::TextDelta(text),
+                None => return false,
+            },
+            ModelEvent::ReasoningDelta(text) => match self.fit(text, max_bytes) {
+                Some(text) => ModelEvent::ReasoningDelta(text),
+                None => return false,
+            },
+            end => {
+                if self.bytes + EVENT_COST + end.text_len() > max_bytes + END_ALLOWANCE {
+                    self.truncated = true;
+                    return false;
+                }
+                end
+            }
+        };
+        self.bytes += EVENT_COST + event.text_len();
+        self.events.push(event);
+        true
+    }
+
+    /// What of `text` fits, if anything; past the bound the record is
+    /// truncated and keeps no more text, so that it stays a prefix.
+    fn fit(&mut self, text: String, max_bytes: usize) -> Option<String> {
+        if self.truncated {
+            return None;
+        }
+        let room = max_bytes.saturating_sub(self.bytes + EVENT_COST);
+        if text.len() <= room {
+            return Some(text);
+        }
+        self.truncated = true;
+        let kept = clip(&text, room);
+        (!kept.is_empty()).then(|| kept.to_owned())
+    }
+}
+
+impl Follower {
+    /// The next event, waiting for it while the call runs; `None` once the
+    /// call is over and every event was read.
+    pub async fn next(&mut self) -> Option<ModelEvent> {
+        loop {
+            {
+                let recording = self.rx.borrow_and_update();
+                if let Some(event) = recording.events.get(self.next) {
+                    self.next += 1;
+                    return Some(event.clone());
+                }
+                if recording.finished {
+                    return None;
+                }
+            }
+            if self.rx.changed().await.is_err() {
+                // The writer went away without finishing: what it wrote is all.
+                let event = self.rx.borrow().events.get(self.next).cloned();
+                self.next += usize::from(event.is_some());
+                return event;
+            }
+        }
+    }
+
+    /// Marks what the record holds now as seen: [`Follower::changed`] waits
+    /// for what comes after.
+    pub(crate) fn mark_seen(&mut self) {
+        self.rx.borrow_and_update();
+    }
+
+    /// Waits for a change of the record since it was last seen; at once
+    /// when its writer went away (the record will not change again).
+    pub(crate) async fn changed(&mut self) {
+        // An error is the writer gone: nothing more will come, and the
+        // reader reads the end now.
+        let _ = self.rx.changed().await;
+    }
+
+    /// Whether the record stopped keeping text at its bound.
+    pub fn truncated(&self) -> bool {
+        self.rx.borrow().truncated
+    }
+
+    /// How the call ended: once [`Follower::next`] gave `None`, `Completed`
+    /// or `Failed`; a writer gone without a word failed.
+    pub fn ending(&self) -> Ending {
+        match self.rx.borrow().ending() {
+            Ending::Running if self.rx.has_changed().is_err() => {
+                Ending::Failed("the call ended without an answer".into())
+            }
+            ending => ending,
+        }
+    }
+
+    /// Whether every event recorded so far was read: the next one, when it
+    /// comes, is read live.
+    pub fn caught_up(&self) -> bool {
+        self.rx.borrow().events.len() <= self.next
+    }
+
+    /// When the event read last came.
+    pub fn arrived(&self) -> Option<Instant> {
+        let recording = self.rx.borrow();
+        let us = *recording.arrived_us.get(self.next.checked_sub(1)?)?;
+        Some(recording.started + Duration::from_micros(u64::from(us)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn text(piece: &str) -> ModelEvent {
+        ModelEvent::TextDelta(piece.into())
+    }
+
+    async fn drain(follower: &mut Follower) -> Vec<ModelEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = follower.next().await {
+            events.push(event);
+        }
+        events
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_follower_reads_every_event_from_the_start_at_its_own_pace() {
+        let record = std::sync::Arc::new(CallRecord::new(1 << 20));
+        let mut early = record.follow();
+        let writer = record.clone();
+        let call = tokio::spawn(async move {
+            for piece in ["Сей", "час ", "полдень."] {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                writer.event(text(piece));
+            }
+            writer.event(ModelEvent::Finish { reason: "stop".into() });
+            writer.finish();
+        });
+        assert_eq!(early.next().await, Some(text("Сей")), "the early follower waits for the first piece");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // Joins after two pieces and still reads from the first.
+        let mut late = record.follow();
+        assert_eq!(late.next().await, Some(text("Сей")));
+        assert_eq!(late.next().await, Some(text("час ")));
+        assert_eq!(record.text(), "Сейчас ", "the text so far, without waiting");
+        call.await.unwrap();
+        assert_eq!(record.text(), "Сейчас полдень.");
+        let whole = [text("Сей"), text("час "), text("полдень."), ModelEvent::Finish { reason: "stop".into() }];
+        assert_eq!(drain(&mut early).await, whole[1..]);
+        assert_eq!(drain(&mut late).await, whole[2..]);
+        assert_eq!(drain(&mut record.follow()).await, whole, "after the end, from the start again");
+        assert_eq!(early.next().await, None, "and it stays over");
+        record.push(text("late"));
+        assert_eq!(drain(&mut record.follow()).await, whole, "nothing is kept past the end");
+    }
+
+    #[tokio::test]
+    async fn text_past_the_bound_is_cut_to_a_prefix_but_the_end_is_kept() {
+        let record = CallRecord::new(2 * EVENT_COST + 5);
+        record.push(ModelEvent::ReasoningDelta("abc".into()));
+        record.push(text("яяя"));
+        record.push(text("d"));
+        record.push(ModelEvent::Finish { reason: "length".into() });
+        record.push(ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 2 });
+        record.finish();
+        let mut follower = record.follow();
+        let events = drain(&mut follower).await;
+        let ended = [
+            ModelEvent::Finish { reason: "length".into() },
+            ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 2 },
+        ];
+        assert_eq!(events[..2], [ModelEvent::ReasoningDelta("abc".into()), text("я")], "cut on a character boundary");
+        assert_eq!(events[2..], ended, "no text after the cut, but how it ended");
+        assert!(follower.truncated());
+        assert!(record.bytes() <= 2 * EVENT_COST + 5 + END_ALLOWANCE);
+
+        let flood = CallRecord::new(64);
+        for _ in 0..1000 {
+            flood.push(ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 1 });
+        }
+        assert!(flood.bytes() <= 64 + END_ALLOWANCE, "ends are bounded too: {}", flood.bytes());
+    }
+
+    #[tokio::test]
+    async fn a_writer_gone_without_finishing_ends_its_followers() {
+        let record = CallRecord::new(1024);
+        let mut follower = record.follow();
+        record.push(text("a"));
+        assert_eq!(follower.ending(), Ending::Running);
+        drop(record);
+        assert_eq!(drain(&mut follower).await, [text("a")]);
+        assert!(matches!(follower.ending(), Ending::Failed(_)), "{:?}", follower.ending());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_ends_the_record_with_its_reason_and_times() {
+        let record = CallRecord::new(1024);
+        let mut follower = record.follow();
+        tokio::time::advance(Duration::from_millis(40)).await;
+        record.push(text("a"));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        record.fail(&"x".repeat(10_000));
+        record.push(text("late"));
+        assert_eq!(drain(&mut follower).await, [text("a")]);
+        let Ending::Failed(reason) = follower.ending() else { panic!("{:?}", follower.ending()) };
+        assert_eq!(reason.len(), MAX_FAILURE_BYTES, "the reason is bounded");
+        let timings = record.timings();
+        assert_eq!(timings.first_event, Some(Duration::from_millis(40)));
+        assert_eq!(timings.ended, Some(Duration::from_millis(100)));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(record.timings().elapsed, Duration::from_millis(100), "the end stops the clock");
+
+        let ok = CallRecord::new(1024);
+        assert_eq!(ok.ending(), Ending::Running);
+        ok.finish();
+        ok.fail("too late");
+        assert_eq!(ok.ending(), Ending::Completed, "a finished call cannot fail afterwards");
+    }
+
+    #[test]
+    fn readers_share_one_thing_while_one_holds_it() {
+        let record = CallRecord::new(1024);
+        let first = record.shared(|| String::from("made once"));
+        let second = record.shared(|| String::from("made twice"));
+        assert!(Arc::ptr_eq(&first, &second), "the one held is shared");
+        drop((first, second));
+        assert_eq!(*record.shared(|| String::from("made again")), "made again", "gone with the last holder");
+        let other = record.shared(|| 7u32);
+        assert_eq!(*other, 7, "another type is made anew");
+    }
+}

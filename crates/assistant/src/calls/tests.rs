@@ -1,0 +1,192 @@
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::backend::{Completion, ModelEvent};
+use megamind_core::store::Usage;
+
+const TTL: Duration = Duration::from_secs(60);
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const SECOND: Duration = Duration::from_secs(1);
+
+fn calls_with(max_in_flight: usize, retention: Retention) -> (Calls, IntCounter) {
+    let evicted = IntCounter::new("e", "e").unwrap();
+    let calls = Calls::new(max_in_flight, CALL_TIMEOUT, retention, IntGauge::new("g", "g").unwrap(), evicted.clone());
+    (calls, evicted)
+}
+
+fn calls(max_in_flight: usize, max_entries: usize) -> Calls {
+    calls_with(max_in_flight, Retention { ttl: TTL, max_entries, max_bytes: 1 << 20 }).0
+}
+
+fn done(text: &str) -> ModelOutcome {
+    Ok(Completion { text: text.into(), attempts: 1, ..Completion::default() })
+}
+
+fn text(outcome: &ModelOutcome) -> &str {
+    &outcome.as_ref().unwrap().text
+}
+
+async fn panics() -> ModelOutcome {
+    panic!("a bug in the call")
+}
+
+/// A call that finishes when the returned sender says so.
+fn controlled() -> (oneshot::Sender<ModelOutcome>, impl Future<Output = ModelOutcome> + Send + 'static) {
+    let (tx, rx) = oneshot::channel();
+    (tx, async move { rx.await.unwrap_or_else(|_| done("dropped")) })
+}
+
+impl Calls {
+    fn usage(&self) -> Usage {
+        self.shared.store.usage()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_call_per_id_and_everyone_gets_its_outcome() {
+    let calls = calls(10, 100);
+    let (tx, call) = controlled();
+    let (first, started) = calls.begin("r1", |_| call).await.unwrap();
+    assert!(started);
+    let (second, started) = calls.begin("r1", |_| async { done("second call") }).await.unwrap();
+    assert!(!started, "joined, not started");
+    assert_eq!(calls.in_flight(), 1);
+
+    let soon = Instant::now() + Duration::from_millis(150);
+    assert!(first.wait_until(soon).await.is_none(), "still running at the deadline");
+    assert!(first.ready().is_none());
+    tx.send(done("answer")).unwrap();
+    let outcome = second.wait_until(Instant::now() + SECOND).await.unwrap();
+    assert_eq!(text(&outcome), "answer");
+    assert_eq!(text(&first.ready().unwrap()), "answer");
+    tokio::task::yield_now().await;
+    assert_eq!(calls.in_flight(), 0);
+
+    let (third, started) = calls.begin("r1", |_| async { done("again") }).await.unwrap();
+    assert!(!started, "a finished call is reused within the TTL");
+    assert_eq!(text(&third.ready().unwrap()), "answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn finished_calls_expire_after_the_ttl() {
+    let calls = calls(10, 100);
+    let (handle, _) = calls.begin("r1", |_| async { done("a") }).await.unwrap();
+    handle.wait_until(Instant::now() + SECOND).await.unwrap();
+    tokio::task::yield_now().await;
+    tokio::time::advance(TTL - SECOND).await;
+    assert!(calls.get("r1").await.is_some() && calls.follow("r1").is_some());
+    tokio::time::advance(2 * SECOND).await;
+    assert!(calls.get("r1").await.is_none(), "expired");
+    assert!(calls.follow("r1").is_none(), "and its record with it");
+    let (_, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+    assert!(started, "a new call after expiry");
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_calls_are_capped_and_not_evicted() {
+    let calls = calls(2, 1);
+    let (tx1, c1) = controlled();
+    let (_tx2, c2) = controlled();
+    calls.begin("a", |_| c1).await.unwrap();
+    calls.begin("b", |_| c2).await.unwrap();
+    assert_eq!(calls.begin("c", |_| async { done("c") }).await.unwrap_err(), AtCapacity);
+    assert!(calls.begin("a", |_| async { done("x") }).await.is_ok(), "joining is not capped");
+
+    tx1.send(done("a")).unwrap();
+    tokio::task::yield_now().await;
+    let (c, started) = calls.begin("c", |_| async { done("c") }).await.unwrap();
+    assert!(started, "a slot freed up");
+    c.wait_until(Instant::now() + SECOND).await.unwrap();
+    tokio::task::yield_now().await;
+    let usage = calls.usage();
+    assert_eq!((usage.entries, usage.in_flight), (1, 1), "max_retained 1 evicted finished 'a', kept 'c'");
+    assert!(calls.get("a").await.is_none() && calls.get("b").await.is_some() && calls.get("c").await.is_some());
+    assert!(calls.follow("a").is_none() && calls.follow("b").is_some() && calls.follow("c").is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn finished_answers_and_records_are_bounded_by_bytes() {
+    let answer = "x".repeat(1000);
+    let cost = key("a").cost(&outcome::encode(&done(&answer)));
+    let (calls, evicted) = calls_with(10, Retention { ttl: TTL, max_entries: 100, max_bytes: 3 * cost + 100 });
+    for id in ["a", "b", "c", "d"] {
+        let answer = answer.clone();
+        let call = move |record: Arc<CallRecord>| async move {
+            record.push(ModelEvent::TextDelta(answer.clone()));
+            done(&answer)
+        };
+        let (handle, _) = calls.begin(id, call).await.unwrap();
+        handle.wait_until(Instant::now() + SECOND).await.unwrap();
+        tokio::task::yield_now().await;
+    }
+    assert!(calls.get("a").await.is_none(), "the oldest answer went first");
+    assert!(calls.follow("a").is_none(), "and the oldest record");
+    for id in ["b", "c", "d"] {
+        assert!(calls.get(id).await.is_some() && calls.follow(id).is_some(), "{id}");
+    }
+    assert_eq!(calls.usage().bytes, 3 * cost);
+    assert_eq!(evicted.get(), 1);
+    assert!(calls.shared.records().finished_bytes <= 3 * cost + 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_call_abandons_its_lease_at_once() {
+    let calls = calls(10, 100);
+    let (handle, _) = calls.begin("r1", |_| panics()).await.unwrap();
+    let outcome = handle.wait_until(Instant::now() + SECOND).await.expect("ended");
+    assert!(matches!(outcome.as_ref(), Err(BackendError::Connect(_))), "{outcome:?}");
+    tokio::task::yield_now().await;
+    assert_eq!(calls.in_flight(), 0);
+    assert!(calls.follow("r1").is_none(), "no outcome, no record");
+    let (_, started) = calls.begin("r1", |_| async { done("again") }).await.unwrap();
+    assert!(started, "a retry calls again");
+}
+
+#[test]
+fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
+    let runtime = || tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    let calls = calls(10, 100);
+    let first = runtime();
+    let (handle, follower) = first.block_on(async {
+        let handle = calls.begin("r1", |_| std::future::pending::<ModelOutcome>()).await.unwrap().0;
+        (handle, calls.follow("r1").expect("a running call"))
+    });
+    assert_eq!(calls.in_flight(), 1);
+    // A runtime shutting down drops its tasks without an outcome.
+    drop(first);
+    assert_eq!(calls.in_flight(), 0, "the dropped task gave its slot back");
+    assert!(calls.follow("r1").is_none(), "and its record");
+    drop(follower);
+
+    runtime().block_on(async {
+        assert!(handle.ready().is_none(), "nothing was stored");
+        assert!(calls.get("r1").await.is_some(), "the lease holds until its TTL");
+        let (_, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+        assert!(!started, "a retry waits for the lease meanwhile");
+        tokio::time::advance(CALL_TIMEOUT + LEASE_MARGIN).await;
+        let abandoned = handle.wait_until(Instant::now() + SECOND).await.expect("ended");
+        assert!(abandoned.is_err(), "waiters learn the call was abandoned");
+        assert!(calls.get("r1").await.is_none());
+        let (retry, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+        assert!(started, "a retry calls again");
+        assert_eq!(text(&retry.wait_until(Instant::now() + SECOND).await.unwrap()), "b");
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
+    let calls = calls(10, 100);
+    let failing = |record: Arc<CallRecord>| async move {
+        record.push(ModelEvent::TextDelta("Сейч".into()));
+        Err(BackendError::Timeout("call"))
+    };
+    let (handle, _) = calls.begin("r1", failing).await.unwrap();
+    handle.wait_until(Instant::now() + SECOND).await.unwrap();
+    tokio::task::yield_now().await;
+    let Lookup::Kept(record) = calls.lookup("r1") else { panic!("a failed call's record is kept with its outcome") };
+    assert_eq!(record.ending(), crate::calls::record::Ending::Failed(BackendError::Timeout("call").to_string()));
+    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+    tokio::time::advance(TTL + SECOND).await;
+    assert!(matches!(calls.lookup("r1"), Lookup::Gone), "expired, and remembered as such");
+    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+}

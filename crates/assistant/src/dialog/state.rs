@@ -1,0 +1,211 @@
+//! What the assistant carries between handlers and turns: the dialog state
+//! in the protocol's `State` (an `Any` of `TAssistantState`: the session id,
+//! the last turns, capped by count and bytes, and the call a fallback left
+//! pending), so the server keeps nothing between turns; and the arguments
+//! `/run` hands to `/continue` (`TAssistantContinueArguments`).
+//!
+//! The state comes back from Megamind as we gave it, but it is still input:
+//! a foreign or undecodable `Any` reads as an empty state, and the caps are
+//! applied again on reading.
+//!
+//! The session id is derived from the request, never from personal data:
+//! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the shape of the
+//! app-action format's examples), the sub-millisecond digits taken from a hash of the `RequestId` so
+//! that two dialogs started in the same millisecond differ. It is made on the
+//! first turn of a dialog session (no state, `IsNewSession`, or
+//! `IsSessionReset`) and carried in the state afterwards, so it is stable over
+//! the session and the same for every retry of a request.
+
+use prost::Message;
+use prost_types::Any;
+
+use megamind_core::text::clip;
+use megamind_core::{
+    proto::{
+        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
+        n_alice::n_scenarios::TScenarioBaseRequest,
+    },
+    scenario::ScenarioError,
+};
+
+/// The type URL of the state.
+pub(crate) fn type_url() -> String {
+    Any::from_msg(&TAssistantState::default()).map(|a| a.type_url).unwrap_or_default()
+}
+
+/// Limits of the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Turns kept at most.
+    pub(crate) turns: usize,
+    /// Bytes of user and assistant text kept at most.
+    pub(crate) bytes: usize,
+}
+
+/// The state in `any`, capped; empty when absent or not ours.
+pub(crate) fn decode(any: Option<&Any>, caps: Caps) -> TAssistantState {
+    let Some(any) = any else { return TAssistantState::default() };
+    if any.type_url != type_url() {
+        tracing::debug!(type_url = %any.type_url, "assistant: foreign state ignored");
+        return TAssistantState::default();
+    }
+    match TAssistantState::decode(any.value.as_slice()) {
+        Ok(mut state) => {
+            cap(&mut state.turns, caps);
+            state
+        }
+        Err(error) => {
+            tracing::debug!(%error, "assistant: undecodable state ignored");
+            TAssistantState::default()
+        }
+    }
+}
+
+/// The state a `/run` starts from: the one it carries, or a new session's
+/// when there is none or Megamind begins one; with a session id either way.
+pub(crate) fn of_request(base: &TScenarioBaseRequest, request_id: &str, caps: Caps) -> TAssistantState {
+    let mut state = if base.is_session_reset || base.is_new_session {
+        TAssistantState::default()
+    } else {
+        decode(base.state.as_ref(), caps)
+    };
+    if state.session_id.is_empty() {
+        state.session_id = new_session_id(base.server_time_ms, request_id);
+    }
+    state
+}
+
+/// `state` as the `Any` of `ResponseBody.State`.
+pub(crate) fn encode(state: &TAssistantState) -> Any {
+    Any { type_url: type_url(), value: state.encode_to_vec() }
+}
+
+/// Appends a turn and drops the oldest ones past the caps.
+pub(crate) fn push_turn(turns: &mut Vec<TAssistantTurn>, turn: TAssistantTurn, caps: Caps) {
+    turns.push(turn);
+    cap(turns, caps);
+}
+
+fn cap(turns: &mut Vec<TAssistantTurn>, caps: Caps) {
+    let excess = turns.len().saturating_sub(caps.turns.max(1));
+    turns.drain(..excess);
+    let size = |t: &TAssistantTurn| t.user.len() + t.assistant.len();
+    let mut total: usize = turns.iter().map(size).sum();
+    let mut first = 0;
+    while total > caps.bytes && first + 1 < turns.len() {
+        total -= size(&turns[first]);
+        first += 1;
+    }
+    turns.drain(..first);
+    // The newest turn alone may still be too large: keep its beginnings.
+    if let Some(last) = turns.last_mut().filter(|_| total > caps.bytes) {
+        let user = clip(&last.user, caps.bytes / 2).len();
+        last.user.truncate(user);
+        let assistant = clip(&last.assistant, caps.bytes - user).len();
+        last.assistant.truncate(assistant);
+    }
+}
+
+/// A new session id for a request (see the module docs).
+pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let hash =
+        request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let micros = (server_time_ms % 1000) * 1000 + hash % 1000;
+    format!("session_{}.{micros:06}", server_time_ms / 1000)
+}
+
+/// The `ContinueArguments` `/run` handed over, checked.
+pub(crate) fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinueArguments, ScenarioError> {
+    let expected = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
+    let any = any.ok_or_else(|| ScenarioError::BadRequest(format!("expected Arguments of {expected}, got none")))?;
+    if any.type_url != expected {
+        return Err(ScenarioError::BadRequest(format!("expected Arguments of {expected}, got {}", any.type_url)));
+    }
+    let args = TAssistantContinueArguments::decode(any.value.as_slice())
+        .map_err(|e| ScenarioError::BadRequest(format!("undecodable Arguments: {e}")))?;
+    if args.call_id.is_empty() || args.utterance.trim().is_empty() {
+        return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
+    }
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(user: &str, assistant: &str) -> TAssistantTurn {
+        TAssistantTurn { user: user.into(), assistant: assistant.into() }
+    }
+
+    fn bytes(turns: &[TAssistantTurn]) -> usize {
+        turns.iter().map(|t| t.user.len() + t.assistant.len()).sum()
+    }
+
+    #[test]
+    fn keeps_the_last_n_turns() {
+        let caps = Caps { turns: 3, bytes: 1 << 20 };
+        let mut turns = Vec::new();
+        for i in 0..5 {
+            push_turn(&mut turns, turn(&format!("u{i}"), &format!("a{i}")), caps);
+        }
+        let users: Vec<&str> = turns.iter().map(|t| t.user.as_str()).collect();
+        assert_eq!(users, ["u2", "u3", "u4"]);
+    }
+
+    #[test]
+    fn drops_the_oldest_turns_past_the_byte_cap() {
+        let caps = Caps { turns: 100, bytes: 300 };
+        let mut turns = Vec::new();
+        for i in 0..10 {
+            push_turn(&mut turns, turn(&format!("{i}").repeat(50), &"ответ".repeat(5)), caps);
+            assert!(bytes(&turns) <= 300, "after {i}: {}", bytes(&turns));
+        }
+        assert_eq!(turns.len(), 3, "three 100-byte turns fit");
+        assert!(turns.last().unwrap().user.starts_with('9'));
+    }
+
+    #[test]
+    fn a_single_huge_turn_is_cut_at_character_boundaries() {
+        let caps = Caps { turns: 10, bytes: 301 };
+        let mut turns = vec![turn("old", "old")];
+        push_turn(&mut turns, turn(&"я".repeat(1000), &"ж".repeat(1000)), caps);
+        assert_eq!(turns.len(), 1);
+        assert!(bytes(&turns) <= 301, "{}", bytes(&turns));
+        assert!(turns[0].user.chars().all(|c| c == 'я') && turns[0].assistant.chars().all(|c| c == 'ж'));
+        assert!(!turns[0].user.is_empty() && !turns[0].assistant.is_empty());
+    }
+
+    #[test]
+    fn round_trips_and_ignores_foreign_or_broken_state() {
+        let caps = Caps { turns: 2, bytes: 1024 };
+        let state = TAssistantState {
+            session_id: "session_1.000001".into(),
+            turns: vec![turn("a", "b"), turn("c", "d"), turn("e", "f")],
+            ..Default::default()
+        };
+        let back = decode(Some(&encode(&state)), caps);
+        assert_eq!(back.session_id, "session_1.000001");
+        assert_eq!(back.turns, [turn("c", "d"), turn("e", "f")], "caps applied on reading");
+        assert!(type_url().ends_with("megamind_scenario.v1.TAssistantState"), "{}", type_url());
+
+        let foreign = Any { type_url: "type.googleapis.com/google.protobuf.StringValue".into(), value: vec![] };
+        assert_eq!(decode(Some(&foreign), caps), TAssistantState::default());
+        let broken = Any { type_url: type_url(), value: vec![0xff, 0xff, 0xff] };
+        assert_eq!(decode(Some(&broken), caps), TAssistantState::default());
+        assert_eq!(decode(None, caps), TAssistantState::default());
+    }
+
+    #[test]
+    fn session_ids_have_the_seed_shape_and_are_deterministic() {
+        let id = new_session_id(1_764_210_832_530, "req-1");
+        assert!(id.starts_with("session_1764210832.530"), "{id}");
+        assert_eq!(id.len(), "session_1764210832.530743".len(), "{id}");
+        assert_eq!(id, new_session_id(1_764_210_832_530, "req-1"));
+        let other: std::collections::HashSet<String> =
+            (0..20).map(|i| new_session_id(1_764_210_832_530, &format!("req-{i}"))).collect();
+        assert!(other.len() > 1, "the RequestId changes the id");
+        let zero = new_session_id(0, "");
+        assert!(zero.starts_with("session_0.000") && zero.len() == "session_0.000000".len(), "{zero}");
+    }
+}

@@ -1,0 +1,11 @@
+//! The `/llm` API for screen clients, beside the voice answer: a model
+//! call's answer as a live JSONSeq stream or whole, the skills catalog, and
+//! the API's own description.
+//!
+//! - [`routes`]: the routes the assistant registers.
+//! - [`schema`]: what `GET /llm/schema` answers.
+//! - [`stream`]: a model call's record as JSONSeq events.
+
+pub(crate) mod routes;
+pub(crate) mod schema;
+pub mod stream;

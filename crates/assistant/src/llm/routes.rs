@@ -1,0 +1,312 @@
+//! The `/llm` API for screen clients, beside the voice answer:
+//! - `GET /llm/stream/{request_id}`: the answer of the model call that
+//!   `/run` started for that `RequestId`, as a live JSONSeq v1 event stream
+//!   ([`super::stream`]); `Last-Event-ID` or `?after=N` resumes;
+//! - `GET /llm/answers/{request_id}`: the same call's whole answer as JSON;
+//! - `GET /llm/schema`: the endpoints, their answers' JSON Schemas and how to
+//!   reassemble an answer served in parts.
+//!
+//! JSON answers longer than `chunk_bytes` are served in parts
+//! ([`crate::parts`]). Errors are JSON, `{"error": {"code", "message"}}`:
+//! an unknown call 404, an expired one 410, a bad `Last-Event-ID` 400, past
+//! `max_streams` open streams 503. Resuming after the last event of an
+//! ended call answers 204, with no body. Every route follows a call and never
+//! starts one.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Path, State},
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use futures_util::StreamExt;
+use prost_reflect::ReflectMessage;
+use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::backend::ModelEvent;
+use crate::calls::Lookup;
+use crate::calls::record::{CallRecord, Ending};
+use crate::dialog::answer;
+use crate::dialog::reply;
+use crate::dialog::speech;
+use crate::llm::stream::{self, Sequencer, Subscription};
+use crate::parts::{PartQuery, Parts, PartsConfig};
+use crate::{calls::Calls, config::AssistantConfig, metrics::AssistantMetrics, skills::dialog::SkillPolicy};
+use megamind_core::scenario::{Setup, Shutdown};
+
+/// Longest call id looked up, in bytes: a `RequestId` is at most 256.
+const MAX_ID_BYTES: usize = 256;
+
+/// What the routes share.
+#[derive(Debug)]
+struct Api {
+    sources: Sources,
+    streams: Arc<Semaphore>,
+    parts: Parts,
+}
+
+/// What the `/llm` routes read: the assistant's settings and metrics, its
+/// model calls and its skills.
+#[derive(Debug)]
+pub(crate) struct Sources {
+    /// The `[assistant]` table.
+    pub(crate) config: AssistantConfig,
+    /// Where the routes count their answers.
+    pub(crate) metrics: AssistantMetrics,
+    /// The model calls the streams and answers follow.
+    pub(crate) calls: Calls,
+    /// The skills policy, when it is the policy: for the catalog's route.
+    pub(crate) skills: Option<Arc<SkillPolicy>>,
+}
+
+/// Registers the `/llm` routes over `sources`.
+pub(crate) fn routes(sources: Sources, setup: &mut Setup<'_>) {
+    let config = &sources.config;
+    let parts = Parts::new(PartsConfig { chunk_bytes: config.chunk_bytes, ..PartsConfig::default() });
+    let api = Arc::new(Api { streams: Arc::new(Semaphore::new(config.max_streams)), parts, sources });
+    setup.route_in_lane("/llm/stream/{request_id}", get(stream_route).with_state(api.clone()));
+    setup.route("/llm/answers/{request_id}", get(answers_route).with_state(api.clone()));
+    setup.route("/llm/skills", get(skills_route).with_state(api.clone()));
+    setup.route("/llm/schema", get(schema_route).with_state(api));
+}
+
+/// The skills catalog: each skill's name, description, triggers,
+/// parameters and allowed tools (not its body: the model's instructions).
+async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
+    let catalog = api.sources.skills.as_ref().map(|skills| skills.catalog());
+    let skills: Vec<serde_json::Value> = catalog
+        .iter()
+        .flat_map(|catalog| catalog.skills())
+        .map(|skill| {
+            serde_json::json!({
+                "name": skill.name,
+                "description": skill.description,
+                "triggers": skill.triggers,
+                "parameters": skill.parameters.iter().map(|p| serde_json::json!({"name": p.name, "description": p.description})).collect::<Vec<_>>(),
+                "allowed_tools": skill.allowed_tools,
+                "compatibility": skill.compatibility,
+                "license": skill.license,
+            })
+        })
+        .collect();
+    let whole = serde_json::json!({ "skills": skills }).to_string();
+    api.respond("skills", "/llm/skills", &whole, &uri, &headers)
+}
+
+async fn stream_route(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    shutdown: Shutdown,
+) -> Response {
+    let metrics = &api.sources.metrics;
+    let refuse = |status, code: &str, message: String| {
+        metrics.llm_api.with_label_values(&["stream", code]).inc();
+        error(status, code, &message)
+    };
+    // `Last-Event-ID`, else `?after=N`: resume after that event. Read here,
+    // not by an extractor, so that a bad value gets our JSON error.
+    let last = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("-").to_owned());
+    let after_query = || {
+        url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+            .find(|(key, _)| key == "after")
+            .map(|(_, value)| value.into_owned())
+    };
+    let after = match last.or_else(after_query).map(|n| n.trim().parse::<u64>()) {
+        None => 0,
+        Some(Ok(after)) => after,
+        Some(Err(_)) => {
+            let message = "Last-Event-ID (or ?after=) must be the id of an event: a whole number".into();
+            return refuse(StatusCode::BAD_REQUEST, "bad_request", message);
+        }
+    };
+    let record = match api.lookup(&id) {
+        Ok(record) => record,
+        Err((status, code, message)) => return refuse(status, code, message),
+    };
+    let Ok(permit) = api.streams.clone().try_acquire_owned() else {
+        let max = api.sources.config.max_streams;
+        let message = format!("{max} streams are open, the most this server serves; retry shortly");
+        let mut response = refuse(StatusCode::SERVICE_UNAVAILABLE, "refused", message);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    };
+    let config = &api.sources.config;
+    let subscription = Subscription {
+        format: config.stream_format,
+        heartbeat: std::time::Duration::from_secs(config.heartbeat_secs),
+        after,
+        delay: Some(metrics.stream_delay.clone()),
+    };
+    let Some(events) = stream::sse(&id, &record, subscription, shutdown) else {
+        // Resumed after the last event of an ended call: 204 tells an
+        // EventSource to stop reconnecting, which an empty 200 would not.
+        metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    metrics.llm_api.with_label_values(&["stream", "ok"]).inc();
+    let open = Open::new(permit, metrics.streams_open.clone());
+    let events = events.map(move |chunk| {
+        // Held as long as the body: the stream counts as open until it ends.
+        let _ = &open;
+        chunk
+    });
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // Proxies that buffer (nginx) would hold the events back.
+            (header::HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
+        ],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
+}
+
+async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
+    let metrics = &api.sources.metrics;
+    let record = match api.lookup(&id) {
+        Ok(record) => record,
+        Err((status, code, message)) => {
+            metrics.llm_api.with_label_values(&["answers", code]).inc();
+            return error(status, code, &message);
+        }
+    };
+    let whole = api.answer(&id, &record).to_string();
+    api.respond("answers", &format!("/llm/answers/{id}"), &whole, &uri, &headers)
+}
+
+async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
+    let whole = crate::llm::schema::schema(api.parts.config()).to_string();
+    api.respond("schema", "/llm/schema", &whole, &uri, &headers)
+}
+
+impl Api {
+    /// The record of call `id`, or the error answer's status, code and message.
+    fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
+        if id.len() > MAX_ID_BYTES {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("a request id is at most {MAX_ID_BYTES} bytes"),
+            ));
+        }
+        match self.sources.calls.lookup(id) {
+            Lookup::Kept(record) => Ok(record),
+            Lookup::Gone => Err((StatusCode::GONE, "gone", "the answer of this request expired; ask again".into())),
+            Lookup::Unknown => Err((
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no model call was started for this request id (it starts with the request's /run)".into(),
+            )),
+        }
+    }
+
+    /// `whole` as the part the request asks for (`?part=N&snapshot=...`;
+    /// read by `parts`, so that a bad value gets its JSON error).
+    fn respond(&self, route: &str, resource: &str, whole: &str, uri: &Uri, headers: &HeaderMap) -> Response {
+        let query = PartQuery::from_query(uri.query());
+        let response = self.parts.respond(resource, whole, &query, headers.get(header::IF_MATCH));
+        let status = response.status();
+        let outcome = if status.is_success() { "ok" } else { status.as_str() };
+        self.sources.metrics.llm_api.with_label_values(&[route, outcome]).inc();
+        response
+    }
+
+    /// The whole answer of call `id` so far, as `/llm/answers` gives it.
+    fn answer(&self, id: &str, record: &CallRecord) -> Value {
+        let config = &self.sources.config;
+        let (events, truncated, ending) = record.snapshot();
+        let mut sequencer = Sequencer::new(id, config.stream_format);
+        let mut numbered = Vec::new();
+        sequencer.start(&mut numbered);
+        let (mut raw, mut reasoning) = (String::new(), String::new());
+        for event in &events {
+            sequencer.model_event(event, &mut numbered);
+            match event {
+                ModelEvent::TextDelta(text) => raw.push_str(text),
+                ModelEvent::ReasoningDelta(text) => reasoning.push_str(text),
+                ModelEvent::Finish { .. } | ModelEvent::Usage { .. } => {}
+            }
+        }
+        sequencer.end(&ending, &mut numbered);
+        let finish_reason = sequencer.finish_reason();
+        let (status, failure) = match &ending {
+            Ending::Running => ("running", None),
+            Ending::Completed => ("completed", None),
+            Ending::Failed(reason) => ("failed", Some(reason.clone())),
+        };
+        // What the answer says and does, once it is whole.
+        let understood = (ending == Ending::Completed).then(|| {
+            let parsed = answer::parse(&raw);
+            let cut = truncated || finish_reason == Some("length");
+            if cut { parsed.truncated(!speech::is_prose(&raw)) } else { parsed }
+        });
+        let command = understood.as_ref().and_then(|a| a.command.as_ref());
+        let directive = command.map(|command| {
+            let directive = reply::directive(command).transcode_to_dynamic();
+            megamind_core::codec::json::to_value(&directive).unwrap_or(Value::Null)
+        });
+        let timings = record.timings();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        json!({
+            "request_id": id,
+            "message_id": stream::message_id(id),
+            "model": if config.is_offline() { "offline" } else { config.model.as_str() },
+            "status": status,
+            "text": understood.as_ref().map_or(raw.as_str(), |a| a.text.as_str()),
+            "raw_text": raw,
+            "reasoning": reasoning,
+            "truncated": truncated,
+            "finish_reason": finish_reason,
+            "error": failure,
+            "command": command.map(command_json),
+            "directive": directive,
+            "events": numbered.iter().map(|e| json!({"id": e.id, "event": e.name, "data": Value::Object(e.data.clone())})).collect::<Vec<_>>(),
+            "timings": {
+                "first_token_ms": timings.first_event.map(ms),
+                "total_ms": ms(timings.elapsed),
+            },
+            "usage": sequencer.usage(),
+        })
+    }
+}
+
+/// A command as the model gave it, understood.
+fn command_json(command: &answer::Command) -> Value {
+    let (app_name, app_path) = match command {
+        answer::Command::OpenApp { app_name, app_path, .. } => (app_name, app_path.as_str()),
+        answer::Command::CloseApp { app_name, .. } => (app_name, ""),
+    };
+    json!({"command": command.name(), "app_name": app_name, "app_path": app_path, "session_id": command.session_id()})
+}
+
+/// A JSON error answer, in the shape of the parts' errors.
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    crate::parts::json_error(status, code, message)
+}
+
+/// An open stream: its permit and its place in the gauge, given back when
+/// the body is dropped, however it ends.
+#[derive(Debug)]
+struct Open {
+    _permit: OwnedSemaphorePermit,
+    gauge: prometheus::IntGauge,
+}
+
+impl Open {
+    fn new(permit: OwnedSemaphorePermit, gauge: prometheus::IntGauge) -> Open {
+        gauge.inc();
+        Open { _permit: permit, gauge }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}

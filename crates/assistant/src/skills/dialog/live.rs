@@ -1,0 +1,155 @@
+//! The skills catalog as the assistant serves it: loaded at start, loaded
+//! again when the folder changes (`notify`) and on SIGHUP, and swapped
+//! whole, so a turn reads one consistent catalog. A load that finds
+//! problems keeps the skills that are valid; an unreadable folder empties
+//! the catalog (the folder is the truth) and says so in the log.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, RwLock, Weak},
+};
+
+use notify::{EventKind, RecursiveMode, Watcher};
+
+use crate::{background, metrics::AssistantMetrics, skills::catalog::Catalog};
+
+/// The catalog of a skills folder, kept current.
+#[derive(Debug)]
+pub(crate) struct LiveCatalog {
+    dir: Option<PathBuf>,
+    current: RwLock<Arc<Catalog>>,
+    metrics: AssistantMetrics,
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+}
+
+impl LiveCatalog {
+    /// The catalog of `dir` (none: no skills), loaded now.
+    pub(crate) fn load(dir: Option<PathBuf>, metrics: &AssistantMetrics) -> Arc<LiveCatalog> {
+        let live = Arc::new(LiveCatalog {
+            dir,
+            current: RwLock::new(Arc::new(Catalog::default())),
+            metrics: metrics.clone(),
+            watcher: Mutex::new(None),
+        });
+        live.reload("start");
+        live
+    }
+
+    /// The catalog now.
+    pub(crate) fn get(&self) -> Arc<Catalog> {
+        // A poisoned lock still holds a whole catalog: swaps are single stores.
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Loads the folder again; `trigger` says why, for the metric and the log.
+    pub(crate) fn reload(&self, trigger: &str) {
+        let Some(dir) = &self.dir else { return };
+        let (catalog, problems) = Catalog::load(dir);
+        let invalid = problems.iter().filter(|p| p.skipped).count();
+        self.metrics.skill_reloads.with_label_values(&[trigger]).inc();
+        self.metrics.skills_loaded.set(i64::try_from(catalog.len()).unwrap_or(i64::MAX));
+        self.metrics.skills_invalid.set(i64::try_from(invalid).unwrap_or(i64::MAX));
+        tracing::info!(dir = %dir.display(), skills = catalog.len(), invalid, trigger, "skills: catalog loaded");
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+    }
+
+    /// Reloads whenever a file under the folder changes. A folder that
+    /// cannot be watched (no inotify instances left) is only logged: SIGHUP
+    /// still reloads it.
+    pub(crate) fn watch(self: &Arc<Self>) {
+        let Some(dir) = self.dir.clone() else { return };
+        let weak = Arc::downgrade(self);
+        let handler = move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            if matches!(event.kind, EventKind::Access(_)) || !touches_skills(&event.paths) {
+                return;
+            }
+            if let Some(live) = weak.upgrade() {
+                live.reload("change");
+            }
+        };
+        let watcher = notify::recommended_watcher(handler)
+            .and_then(|mut watcher| watcher.watch(&dir, RecursiveMode::Recursive).map(|()| watcher));
+        match watcher {
+            Ok(watcher) => *self.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "skills: cannot watch the folder; SIGHUP reloads it")
+            }
+        }
+    }
+
+    /// Reloads on every SIGHUP, for as long as the catalog lives (a task
+    /// in the [background](crate::scenarios::assistant::background)).
+    pub(crate) fn reload_on_sighup(self: &Arc<Self>) {
+        if self.dir.is_none() {
+            return;
+        }
+        if let Err(error) = background::spawn("skills-sighup", on_sighup(Arc::downgrade(self))) {
+            tracing::warn!(%error, "skills: cannot start the SIGHUP listener");
+        }
+    }
+}
+
+async fn on_sighup(live: Weak<LiveCatalog>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(error) => return tracing::warn!(%error, "skills: cannot listen for SIGHUP"),
+    };
+    while hangups.recv().await.is_some() {
+        let Some(live) = live.upgrade() else { return };
+        live.reload("sighup");
+    }
+}
+
+/// Whether a change of `paths` may change the catalog: anything but an
+/// editor's scratch files (a ConfigMap volume changes through renamed
+/// `..data` links and timestamped folders, which must count).
+fn touches_skills(paths: &[PathBuf]) -> bool {
+    paths.iter().any(|path| !is_scratch(path))
+}
+
+/// An editor's swap, backup or probe file.
+fn is_scratch(path: &Path) -> bool {
+    let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+    name.ends_with(".swp") || name.ends_with(".swx") || name.ends_with('~') || name == "4913"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_change_but_scratch_files_matters() {
+        assert!(touches_skills(&[PathBuf::from("/s/git-quick-commit/SKILL.md")]));
+        assert!(touches_skills(&[PathBuf::from("/s/new-skill")]));
+        assert!(touches_skills(&[PathBuf::from("/s/..data")]), "a ConfigMap's swap");
+        assert!(touches_skills(&[PathBuf::from("/s/..2026_11_24_09_00_00.123")]));
+        assert!(!touches_skills(&[PathBuf::from("/s/git-quick-commit/.SKILL.md.swp")]));
+        assert!(!touches_skills(&[PathBuf::from("/s/git-quick-commit/SKILL.md~")]));
+    }
+
+    #[test]
+    fn a_reload_swaps_the_catalog_and_counts() {
+        let dir = std::env::temp_dir().join(format!("skills-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("one")).unwrap();
+        std::fs::write(dir.join("one/SKILL.md"), "---\nname: one\ndescription: The first.\n---\nBody.\n").unwrap();
+        let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+        let live = LiveCatalog::load(Some(dir.clone()), &metrics);
+        let before = live.get();
+        assert_eq!(before.len(), 1);
+        std::fs::create_dir_all(dir.join("two")).unwrap();
+        std::fs::write(dir.join("two/SKILL.md"), "---\nname: two\n---\nno description\n").unwrap();
+        live.reload("sighup");
+        assert_eq!(live.get().len(), 1, "the invalid one is skipped");
+        assert_eq!(metrics.skills_invalid.get(), 1);
+        std::fs::write(dir.join("two/SKILL.md"), "---\nname: two\ndescription: The second.\n---\nBody.\n").unwrap();
+        live.reload("sighup");
+        assert_eq!(live.get().len(), 2);
+        assert_eq!((metrics.skills_loaded.get(), metrics.skills_invalid.get()), (2, 0));
+        assert_eq!(before.len(), 1, "a turn holding the old catalog keeps it whole");
+        assert_eq!(metrics.skill_reloads.with_label_values(&["sighup"]).get(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

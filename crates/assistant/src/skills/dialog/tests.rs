@@ -1,0 +1,186 @@
+use super::*;
+
+fn payload(fields: &[(&str, Kind)]) -> Struct {
+    Struct { fields: fields.iter().map(|(k, v)| (k.to_string(), Value { kind: Some(v.clone()) })).collect() }
+}
+
+#[test]
+fn the_next_call_id_is_derived_from_the_first_and_never_grows() {
+    assert_eq!(next_call_id("req-7", 2), "req-7#skill-step-2");
+    assert_eq!(next_call_id("req-7#skill-step-2", 3), "req-7#skill-step-3");
+    assert_eq!(next_call_id(&next_call_id(&next_call_id("r", 2), 3), 4), "r#skill-step-4");
+}
+
+#[test]
+fn a_result_answers_only_the_command_its_session_waits_for() {
+    let mut session = session::start("git-quick-commit", "req-1");
+    session.step = 3;
+    session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
+    let fields = |step: f64, name: &str, id: &str| {
+        payload(&[
+            ("skill", Kind::StringValue(name.into())),
+            ("step", Kind::NumberValue(step)),
+            ("session", Kind::StringValue(id.into())),
+            ("output", Kind::StringValue("ok".into())),
+            ("skipped", Kind::BoolValue(false)),
+        ])
+    };
+    let good = fields(3.0, "git-quick-commit", "req-1");
+    assert!(CommandResult::read(Some(&good)).is_for(&session));
+    assert_eq!(CommandResult::read(Some(&good)).output, "ok");
+    for wrong in [
+        fields(2.0, "git-quick-commit", "req-1"),
+        fields(3.0, "other", "req-1"),
+        fields(3.0, "git-quick-commit", "req-2"),
+    ] {
+        assert!(!CommandResult::read(Some(&wrong)).is_for(&session), "{wrong:?}");
+    }
+    assert!(!CommandResult::read(None).is_for(&session));
+    let mut asking = session.clone();
+    session::set_wait(&mut asking, ESkillWait::SkillWaitUser);
+    assert!(!CommandResult::read(Some(&good)).is_for(&asking), "a result while waiting for the user");
+    let text_step = payload(&[("step", Kind::StringValue("3".into()))]);
+    assert_eq!(CommandResult::read(Some(&text_step)).step, None, "only a number is a step");
+}
+
+#[test]
+fn the_directive_names_the_session_and_the_step() {
+    let mut session = session::start("disk-usage", "req-9");
+    session.step = 1;
+    let TDirective { directive: Some(t_directive::Directive::RunCommandDirective(run)) } =
+        command_directive("df -h", &session)
+    else {
+        panic!("a RunCommandDirective")
+    };
+    assert_eq!((run.name.as_str(), run.command.as_str()), ("run_command", "df -h"));
+    let callback = run.callback.unwrap();
+    assert_eq!(callback.name, COMMAND_RESULT);
+    let mut result = CommandResult::read(callback.payload.as_ref());
+    assert_eq!((result.skill.as_str(), result.step, result.session.as_str()), ("disk-usage", Some(1.0), "req-9"));
+    session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
+    result.output = "x".into();
+    assert!(result.is_for(&session), "what the directive carries comes back as a match");
+}
+
+#[test]
+fn the_shipped_skills_commands_pass_the_policy() {
+    let (catalog, problems) = Catalog::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
+    assert!(problems.is_empty(), "{problems:?}");
+    let rules = Policy::new(&crate::skills::rules::PolicyConfig::default()).unwrap();
+    let allowed = |name: &str, command: &str| rules.check(command, catalog.get(name).unwrap().allowed_tools.as_deref());
+    assert_eq!(allowed("git-quick-commit", "git status --porcelain"), Verdict::Allow);
+    assert_eq!(allowed("git-quick-commit", "git add . && git commit -m \"fix: x\""), Verdict::Allow);
+    assert_eq!(allowed("disk-usage", "du -sh ./* | sort -rh | head -n 5"), Verdict::Allow);
+    assert_eq!(
+        allowed("project-notes", "printf '%s %s %s\\n' '2026-11-24' 'work' 'buy milk' | tee -a NOTES.md"),
+        Verdict::Allow
+    );
+    assert_eq!(allowed("project-notes", "tail -n 3 NOTES.md"), Verdict::Allow);
+    assert_eq!(allowed("project-notes", "date +%F"), Verdict::Allow);
+    assert!(matches!(allowed("git-quick-commit", "ls"), Verdict::Deny(_)), "outside its allowed tools");
+}
+
+/// The fuzz target's seeds: a session waiting for a command with its result,
+/// one waiting for the user with words, a hostile oversized session, a start
+/// by frame. Each is played here; `MEGAMIND_WRITE_FUZZ_SEEDS=1` also writes
+/// them to `fuzz/seeds/skill_turn/`.
+#[test]
+fn the_fuzz_seeds_play() {
+    use prost::Message;
+
+    use megamind_core::proto::{
+        megamind_scenario::v1::TAssistantTurn,
+        n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input},
+    };
+    let framed = |state: &TAssistantState, input: &TInput, answer: &str| {
+        let (state, input) = (state.encode_to_vec(), input.encode_to_vec());
+        let mut data = Vec::new();
+        data.extend_from_slice(&u16::try_from(state.len()).unwrap().to_le_bytes());
+        data.extend_from_slice(&state);
+        data.extend_from_slice(&u16::try_from(input.len()).unwrap().to_le_bytes());
+        data.extend_from_slice(&input);
+        data.extend_from_slice(answer.as_bytes());
+        data
+    };
+    let words = |w: &str| TInput {
+        event: Some(t_input::Event::Text(TTextInput { utterance: w.into(), ..Default::default() })),
+        ..Default::default()
+    };
+    let mut waiting = session::start("git-quick-commit", "req-1");
+    session::record(
+        &mut waiting,
+        "Execute skill: git-quick-commit\n\n[Step 1 of 100]".into(),
+        "[CMD] git status".into(),
+        1 << 20,
+    );
+    session::set_wait(&mut waiting, ESkillWait::SkillWaitCommand);
+    waiting.command = "git status".into();
+    let command_state = TAssistantState { skill: Some(waiting.clone()), ..Default::default() };
+    let result = TInput {
+        event: Some(t_input::Event::Callback(TCallbackDirective {
+            name: COMMAND_RESULT.into(),
+            payload: Some(payload(&[
+                ("skill", Kind::StringValue("git-quick-commit".into())),
+                ("step", Kind::NumberValue(1.0)),
+                ("session", Kind::StringValue("req-1".into())),
+                ("output", Kind::StringValue("\u{1b}[31m M a.txt\u{1b}[0m\nC:\\> dir\n".into())),
+            ])),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let mut asking = waiting.clone();
+    session::set_wait(&mut asking, ESkillWait::SkillWaitUser);
+    asking.optional = true;
+    let ask_state = TAssistantState { skill: Some(asking), ..Default::default() };
+    let mut huge = waiting.clone();
+    huge.exchanges = (0..200).map(|i| TAssistantTurn { user: format!("{i}"), assistant: "ж".repeat(100) }).collect();
+    session::set_wait(&mut huge, ESkillWait::SkillWaitUser);
+    let huge_state = TAssistantState { skill: Some(huge), ..Default::default() };
+    let frame = TInput {
+        semantic_frames: vec![TSemanticFrame {
+            name: "run_skill".into(),
+            slots: vec![
+                TSemanticFrameSlot { name: "skill".into(), value: "disk-usage".into(), ..Default::default() },
+                TSemanticFrameSlot { name: "path".into(), value: "/".into(), ..Default::default() },
+            ],
+        }],
+        ..Default::default()
+    };
+    let seeds = [
+        ("command_result", framed(&command_state, &result, "[ASK] Сообщение коммита?")),
+        ("optional_skip", framed(&ask_state, &words("пропусти"), "[MESSAGE] Пишу.")),
+        ("huge_session", framed(&huge_state, &words("ответ"), "[CMD] rm -rf /")),
+        ("frame_start", framed(&TAssistantState::default(), &frame, "Sure! du -sh /\nexplanation")),
+        ("cancel", framed(&command_state, &words("стоп"), "")),
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/skill_turn");
+    for (name, data) in &seeds {
+        let (state, rest) = data.split_at(2 + usize::from(u16::from_le_bytes([data[0], data[1]])));
+        let (input, answer) = rest.split_at(2 + usize::from(u16::from_le_bytes([rest[0], rest[1]])));
+        fuzz_turn(&state[2..], &input[2..], std::str::from_utf8(answer).unwrap());
+        if std::env::var_os("MEGAMIND_WRITE_FUZZ_SEEDS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), data).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_confirmed_command_is_checked_again() {
+    let mut config = AssistantConfig::default();
+    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
+    config.skills.watch = false;
+    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    // A state that says "confirm `rm -rf /`": the policy denies it all the same.
+    let mut session = session::start("git-quick-commit", "req-1");
+    session.step = 1;
+    session::set_wait(&mut session, ESkillWait::SkillWaitConfirm);
+    session.command = "rm -rf /".into();
+    let mut state = TAssistantState { skill: Some(session), ..Default::default() };
+    let plan = policy.plan("req-2", &TurnInput::Words("да".into()), &mut state);
+    let TurnPlan::CallModel { utterance } = plan else { panic!("the model hears the refusal: {plan:?}") };
+    assert!(utterance.starts_with("Command output:\nCommand refused by policy: "), "{utterance}");
+    assert!(utterance.ends_with("[Step 2 of 100]"), "{utterance}");
+}
