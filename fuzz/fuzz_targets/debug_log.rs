@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::dialog::replay;
+use megamind_tools::dialog::replay;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

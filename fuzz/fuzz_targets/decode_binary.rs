@@ -4,6 +4,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::codec::Format;
+use megamind_core::codec::Format;
 
 fuzz_target!(|data: &[u8]| megamind_scenario_fuzz::decode_requests(data, Format::Binary));

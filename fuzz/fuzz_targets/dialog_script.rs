@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::dialog::script::{self, MAX_DIALOGS, MAX_TURNS};
+use megamind_tools::dialog::script::{self, MAX_DIALOGS, MAX_TURNS};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

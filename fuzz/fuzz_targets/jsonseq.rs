@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::jsonseq::{parse_transcript, validate};
+use megamind_assistant::jsonseq::{parse_transcript, validate};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::jsonseq::{Format, Mapper, SeqEvent, validate};
+use megamind_assistant::jsonseq::{Format, Mapper, SeqEvent, validate};
 use serde_json::Value;
 
 const FORMATS: [Format; 4] = [Format::Auto, Format::ThinkingMl, Format::Text, Format::Jsonl];

@@ -5,15 +5,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::{
+use megamind_assistant::dialog::{
+    answer::{self, Command},
+    reply,
+};
+use megamind_core::{
     codec::{self, Format},
     proto::{
         megamind_scenario::v1::TAssistantState,
         n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
-    },
-    scenarios::assistant::{
-        answer::{self, Command},
-        reply,
     },
 };
 use prost::Message;

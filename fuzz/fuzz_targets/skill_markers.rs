@@ -8,8 +8,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::skills::markers::{MAX_CONTENT_BYTES, Step, parse};
-use megamind_scenario::skills::policy::{Policy, Verdict};
+use megamind_assistant::skills::markers::{MAX_CONTENT_BYTES, Step, parse};
+use megamind_assistant::skills::rules::{Policy, Verdict};
 
 static POLICY: LazyLock<Policy> = LazyLock::new(Policy::default);
 

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::skills::output::clean;
+use megamind_assistant::skills::output::clean;
 
 fuzz_target!(|data: &[u8]| {
     // The first two bytes choose the cap, so small caps are explored too.

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::scenarios::assistant::skill_dialog::fuzz_turn;
+use megamind_assistant::skills::dialog::fuzz_turn;
 
 fuzz_target!(|data: &[u8]| {
     // [state length: u16 LE][state][input length: u16 LE][input][answer]

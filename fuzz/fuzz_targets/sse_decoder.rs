@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::scenarios::assistant::upstream_sse::{SseDecoder, SseError, StreamEvent};
+use megamind_assistant::backend::openai::sse::{SseDecoder, SseError, StreamEvent};
 
 fuzz_target!(|data: &[u8]| {
     // Two bytes pick the cuts and the bound; the rest is the stream.

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::server::stream_head::{NotLean, decide};
+use megamind_core::server::stream_head::{NotLean, decide};
 
 /// What the fuzz target compares of a decision.
 type Decision = Result<(String, Vec<(String, Vec<u8>)>), NotLean>;
@@ -39,6 +39,10 @@ fuzz_target!(|data: &[u8]| {
         let line_end = start + bytes[start..].iter().position(|&b| b == b'\n').expect("a request line's end");
         let line = &bytes[start..line_end];
         assert!(line.starts_with(b"GET "), "lean but not a GET: {:?}", String::from_utf8_lossy(line));
-        assert!(line.trim_ascii_end().ends_with(b" HTTP/1.1"), "lean but not HTTP/1.1: {:?}", String::from_utf8_lossy(line));
+        assert!(
+            line.trim_ascii_end().ends_with(b" HTTP/1.1"),
+            "lean but not HTTP/1.1: {:?}",
+            String::from_utf8_lossy(line)
+        );
     }
 });

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_scenario::codec::{self, Format};
+use megamind_core::codec::{self, Format};
 use prost_reflect::DynamicMessage;
 
 /// The messages of the protocol's four calls, picked by the input's first

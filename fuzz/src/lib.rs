@@ -1,7 +1,7 @@
 //! What the fuzz targets check, shared: decoding requests in every format,
 //! and comparing two messages the way text format can preserve them.
 
-use megamind_scenario::{
+use megamind_core::{
     codec::{self, Format},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
 };

@@ -90,18 +90,17 @@ impl App {
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
+        // Unset, the only scenario serves the un-prefixed paths.
+        let only = registry.names().next().filter(|_| registry.names().count() == 1).map(str::to_owned);
+        let default_scenario = match config.default_scenario.as_str() {
+            "" => only.as_deref(),
+            name => Some(name),
+        };
         let cache = IdempotencyCache::new(config.cache_limits());
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
         let connection_metrics = ConnectionMetrics::register(metrics.registry());
-        let dispatcher = Dispatcher::new(
-            registry,
-            Some(config.default_scenario.as_str()).filter(|name| !name.is_empty()),
-            limits,
-            cache,
-            admission,
-            metrics,
-        );
+        let dispatcher = Dispatcher::new(registry, default_scenario, limits, cache, admission, metrics);
         Ok(App {
             dispatcher,
             body_limit: config.body_limit,

@@ -38,8 +38,9 @@ pub struct Config {
     pub addr: ListenAddr,
     /// A second address that serves gRPC only, when set.
     pub grpc_addr: Option<ListenAddr>,
-    /// The scenario behind the un-prefixed paths (`POST /run`, ...); empty:
-    /// none, those paths answer 404. The server binary sets its own default.
+    /// The scenario behind the un-prefixed paths (`POST /run`, ...). Empty:
+    /// the only scenario when one is registered, else none (those paths
+    /// answer 404). The server binary sets its own default.
     pub default_scenario: String,
     /// Largest request body, in bytes.
     pub body_limit: usize,

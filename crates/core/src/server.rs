@@ -24,8 +24,12 @@ mod lane;
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
 use connections::{Connections, Stage};
-/// How the stream lane reads a request head (public for its fuzz target).
-pub use lane::head as stream_head;
+/// How the stream lane reads a request head: open to the fuzz target
+/// `stream_head`, built with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+pub mod stream_head {
+    pub use super::lane::head::{NotLean, decide};
+}
 
 // Re-exported for the composition root, which builds the state and serves it.
 use crate::transport::{

@@ -11,9 +11,9 @@
 //! `IsNewSession`. [`Client::call`] sends one raw request instead.
 //!
 //! ```no_run
-//! use megamind_scenario::client::Client;
+//! use megamind_tools::client::Client;
 //!
-//! # async fn example() -> Result<(), megamind_scenario::client::ClientError> {
+//! # async fn example() -> Result<(), megamind_tools::client::ClientError> {
 //! let mut client = Client::http("http://127.0.0.1:8080")?.with_scenario("assistant");
 //! let turn = client.say("открой Safari").await?;
 //! for hop in &turn.hops {

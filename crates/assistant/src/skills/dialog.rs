@@ -469,15 +469,16 @@ impl DialogPolicy for SkillPolicy {
 
 /// One turn of a skill dialog from any encoded state (`TAssistantState`),
 /// input (`TInput`) and model answer, over the skills of
-/// `src/skills/testdata`: for the fuzz target `skill_turn`. Panics when an
+/// `tests/fixtures/skills`: for the fuzz target `skill_turn`, built with
+/// the `fuzzing` feature. Panics when an
 /// invariant breaks: a model call's history over the session's byte cap.
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub fn fuzz_turn(state: &[u8], input: &[u8], answer: &str) {
     use prost::Message;
     static POLICY: std::sync::OnceLock<SkillPolicy> = std::sync::OnceLock::new();
     let policy = POLICY.get_or_init(|| {
         let mut config = AssistantConfig::default();
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/skills/testdata");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/skills");
         config.skills.dir = Some(std::path::PathBuf::from(dir));
         config.skills.watch = false;
         config.skills.max_session_bytes = 2048;

@@ -211,13 +211,6 @@ pub fn build_all(
             }
         }
     }
-    // `/{scenario}/...` is that scenario's: a route under its name would be shadowed.
-    for (path, _) in &built.routes {
-        let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
-        if built.registry.get(first).is_some() {
-            errors.push(format!("the route {path} is under the scenario name {first:?}"));
-        }
-    }
     if errors.is_empty() { Ok(built) } else { Err(BuildError(errors)) }
 }
 

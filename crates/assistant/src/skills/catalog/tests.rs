@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::*;
 
 fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/skills/testdata")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/skills")
 }
 
 /// A fresh folder under the system's temporary folder.

@@ -60,7 +60,7 @@ fn the_step_messages_of_section_4() {
 #[test]
 fn the_seeds_example_dialog_byte_for_byte() {
     // The system message, from the seed's skill as the catalog loads it.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/skills/testdata");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/skills");
     let (catalog, _) = crate::skills::catalog::Catalog::load(&dir);
     let skill = catalog.get("git-quick-commit").expect("the seed's skill");
     let system = system_message(None, &skill.name, &skill.body);

@@ -184,8 +184,9 @@ mod tests {
             Some(Head::Other(read)) => assert!(read.len() >= 100 && long.as_bytes().starts_with(&read)),
             other => panic!("{other:?}"),
         }
-        let mut cut: &[u8] = b"GET /events/r HTTP/1.1\r\nho";
-        assert!(matches!(read_head(&mut cut, 1024).await.unwrap(), Some(Head::Other(ref b)) if b.len() == 30));
+        let whole: &[u8] = b"GET /events/r HTTP/1.1\r\nho";
+        let mut cut = whole;
+        assert!(matches!(read_head(&mut cut, 1024).await.unwrap(), Some(Head::Other(ref b)) if b[..] == *whole));
         let mut empty: &[u8] = b"";
         assert!(read_head(&mut empty, 1024).await.unwrap().is_none());
     }
