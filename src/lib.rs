@@ -26,7 +26,7 @@
 //! - [`parts`]: JSON answers served whole or in parts from one snapshot
 //!   (`?part=N`), for the `/llm/...` routes; the client that reassembles them.
 //! - [`skills`]: multi-step `SKILL.md` skills: the catalog, the model's step
-//!   markers, output cleaning, the command policy, the seed's prompts.
+//!   markers, output cleaning, the command policy, the format's prompts.
 //! - [`client`]: a protocol client that plays a scenario as Megamind does;
 //!   [`dialog`], the command that plays it from the terminal, scripts or logs.
 //!
