@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Rebuilds the seed corpora of the protocol targets from the fixtures in
-# tests/fixtures/megamind/ (text format, the type named on the first line):
-# their text, binary and JSON forms, converted by the server's own `convert`.
+# Rebuilds the committed fuzz corpora (`fuzz/seeds/`) of the protocol
+# targets from the fixtures in tests/fixtures/megamind/ (text format, the
+# type named on the first line): their text, binary and JSON forms,
+# converted by the server's own `convert`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
 //! The assistant's dialog row of the load benchmark: answers past the window
-//! reach the user without a repeat (SPEC §2.1).
+//! reach the user without a repeat (the callback contract, docs/callbacks.md).
 //!
 //! A mock model in this process answers each call after a latency drawn from
 //! 0.3-3 s (seeded, so runs are alike); a server process of its own points

@@ -9,7 +9,7 @@ use megamind_core::codec::{self, Format};
 use prost_reflect::DynamicMessage;
 
 /// The messages of the protocol's four calls, picked by the input's first
-/// byte (the seed files start with this index).
+/// byte (the files under `fuzz/seeds/text_round_trip/` start with this index).
 const TYPES: &[&str] = &[
     "NAlice.NScenarios.TScenarioRunRequest",
     "NAlice.NScenarios.TScenarioApplyRequest",

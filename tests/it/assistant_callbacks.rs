@@ -1,4 +1,4 @@
-//! The callback contract (SPEC §2.1) over HTTP, against the mock model: an
+//! The callback contract (docs/callbacks.md) over HTTP, against the mock model: an
 //! answer past the window reaches the user without a repeat, through
 //! `CallbackDirective`s the client sends back, over one model call; complete
 //! sentences of a streamed answer are spoken as they are ready; a client that

@@ -1,5 +1,7 @@
 //! The examples of README.md and docs/ work as written: their TOML loads,
 //! the files they name exist, and their commands give the answers shown.
+//! The repository's texts stand on their own: none points at a document it
+//! does not ship, and every relative link and `docs/` page named resolves.
 
 use std::{
     io::Write,
@@ -61,36 +63,259 @@ fn the_shipped_system_prompt_is_the_built_in_one() {
     assert!(table.contains(r#"system_prompt_file = "docs/system-prompt.txt""#), "{table}");
 }
 
-#[test]
-fn no_document_names_a_source_text_by_number() {
-    // "seed 000" means nothing to a reader: the docs say what the format is.
-    let mut files = vec![root().join("README.md")];
-    for dir in ["docs", "deploy", "src"] {
-        collect(&root().join(dir), &mut files);
-    }
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else { continue };
-        for (n, line) in text.lines().enumerate() {
-            let lower = line.to_lowercase();
-            assert!(
-                !["seed 000", "seed 001", "seed-000", "seed-001"].iter().any(|word| lower.contains(word)),
-                "{}:{}: {line}",
-                file.display(),
-                n + 1
-            );
+/// The repository's root: the nearest folder above the package holding
+/// `README.md` and `docs/` (the package itself, or a workspace's root).
+fn repository() -> PathBuf {
+    let package = root();
+    package
+        .ancestors()
+        .find(|dir| dir.join("README.md").is_file() && dir.join("docs").is_dir())
+        .unwrap_or(&package)
+        .to_path_buf()
+}
+
+/// Folders no text is read from: build output, git, and the fuzz corpora
+/// (inputs, not documents; `fuzz/seeds` names the committed corpus).
+const SKIPPED: &[&str] = &["fuzz/seeds", "fuzz/corpus", "fuzz/artifacts", "fuzz/target", "fuzz/coverage"];
+/// What a reader reads: documents, code comments, schemas, configs, scripts.
+const TEXTS: &[&str] = &["md", "rs", "proto", "toml", "yaml", "yml", "sh", "py", "txt"];
+
+/// Every text file of the repository, by path relative to its root.
+fn texts() -> Vec<(String, PathBuf)> {
+    fn walk(top: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("dir entry").path();
+            let relative = path.strip_prefix(top).expect("under the root").to_string_lossy().replace('\\', "/");
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() {
+                if name != ".git" && name != "target" && !SKIPPED.contains(&relative.as_str()) {
+                    walk(top, &path, out);
+                }
+            } else if path.extension().is_some_and(|ext| TEXTS.contains(&&*ext.to_string_lossy())) {
+                out.push((relative, path));
+            }
         }
+    }
+    let top = repository();
+    let mut out = Vec::new();
+    walk(&top, &top, &mut out);
+    out.sort();
+    out
+}
+
+/// What of `line` a reader reads: in Rust its comment (a `//` line, or what
+/// follows ` // ` after code), since test names and literals are code;
+/// elsewhere the whole line.
+fn prose<'a>(relative: &str, line: &'a str) -> &'a str {
+    if !relative.ends_with(".rs") {
+        return line;
+    }
+    let trimmed = line.trim_start();
+    if trimmed.starts_with("//") { trimmed } else { line.find(" // ").map_or("", |at| &line[at..]) }
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// How `text` points at a text the repository does not ship, if it does:
+/// the project's brief by name, a source document by number or as "the
+/// seed", a section sign that is not an RFC's. Matched on words, so
+/// `fuzz/seeds`, `seeds.sh`, "seeded" and `RandomSeed` are fine.
+fn foreign_reference(text: &str) -> Option<&'static str> {
+    // Split, so that this file's own needles do not match it.
+    const BRIEF: &str = concat!("SP", "EC");
+    const SEED: &str = concat!("se", "ed");
+    const SHARED: [&str; 2] = [concat!("../sha", "red"), concat!("shared/", "seeds")];
+    let word_at = |at: usize| {
+        !text[..at].chars().next_back().is_some_and(is_word)
+            && !text[at + BRIEF.len()..].chars().next().is_some_and(is_word)
+    };
+    if text.match_indices(BRIEF).any(|(at, _)| word_at(at)) {
+        return Some("names the project's brief");
+    }
+    if SHARED.iter().any(|needle| text.contains(needle)) {
+        return Some("points outside the repository");
+    }
+    let lower = text.to_lowercase();
+    for (at, _) in lower.match_indices(SEED) {
+        if lower[..at].chars().next_back().is_some_and(|c| is_word(c) || c == '/') {
+            continue;
+        }
+        let after = &lower[at + SEED.len()..];
+        if after.starts_with("'s") || after.starts_with("\u{2019}s") {
+            return Some("names a source document (its possessive)");
+        }
+        let number = after.strip_prefix('s').unwrap_or(after);
+        let number = number.strip_prefix([' ', '-']).unwrap_or(number);
+        if number.starts_with(|c: char| c.is_ascii_digit() || c == '\u{a7}') {
+            return Some("names a source document by number");
+        }
+        let whole = !after.starts_with(is_word);
+        if whole && lower[..at].ends_with("the ") {
+            return Some("names a source document");
+        }
+    }
+    for (at, _) in text.match_indices('\u{a7}') {
+        let before = text[..at].trim_end();
+        let digits = before.trim_end_matches(|c: char| c.is_ascii_digit());
+        if digits.len() == before.len() || !digits.trim_end().ends_with("RFC") {
+            return Some("cites a section of a text the repository does not ship");
+        }
+    }
+    None
+}
+
+#[test]
+fn the_needles_find_references_and_spare_other_words() {
+    let s = concat!("se", "ed");
+    let brief = concat!("SP", "EC");
+    for hit in [
+        format!("the {s}'s prompts"),
+        format!("({s} 002)"),
+        format!("{s}-000 JSON"),
+        format!("{}s 000-003", s),
+        format!("{s} \u{a7}5"),
+        format!("The {s} is silent"),
+        format!("({brief} \u{a7}2.1)"),
+        format!("{brief}.md"),
+        "(\u{a7}4.2)".to_owned(),
+    ] {
+        assert!(foreign_reference(&hit).is_some(), "{hit}");
+    }
+    for fine in [
+        format!("fuzz/{s}s/skill_turn"),
+        format!("./{s}s.sh"),
+        format!("near the {s}s"),
+        format!("({s}ed, so runs are alike)"),
+        format!("Random{}", "Seed"),
+        format!("tests/it/{s}_fetch_all.py"),
+        format!("## {}s", "Seed"),
+        "allowed (RFC 9112 \u{a7}2.2)".to_owned(),
+        "spec.template.spec".to_owned(),
+    ] {
+        assert_eq!(foreign_reference(&fine), None, "{fine}");
     }
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else {
-            out.push(path);
+#[test]
+fn no_text_points_at_a_document_the_repository_does_not_ship() {
+    // "See the brief" means nothing to a reader: what a contract says is
+    // written in docs/, and the code links there.
+    let mut found = Vec::new();
+    let files = texts();
+    for (relative, path) in &files {
+        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if let Some(why) = foreign_reference(prose(relative, line)) {
+                found.push(format!("{relative}:{}: {why}: {}", n + 1, line.trim()));
+            }
         }
     }
+    assert!(files.iter().any(|(relative, _)| relative == "docs/jsonseq.md"), "the walk reads docs/");
+    assert!(found.is_empty(), "{} references:\n{}", found.len(), found.join("\n"));
+}
+
+/// GitHub's anchors of `markdown`'s headings (fenced code aside): lower
+/// case, letters, digits, `-` and `_` kept, spaces as `-`, the rest
+/// dropped; a repeated one gets `-1`, `-2`, ...
+fn anchors(markdown: &str) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut out = std::collections::HashSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(title) = line.strip_prefix('#').map(|rest| rest.trim_start_matches('#')) else { continue };
+        if fenced || !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if is_word(c) || c == '-' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let count = seen.entry(slug.clone()).or_default();
+        out.insert(if *count == 0 { slug.clone() } else { format!("{slug}-{count}") });
+        *count += 1;
+    }
+    out
+}
+
+/// Whether `target` (a path, perhaps with `#anchor`) names a file under
+/// `base`, and, for a Markdown file, one of its headings.
+fn resolves(base: &Path, target: &str) -> Result<(), String> {
+    let (file, anchor) = target.split_once('#').map_or((target, None), |(file, anchor)| (file, Some(anchor)));
+    let path = base.join(file);
+    if !path.exists() {
+        return Err(format!("no file {}", path.display()));
+    }
+    match anchor {
+        Some(anchor) if path.extension().is_some_and(|ext| ext == "md") => {
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            if anchors(&text).contains(anchor) { Ok(()) } else { Err(format!("no heading #{anchor}")) }
+        }
+        _ => Ok(()),
+    }
+}
+
+#[test]
+fn every_relative_link_and_docs_mention_resolves() {
+    let top = repository();
+    let mention = regex::Regex::new(r"\bdocs/[A-Za-z0-9_-]+\.md(#[A-Za-z0-9_-]+)?").expect("a valid pattern");
+    let mut broken = Vec::new();
+    let mut links = 0;
+    for (relative, path) in texts() {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let dir = path.parent().expect("a file's folder");
+        let markdown = relative.ends_with(".md");
+        let mut fenced = false;
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{relative}:{}", n + 1);
+            // A docs/ page named in a comment or a document (with its anchor) is named from the root.
+            for found in mention.find_iter(prose(&relative, line)) {
+                if let Err(why) = resolves(&top, found.as_str()) {
+                    broken.push(format!("{at}: {}: {why}", found.as_str()));
+                }
+            }
+            if !markdown {
+                continue;
+            }
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced {
+                continue;
+            }
+            // `[text](target)`: a relative target names a file from the document's folder.
+            for (start, _) in line.match_indices("](") {
+                let rest = &line[start + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = rest[..end].split_whitespace().next().unwrap_or("");
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                links += 1;
+                let checked = match target.strip_prefix('#') {
+                    Some(anchor) if anchors(&text).contains(anchor) => Ok(()),
+                    Some(anchor) => Err(format!("no heading #{anchor}")),
+                    None => resolves(dir, target),
+                };
+                if let Err(why) = checked {
+                    broken.push(format!("{at}: ({target}): {why}"));
+                }
+            }
+        }
+    }
+    assert!(links >= 10, "the README's and docs' links were read: {links}");
+    assert!(broken.is_empty(), "{} broken:\n{}", broken.len(), broken.join("\n"));
 }
 
 /// `megamind-scenario ARGS < input`, as the docs run it; its stdout.

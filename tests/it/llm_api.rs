@@ -269,8 +269,9 @@ async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     assert_eq!(&whole, schema, "in parts, the same document");
 }
 
-/// The reference client of the chunked format, in Python with `requests`,
-/// reassembles our parts into what our own client reads.
+/// A plain-loop client of answers in parts (docs/parts.md#reassembling-an-answer),
+/// in Python with `requests`, reassembles our parts into what our own client
+/// reads.
 #[cfg(unix)]
 #[tokio::test]
 async fn the_reference_python_client_reassembles_our_parts() {

@@ -1,21 +1,23 @@
-"""Seed 003's Python client for answers served in parts, kept as the seed wrote it.
+"""The plain-loop Python client for JSON answers served in parts (docs/parts.md).
 
 Usage: seed_fetch_all.py URL
 
 Prints the reassembled answer at URL as JSON on standard output
 (json.dumps with ensure_ascii=False, sort_keys=False): what a client
-following the seed's reference algorithm gets from the server.
+following the plain loop (ask part 1, 2, ... up to total_parts, join the
+content strings, parse) gets from the server.
 
-The seed's fetch_all below is verbatim (requests, as in the seed). It names
-no snapshot, so its later parts come from the resource's latest snapshot,
-and it cannot reassemble a whole answer: when is_consequential is false,
-content is the JSON object itself and ''.join(parts) raises TypeError. That
-case is handled outside the function, in main, by asking once first.
+fetch_all below is that loop as clients of the format commonly write it,
+with requests. It names no snapshot, so its later parts come from the
+resource's latest snapshot, and it cannot reassemble a whole answer: when
+is_consequential is false, content is the JSON object itself and
+''.join(parts) raises TypeError. That case is handled outside the
+function, in main, by asking once first.
 """
 
 import sys
 
-# --- seed 003, verbatim ---------------------------------------------------
+# --- the plain loop, as clients of the format write it --------------------
 import requests, json
 
 def fetch_all(url):
@@ -31,7 +33,7 @@ def fetch_all(url):
     return json.loads(full)
 
 # usage: obj = fetch_all('http://localhost:5000/llm/products?fields=id')
-# --- end of seed 003 -----------------------------------------------------
+# --- end of the plain loop ------------------------------------------------
 
 
 def main() -> int:
@@ -39,8 +41,8 @@ def main() -> int:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     url = sys.argv[1]
-    # A whole answer breaks the seed's function (see above): take its
-    # content as it is; anything else goes through the seed's algorithm.
+    # A whole answer breaks the plain loop (see above): take its content
+    # as it is; anything else goes through the loop.
     first = requests.get(url)
     first.raise_for_status()
     wrapper = first.json()

@@ -1,7 +1,8 @@
-//! Skills end to end over HTTP: the seed's `git-quick-commit` dialog against
-//! the mock model (every message byte for byte), the step markers on
-//! Megamind's turns, the command policy, cancel, the step cap, stale
-//! callbacks, the catalog's errors and its reload.
+//! Skills end to end over HTTP: the `git-quick-commit` reference dialog
+//! (docs/skills.md#a-whole-session) against the mock model (every message
+//! byte for byte), the step markers on Megamind's turns, the command
+//! policy, cancel, the step cap, stale callbacks, the catalog's errors and
+//! its reload.
 
 use std::{path::PathBuf, time::Duration};
 

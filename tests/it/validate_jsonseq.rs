@@ -1,5 +1,5 @@
 //! `megamind-scenario validate-jsonseq` on transcripts from a file, standard
-//! input and a URL: the seed's example is valid, a broken one is reported
+//! input and a URL: a reference stream is valid, a broken one is reported
 //! with the event's index and the rule, an unreadable source exits 2.
 
 use std::{
@@ -7,7 +7,8 @@ use std::{
     process::Output,
 };
 
-/// The seed's example (seed 002 §5) with the ids every event carries.
+/// A reference stream: one answer event of each kind, in the contract's
+/// order (docs/jsonseq.md#order), with the ids every event carries.
 fn seed_transcript() -> String {
     let events = [
         ("serp_summary", r#""text":"用户要一份三分化训练计划，包含频率与动作选择。""#),

@@ -305,8 +305,8 @@ impl Assistant {
 
     /// The answer of a `/continue` whose call is still running: what the
     /// model has said in complete sentences since the last hop, else the next
-    /// filler; with the callback that fetches the rest (SPEC §2.1). Past the
-    /// hops a call may take, the apology.
+    /// filler; with the callback that fetches the rest (docs/callbacks.md).
+    /// Past the hops a call may take, the apology.
     fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         if args.hops >= crate::dialog::callback::max_hops(self.config.call_timeout()) {

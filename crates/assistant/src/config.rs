@@ -123,9 +123,11 @@ pub struct SkillsConfig {
     pub max_output_bytes: usize,
     /// Reload the catalog when the folder changes (it is also reloaded on SIGHUP).
     pub watch: bool,
-    /// `temperature` of a skill step's model call (the skills format §1).
+    /// `temperature` of a skill step's model call (0.3, as the skills format
+    /// sets it: docs/skills.md#prompts).
     pub temperature: f64,
-    /// `max_tokens` of a skill step's model call (the skills format §1).
+    /// `max_tokens` of a skill step's model call (512, as the skills format
+    /// sets it).
     pub max_tokens: u32,
     /// More request body fields of a skill step's call, over
     /// `[assistant] extra_body` (whose `response_format`, `json_schema` and

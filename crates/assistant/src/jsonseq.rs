@@ -1,14 +1,16 @@
-//! JSONSeq v1 (seed 002): the event stream a screen client renders an answer
-//! from — `serp_summary`, `thinking_start`, `phase_start` / `phase_delta`,
-//! `thinking_end`, `final_delta`, `serp_queries`, `final_end`, among the
-//! system events `status`, `heartbeat`, `error`, `completed` — and its
-//! validator, and the mapping of a model's output onto it:
+//! JSONSeq v1 (the contract: docs/jsonseq.md): the event stream a screen
+//! client renders an answer from — `serp_summary`, `thinking_start`,
+//! `phase_start` / `phase_delta`, `thinking_end`, `final_delta`,
+//! `serp_queries`, `final_end`, among the system events `status`,
+//! `heartbeat`, `error`, `completed` — and its validator, and the mapping of
+//! a model's output onto it:
 //! - [`transcript`] reads an SSE transcript into events;
-//! - [`validate`] reports every violation of the contract's order (§2) and
-//!   field rules (§1, §3, §6) with the event's index and the rule;
+//! - [`validate`] reports every violation of the contract's order
+//!   (docs/jsonseq.md#order) and field rules (docs/jsonseq.md#fields) with
+//!   the event's index and the rule;
 //! - [`mapper`] turns the model's answer (ThinkingML, plain text or JSON
 //!   Lines) and reasoning, streamed in pieces, into events that break no
-//!   rule (§4).
+//!   rule (docs/jsonseq.md#mapping-the-models-output).
 
 pub mod mapper;
 pub mod transcript;

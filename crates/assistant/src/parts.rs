@@ -1,5 +1,5 @@
-//! JSON answers served whole or in parts (seed 003), for the `/llm/...` JSON
-//! API routes. [`Parts::respond`] takes an answer's current serialized JSON
+//! JSON answers served whole or in parts (the contract: docs/parts.md), for
+//! the `/llm/...` JSON API routes. [`Parts::respond`] takes an answer's current serialized JSON
 //! and answers the part a request asks for (`?part=N`, from 1).
 //!
 //! An answer of at most `chunk_bytes` bytes comes whole:

@@ -1,16 +1,18 @@
-//! Multi-step skills (the skills format, SPEC §2.2): `SKILL.md` files run by the
-//! model one step per turn. This is the pure core — the catalog, the
-//! model's step markers, command output cleaning, the command policy and
-//! the seed's prompts — with no I/O beyond reading the skills folder and
+//! Multi-step skills (the skills format: docs/skills.md): `SKILL.md` files
+//! run by the model one step per turn. This is the pure core — the catalog,
+//! the model's step markers, command output cleaning, the command policy and
+//! the format's prompts — with no I/O beyond reading the skills folder and
 //! no knowledge of scenarios (it imports nothing under `crate::scenarios`).
 //!
 //! # Layout
 //! - [`catalog`]: `SKILL.md` parsing and the folder loader (`Catalog::load`),
 //!   lookups by name, by closest name and by trigger phrase.
-//! - [`markers`]: the model's answer as a [`markers::Step`] (seed §5).
-//! - [`output`]: a command's output cleaned and capped for the model (§4.2).
+//! - [`markers`]: the model's answer as a [`markers::Step`] (docs/skills.md#markers).
+//! - [`output`]: a command's output cleaned and capped for the model
+//!   (docs/skills.md#command-output).
 //! - [`policy`]: deny > ask > allow for every command, whatever the model says.
-//! - [`prompt`]: the seed's system prompt and user messages, byte for byte (§3-4).
+//! - [`prompt`]: the format's system prompt and user messages, byte for byte
+//!   (docs/skills.md#prompts).
 //!
 //! Invariant: no function here panics on any input, and every result is
 //! bounded (file sizes, skill count, output bytes, command length).
@@ -22,5 +24,5 @@ pub mod output;
 pub mod prompt;
 pub mod rules;
 
-/// The most steps a skill session runs: the seed's `[Step N of 100]`.
+/// The most steps a skill session runs: the 100 of `[Step N of 100]`.
 pub const MAX_STEPS: u32 = 100;

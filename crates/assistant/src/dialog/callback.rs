@@ -1,4 +1,4 @@
-//! The callback contract (SPEC §2.1): an answer not ready by a handler's
+//! The callback contract (docs/callbacks.md): an answer not ready by a handler's
 //! deadline is held with a short filler (or its first sentences) and a
 //! `CallbackDirective`; the client sends the directive back as
 //! `Input.Callback` of a new `/run`, which joins the same model call.

@@ -1,6 +1,7 @@
-//! The model's output mapped to JSONSeq v1 events as it streams (seed 002
-//! §4): [`Mapper`] takes the answer's text ([`Mapper::text`]) and the
-//! model's reasoning ([`Mapper::reasoning`]) in pieces split anywhere, and
+//! The model's output mapped to JSONSeq v1 events as it streams
+//! (docs/jsonseq.md#mapping-the-models-output): [`Mapper`] takes the
+//! answer's text ([`Mapper::text`]) and the model's reasoning
+//! ([`Mapper::reasoning`]) in pieces split anywhere, and
 //! [`Mapper::finish`] ends the stream. The answer is read as ThinkingML
 //! (`thinkingml`), plain text (`text`) or JSON Lines (`jsonl`), or, by
 //! default, as its first visible character says (`<`, `{`, anything else).
@@ -12,7 +13,7 @@
 //! [`super::validate`]. `sequence` keeps the contract's order and repairs
 //! it; the readers (`thinkingml`, `jsonl`) only say what the model meant.
 //!
-//! Where the seed is silent:
+//! Where the contract leaves the choice to us:
 //! - Every stream has a thinking with a phase, as the validator requires: an
 //!   answer without one (plain text, a ThinkingML answer with only a final)
 //!   gets `thinking_start`, `phase_start(id=1, title="Ответ")` and
@@ -104,7 +105,8 @@ impl SeqEvent {
         SeqEvent { name, data: fields.into_iter().map(|(key, value)| (key.to_owned(), value)).collect() }
     }
 
-    /// The event as sent, with the ids every event carries (seed §3).
+    /// The event as sent, with the ids every event carries
+    /// (docs/jsonseq.md#on-the-wire).
     pub fn to_event(&self, message_id: &str, request_id: &str) -> Event {
         let mut data = self.data.clone();
         data.insert("message_id".into(), message_id.into());
@@ -235,7 +237,7 @@ pub fn map_all(format: Format, chunks: &[&str]) -> Vec<SeqEvent> {
     out
 }
 
-/// `serp_queries` as the contract wants them (seed §1.1, §6.5): each
+/// `serp_queries` as the contract wants them (docs/jsonseq.md#fields): each
 /// trimmed, its blanks collapsed, cut to [`MAX_QUERY_CHARS`] characters;
 /// empty ones, repeats (ignoring case) and those holding something
 /// [`sensitive`] dropped; at most [`MAX_QUERIES`].

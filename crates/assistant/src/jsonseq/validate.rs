@@ -1,9 +1,10 @@
-//! The JSONSeq v1 validator (seed 002 §6), strict: every violation of the
-//! order of §2 and of the fields of §1 and §3, each with the event's index
-//! (from 0) and the rule's name.
+//! The JSONSeq v1 validator (docs/jsonseq.md#validate-jsonseq), strict:
+//! every violation of the order (docs/jsonseq.md#order) and of the events'
+//! fields (docs/jsonseq.md#events and docs/jsonseq.md#fields), each with
+//! the event's index (from 0) and the rule's name.
 //!
 //! Rules: every `data` is a JSON object carrying `message_id` and
-//! `request_id` (§3); event names are the contract's; at most one
+//! `request_id`; event names are the contract's; at most one
 //! `serp_summary`, before `thinking_start`; `thinking_start`, then phases
 //! whose `id`s are positive and strictly increasing, each with a title, and
 //! whose `phase_delta`s name the latest phase; `thinking_end`; one or more

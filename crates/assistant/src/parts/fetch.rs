@@ -1,8 +1,9 @@
-//! Our client for answers served in parts: seed 003's reference algorithm
-//! (ask part 1, 2, ... up to `total_parts`, concatenate the `content`
-//! strings exactly, parse), plus what the seed leaves out: a whole answer
-//! whose `content` is the JSON itself, the snapshot passed on later parts,
-//! a fresh start when the server says the snapshot is gone, and bounds.
+//! Our client for answers served in parts (docs/parts.md#reassembling-an-answer):
+//! the plain loop (ask part 1, 2, ... up to `total_parts`, concatenate the
+//! `content` strings exactly, parse), plus what that loop leaves out: a
+//! whole answer whose `content` is the JSON itself, the snapshot passed on
+//! later parts, a fresh start when the server says the snapshot is gone,
+//! and bounds.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,7 +11,8 @@ use serde_json::Value;
 /// What [`fetch_all_with`] accepts before giving up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchLimits {
-    /// The most parts one answer may have (the seed's loop stops at 10 000).
+    /// The most parts one answer may have (the plain loop of the Python
+    /// client, `tests/it/seed_fetch_all.py`, stops at 10 000 too).
     pub max_parts: u32,
     /// The most bytes of JSON reassembled, and of one part's response.
     pub max_bytes: usize,
@@ -94,8 +96,8 @@ async fn fetch_once(client: &reqwest::Client, base: &url::Url, limits: &FetchLim
             return Err(bad(&format!("it says it is part {}", wrapper.part)));
         }
         if !wrapper.is_consequential {
-            // A whole answer: `content` is the JSON itself (the seed's
-            // `''.join` would fail here). Only part 1 may be one.
+            // A whole answer: `content` is the JSON itself (a plain loop's
+            // string join would fail here). Only part 1 may be one.
             return if part == 1 { Ok(wrapper.content) } else { Err(bad("a whole answer after part 1")) };
         }
         let Value::String(content) = wrapper.content else { return Err(bad("content is not a string")) };

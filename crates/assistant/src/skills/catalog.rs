@@ -1,6 +1,6 @@
 //! The skills catalog: `SKILL.md` files in the Agent Skills format, one per
 //! folder of a skills directory — YAML front matter between `---` lines,
-//! then a Markdown body (the part the model sees, seed §3.3).
+//! then a Markdown body (the part the model sees, docs/skills.md#the-system-message).
 //!
 //! Entry point: [`Catalog::load`]. Invariant: loading never panics and never
 //! stops at a bad skill: each one is reported as a [`SkillProblem`] (path,

@@ -1,4 +1,4 @@
-//! The skills dialog policy (SPEC §2.2): multi-step `SKILL.md` skills run by
+//! The skills dialog policy (docs/skills.md): multi-step `SKILL.md` skills run by
 //! the model one step per turn, beside the chat, which answers everything
 //! else ([`ChatPolicy`]).
 //!
@@ -14,7 +14,7 @@
 //! - `[ASK]` / `[ASK:optional]` → the question, the microphone open; the
 //!   next words are the answer (a skip phrase or silence for an optional one);
 //! - `[MESSAGE]` → spoken, and the next step's call starts at once, fetched
-//!   by the callback of SPEC §2.1;
+//!   by the answer's callback (docs/callbacks.md);
 //! - `[DONE]` → spoken; the session ends. Cancel phrases end it any time.
 //!
 //! The session lives in the state (`TSkillSession`, [`session`]); the

@@ -1,17 +1,19 @@
-//! The model's answer at one skill step, parsed as seed §5 says: `[CMD]`,
-//! `[ASK]`, `[ASK:optional]`, `[MESSAGE]` or `[DONE]`, and an answer in no
-//! format counts as `[CMD]` of its first line (§5.6).
+//! The model's answer at one skill step, parsed as the skills format says
+//! (docs/skills.md#markers): `[CMD]`, `[ASK]`, `[ASK:optional]`, `[MESSAGE]`
+//! or `[DONE]`, and an answer in no format counts as `[CMD]` of its first
+//! line.
 //!
 //! Entry point: [`parse`]. Invariant: never panics; every text in a
 //! [`Step`] is at most [`MAX_CONTENT_BYTES`] and no longer than the answer.
 //!
-//! Decisions where the seed is silent:
+//! Decisions the format leaves to us:
 //! - Markers match case-insensitively (`[cmd]`, `[Ask:Optional]`) and only
 //!   at the start of a line, after leading whitespace; the space after the
 //!   marker is optional (`[CMD]git status`).
 //! - The marker is taken from the first non-blank line; when that line has
 //!   none, from the first line that does (a model's preamble such as
-//!   "Sure!" is dropped). Only when no line has a marker does §5.6 apply.
+//!   "Sure!" is dropped). Only when no line has a marker is the answer
+//!   `[CMD]` of its first line.
 //! - `[CMD]` keeps one line: the rest of the marker's line, or, when that
 //!   is blank, the next non-blank line that is not a code fence. Lines after
 //!   it are explanations the prompt forbids and are dropped. A command
@@ -45,9 +47,9 @@ pub enum Step {
 }
 
 impl Step {
-    /// The answer as the history keeps it (the seed's `content`): the
-    /// marker, a space, the text — `[CMD] <first line>` for an answer in no
-    /// format (§5.6).
+    /// The answer as the history keeps it (its canonical form,
+    /// docs/skills.md#markers): the marker, a space, the text —
+    /// `[CMD] <first line>` for an answer in no format.
     pub fn content(&self) -> String {
         match self {
             Step::Command(command) => format!("[CMD] {command}"),
@@ -96,7 +98,7 @@ pub fn parse(answer: &str) -> Step {
     let found =
         lines.iter().enumerate().skip(first).find_map(|(i, line)| marker_of(line).map(|(m, rest)| (i, m, rest)));
     let Some((at, marker, rest)) = found else {
-        // §5.6: no format — the first line is the command.
+        // No format: the first line is the command.
         let line = lines.get(first).copied().unwrap_or("");
         return Step::Command(bounded(unwrap_backticks(line.trim())));
     };

@@ -1,12 +1,12 @@
-//! A command's output cleaned for the model, as seed §4.2 says
-//! (`cleanOutputForAI`): ANSI escape sequences, Windows and Linux terminal
-//! prompts, Microsoft Windows banners, blank and repeated lines removed;
-//! then capped.
+//! A command's output cleaned for the model, as the skills format says
+//! (docs/skills.md#command-output): ANSI escape sequences, Windows and Linux
+//! terminal prompts, Microsoft Windows banners, blank and repeated lines
+//! removed; then capped.
 //!
 //! Entry point: [`clean`]. Invariant: never panics; the result is at most
 //! `max_bytes` long (the cut note included) and valid UTF-8.
 //!
-//! Decisions where the seed is silent:
+//! Decisions the format leaves to us:
 //! - Escape sequences: CSI (`ESC [` … final byte, and the 8-bit `U+009B`),
 //!   OSC (`ESC ]` … BEL or `ESC \`), DCS/PM/APC strings, and two-byte
 //!   `ESC x`. Other control characters go too, except tab.
@@ -21,7 +21,7 @@
 //!   cleaning); a line seen earlier but not adjacent is kept, since output
 //!   such as `git log` repeats lines that matter.
 //! - Leading spaces stay (`git status --porcelain` starts lines with
-//!   one, as the seed's example shows); trailing whitespace goes.
+//!   one, and the model must see them); trailing whitespace goes.
 //! - Past the cap the output ends with [`CUT_NOTE`] on its own line.
 
 use std::sync::LazyLock;

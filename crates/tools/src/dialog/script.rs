@@ -1,4 +1,4 @@
-//! Dialog scripts (SPEC §3.1): YAML files of dialogs, each a scenario and
+//! Dialog scripts (docs/dialog.md): YAML files of dialogs, each a scenario and
 //! turns of `say`, `voice`, `callback` or `request`, with expectations on the
 //! answer. Loading checks everything before anything is sent: the YAML
 //! (file, line and column of a mistake), one input per turn, the field paths

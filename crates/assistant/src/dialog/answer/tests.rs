@@ -18,7 +18,7 @@ const SAFARI: &str = r#"{"session_id": "session_1764210832.530743", "command": "
 fn table() -> Vec<(&'static str, String, Want)> {
     use Want::*;
     vec![
-        // The seed's examples.
+        // The examples of the app-action format (docs/assistant.md#the-models-answers-the-app-action-format).
         ("seed: plain JSON text", r#"{"text": "Привет! Как дела? Чем могу помочь?"}"#.into(), Text("Привет! Как дела? Чем могу помочь?")),
         ("seed: plain string", "Привет! Как дела? Чем могу помочь?".into(), Text("Привет! Как дела? Чем могу помочь?")),
         ("seed: open Safari", SAFARI.into(), Command("open_app", "Safari", "", "Открываю Safari.")),

@@ -1,8 +1,8 @@
-//! The contract's order (seed §2), kept as events are sent: the same stages
-//! the validator tracks. Whatever the readers ask, only what may come next
-//! is sent — what must come first (a thinking, a phase, its end) is sent
-//! before it, what can no longer come is dropped — so that no sequence of
-//! calls breaks a rule.
+//! The contract's order (docs/jsonseq.md#order), kept as events are sent:
+//! the same stages the validator tracks. Whatever the readers ask, only
+//! what may come next is sent — what must come first (a thinking, a phase,
+//! its end) is sent before it, what can no longer come is dropped — so that
+//! no sequence of calls breaks a rule.
 
 use serde_json::Value;
 

@@ -1,4 +1,4 @@
-//! The mapper on the seed's example at every split point, on plain text and
+//! The mapper on a reference answer at every split point, on plain text and
 //! ThinkingML (JSON Lines' tests are in `jsonl`), on reasoning, on what the
 //! model gets wrong, and on `serp_queries` cleaning; helpers the other
 //! tests share.
@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use super::*;
 use crate::jsonseq::validate;
 
-/// The seed's example (§5) as ThinkingML.
+/// A reference answer as ThinkingML: a summary, one phase, a final with
+/// its queries comment; every ThinkingML element the mapping knows
+/// (docs/jsonseq.md#thinkingml).
 pub(super) const SEED: &str = r#"<serp>用户要一份三分化训练计划，包含频率与动作选择。</serp>
 <thinking>
 <phase id="1">

@@ -1,9 +1,10 @@
-//! The validator on the seed's example and on each rule broken.
+//! The validator on a reference stream and on each rule broken.
 
 use super::*;
 use crate::jsonseq::parse_transcript;
 
-/// The seed's example (§5), with the ids §3 adds to every event.
+/// A reference stream: one answer event of each kind, in the contract's
+/// order (docs/jsonseq.md#order), with the ids every event carries.
 fn seed() -> Vec<(String, String)> {
     [
         ("serp_summary", r#"{"text":"用户要一份三分化训练计划，包含频率与动作选择。"}"#),

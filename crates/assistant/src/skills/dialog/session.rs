@@ -1,4 +1,4 @@
-//! A skill session's bookkeeping over `TSkillSession` (the skills format §7):
+//! A skill session's bookkeeping over `TSkillSession` (docs/skills.md#the-state-machine):
 //! starting one, recording an exchange with the step it took, and the byte
 //! cap that keeps the state small. Pure: no catalog, no clock, no I/O.
 

@@ -19,7 +19,7 @@ fn the_seeds_five_formats() {
     for (answer, expected) in cases {
         let step = parse(answer);
         assert_eq!(step, expected, "{answer:?}");
-        // The history keeps the answer as the seed's `content`.
+        // The history keeps the answer in its canonical form (docs/skills.md#markers).
         assert_eq!(step.content(), answer);
     }
 }

@@ -55,11 +55,11 @@ fn the_step_messages_of_section_4() {
     );
 }
 
-/// Seed §6: the `git-quick-commit` dialog, the message each step adds and
-/// the model's answers as the history keeps them.
+/// The `git-quick-commit` reference dialog (docs/skills.md#a-whole-session): the
+/// message each step adds and the model's answers as the history keeps them.
 #[test]
 fn the_seeds_example_dialog_byte_for_byte() {
-    // The system message, from the seed's skill as the catalog loads it.
+    // The system message, from the `git-quick-commit` skill as the catalog loads it.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/skills");
     let (catalog, _) = crate::skills::catalog::Catalog::load(&dir);
     let skill = catalog.get("git-quick-commit").expect("the seed's skill");
@@ -76,7 +76,7 @@ fn the_seeds_example_dialog_byte_for_byte() {
     let raw = "\x1b[?2004hme@box:~/repo$ git status --porcelain\r\n\x1b[31m M\x1b[m server/skills.js\r\n\x1b[31m??\x1b[m new-file.txt\r\n\r\n";
     let output = clean(raw, DEFAULT_MAX_BYTES);
     assert_eq!(command_output(&output, 2), "Command output:\n M server/skills.js\n?? new-file.txt\n\n[Step 2 of 100]");
-    // The seed's step 3 shows that message with one file only.
+    // The same message for one changed file.
     assert_eq!(command_output(" M server/skills.js", 2), "Command output:\n M server/skills.js\n\n[Step 2 of 100]");
     let answer = parse("[ASK] Введи сообщение коммита:");
     assert_eq!(answer.content(), "[ASK] Введи сообщение коммита:");
