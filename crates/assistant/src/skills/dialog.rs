@@ -472,7 +472,7 @@ impl DialogPolicy for SkillPolicy {
 /// `tests/fixtures/skills`: for the fuzz target `skill_turn`, built with
 /// the `fuzzing` feature. Panics when an
 /// invariant breaks: a model call's history over the session's byte cap.
-#[cfg(feature = "fuzzing")]
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn fuzz_turn(state: &[u8], input: &[u8], answer: &str) {
     use prost::Message;
     static POLICY: std::sync::OnceLock<SkillPolicy> = std::sync::OnceLock::new();
