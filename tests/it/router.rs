@@ -48,7 +48,11 @@ fn ticks() -> MethodRouter {
 
 /// The demo scenario with the greeter's routes, a ticking stream and a
 /// catch-all on `/demo/apply` that the fast path must shadow for `POST`.
-async fn spawn_with_routes(config: Config) -> TestApp {
+async fn spawn_with_routes(mut config: Config) -> TestApp {
+    // As `serve` does: the demo serves the un-prefixed paths.
+    if config.default_scenario.is_empty() {
+        config.default_scenario = megamind_scenario::scenarios::DEFAULT.into();
+    }
     let metrics = ServerMetrics::new();
     let mut setup = Setup::new(metrics.registry());
     let greeter = Greeter.build(toml::Table::new(), &mut setup).expect("greeter builds");
