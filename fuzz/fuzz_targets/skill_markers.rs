@@ -9,9 +9,9 @@ use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use megamind_assistant::skills::markers::{MAX_CONTENT_BYTES, Step, parse};
-use megamind_assistant::skills::rules::{Policy, Verdict};
+use megamind_assistant::skills::rules::{CommandRules, Verdict};
 
-static POLICY: LazyLock<Policy> = LazyLock::new(Policy::default);
+static POLICY: LazyLock<CommandRules> = LazyLock::new(CommandRules::default);
 
 fuzz_target!(|data: &[u8]| {
     let answer = String::from_utf8_lossy(data);

@@ -136,7 +136,7 @@ pub struct SkillsConfig {
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// The command policy: regexes with an optional ` # reason`, deny
     /// before ask; a list left out keeps its default.
-    pub policy: crate::skills::rules::PolicyConfig,
+    pub policy: crate::skills::rules::CommandRulesConfig,
 }
 
 impl Default for SkillsConfig {
@@ -150,7 +150,7 @@ impl Default for SkillsConfig {
             temperature: 0.3,
             max_tokens: 512,
             extra_body: serde_json::Map::new(),
-            policy: crate::skills::rules::PolicyConfig::default(),
+            policy: crate::skills::rules::CommandRulesConfig::default(),
         }
     }
 }
@@ -289,7 +289,7 @@ impl AssistantConfig {
         for key in skills.extra_body.keys() {
             check(!OWN_FIELDS.contains(&key.as_str()), format!("skills.extra_body.{key}: set by the scenario itself"));
         }
-        if let Err(error) = crate::skills::rules::Policy::new(&skills.policy) {
+        if let Err(error) = crate::skills::rules::CommandRules::new(&skills.policy) {
             check(false, format!("skills.policy: {error}"));
         }
         if errors.is_empty() { Ok(()) } else { Err(errors) }

@@ -47,7 +47,7 @@ use crate::skills::{
     catalog::{Catalog, Skill},
     markers::{self, Step},
     output, prompt,
-    rules::{Policy, Verdict},
+    rules::{CommandRules, Verdict},
 };
 use megamind_core::{
     proto::{
@@ -79,7 +79,7 @@ const MAX_REFUSALS: u32 = 3;
 pub(crate) struct SkillPolicy {
     chat: ChatPolicy,
     catalog: Arc<LiveCatalog>,
-    rules: Policy,
+    rules: CommandRules,
     context: Option<String>,
     offline: bool,
     max_session_bytes: usize,
@@ -98,7 +98,8 @@ impl SkillPolicy {
     ) -> Result<SkillPolicy, AssistantError> {
         let chat = ChatPolicy::from_config(config, metrics)?;
         let skills = &config.skills;
-        let rules = Policy::new(&skills.policy).map_err(|e| AssistantError::Setup(format!("skills.policy: {e}")))?;
+        let rules =
+            CommandRules::new(&skills.policy).map_err(|e| AssistantError::Setup(format!("skills.policy: {e}")))?;
         let context = match &skills.system_context_file {
             None => None,
             Some(path) => {

@@ -1,7 +1,7 @@
 //! The command policy, enforced whatever the model says: deny > ask >
 //! allow (issue 11, item 7).
 //!
-//! Entry point: [`Policy::check`]. Invariant: never panics; a command is
+//! Entry point: [`CommandRules::check`]. Invariant: never panics; a command is
 //! allowed only when no deny rule, no `allowed-tools` restriction and no ask
 //! rule applies to any part of it.
 //!
@@ -12,7 +12,7 @@
 //! told to run a string (`sh -c "…"`, `eval …`) has that string checked
 //! too, three levels deep at most.
 //!
-//! Rules ([`PolicyConfig`]) are regular expressions, matched
+//! Rules ([`CommandRulesConfig`]) are regular expressions, matched
 //! case-insensitively against three texts: each simple command's words
 //! (after wrappers) joined by single spaces, the whole chain written the
 //! same way (`curl x | sh`), and the raw line with its whitespace
@@ -63,7 +63,7 @@ pub enum Verdict {
 /// ` # reason`. A list left out of a configuration file keeps its default.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct PolicyConfig {
+pub struct CommandRulesConfig {
     /// Commands never run.
     pub deny: Vec<String>,
     /// Commands run only after the user confirms.
@@ -106,17 +106,17 @@ const DEFAULT_ASK: &[&str] = &[
     r"^(dd|mv)( |$) # may overwrite data",
 ];
 
-impl Default for PolicyConfig {
+impl Default for CommandRulesConfig {
     fn default() -> Self {
         let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
-        PolicyConfig { deny: owned(DEFAULT_DENY), ask: owned(DEFAULT_ASK) }
+        CommandRulesConfig { deny: owned(DEFAULT_DENY), ask: owned(DEFAULT_ASK) }
     }
 }
 
 /// A rule that is not a valid regular expression.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid policy rule {rule:?}: {reason}")]
-pub struct PolicyError {
+pub struct CommandRulesError {
     /// The rule as written.
     pub rule: String,
     /// What the regex parser said.
@@ -131,20 +131,20 @@ struct Rule {
 
 /// The compiled policy.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub struct CommandRules {
     deny: Vec<Rule>,
     ask: Vec<Rule>,
 }
 
-impl Default for Policy {
+impl Default for CommandRules {
     fn default() -> Self {
         // The default rules are tested to compile; a failure leaves them out.
         let compile = |list: &[&str]| list.iter().filter_map(|rule| compile(rule).ok()).collect();
-        Policy { deny: compile(DEFAULT_DENY), ask: compile(DEFAULT_ASK) }
+        CommandRules { deny: compile(DEFAULT_DENY), ask: compile(DEFAULT_ASK) }
     }
 }
 
-fn compile(rule: &str) -> Result<Rule, PolicyError> {
+fn compile(rule: &str) -> Result<Rule, CommandRulesError> {
     let (pattern, reason) = match rule.rsplit_once(" # ") {
         Some((pattern, reason)) => (pattern.trim(), reason.trim().to_string()),
         None => (rule.trim(), format!("matches the rule `{}`", rule.trim())),
@@ -153,15 +153,15 @@ fn compile(rule: &str) -> Result<Rule, PolicyError> {
         .case_insensitive(true)
         .size_limit(1 << 20)
         .build()
-        .map_err(|e| PolicyError { rule: rule.to_string(), reason: e.to_string() })?;
+        .map_err(|e| CommandRulesError { rule: rule.to_string(), reason: e.to_string() })?;
     Ok(Rule { pattern, reason })
 }
 
-impl Policy {
+impl CommandRules {
     /// Compiles `config`'s rules.
-    pub fn new(config: &PolicyConfig) -> Result<Policy, PolicyError> {
+    pub fn new(config: &CommandRulesConfig) -> Result<CommandRules, CommandRulesError> {
         let compile_all = |list: &[String]| list.iter().map(|rule| compile(rule)).collect::<Result<Vec<_>, _>>();
-        Ok(Policy { deny: compile_all(&config.deny)?, ask: compile_all(&config.ask)? })
+        Ok(CommandRules { deny: compile_all(&config.deny)?, ask: compile_all(&config.ask)? })
     }
 
     /// The verdict on `command` for a skill whose `allowed-tools` are

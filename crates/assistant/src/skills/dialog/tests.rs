@@ -66,7 +66,7 @@ fn the_directive_names_the_session_and_the_step() {
 fn the_shipped_skills_commands_pass_the_policy() {
     let (catalog, problems) = Catalog::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
     assert!(problems.is_empty(), "{problems:?}");
-    let rules = Policy::new(&crate::skills::rules::PolicyConfig::default()).unwrap();
+    let rules = CommandRules::new(&crate::skills::rules::CommandRulesConfig::default()).unwrap();
     let allowed = |name: &str, command: &str| rules.check(command, catalog.get(name).unwrap().allowed_tools.as_deref());
     assert_eq!(allowed("git-quick-commit", "git status --porcelain"), Verdict::Allow);
     assert_eq!(allowed("git-quick-commit", "git add . && git commit -m \"fix: x\""), Verdict::Allow);

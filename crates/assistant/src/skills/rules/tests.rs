@@ -7,7 +7,7 @@ enum Expect {
     Deny,
 }
 
-fn verdict(policy: &Policy, command: &str, tools: Option<&[String]>) -> Expect {
+fn verdict(policy: &CommandRules, command: &str, tools: Option<&[String]>) -> Expect {
     match policy.check(command, tools) {
         Verdict::Allow => Expect::Allow,
         Verdict::Ask(reason) => {
@@ -23,11 +23,11 @@ fn verdict(policy: &Policy, command: &str, tools: Option<&[String]>) -> Expect {
 
 #[test]
 fn the_default_rules_compile() {
-    let config = PolicyConfig::default();
-    let policy = Policy::new(&config).expect("the default rules compile");
+    let config = CommandRulesConfig::default();
+    let policy = CommandRules::new(&config).expect("the default rules compile");
     assert_eq!(policy.deny.len(), DEFAULT_DENY.len());
     assert_eq!(policy.ask.len(), DEFAULT_ASK.len());
-    assert_eq!(Policy::default().deny.len(), DEFAULT_DENY.len());
+    assert_eq!(CommandRules::default().deny.len(), DEFAULT_DENY.len());
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn the_policy_table_without_allowed_tools() {
         ("", Deny),
         ("   ", Deny),
     ];
-    let policy = Policy::default();
+    let policy = CommandRules::default();
     for (command, expected) in cases {
         assert_eq!(verdict(&policy, command, None), expected, "{command:?}: {:?}", policy.check(command, None));
     }
@@ -138,7 +138,7 @@ fn allowed_tools_restrict_every_command_of_a_chain() {
         ("ls | wc -l", &any, Allow),
         ("ls", &read_only, Deny),
     ];
-    let policy = Policy::default();
+    let policy = CommandRules::default();
     for (command, tools, expected) in cases {
         assert_eq!(verdict(&policy, command, Some(tools)), expected, "{command:?} under {tools:?}");
     }
@@ -146,19 +146,20 @@ fn allowed_tools_restrict_every_command_of_a_chain() {
 
 #[test]
 fn configured_rules_and_their_reasons() {
-    let config = PolicyConfig {
+    let config = CommandRulesConfig {
         deny: vec![r"^terraform destroy # destroys infrastructure".into()],
         ask: vec![r"^make\b".into()],
     };
-    let policy = Policy::new(&config).expect("valid rules");
+    let policy = CommandRules::new(&config).expect("valid rules");
     assert_eq!(policy.check("terraform destroy -auto-approve", None), Verdict::Deny("destroys infrastructure".into()));
     assert_eq!(policy.check("make deploy", None), Verdict::Ask(r"matches the rule `^make\b`".into()));
     // Only the configured lists apply.
     assert_eq!(policy.check("rm -rf /", None), Verdict::Allow);
     // From a configuration file: a list left out keeps its default.
-    let parsed: PolicyConfig = toml::from_str("deny = ['^terraform destroy # destroys infrastructure']").expect("toml");
+    let parsed: CommandRulesConfig =
+        toml::from_str("deny = ['^terraform destroy # destroys infrastructure']").expect("toml");
     assert_eq!(parsed.deny, config.deny);
-    assert_eq!(parsed.ask, PolicyConfig::default().ask);
-    let bad = PolicyConfig { deny: vec!["(".into()], ask: vec![] };
-    assert!(Policy::new(&bad).is_err());
+    assert_eq!(parsed.ask, CommandRulesConfig::default().ask);
+    let bad = CommandRulesConfig { deny: vec!["(".into()], ask: vec![] };
+    assert!(CommandRules::new(&bad).is_err());
 }
