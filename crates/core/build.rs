@@ -1,17 +1,22 @@
-//! Compiles the repository's `proto/` with protox (no system `protoc`): prost types with
-//! prost-reflect derives, tonic stubs, and the encoded descriptor set that
-//! prost-reflect (text format, JSON) and gRPC reflection read at run time.
+//! Compiles the repository's `proto/` with protox (no system `protoc`): the
+//! encoded descriptor set of every file there, which prost-reflect (text
+//! format, JSON, `Any` payloads of any scenario) and gRPC reflection read at
+//! run time, and the Rust types of the protocol's own files, with
+//! prost-reflect derives and tonic stubs. A scenario crate generates the
+//! types of its own files against this pool.
 
-use std::{env, fs, path::PathBuf};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+};
 
-/// Proto files compiled into the crate, relative to `proto/`.
+/// The protocol's files, whose Rust types this crate holds (relative to `proto/`).
 const PROTOS: &[&str] = &[
     "alice/megamind/common.proto",
     "alice/megamind/request.proto",
     "alice/megamind/response.proto",
     "alice/hollywood/music.proto",
     "megamind_scenario/service.proto",
-    "megamind_scenario/assistant.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,11 +25,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", protos.display());
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    let mut compiler = protox::Compiler::new([protos])?;
+    let mut every = Vec::new();
+    proto_files(&protos, &protos, &mut every)?;
+    every.sort();
+    let mut compiler = protox::Compiler::new([&protos])?;
     compiler.include_imports(true).include_source_info(true);
-    // The pool holds exactly these files and their imports: the printer expands
-    // only `Any` types found there, so its output parses given `proto/` alone.
-    compiler.open_files(PROTOS)?;
+    // The pool holds exactly the files of `proto/` and their imports: the
+    // printer expands only `Any` types found there, so its output parses
+    // given `proto/` alone.
+    compiler.open_files(&every)?;
     fs::write(out_dir.join("descriptor_set.bin"), compiler.encode_file_descriptor_set())?;
 
     let pool = compiler.descriptor_pool();
@@ -49,10 +58,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
         );
     }
+    // Rust types for the protocol's files (and the well-known types they
+    // import) only; a scenario's files are its own crate's.
+    let mut files = compiler.file_descriptor_set();
+    files.file.retain(|file| PROTOS.contains(&file.name()) || file.name().starts_with("google/"));
 
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds_with_config(compiler.file_descriptor_set(), config)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds_with_config(files, config)?;
+    Ok(())
+}
+
+/// Every `.proto` file under `dir`, relative to `root`.
+fn proto_files(root: &Path, dir: &Path, found: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            proto_files(root, &path, found)?;
+        } else if path.extension().is_some_and(|ext| ext == "proto") {
+            let relative = path.strip_prefix(root).expect("under the root");
+            found.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
     Ok(())
 }

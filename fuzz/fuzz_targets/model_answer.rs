@@ -9,10 +9,10 @@ use megamind_assistant::dialog::{
     answer::{self, Command},
     reply,
 };
+use megamind_assistant::proto::megamind_scenario::v1::TAssistantState;
 use megamind_core::{
     codec::{self, Format},
     proto::{
-        megamind_scenario::v1::TAssistantState,
         n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
     },
 };

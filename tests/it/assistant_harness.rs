@@ -8,15 +8,13 @@
 use std::{sync::Arc, time::Duration};
 
 use megamind_assistant::config::{AssistantConfig, Warmup};
+use megamind_assistant::proto::megamind_scenario::v1::TAssistantState;
 use megamind_assistant::{Assistant, AssistantModule};
 use megamind_core::{
     config::Config,
-    proto::{
-        megamind_scenario::v1::TAssistantState,
-        n_alice::n_scenarios::{
-            TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest,
-            TTextInput, t_input, t_scenario_run_response,
-        },
+    proto::n_alice::n_scenarios::{
+        TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest, TTextInput,
+        t_input, t_scenario_run_response,
     },
 };
 use megamind_tools::client::{Client, Hop, Request, Turn};

@@ -7,12 +7,10 @@
 use std::{path::PathBuf, time::Duration};
 
 use megamind_assistant::config::AssistantConfig;
-use megamind_core::proto::{
-    megamind_scenario::v1::TSkillSession,
-    n_alice::n_scenarios::{
-        TCallbackDirective, TInput, TRunCommandDirective, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_directive,
-        t_input,
-    },
+use megamind_assistant::proto::megamind_scenario::v1::TSkillSession;
+use megamind_core::proto::n_alice::n_scenarios::{
+    TCallbackDirective, TInput, TRunCommandDirective, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_directive,
+    t_input,
 };
 use megamind_tools::client::{Client, Turn};
 use prost_types::{Struct, Value, value::Kind};

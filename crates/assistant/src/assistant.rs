@@ -83,14 +83,12 @@ use crate::dialog::policy::{DialogPolicy, Interpretation, TurnPlan};
 use crate::dialog::state::Caps;
 use crate::dialog::turn::TurnInput;
 use crate::metrics::AssistantMetrics;
+use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState};
 use crate::skills::dialog::SkillPolicy;
 use megamind_core::{
-    proto::{
-        megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
-        n_alice::n_scenarios::{
-            TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
-            TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
-        },
+    proto::n_alice::n_scenarios::{
+        TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
+        TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
     },
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };

@@ -18,6 +18,7 @@
 //! - [`llm`]: the `/llm` routes, their schema and the JSONSeq stream.
 //! - [`jsonseq`] and [`parts`]: the formats the `/llm` API speaks: JSONSeq
 //!   v1 events, and JSON answers served whole or in parts.
+//! - [`proto`]: the assistant's own protobuf messages.
 //! - [`error`], [`metrics`] and `background` (work started where the
 //!   scenario is built): shared by the wings.
 //!
@@ -37,6 +38,7 @@ pub mod llm;
 pub mod metrics;
 pub mod module;
 pub mod parts;
+pub mod proto;
 pub mod skills;
 
 pub use assistant::Assistant;

@@ -11,11 +11,9 @@ use std::{
 
 use super::*;
 use crate::backend::ModelEvent;
-use megamind_core::proto::{
-    megamind_scenario::v1::TAssistantTurn,
-    n_alice::n_scenarios::{
-        TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
-    },
+use crate::proto::megamind_scenario::v1::TAssistantTurn;
+use megamind_core::proto::n_alice::n_scenarios::{
+    TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
 };
 
 /// Answers `reply` after `delay`, counting calls and keeping the requests.

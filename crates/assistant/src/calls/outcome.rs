@@ -12,7 +12,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::backend::{BackendError, Completion, TokenUsage};
-use megamind_core::proto::megamind_scenario::v1::{
+use crate::proto::megamind_scenario::v1::{
     TAssistantCompletion, TAssistantHttpStatus, TAssistantModelError, TAssistantModelOutcome, TAssistantTokenUsage,
     t_assistant_model_error::Cause, t_assistant_model_outcome::Outcome,
 };

@@ -13,10 +13,8 @@ use std::time::Duration;
 
 use prost_types::{Struct, Value, value::Kind};
 
-use megamind_core::proto::{
-    megamind_scenario::v1::{TAssistantPending, TAssistantState},
-    n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive},
-};
+use crate::proto::megamind_scenario::v1::{TAssistantPending, TAssistantState};
+use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive};
 
 /// The callback's `Name`: the one `Input.Callback` the shell takes itself.
 pub(crate) const NAME: &str = "assistant_answer";

@@ -28,10 +28,8 @@ use crate::dialog::state::{self, Caps};
 use crate::dialog::turn::TurnInput;
 use crate::error::AssistantError;
 use crate::metrics::AssistantMetrics;
-use megamind_core::proto::{
-    megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
-    n_alice::n_scenarios::TScenarioResponseBody,
-};
+use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn};
+use megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody;
 
 /// What a policy makes of a turn's input.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@
 //! small models echo the last line into their answer.
 
 use crate::backend::{ChatMessage, Role};
-use megamind_core::proto::megamind_scenario::v1::TAssistantTurn;
+use crate::proto::megamind_scenario::v1::TAssistantTurn;
 
 /// Where the session id goes in a prompt.
 pub const SESSION_ID: &str = "{session_id}";

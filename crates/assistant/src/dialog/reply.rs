@@ -4,13 +4,10 @@
 /// Spoken when declining a turn that brings nothing to answer.
 pub(crate) const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
 
-use megamind_core::proto::{
-    megamind_scenario::v1::TAssistantState,
-    n_alice::n_scenarios::{
-        TAnalyticsInfo, TCard, TCloseAppDirective, TDirective, TLayout, TOpenAppDirective, TScenarioFeatures,
-        TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_card, t_directive,
-        t_scenario_run_response,
-    },
+use crate::proto::megamind_scenario::v1::TAssistantState;
+use megamind_core::proto::n_alice::n_scenarios::{
+    TAnalyticsInfo, TCard, TCloseAppDirective, TDirective, TLayout, TOpenAppDirective, TScenarioFeatures,
+    TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_card, t_directive, t_scenario_run_response,
 };
 
 use crate::dialog::answer::{Command, ModelAnswer};

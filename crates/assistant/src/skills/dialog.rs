@@ -41,6 +41,7 @@ use crate::dialog::reply::NO_WORDS;
 use crate::dialog::turn::TurnInput;
 use crate::error::AssistantError;
 use crate::metrics::AssistantMetrics;
+use crate::proto::megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession};
 use crate::skills::dialog::{live::LiveCatalog, session::next_step};
 use crate::skills::{
     MAX_STEPS,
@@ -50,11 +51,8 @@ use crate::skills::{
     rules::{CommandRules, Verdict},
 };
 use megamind_core::{
-    proto::{
-        megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession},
-        n_alice::n_scenarios::{
-            TCallbackDirective, TDirective, TRunCommandDirective, TScenarioResponseBody, t_directive,
-        },
+    proto::n_alice::n_scenarios::{
+        TCallbackDirective, TDirective, TRunCommandDirective, TScenarioResponseBody, t_directive,
     },
     text::clip,
 };

@@ -2,7 +2,7 @@
 //! starting one, recording an exchange with the step it took, and the byte
 //! cap that keeps the state small. Pure: no catalog, no clock, no I/O.
 
-use megamind_core::proto::megamind_scenario::v1::{ESkillWait, TAssistantTurn, TSkillSession};
+use crate::proto::megamind_scenario::v1::{ESkillWait, TAssistantTurn, TSkillSession};
 
 /// A new session of `skill`, started by the request `started_by`, about to
 /// send its first message.

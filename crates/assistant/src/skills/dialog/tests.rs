@@ -88,10 +88,8 @@ fn the_shipped_skills_commands_pass_the_policy() {
 fn the_fuzz_seeds_play() {
     use prost::Message;
 
-    use megamind_core::proto::{
-        megamind_scenario::v1::TAssistantTurn,
-        n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input},
-    };
+    use crate::proto::megamind_scenario::v1::TAssistantTurn;
+    use megamind_core::proto::n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input};
     let framed = |state: &TAssistantState, input: &TInput, answer: &str| {
         let (state, input) = (state.encode_to_vec(), input.encode_to_vec());
         let mut data = Vec::new();
