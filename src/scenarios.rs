@@ -11,5 +11,5 @@ pub const DEFAULT: &str = "demo";
 
 /// Every built-in scenario, as `serve` hosts them.
 pub fn modules() -> Vec<Box<dyn ScenarioModule>> {
-    vec![Box::new(demo::DemoModule), Box::new(megamind_assistant::AssistantModule)]
+    vec![Box::new(demo::DemoModule), Box::new(megamind_assistant::AssistantModule::default())]
 }

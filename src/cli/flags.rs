@@ -16,7 +16,8 @@ pub(super) const ALL_BUDGETS: &str = "budget.*";
 const BUDGET_KEYS: [&str; 4] = ["budget.run_ms", "budget.continue_ms", "budget.commit_ms", "budget.apply_ms"];
 
 /// The core's flags, in the order they apply (`--budget-ms` before one handler's).
-pub(super) const CORE: &[Flag] = &[
+pub(super) fn core() -> Vec<Flag> {
+    vec![
     Flag::new("addr", "addr", "Address to listen on, HTTP/1.1 and h2c: host:port, the host an IP or a name")
         .env("MEGAMIND_ADDR"),
     Flag::new("grpc-addr", "grpc_addr", "A second address serving gRPC only (gRPC is served on --addr as well)")
@@ -146,7 +147,8 @@ pub(super) const CORE: &[Flag] = &[
         .env("MEGAMIND_STREAM_LANE_NICE"),
     Flag::new("detach-limit-ms", "detach_limit_ms", "How long work past its budget may go on in the background, in ms")
         .env("MEGAMIND_DETACH_LIMIT_MS"),
-];
+    ]
+}
 
 /// A flag with the key it sets in the whole configuration and its help heading.
 #[derive(Debug, Clone)]
@@ -159,7 +161,7 @@ pub(super) struct Bound {
 
 /// The core's flags, then each scenario's.
 pub(super) fn all(modules: &[Box<dyn ScenarioModule>]) -> Vec<Bound> {
-    let core = CORE.iter().map(|flag| Bound { flag: flag.clone(), key: flag.key.to_owned(), heading: None });
+    let core = core().into_iter().map(|flag| Bound { key: flag.key.to_string(), flag, heading: None });
     let scenarios = modules.iter().flat_map(|module| {
         let name = module.name();
         module.flags().into_iter().map(move |flag| Bound {
@@ -174,7 +176,7 @@ pub(super) fn all(modules: &[Box<dyn ScenarioModule>]) -> Vec<Bound> {
 /// `serve` with every flag added, its default (from `defaults`) in its help.
 pub(super) fn add_to(serve: Command, flags: &[Bound], defaults: &toml::Table) -> Command {
     let args = flags.iter().map(|bound| {
-        let Flag { long, env, help, .. } = bound.flag;
+        let Flag { long, env, help, .. } = &bound.flag;
         let key = if bound.key == ALL_BUDGETS { BUDGET_KEYS[0] } else { &bound.key };
         let default = match lookup(defaults, key) {
             Some(toml::Value::String(text)) if text.is_empty() => "none".to_owned(),
@@ -182,8 +184,10 @@ pub(super) fn add_to(serve: Command, flags: &[Bound], defaults: &toml::Table) ->
             Some(value) => value.to_string(),
             None => "none".to_owned(),
         };
-        let env = env.map(|env| format!(" [env: {env}]")).unwrap_or_default();
-        let mut arg = Arg::new(long).long(long).value_name("VALUE").help(format!("{help} [default: {default}]{env}"));
+        let env = env.as_ref().map(|env| format!(" [env: {env}]")).unwrap_or_default();
+        let long = long.to_string();
+        let arg = Arg::new(long.clone()).long(long).value_name("VALUE");
+        let mut arg = arg.help(format!("{help} [default: {default}]{env}"));
         if let Some(heading) = &bound.heading {
             arg = arg.help_heading(heading.clone());
         }
@@ -200,11 +204,11 @@ pub(super) fn overrides(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Override> {
     let from_env = flags.iter().filter_map(|bound| {
-        let name = bound.flag.env?;
+        let name = bound.flag.env.as_deref()?;
         env(name).map(|value| (bound, value, name.to_owned()))
     });
     let from_flags = flags.iter().filter_map(|bound| {
-        let value = matches?.get_one::<String>(bound.flag.long)?;
+        let value = matches?.get_one::<String>(&bound.flag.long)?;
         Some((bound, value.clone(), format!("--{}", bound.flag.long)))
     });
     let mut overrides = Vec::new();

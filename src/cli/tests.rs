@@ -43,10 +43,11 @@ fn a_scenario_s_flags_and_their_variables_reach_its_table() {
     let args = ["--llm-model", "qwen", "--llm-run-wait-ms", "120", "--llm-stream", "false"];
     let loaded = serve_with(&args, &[("MEGAMIND_LLM_API_KEY", "sk-from-env")]).unwrap();
     let assistant = &loaded.config.scenarios["assistant"];
-    assert_eq!(assistant["model"].as_str(), Some("qwen"));
+    // The model's keys are in `[assistant.backend]`; the shell's at the top.
+    assert_eq!(assistant["backend"]["model"].as_str(), Some("qwen"));
     assert_eq!(assistant["run_wait_ms"].as_integer(), Some(120));
-    assert_eq!(assistant["stream"].as_bool(), Some(false));
-    assert_eq!(assistant["api_key"].as_str(), Some("sk-from-env"));
+    assert_eq!(assistant["backend"]["stream"].as_bool(), Some(false));
+    assert_eq!(assistant["backend"]["api_key"].as_str(), Some("sk-from-env"));
     let printed = loaded.to_toml();
     assert!(printed.contains("run_wait_ms = 120") && !printed.contains("sk-from-env"), "{printed}");
     module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).expect("it builds");

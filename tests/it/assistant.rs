@@ -92,7 +92,7 @@ async fn a_model_at_2_s_gets_both_handlers_answered_in_budget_and_the_repeat_get
 async fn a_500_then_ok_is_retried() {
     let mock = MockLlm::start(Reply::content("Готово.")).await;
     mock.push(Reply::status(500));
-    let h = spawn(&mock, |c| c.retry_backoff_ms = 20).await;
+    let h = spawn(&mock, |c| c.backend.retry_backoff_ms = 20).await;
     let turn = ask(&mut client(&h.app, Transport::Http), "сделай").await;
     assert_eq!(turn.speech(), "Готово.");
     assert_eq!(mock.calls(), 2);
@@ -116,7 +116,7 @@ async fn garbage_and_resets_are_retried_then_apologized_for_in_budget() {
     ];
     for (name, reply) in cases {
         let mock = MockLlm::start(reply).await;
-        let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
+        let h = spawn(&mock, |c| c.backend.retry_backoff_ms = 10).await;
         let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
         assert_eq!(speech(&body), apology(), "{name}");
         let calls = if name == "not json" { 1 } else { 3 };
@@ -176,7 +176,7 @@ async fn the_history_in_state_carries_over_two_turns() {
 #[tokio::test]
 async fn a_stream_cut_anywhere_is_read_whole() {
     let mock = MockLlm::start(Reply::stream_cut(OPEN_SAFARI, 7, Duration::from_millis(2))).await;
-    let h = spawn(&mock, |c| c.stream = true).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
     let body = ask(&mut client(&h.app, Transport::Http), "открой Safari").await.into_body();
     assert_eq!(speech(&body), "Открываю Safari.");
     assert_eq!(mock.received()[0].body["stream"], true);
@@ -188,8 +188,8 @@ async fn a_stream_cut_anywhere_is_read_whole() {
 async fn the_breaker_stops_calling_a_failing_backend() {
     let mock = MockLlm::start(Reply::status(503)).await;
     let h = spawn(&mock, |c| {
-        c.max_retries = 0;
-        c.breaker_failures = 2;
+        c.backend.max_retries = 0;
+        c.backend.breaker_failures = 2;
     })
     .await;
     let mut client = client(&h.app, Transport::Http);
@@ -239,7 +239,7 @@ async fn serve_hosts_the_offline_assistant_out_of_the_box() {
 #[tokio::test]
 async fn the_call_timeout_ends_a_hanging_call_and_the_user_hears_why() {
     let mock = MockLlm::start(Reply::Hang).await;
-    let h = spawn(&mock, |c| c.call_timeout_ms = 200).await;
+    let h = spawn(&mock, |c| c.calls.call_timeout_ms = 200).await;
     let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), apology(), "the call ended before /continue gave up, so no fallback");
     let text = metrics_text(&h.metrics);
@@ -253,8 +253,8 @@ async fn the_first_token_timeout_ends_a_silent_stream() {
     chunks[0].0 = Duration::from_secs(5);
     let mock = MockLlm::start(Reply::Sse { chunks }).await;
     let h = spawn(&mock, |c| {
-        c.stream = true;
-        c.first_token_timeout_ms = 100;
+        c.backend.stream = true;
+        c.backend.first_token_timeout_ms = 100;
     })
     .await;
     let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
@@ -265,7 +265,7 @@ async fn the_first_token_timeout_ends_a_silent_stream() {
 #[tokio::test]
 async fn a_server_that_ignores_stream_is_read_as_json() {
     let mock = MockLlm::start(Reply::content("Без потока.")).await;
-    let h = spawn(&mock, |c| c.stream = true).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
     let body = ask(&mut client(&h.app, Transport::Http), "вопрос").await.into_body();
     assert_eq!(speech(&body), "Без потока.");
     assert_eq!(mock.received()[0].body["stream"], true);

@@ -15,8 +15,8 @@ use crate::{
 async fn without_a_stream_the_first_token_timeout_does_not_cut_a_slow_answer() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(900), "Готово.")).await;
     let h = spawn(&mock, |c| {
-        c.stream = false;
-        c.first_token_timeout_ms = 200;
+        c.backend.stream = false;
+        c.backend.first_token_timeout_ms = 200;
     })
     .await;
     let turn = ask(&mut client(&h.app, Transport::Http), "сделай").await;
@@ -26,8 +26,8 @@ async fn without_a_stream_the_first_token_timeout_does_not_cut_a_slow_answer() {
     // With a stream, the same wait for the first token is a timeout.
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(900), "Готово.")).await;
     let h = spawn(&mock, |c| {
-        c.stream = true;
-        c.first_token_timeout_ms = 200;
+        c.backend.stream = true;
+        c.backend.first_token_timeout_ms = 200;
     })
     .await;
     assert_eq!(ask(&mut client(&h.app, Transport::Http), "сделай").await.speech(), apology());
@@ -39,7 +39,7 @@ async fn without_a_stream_the_first_token_timeout_does_not_cut_a_slow_answer() {
 async fn a_connection_dropped_mid_answer_is_a_connection_failure_and_is_retried() {
     let mock = MockLlm::start(Reply::content("Со второй попытки.")).await;
     mock.push(Reply::dropped_mid_answer());
-    let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
+    let h = spawn(&mock, |c| c.backend.retry_backoff_ms = 10).await;
     let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
     assert_eq!(turn.speech(), "Со второй попытки.");
     assert_eq!(mock.calls(), 2, "retried once");
@@ -53,8 +53,8 @@ async fn a_stream_dropped_after_a_token_is_not_retried() {
     let mock = MockLlm::start(Reply::content("не должно понадобиться")).await;
     mock.push(Reply::dropped_mid_stream("Начало ответа"));
     let h = spawn(&mock, |c| {
-        c.stream = true;
-        c.retry_backoff_ms = 10;
+        c.backend.stream = true;
+        c.backend.retry_backoff_ms = 10;
     })
     .await;
     let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
@@ -70,11 +70,11 @@ async fn the_breaker_counts_failed_calls_not_attempts() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mock = MockLlm::start(Reply::content("unused")).await;
     let h = spawn(&mock, |c| {
-        c.base_url = format!("http://{closed}/v1");
-        c.breaker_failures = 2;
-        c.max_retries = 2;
-        c.retry_backoff_ms = 1;
-        c.warmup = megamind_assistant::config::Warmup::Off;
+        c.backend.base_url = format!("http://{closed}/v1");
+        c.backend.breaker_failures = 2;
+        c.backend.max_retries = 2;
+        c.backend.retry_backoff_ms = 1;
+        c.backend.warmup = megamind_assistant::config::Warmup::Off;
     })
     .await;
     let mut client = client(&h.app, Transport::Http);
@@ -113,7 +113,7 @@ async fn extra_body_keeps_the_order_it_was_written_in() {
     .parse()
     .unwrap();
     let extra: serde_json::Map<String, serde_json::Value> = table.try_into().unwrap();
-    let h = spawn(&mock, |c| c.extra_body = extra).await;
+    let h = spawn(&mock, |c| c.backend.extra_body = extra).await;
     ask(&mut client(&h.app, Transport::Http), "привет").await;
     let sent = serde_json::to_string(&mock.received()[0].body["response_format"]["schema"]["properties"]).unwrap();
     let at = |key: &str| sent.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("{key} in {sent}"));
@@ -124,7 +124,7 @@ async fn extra_body_keeps_the_order_it_was_written_in() {
 async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_turn() {
     use megamind_assistant::config::Warmup;
     let mock = MockLlm::start(Reply::content("Ок.")).await;
-    let h = spawn(&mock, |c| c.warmup = Warmup::Auto).await;
+    let h = spawn(&mock, |c| c.backend.warmup = Warmup::Auto).await;
     mock.wait_for_calls(1).await;
     let warmup = &mock.received()[0].body;
     assert_eq!((warmup["max_tokens"].as_u64(), warmup["stream"].as_bool()), (Some(1), Some(false)), "{warmup}");
@@ -146,7 +146,7 @@ async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_tur
     assert_eq!(mock.received()[1].body["max_tokens"], 512);
 
     let quiet = MockLlm::start(Reply::content("Ок.")).await;
-    let h = spawn(&quiet, |c| c.warmup = Warmup::Off).await;
+    let h = spawn(&quiet, |c| c.backend.warmup = Warmup::Off).await;
     ask(&mut client(&h.app, Transport::Http), "привет").await;
     assert_eq!(quiet.calls(), 1, "no warm-up when it is off");
 }

@@ -24,7 +24,7 @@ use crate::{
 };
 
 fn fillers() -> Vec<String> {
-    megamind_assistant::config::AssistantConfig::default().filler_texts
+    megamind_assistant::config::AssistantConfig::default().dialog.filler_texts
 }
 
 /// The callback hops of a turn: the `/run`s after the first.
@@ -70,7 +70,7 @@ async fn a_slow_answer_arrives_through_callbacks_over_one_call_without_a_repeat(
 async fn complete_sentences_of_a_stream_are_spoken_as_they_are_ready_and_the_rest_follows() {
     let pieces = ["Жили-были дед и баба. ", "У них была курочка Ряба. ", "Снесла курочка яичко. ", "Конец."];
     let mock = MockLlm::start(Reply::stream(&pieces, Duration::from_millis(300))).await;
-    let h = spawn(&mock, |c| c.stream = true).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
     let turn = ask(&mut client(&h.app, Transport::Http), "расскажи сказку").await;
 
     let speeches = turn.speeches();
@@ -89,7 +89,7 @@ async fn a_streamed_json_answer_is_not_spoken_before_it_is_whole() {
     let json = OPEN_SAFARI;
     let (head, tail) = json.split_at(json.find("\"text\"").unwrap());
     let mock = MockLlm::start(Reply::stream(&[head, tail], Duration::from_millis(500))).await;
-    let h = spawn(&mock, |c| c.stream = true).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
     let turn = ask(&mut client(&h.app, Transport::Http), "открой Safari").await;
     let speeches = turn.speeches();
     let (held, last) = speeches.split_at(speeches.len() - 1);
@@ -117,7 +117,7 @@ async fn a_client_that_does_not_follow_callbacks_gets_the_answer_on_the_repeat()
 #[tokio::test]
 async fn a_model_that_never_answers_ends_in_one_apology_when_the_call_times_out() {
     let mock = MockLlm::start(Reply::Hang).await;
-    let h = spawn(&mock, |c| c.call_timeout_ms = 1500).await;
+    let h = spawn(&mock, |c| c.calls.call_timeout_ms = 1500).await;
     let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
     assert_eq!(turn.speech(), apology(), "{:?}", turn.speeches());
     assert!(!callback_of(turn.body()), "no more callbacks after the apology");

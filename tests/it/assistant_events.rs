@@ -5,7 +5,7 @@ use std::{sync::Mutex, time::Duration};
 
 use megamind_assistant::backend::openai::OpenAi;
 use megamind_assistant::backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage};
-use megamind_assistant::config::AssistantConfig;
+use megamind_assistant::config::{AssistantConfig, BackendConfig};
 use tokio::time::Instant;
 
 use crate::mock_llm::{MockLlm, Reply};
@@ -21,7 +21,7 @@ impl EventSink for Collect {
 }
 
 fn backend(mock: &MockLlm, stream: bool) -> OpenAi {
-    let config = AssistantConfig { stream, ..AssistantConfig::with_base_url(mock.base_url()) };
+    let config = BackendConfig { stream, ..AssistantConfig::with_base_url(mock.base_url()).backend };
     OpenAi::new(&config, prometheus::IntCounter::new("retries", "retries").unwrap()).unwrap()
 }
 

@@ -87,7 +87,7 @@ async fn a_model_at_2_s_gets_run_and_continue_answered_in_budget_with_the_fallba
 async fn a_500_then_ok_is_retried_and_the_model_answers() {
     let mock = MockLlm::start(Reply::content("Готово.")).await;
     mock.push(Reply::status(500));
-    let h = spawn(&mock, |c| c.retry_backoff_ms = 20).await;
+    let h = spawn(&mock, |c| c.backend.retry_backoff_ms = 20).await;
     let turn = ask(&mut client(&h.app, Transport::Grpc), "сделай").await;
     assert_eq!(turn.speech(), "Готово.");
     assert_eq!(mock.calls(), 2);
@@ -109,7 +109,7 @@ async fn hangs_garbage_and_resets_get_answers_in_budget() {
     ];
     for (name, reply, expected, calls) in cases {
         let mock = MockLlm::start(reply).await;
-        let h = spawn(&mock, |c| c.retry_backoff_ms = 10).await;
+        let h = spawn(&mock, |c| c.backend.retry_backoff_ms = 10).await;
         let turn = ask(&mut client(&h.app, Transport::Grpc).ignoring_callbacks(), "вопрос").await;
         assert_eq!(turn.speech(), expected, "{name}");
         assert_eq!(mock.calls(), calls, "{name}");

@@ -42,9 +42,9 @@ pub struct Harness {
 /// `sk-test`, no streaming, no warm-up), `tweak` applied last.
 pub async fn spawn(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> Harness {
     let mut config = AssistantConfig::with_base_url(mock.base_url());
-    config.api_key = "sk-test".into();
-    config.stream = false;
-    config.warmup = Warmup::Off;
+    config.backend.api_key = "sk-test".into();
+    config.backend.stream = false;
+    config.backend.warmup = Warmup::Off;
     tweak(&mut config);
     let metrics = prometheus::Registry::new();
     let registry = registry_of("assistant", Arc::new(Assistant::from_config(&config, &metrics).expect("assistant")));
@@ -61,10 +61,10 @@ pub async fn spawn_module(mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfi
 /// As [`spawn_module`], in a server configured as `config`.
 pub async fn spawn_module_in(mut config: Config, mock: &MockLlm, tweak: impl FnOnce(&mut AssistantConfig)) -> TestApp {
     let mut assistant = AssistantConfig::with_base_url(mock.base_url());
-    assistant.warmup = Warmup::Off;
+    assistant.backend.warmup = Warmup::Off;
     tweak(&mut assistant);
     config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
-    spawn_modules(config, &[Box::new(AssistantModule)]).await
+    spawn_modules(config, &[Box::new(AssistantModule::default())]).await
 }
 
 fn base(request_id: &str) -> TScenarioBaseRequest {
@@ -142,9 +142,9 @@ pub fn metrics_text(metrics: &prometheus::Registry) -> String {
 }
 
 pub fn fallback() -> String {
-    AssistantConfig::default().filler_texts[0].clone()
+    AssistantConfig::default().dialog.filler_texts[0].clone()
 }
 
 pub fn apology() -> String {
-    AssistantConfig::default().apology_text
+    AssistantConfig::default().dialog.apology_text
 }

@@ -102,7 +102,7 @@ async fn a_subscriber_sees_events_before_the_call_ends() {
 #[tokio::test]
 async fn unknown_and_expired_calls_are_told_apart_in_json() {
     let mock = MockLlm::start(Reply::content("Привет!")).await;
-    let app = spawn_module(&mock, |config| config.max_retained = 1).await;
+    let app = spawn_module(&mock, |config| config.calls.max_retained = 1).await;
     let (status, body) = read_stream(&app, "/llm/stream/never-asked", &[]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "not_found");
@@ -132,7 +132,7 @@ async fn unknown_and_expired_calls_are_told_apart_in_json() {
 #[tokio::test]
 async fn a_failed_model_call_ends_its_stream_with_error_then_completed() {
     let mock = MockLlm::start(Reply::status(500)).await;
-    let app = spawn_module(&mock, |config| config.max_retries = 0).await;
+    let app = spawn_module(&mock, |config| config.backend.max_retries = 0).await;
     run(&client(&app, Transport::Http), "llm-fail", "привет").await;
     let (status, body) = read_stream(&app, "/llm/stream/llm-fail", &[]).await;
     assert_eq!(status, StatusCode::OK);
@@ -165,9 +165,9 @@ async fn a_draining_server_ends_open_streams_with_an_error_event() {
 async fn open_streams_are_capped() {
     let mock = MockLlm::start(Reply::Hang).await;
     let app = spawn_module(&mock, |config| {
-        config.max_streams = 1;
+        config.llm.max_streams = 1;
         // A heartbeat is what finds a subscriber gone.
-        config.heartbeat_secs = 1;
+        config.llm.heartbeat_secs = 1;
     })
     .await;
     run(&client(&app, Transport::Http), "llm-cap", "привет").await;
@@ -190,7 +190,7 @@ async fn open_streams_are_capped() {
 #[tokio::test]
 async fn a_client_with_a_screen_is_given_the_stream_address_with_the_voice_answer() {
     let mock = MockLlm::start(Reply::content("Привет! Чем помочь?")).await;
-    let app = spawn_module(&mock, |config| config.public_url = "https://assistant.example.net".into()).await;
+    let app = spawn_module(&mock, |config| config.llm.public_url = "https://assistant.example.net".into()).await;
     let client = client(&app, Transport::Http);
     let mut request = run_request("llm-screen", "привет");
     let base = request.base_request.as_mut().unwrap();
@@ -216,7 +216,7 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
     // Cyrillic and emoji, so that part boundaries fall inside characters.
     let long = "Жили-были 🐉 дед и баба. ".repeat(40);
     let mock = MockLlm::start(Reply::content(&long)).await;
-    let app = spawn_module(&mock, |config| config.chunk_bytes = 100).await;
+    let app = spawn_module(&mock, |config| config.llm.chunk_bytes = 100).await;
     run(&client(&app, Transport::Http), "llm-parts", "расскажи сказку").await;
 
     let whole =
@@ -262,7 +262,7 @@ async fn the_schema_describes_every_endpoint_and_the_reassembly() {
     }
     assert!(schema["chunking"].is_object());
 
-    let small = spawn_module(&mock, |config| config.chunk_bytes = 256).await;
+    let small = spawn_module(&mock, |config| config.llm.chunk_bytes = 256).await;
     let mut whole = megamind_assistant::parts::fetch_all(&small.http, &small.url("/llm/schema")).await.unwrap();
     assert_eq!(whole["chunking"]["chunk_bytes"], 256, "the limit in force");
     whole["chunking"]["chunk_bytes"] = schema["chunking"]["chunk_bytes"].clone();
@@ -279,7 +279,7 @@ async fn the_reference_python_client_reassembles_our_parts() {
     let Some(tools) = python_tools::tools("the_reference_python_client_reassembles_our_parts").await else { return };
     let long = "«Колобок» 🍞 катился по дорожке. ".repeat(30);
     let mock = MockLlm::start(Reply::content(&long)).await;
-    let app = spawn_module(&mock, |config| config.chunk_bytes = 97).await;
+    let app = spawn_module(&mock, |config| config.llm.chunk_bytes = 97).await;
     run(&client(&app, Transport::Http), "llm-python", "расскажи сказку").await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/seed_fetch_all.py");
     for path in ["/llm/answers/llm-python", "/llm/schema"] {

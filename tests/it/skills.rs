@@ -98,10 +98,10 @@ async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
     // samples as the skills format says, in free text.
     let server = spawn(&mock, |config| {
         config.skills.dir = Some(skills_dir());
-        config.temperature = 0.9;
-        config.max_tokens = 96;
-        config.extra_body.insert("response_format".into(), serde_json::json!({"type": "json_object"}));
-        config.extra_body.insert("top_p".into(), serde_json::json!(0.5));
+        config.backend.temperature = 0.9;
+        config.backend.max_tokens = 96;
+        config.backend.extra_body.insert("response_format".into(), serde_json::json!({"type": "json_object"}));
+        config.backend.extra_body.insert("top_p".into(), serde_json::json!(0.5));
         config.skills.extra_body.insert("grammar".into(), serde_json::json!("root ::= \"[\" [^\\n]+"));
     })
     .await;
@@ -460,7 +460,7 @@ async fn the_catalog_is_served_at_llm_skills_whole_or_in_parts() {
 
     let small = spawn_module(&mock, |config| {
         config.skills.dir = Some(skills_dir());
-        config.chunk_bytes = 128;
+        config.llm.chunk_bytes = 128;
     })
     .await;
     let whole = megamind_assistant::parts::fetch_all(&small.http, &small.url("/llm/skills")).await.unwrap();

@@ -178,7 +178,7 @@ async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartb
     // within the wait.
     let mock = MockLlm::start(Reply::Hang).await;
     let config = Config { send_timeout_ms: 60_000, idle_timeout_ms: 60_000, ..Config::default() };
-    let app = spawn_module_in(config, &mock, |config| config.heartbeat_secs = 60).await;
+    let app = spawn_module_in(config, &mock, |config| config.llm.heartbeat_secs = 60).await;
     run(&client(&app, Transport::Http), "lane-gone", "привет").await;
     let mut socket = TcpStream::connect(app.addr).await.unwrap();
     socket.write_all(&stream_request("lane-gone")).await.unwrap();
@@ -218,7 +218,7 @@ async fn a_stream_silent_for_longer_than_the_send_timeout_is_not_cut_off() {
     for lane in [true, false] {
         let mock = MockLlm::start(reply()).await;
         let config = Config { send_timeout_ms: 250, stream_lane: lane, ..Config::default() };
-        let app = spawn_module_in(config, &mock, |config| config.heartbeat_secs = 60).await;
+        let app = spawn_module_in(config, &mock, |config| config.llm.heartbeat_secs = 60).await;
         run(&client(&app, Transport::Http), "lane-slow", "подумай").await;
         let answer = exchange(&app, &[&stream_request("lane-slow")]).await;
         let transcript = dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]);

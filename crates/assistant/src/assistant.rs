@@ -67,7 +67,7 @@ mod margin;
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{dialog::reply::NO_WORDS, error::AssistantError};
+use crate::{backend::Factory, dialog::reply::NO_WORDS, error::AssistantError};
 
 use async_trait::async_trait;
 use prost_types::{Any, Struct};
@@ -113,32 +113,43 @@ pub struct Assistant {
 }
 
 impl Assistant {
-    /// The assistant of `config`: the HTTP backend at `config.base_url`, or
-    /// the offline one without it; metrics registered into `registry`.
+    /// The assistant of `config` with the built-in backends
+    /// ([`crate::backend::BUILT_IN`]); metrics registered into `registry`.
     pub fn from_config(config: &AssistantConfig, registry: &prometheus::Registry) -> Result<Assistant, AssistantError> {
+        Assistant::from_config_with(config, registry, crate::backend::BUILT_IN)
+    }
+
+    /// The assistant of `config`, its backend the one of `factories` that
+    /// `[assistant.backend] kind` names; metrics registered into `registry`.
+    pub fn from_config_with(
+        config: &AssistantConfig,
+        registry: &prometheus::Registry,
+        factories: &[(&'static str, Factory)],
+    ) -> Result<Assistant, AssistantError> {
         let metrics = AssistantMetrics::new(registry)?;
-        if config.is_offline() {
+        let backend_config = &config.backend;
+        let kind = backend_config.kind();
+        if kind == "offline" {
             tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
-        } else if config.base_url.contains('@') {
-            tracing::info!(model = %config.model, "assistant: OpenAI-compatible backend (URL with credentials not logged)");
+        } else if backend_config.base_url.contains('@') {
+            tracing::info!(kind, model = %backend_config.model, "assistant: backend (URL with credentials not logged)");
         } else {
-            tracing::info!(base_url = %config.base_url, model = %config.model, "assistant: OpenAI-compatible backend");
+            tracing::info!(kind, base_url = %backend_config.base_url, model = %backend_config.model, "assistant: backend");
         }
-        if config.is_offline() {
-            return Assistant::with_backend(config, Arc::new(crate::backend::offline::Offline), metrics);
-        }
-        let backend = Arc::new(crate::backend::openai::OpenAi::new(config, metrics.retries.clone())?);
+        let factory = crate::backend::factory_of(kind, factories)?;
+        let backend = factory(backend_config, &metrics.retries)?;
+        let warm = backend.wants_warm_up();
         let assistant = Assistant::with_backend(config, backend, metrics)?;
-        if crate::backend::warmup::wanted(config.warmup, &config.base_url) {
-            assistant.keep_warm()?;
+        if warm {
+            assistant.keep_warm(factory)?;
         }
         Ok(assistant)
     }
 
-    /// Starts the warm-up task ([`warmup`]) in the [`background`], with an
-    /// HTTP client of its own, so that no connection outlives the runtime
-    /// that drives it.
-    fn keep_warm(&self) -> Result<(), AssistantError> {
+    /// Starts the warm-up task (`backend::warmup`) in the background, with
+    /// a backend of its own made by `factory`, so that no connection outlives
+    /// the runtime that drives it.
+    fn keep_warm(&self, factory: Factory) -> Result<(), AssistantError> {
         // A session of its own: the prompt's static text is what warms.
         let state =
             TAssistantState { session_id: crate::dialog::state::new_session_id(0, "warmup"), ..Default::default() };
@@ -146,11 +157,11 @@ impl Assistant {
         let (config, metrics) = (self.config.clone(), self.metrics.clone());
         let activity = Arc::downgrade(&self.activity);
         let task = async move {
-            let backend = match crate::backend::openai::OpenAi::new(&config, metrics.retries.clone()) {
-                Ok(backend) => Arc::new(backend),
+            let backend = match factory(&config.backend, &metrics.retries) {
+                Ok(backend) => backend,
                 Err(error) => return tracing::warn!(%error, "assistant: no warm-up"),
             };
-            let (timeout, counter) = (config.call_timeout(), metrics.warmups.clone());
+            let (timeout, counter) = (config.calls.call_timeout(), metrics.warmups.clone());
             let warm = move || {
                 let (backend, messages, counter) = (backend.clone(), messages.clone(), counter.clone());
                 async move {
@@ -168,7 +179,8 @@ impl Assistant {
                     }
                 }
             };
-            crate::backend::warmup::keep_warm(activity, Duration::from_secs(config.warmup_idle_secs), warm).await;
+            let idle = Duration::from_secs(config.backend.warmup_idle_secs);
+            crate::backend::warmup::keep_warm(activity, idle, warm).await;
         };
         crate::background::spawn("assistant-warmup", task)
             .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up: {e}")))
@@ -180,8 +192,7 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
-        let offline = backend.name() == ModelBackend::name(&crate::backend::offline::Offline);
-        let policy = Arc::new(SkillPolicy::from_config(config, &metrics, offline)?);
+        let policy = Arc::new(SkillPolicy::from_config(config, &metrics, !backend.follows_prompts())?);
         let skills = Some(policy.clone());
         let mut assistant = Assistant::with_policy(config, backend, policy, metrics);
         assistant.skills = skills;
@@ -196,18 +207,18 @@ impl Assistant {
         metrics: AssistantMetrics,
     ) -> Assistant {
         let retention = crate::calls::Retention {
-            ttl: config.result_ttl(),
-            max_entries: config.max_retained,
-            max_bytes: config.max_retained_bytes,
+            ttl: config.calls.result_ttl(),
+            max_entries: config.calls.max_retained,
+            max_bytes: config.calls.max_retained_bytes,
         };
         let calls = Calls::new(
-            config.max_in_flight,
-            config.call_timeout(),
+            config.calls.max_in_flight,
+            config.calls.call_timeout(),
             retention,
             metrics.in_flight.clone(),
             metrics.evicted.clone(),
         );
-        let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
+        let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
         let activity = crate::backend::warmup::Activity::new();
         Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
@@ -246,7 +257,7 @@ impl Assistant {
             let messages = self.policy.messages(&state, &args.utterance);
             let sampling = self.policy.sampling(&state);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
-            let timeout = self.config.call_timeout();
+            let timeout = self.config.calls.call_timeout();
             let (session_id, call_id) = (state.session_id, args.call_id.clone());
             self.activity.touch();
             async move {
@@ -307,7 +318,7 @@ impl Assistant {
     /// Past the hops a call may take, the apology.
     fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
-        if args.hops >= crate::dialog::callback::max_hops(self.config.call_timeout()) {
+        if args.hops >= crate::dialog::callback::max_hops(self.config.calls.call_timeout()) {
             tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
             state.pending = None;
             return self.apology(Handler::Continue, &state);
@@ -318,7 +329,7 @@ impl Assistant {
         let (speech, spoken, listen, kind) = match new {
             Some(new) => (new, ready.as_str(), false, "partial"),
             None => {
-                let fillers = &self.config.filler_texts;
+                let fillers = &self.config.dialog.filler_texts;
                 let next = crate::dialog::callback::next_filler(state.last_filler, fillers.len());
                 state.last_filler = u32::try_from(next + 1).unwrap_or(0);
                 // The microphone stays open for a client that does not follow
@@ -345,13 +356,13 @@ impl Assistant {
     /// streams while the voice speaks the short part.
     fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
         if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
-            layout.directives.push(crate::dialog::reply::show_stream(&self.config.stream_url(call_id)));
+            layout.directives.push(crate::dialog::reply::show_stream(&self.config.llm.stream_url(call_id)));
         }
     }
 
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
         self.metrics.answer(handler.as_str(), "apology");
-        crate::dialog::reply::spoken(&self.config.apology_text, false, state, "assistant.apology")
+        crate::dialog::reply::spoken(&self.config.dialog.apology_text, false, state, "assistant.apology")
     }
 
     /// Where waiting must stop to answer by `deadline`.
@@ -482,7 +493,7 @@ impl Scenario for Assistant {
                 let mut state = args.state.clone().unwrap_or_default();
                 state.pending = None;
                 self.metrics.answer("continue", "refused");
-                crate::dialog::reply::spoken(&self.config.apology_text, false, &state, "assistant.apology")
+                crate::dialog::reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
             }
             Ok(handle) => match handle.wait_until(stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,

@@ -2,12 +2,15 @@
 //! whole at the end and, on the way, as typed [`ModelEvent`]s (text and
 //! reasoning pieces, how it finished, the tokens it cost) to an [`EventSink`].
 //!
-//! Implementations: [`super::openai::OpenAi`] (any OpenAI-compatible server)
-//! and [`super::offline::Offline`] (embedded, no network). Errors are tagged
-//! by cause so that metrics, retries and the breaker agree on what happened.
+//! Implementations: [`openai::OpenAi`] (any OpenAI-compatible server) and
+//! [`offline::Offline`] (embedded, no network), each built by its factory
+//! from `[assistant.backend]`, chosen by its `kind` ([`BUILT_IN`]). Errors
+//! are tagged by cause so that metrics, retries and the breaker agree on what
+//! happened.
 
 pub(crate) mod backoff;
 pub(crate) mod breaker;
+pub mod config;
 pub mod offline;
 pub mod openai;
 pub(crate) mod warmup;
@@ -15,6 +18,8 @@ pub(crate) mod warmup;
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+
+use crate::{backend::config::BackendConfig, error::AssistantError};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -242,5 +247,45 @@ pub trait ModelBackend: Send + Sync + fmt::Debug + 'static {
     /// The circuit breaker's state for the metric: 0 closed, 1 half-open, 2 open.
     fn breaker_state(&self) -> i64 {
         0
+    }
+
+    /// Whether the backend follows the prompts it is sent, as a language
+    /// model does. One that answers by rules of its own (the offline
+    /// backend) is not given skills to run.
+    fn follows_prompts(&self) -> bool {
+        true
+    }
+
+    /// Whether [`ModelBackend::warm_up`] is worth sending: a model server
+    /// that keeps a prefix cache and does not bill the call.
+    fn wants_warm_up(&self) -> bool {
+        false
+    }
+
+    /// Sends `messages` once, so that the model server's prefix cache holds
+    /// them, by `deadline`: no retries, no breaker, not a model call. `Ok`
+    /// when the server took them; by default there is nothing to warm.
+    async fn warm_up(&self, _messages: &[ChatMessage], _deadline: Instant) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// Builds a backend from `[assistant.backend]`, counting its retries in
+/// `retries`.
+pub type Factory = fn(&BackendConfig, &prometheus::IntCounter) -> Result<Arc<dyn ModelBackend>, AssistantError>;
+
+/// The backends built in, by their `kind`. A new backend is a file of its
+/// own and one line here (or, from outside the crate,
+/// `AssistantModule::with_backend`).
+pub const BUILT_IN: &[(&str, Factory)] = &[("openai", openai::build), ("offline", offline::build)];
+
+/// The factory of the backend `kind` among `factories`.
+pub fn factory_of(kind: &str, factories: &[(&'static str, Factory)]) -> Result<Factory, AssistantError> {
+    match factories.iter().find(|(name, _)| *name == kind) {
+        Some((_, factory)) => Ok(*factory),
+        None => {
+            let known: Vec<&str> = factories.iter().map(|(name, _)| *name).collect();
+            Err(AssistantError::Setup(format!("backend.kind = {kind:?}: no such backend ({})", known.join(", "))))
+        }
     }
 }

@@ -20,6 +20,7 @@
 //! std mutex guards the records, held for a few map operations and never
 //! across an await.
 
+pub mod config;
 pub(crate) mod outcome;
 pub mod record;
 

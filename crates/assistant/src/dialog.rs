@@ -12,6 +12,7 @@
 
 pub mod answer;
 pub(crate) mod callback;
+pub mod config;
 pub(crate) mod policy;
 pub mod prompt;
 pub mod reply;

@@ -6,6 +6,7 @@
 //! - [`schema`]: what `GET /llm/schema` answers.
 //! - [`stream`]: a model call's record as JSONSeq events.
 
+pub mod config;
 pub(crate) mod routes;
 pub(crate) mod schema;
 pub mod stream;

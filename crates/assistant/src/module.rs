@@ -1,123 +1,52 @@
 //! The assistant as `serve` builds it: its `[assistant]` table with every
-//! default, its `--llm-*` flags (each setting one key of the table) and
-//! `build`, which reads and checks the table, registers the metrics and
-//! makes the scenario.
+//! default, its flags (each setting one key of the table, derived from the
+//! configuration structs: [`flags`]) and `build`, which reads and checks
+//! the table, builds the backend its `kind` names, registers the metrics and
+//! routes and makes the scenario.
 
-use crate::config::NAME;
 use std::sync::Arc;
 
-use crate::assistant::Assistant;
-use crate::config::AssistantConfig;
-use crate::error::AssistantError;
+use serde_json::Value;
+
+use crate::{
+    assistant::Assistant,
+    backend::{BUILT_IN, Factory},
+    config::{ALIASES, AssistantConfig, NAME},
+    error::AssistantError,
+};
 use megamind_core::scenario::{
     Scenario,
     module::{Flag, ScenarioModule, Setup, SetupError, parse_table},
 };
 
-/// The assistant scenario's module.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AssistantModule;
+/// The assistant scenario's module: the built-in backends, and any added
+/// with [`AssistantModule::with_backend`].
+#[derive(Debug, Clone)]
+pub struct AssistantModule {
+    backends: Vec<(&'static str, Factory)>,
+}
 
-/// The flags of `serve`: long name, key, environment variable, help.
-const FLAGS: [Flag; 33] = [
-    Flag::new(
-        "llm-base-url",
-        "base_url",
-        "OpenAI-compatible base URL, e.g. http://localhost:11434/v1; none runs the offline backend",
-    )
-    .env("MEGAMIND_LLM_BASE_URL"),
-    Flag::new("llm-api-key", "api_key", "API key, sent as `Authorization: Bearer`; never logged")
-        .env("MEGAMIND_LLM_API_KEY")
-        .secret(),
-    Flag::new("llm-model", "model", "The `model` of the request").env("MEGAMIND_LLM_MODEL"),
-    Flag::new("llm-system-prompt-file", "system_prompt_file", "A file with the system prompt (else the built-in one)")
-        .env("MEGAMIND_LLM_SYSTEM_PROMPT_FILE"),
-    Flag::new("llm-stream", "stream", "Stream the answer over SSE (true/false)").env("MEGAMIND_LLM_STREAM"),
-    Flag::new(
-        "llm-run-wait-ms",
-        "run_wait_ms",
-        "How long `/run` waits for the model before handing over to `/continue`, in ms",
-    )
-    .env("MEGAMIND_LLM_RUN_WAIT_MS"),
-    Flag::new("llm-call-timeout-ms", "call_timeout_ms", "A whole model call, retries included, in ms")
-        .env("MEGAMIND_LLM_CALL_TIMEOUT_MS"),
-    Flag::new("llm-connect-timeout-ms", "connect_timeout_ms", "Connecting to the model server, in ms")
-        .env("MEGAMIND_LLM_CONNECT_TIMEOUT_MS"),
-    Flag::new("llm-first-token-timeout-ms", "first_token_timeout_ms", "From the request to the first token, in ms")
-        .env("MEGAMIND_LLM_FIRST_TOKEN_TIMEOUT_MS"),
-    Flag::new("llm-max-in-flight", "max_in_flight", "Model calls in flight before `/run` declines")
-        .env("MEGAMIND_LLM_MAX_IN_FLIGHT"),
-    Flag::new(
-        "llm-result-ttl-secs",
-        "result_ttl_secs",
-        "Seconds a finished answer is kept for `/continue` and the user's repeat",
-    )
-    .env("MEGAMIND_LLM_RESULT_TTL_SECS"),
-    Flag::new("llm-temperature", "temperature", "The `temperature` of the model request")
-        .env("MEGAMIND_LLM_TEMPERATURE"),
-    Flag::new("llm-max-tokens", "max_tokens", "The `max_tokens` of the model request").env("MEGAMIND_LLM_MAX_TOKENS"),
-    Flag::new(
-        "llm-answer-margin-ms",
-        "answer_margin_ms",
-        "Kept before each handler's deadline for building the answer, in ms",
-    )
-    .env("MEGAMIND_LLM_ANSWER_MARGIN_MS"),
-    Flag::new("llm-max-retries", "max_retries", "Retries after the first attempt (connection errors, 429, 5xx)")
-        .env("MEGAMIND_LLM_MAX_RETRIES"),
-    Flag::new("llm-retry-backoff-ms", "retry_backoff_ms", "The first retry's back-off, doubling per retry, in ms")
-        .env("MEGAMIND_LLM_RETRY_BACKOFF_MS"),
-    Flag::new("llm-breaker-failures", "breaker_failures", "Consecutive failures that open the circuit breaker")
-        .env("MEGAMIND_LLM_BREAKER_FAILURES"),
-    Flag::new(
-        "llm-breaker-cooldown-ms",
-        "breaker_cooldown_ms",
-        "How long the open breaker fails calls fast before one probe, in ms",
-    )
-    .env("MEGAMIND_LLM_BREAKER_COOLDOWN_MS"),
-    Flag::new("llm-max-retained", "max_retained", "Finished answers kept at most").env("MEGAMIND_LLM_MAX_RETAINED"),
-    Flag::new("llm-max-retained-bytes", "max_retained_bytes", "Bytes of finished answers kept at most")
-        .env("MEGAMIND_LLM_MAX_RETAINED_BYTES"),
-    Flag::new("llm-history-turns", "history_turns", "Dialog turns kept in the state").env("MEGAMIND_LLM_HISTORY_TURNS"),
-    Flag::new("llm-history-max-bytes", "history_max_bytes", "Bytes of dialog turns kept in the state")
-        .env("MEGAMIND_LLM_HISTORY_MAX_BYTES"),
-    Flag::new(
-        "llm-filler-texts",
-        "filler_texts",
-        "Phrases spoken while the model is still thinking, as a TOML array: '[\"Секунду.\", \"Ещё мгновение.\"]'",
-    )
-    .env("MEGAMIND_LLM_FILLER_TEXTS"),
-    Flag::new("llm-max-speech-chars", "max_speech_chars", "Longest spoken answer in characters (the card has it all)")
-        .env("MEGAMIND_LLM_MAX_SPEECH_CHARS"),
-    Flag::new("llm-warmup", "warmup", "Send the system prompt ahead of the first call: auto, on or off")
-        .env("MEGAMIND_LLM_WARMUP"),
-    Flag::new("llm-warmup-idle-secs", "warmup_idle_secs", "Idle seconds after which the warm-up is sent again")
-        .env("MEGAMIND_LLM_WARMUP_IDLE_SECS"),
-    Flag::new("llm-apology-text", "apology_text", "Spoken when the model failed").env("MEGAMIND_LLM_APOLOGY_TEXT"),
-    Flag::new(
-        "llm-stream-format",
-        "stream_format",
-        "How the answer is read into JSONSeq events: auto, thinkingml, text or jsonl",
-    )
-    .env("MEGAMIND_LLM_STREAM_FORMAT"),
-    Flag::new("llm-heartbeat-secs", "heartbeat_secs", "Seconds between heartbeats of a waiting JSONSeq stream")
-        .env("MEGAMIND_LLM_HEARTBEAT_SECS"),
-    Flag::new("llm-max-streams", "max_streams", "JSONSeq streams open at once before new ones are refused")
-        .env("MEGAMIND_LLM_MAX_STREAMS"),
-    Flag::new(
-        "llm-public-url",
-        "public_url",
-        "Where clients reach this server, for the stream address in ShowStreamDirective",
-    )
-    .env("MEGAMIND_LLM_PUBLIC_URL"),
-    Flag::new("llm-chunk-bytes", "chunk_bytes", "/llm JSON answers longer than this are served in parts, in bytes")
-        .env("MEGAMIND_LLM_CHUNK_BYTES"),
-    Flag::new(
-        "skills-dir",
-        "skills.dir",
-        "The skills folder (one subfolder with a SKILL.md per skill); none: ./skills when present",
-    )
-    .env("MEGAMIND_SKILLS_DIR"),
-];
+impl Default for AssistantModule {
+    fn default() -> AssistantModule {
+        AssistantModule { backends: BUILT_IN.to_vec() }
+    }
+}
+
+impl AssistantModule {
+    /// The module with one more backend, chosen by `[assistant.backend]
+    /// kind = "<kind>"` (a kind already known is replaced).
+    pub fn with_backend(mut self, kind: &'static str, factory: Factory) -> AssistantModule {
+        self.backends.retain(|(known, _)| *known != kind);
+        self.backends.push((kind, factory));
+        self
+    }
+}
+
+/// Reads `[assistant]`: keys written where they once were (`model`, ...)
+/// read as their section's ([`ALIASES`]).
+pub fn config_of(table: toml::Table) -> Result<AssistantConfig, SetupError> {
+    parse_table(NAME, megamind_core::scenario::module::with_aliases(table, ALIASES))
+}
 
 impl ScenarioModule for AssistantModule {
     fn name(&self) -> &'static str {
@@ -130,21 +59,95 @@ impl ScenarioModule for AssistantModule {
         toml::Table::try_from(AssistantConfig::default()).unwrap_or_default()
     }
 
+    fn aliases(&self) -> &'static [(&'static str, &'static str)] {
+        ALIASES
+    }
+
     fn flags(&self) -> Vec<Flag> {
-        FLAGS.to_vec()
+        flags()
     }
 
     fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
-        let config: AssistantConfig = parse_table(NAME, table)?;
+        let config = config_of(table)?;
         config.validate().map_err(|problems| SetupError { scenario: NAME, problems })?;
-        let assistant = Assistant::from_config(&config, setup.metrics).map_err(|error| match error {
-            AssistantError::Setup(problem) => SetupError::new(NAME, problem),
-            AssistantError::Metrics(error) => SetupError::new(NAME, format!("cannot register the metrics: {error}")),
-        })?;
+        let assistant =
+            Assistant::from_config_with(&config, setup.metrics, &self.backends).map_err(|error| match error {
+                AssistantError::Setup(problem) => SetupError::new(NAME, problem),
+                AssistantError::Metrics(error) => {
+                    SetupError::new(NAME, format!("cannot register the metrics: {error}"))
+                }
+            })?;
         let assistant = Arc::new(assistant);
         crate::llm::routes::routes(assistant.llm_sources(), setup);
         Ok(assistant)
     }
+}
+
+/// The flags of `serve`, one per key of `[assistant]` a command line can
+/// set (text, numbers, booleans, choices, lists of text; not tables),
+/// derived from [`AssistantConfig`]'s JSON schema: `--llm-<key>` for the
+/// shell's keys and every section's but the skills', `--skills-<key>` for
+/// `[assistant.skills]`; the help is the key's doc comment; each is also read
+/// from `MEGAMIND_<FLAG>`; a write-only key (the API key) is a secret.
+pub fn flags() -> Vec<Flag> {
+    let schema = schemars::schema_for!(AssistantConfig);
+    let root = schema.as_value();
+    let mut flags = Vec::new();
+    for (name, property) in properties(root) {
+        match section(root, property) {
+            Some(section) => {
+                let prefix = if name == "skills" { "skills" } else { "llm" };
+                for (key, property) in properties(section) {
+                    if let Some(flag) = flag(root, prefix, &format!("{name}.{key}"), key, property) {
+                        flags.push(flag);
+                    }
+                }
+            }
+            None => flags.extend(flag(root, "llm", name, name, property)),
+        }
+    }
+    flags
+}
+
+/// The properties of an object schema, in the order its struct declares them.
+fn properties(schema: &Value) -> impl Iterator<Item = (&str, &Value)> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    properties.into_iter().flatten().map(|(name, property)| (name.as_str(), property))
+}
+
+/// What `property` refers to (`{"$ref": "#/$defs/Name"}`), else itself.
+fn resolved<'a>(root: &'a Value, property: &'a Value) -> &'a Value {
+    let reference = property.get("$ref").and_then(Value::as_str);
+    let name = reference.and_then(|reference| reference.strip_prefix("#/$defs/"));
+    name.and_then(|name| root.get("$defs")?.get(name)).unwrap_or(property)
+}
+
+/// The section `property` is (a struct of its own), if it is one.
+fn section<'a>(root: &'a Value, property: &'a Value) -> Option<&'a Value> {
+    Some(resolved(root, property)).filter(|schema| schema.get("properties").is_some())
+}
+
+/// The flag of `key` (its last segment `name`), unless a command line
+/// cannot write it (a table).
+fn flag(root: &Value, prefix: &str, key: &str, name: &str, property: &Value) -> Option<Flag> {
+    let schema = resolved(root, property);
+    let types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(one)) => vec![one.as_str()],
+        Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
+        // A choice among words (`oneOf` / `enum`).
+        _ => vec!["string"],
+    };
+    if types.contains(&"object") {
+        return None;
+    }
+    let long = format!("{prefix}-{}", name.replace('_', "-"));
+    let env = format!("MEGAMIND_{}", long.replace('-', "_").to_uppercase());
+    let help = property.get("description").or_else(|| schema.get("description")).and_then(Value::as_str);
+    // One line: the doc comment's lines joined.
+    let help = help.unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" ");
+    let flag = Flag::named(long, key.to_owned(), help).env(env);
+    let secret = schema.get("writeOnly").and_then(Value::as_bool).unwrap_or(false);
+    Some(if secret { flag.secret() } else { flag })
 }
 
 #[cfg(test)]
@@ -153,7 +156,7 @@ mod tests {
     use megamind_core::scenario::module::Setup;
 
     fn build(table: toml::Table) -> Result<Arc<dyn Scenario>, SetupError> {
-        AssistantModule.build(table, &mut Setup::new(&prometheus::Registry::new()))
+        AssistantModule::default().build(table, &mut Setup::new(&prometheus::Registry::new()))
     }
 
     fn refused(table: toml::Table) -> SetupError {
@@ -162,45 +165,99 @@ mod tests {
 
     #[test]
     fn the_defaults_are_the_default_config_and_build() {
-        let defaults = AssistantModule.defaults();
+        let defaults = AssistantModule::default().defaults();
         let config: AssistantConfig = parse_table(NAME, defaults.clone()).unwrap();
         assert_eq!(config, AssistantConfig::default());
         assert_eq!(defaults["run_wait_ms"].as_integer(), Some(150));
-        assert_eq!(defaults["api_key"].as_str(), Some(""), "an empty key says it is empty");
+        assert_eq!(defaults["backend"]["api_key"].as_str(), Some(""), "an empty key says it is empty");
         let registry = prometheus::Registry::new();
         let mut setup = Setup::new(&registry);
-        AssistantModule.build(defaults, &mut setup).unwrap();
-        assert!(registry.gather().iter().any(|family| family.name() == super::super::metrics::IN_FLIGHT));
+        AssistantModule::default().build(defaults, &mut setup).unwrap();
+        assert!(registry.gather().iter().any(|family| family.name() == crate::metrics::IN_FLIGHT));
         let routes: Vec<String> = setup.into_routes().into_iter().map(|(path, _)| path).collect();
         assert_eq!(routes, ["/llm/stream/{request_id}", "/llm/answers/{request_id}", "/llm/skills", "/llm/schema"]);
         assert!(build(toml::Table::new()).is_ok(), "an empty table is the defaults");
     }
 
+    /// The flags `serve` had before the table had sections: each still
+    /// sets the key it set, read where that key is now.
+    const FLAGS_BEFORE_SECTIONS: [(&str, &str); 33] = [
+        ("llm-base-url", "base_url"),
+        ("llm-api-key", "api_key"),
+        ("llm-model", "model"),
+        ("llm-system-prompt-file", "system_prompt_file"),
+        ("llm-stream", "stream"),
+        ("llm-run-wait-ms", "run_wait_ms"),
+        ("llm-call-timeout-ms", "call_timeout_ms"),
+        ("llm-connect-timeout-ms", "connect_timeout_ms"),
+        ("llm-first-token-timeout-ms", "first_token_timeout_ms"),
+        ("llm-max-in-flight", "max_in_flight"),
+        ("llm-result-ttl-secs", "result_ttl_secs"),
+        ("llm-temperature", "temperature"),
+        ("llm-max-tokens", "max_tokens"),
+        ("llm-answer-margin-ms", "answer_margin_ms"),
+        ("llm-max-retries", "max_retries"),
+        ("llm-retry-backoff-ms", "retry_backoff_ms"),
+        ("llm-breaker-failures", "breaker_failures"),
+        ("llm-breaker-cooldown-ms", "breaker_cooldown_ms"),
+        ("llm-max-retained", "max_retained"),
+        ("llm-max-retained-bytes", "max_retained_bytes"),
+        ("llm-history-turns", "history_turns"),
+        ("llm-history-max-bytes", "history_max_bytes"),
+        ("llm-filler-texts", "filler_texts"),
+        ("llm-max-speech-chars", "max_speech_chars"),
+        ("llm-warmup", "warmup"),
+        ("llm-warmup-idle-secs", "warmup_idle_secs"),
+        ("llm-apology-text", "apology_text"),
+        ("llm-stream-format", "stream_format"),
+        ("llm-heartbeat-secs", "heartbeat_secs"),
+        ("llm-max-streams", "max_streams"),
+        ("llm-public-url", "public_url"),
+        ("llm-chunk-bytes", "chunk_bytes"),
+        ("skills-dir", "skills.dir"),
+    ];
+
     #[test]
     fn every_flag_sets_a_key_of_the_table_from_its_own_variable() {
-        let flags = AssistantModule.flags();
-        assert_eq!(flags.len(), 33);
-        let defaults = AssistantModule.defaults();
+        let flags = AssistantModule::default().flags();
+        let defaults = AssistantModule::default().defaults();
         for flag in &flags {
-            // The model's keys are `--llm-*`; the skills table's `--skills-*`.
-            let long = match flag.key.strip_prefix("skills.") {
-                Some(key) => format!("skills-{key}"),
-                None => format!("llm-{}", flag.key),
-            };
+            // The skills table's keys are `--skills-*`, every other key's `--llm-*`.
+            let (section, name) = flag.key.rsplit_once('.').unwrap_or(("", &flag.key));
+            let long = if section == "skills" { format!("skills-{name}") } else { format!("llm-{name}") };
             assert_eq!(flag.long, long.replace('_', "-"), "{flag:?}");
             let env = format!("MEGAMIND_{}", flag.long.replace('-', "_").to_uppercase());
-            assert_eq!(flag.env, Some(env.as_str()), "{flag:?}");
-            assert_eq!(flag.secret, flag.key == "api_key", "{flag:?}");
+            assert_eq!(flag.env.as_deref(), Some(env.as_str()), "{flag:?}");
+            assert_eq!(flag.secret, flag.key == "backend.api_key", "{flag:?}");
             assert!(!flag.help.contains("[default"), "the core appends defaults: {flag:?}");
+            assert!(!flag.help.is_empty() && !flag.help.contains('\n'), "one line from its doc comment: {flag:?}");
             // The keys without a default: no file, the built-in prompt; no
-            // folder, ./skills when present.
-            let optional = ["system_prompt_file", "skills.dir"];
-            assert!(defaults.contains_key(flag.key) || optional.contains(&flag.key), "{flag:?}");
+            // folder, ./skills when present; no kind, by `base_url`.
+            let optional = ["dialog.system_prompt_file", "skills.dir", "skills.system_context_file", "backend.kind"];
+            let found = megamind_core::config::sources::lookup(&defaults, &flag.key).is_some();
+            assert!(found || optional.contains(&&*flag.key), "{flag:?}");
         }
-        let mut keys: Vec<&str> = flags.iter().map(|f| f.key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        assert_eq!(keys.len(), flags.len(), "one flag per key");
+        let mut longs: Vec<&str> = flags.iter().map(|f| &*f.long).collect();
+        longs.sort_unstable();
+        longs.dedup();
+        assert_eq!(longs.len(), flags.len(), "one flag per key, no two keys on one name");
+        for (long, key) in FLAGS_BEFORE_SECTIONS {
+            let flag = flags.iter().find(|flag| flag.long == long).unwrap_or_else(|| panic!("--{long} is gone"));
+            let moved = ALIASES.iter().find(|(old, _)| *old == key).map_or(key, |(_, new)| *new);
+            assert_eq!(flag.key, moved, "--{long}");
+        }
+        assert!(flags.len() > FLAGS_BEFORE_SECTIONS.len(), "every settable key has one: {}", flags.len());
+    }
+
+    #[test]
+    fn a_configured_backend_kind_picks_its_factory() {
+        let error = refused(toml::toml! { [backend] kind = "tea" });
+        assert!(error.to_string().contains("backend.kind = \"tea\": no such backend (openai, offline)"), "{error}");
+        let refused_openai = refused(toml::toml! { [backend] kind = "openai" });
+        assert!(refused_openai.to_string().contains("backend.base_url must be set"), "{refused_openai}");
+        let config = config_of(toml::toml! { base_url = "http://llm/v1" }).unwrap();
+        assert_eq!(config.backend.kind(), "openai", "a base_url alone is the OpenAI-compatible backend");
+        assert_eq!(AssistantConfig::default().backend.kind(), "offline");
     }
 
     #[test]
@@ -213,8 +270,8 @@ mod tests {
         assert!(error.to_string().contains("base_ur"), "{error}");
         let error = refused(table("max_in_flight = 0\nbase_url = \"ftp://llm\""));
         assert_eq!(error.problems.len(), 2, "every problem at once: {error}");
-        assert!(error.to_string().contains("assistant.max_in_flight"), "{error}");
-        assert!(error.to_string().contains("assistant.base_url"), "{error}");
+        assert!(error.to_string().contains("assistant.calls.max_in_flight"), "{error}");
+        assert!(error.to_string().contains("assistant.backend.base_url"), "{error}");
         let error = refused(table("system_prompt_file = \"/nonexistent/prompt.txt\""));
         assert!(error.to_string().contains("system_prompt_file"), "{error}");
         let error = refused(table("[skills]\ndir = \"/nonexistent/skills\"\npolicy.deny = [\"(unclosed\"]"));
@@ -227,10 +284,10 @@ mod tests {
     #[test]
     fn the_api_key_never_shows() {
         let table: toml::Table = "api_key = \"sk-very-secret\"".parse().unwrap();
-        let config: AssistantConfig = parse_table(NAME, table.clone()).unwrap();
-        assert_eq!(config.api_key.expose(), "sk-very-secret");
+        let config = config_of(table.clone()).unwrap();
+        assert_eq!(config.backend.api_key.expose(), "sk-very-secret");
         assert!(!format!("{config:?}").contains("sk-very-secret"));
-        assert!(!AssistantModule.defaults().to_string().contains("sk-"));
+        assert!(!AssistantModule::default().defaults().to_string().contains("sk-"));
         assert!(!toml::to_string(&config).unwrap().contains("sk-very-secret"));
         let error = refused(toml::Table::from_iter([
             ("api_key".to_owned(), toml::Value::from("sk-very-secret")),

@@ -18,6 +18,7 @@
 //! bounded (file sizes, skill count, output bytes, command length).
 
 pub mod catalog;
+pub mod config;
 pub mod dialog;
 pub mod markers;
 pub mod output;

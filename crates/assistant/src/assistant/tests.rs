@@ -163,7 +163,7 @@ async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_rep
     let started = Instant::now();
     let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
     assert_eq!(started.elapsed(), Duration::from_millis(290 - 30), "the deadline minus the margin");
-    assert_eq!(speech(&body), AssistantConfig::default().filler_texts[0].clone());
+    assert_eq!(speech(&body), AssistantConfig::default().dialog.filler_texts[0].clone());
     let layout = body.layout.as_ref().unwrap();
     assert!(layout.should_listen && body.expects_request, "a client without callbacks lets the user repeat");
     let Some(t_directive::Directive::CallbackDirective(callback)) = &layout.directives[0].directive else {
@@ -265,7 +265,7 @@ async fn model_failures_are_spoken_apologies() {
         let backend = Scripted::new(10, Err(error));
         let (assistant, registry) = assistant(backend, AssistantConfig::default());
         let body = body_of(assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned());
-        assert_eq!(speech(&body), AssistantConfig::default().apology_text, "{kind}");
+        assert_eq!(speech(&body), AssistantConfig::default().dialog.apology_text, "{kind}");
         assert!(state_of(&body).turns.is_empty(), "{kind}: a failure is not history");
         assert!(metric(&registry, &format!(r#"outcome="{kind}"}} 1"#)), "{kind}");
         assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="apology"} 1"#));
@@ -273,13 +273,14 @@ async fn model_failures_are_spoken_apologies() {
     // An answer with nothing to say is apologized for as well.
     let (assistant, _) = assistant(Scripted::new(10, Ok("{\"text\": \"")), AssistantConfig::default());
     let body = body_of(assistant.run(run_request("r1", "привет", None), ctx("r1")).await.unwrap().into_owned());
-    assert_eq!(speech(&body), AssistantConfig::default().apology_text);
+    assert_eq!(speech(&body), AssistantConfig::default().dialog.apology_text);
 }
 
 #[tokio::test(start_paused = true)]
 async fn past_the_in_flight_cap_run_declines_and_says_why() {
     let backend = Scripted::new(10_000, Ok("..."));
-    let config = AssistantConfig { max_in_flight: 1, ..AssistantConfig::default() };
+    let mut config = AssistantConfig::default();
+    config.calls.max_in_flight = 1;
     let (assistant, registry) = assistant(backend.clone(), config);
     handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
     let refused = assistant.run(run_request("r2", "два", None), ctx("r2")).await.unwrap().into_owned();

@@ -13,10 +13,22 @@ use crate::backend::{BackendError, Completion, EventSink, ModelBackend, ModelEve
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Offline;
 
+/// The factory of `kind = "offline"`: nothing to configure.
+pub(crate) fn build(
+    _config: &crate::backend::config::BackendConfig,
+    _retries: &prometheus::IntCounter,
+) -> Result<std::sync::Arc<dyn ModelBackend>, crate::error::AssistantError> {
+    Ok(std::sync::Arc::new(Offline))
+}
+
 #[async_trait]
 impl ModelBackend for Offline {
     fn name(&self) -> &'static str {
         "offline"
+    }
+
+    fn follows_prompts(&self) -> bool {
+        false
     }
 
     async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {

@@ -16,7 +16,7 @@
 pub(crate) mod completion;
 pub mod sse;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use prometheus::IntCounter;
@@ -25,12 +25,12 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::backend::backoff;
 use crate::backend::breaker::Breaker;
+use crate::backend::config::{BackendConfig, Secret};
 use crate::backend::openai::completion::parse_completion;
 use crate::backend::openai::sse::{SseDecoder, StreamEvent};
 use crate::backend::{
     BackendError, ChatMessage, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest,
 };
-use crate::config::{AssistantConfig, Secret};
 use crate::error::AssistantError;
 use megamind_core::text::clip;
 
@@ -52,6 +52,8 @@ pub struct OpenAi {
     retry_backoff: Duration,
     breaker: Breaker,
     retries: IntCounter,
+    /// Whether the warm-up is worth sending (the `warmup` setting and where the server is).
+    warm: bool,
 }
 
 /// One failed attempt and what it tells about retrying.
@@ -98,7 +100,7 @@ impl OpenAi {
     }
 
     /// A client for `config.base_url`; counts retries in `retries`.
-    pub fn new(config: &AssistantConfig, retries: IntCounter) -> Result<OpenAi, AssistantError> {
+    pub fn new(config: &BackendConfig, retries: IntCounter) -> Result<OpenAi, AssistantError> {
         let client = megamind_core::http_client::client_builder()
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .tcp_nodelay(true)
@@ -125,34 +127,9 @@ impl OpenAi {
             max_retries: config.max_retries,
             retry_backoff: Duration::from_millis(config.retry_backoff_ms),
             breaker: Breaker::new(config.breaker_failures, Duration::from_millis(config.breaker_cooldown_ms)),
+            warm: crate::backend::warmup::wanted(config.warmup, &config.base_url),
             retries,
         })
-    }
-
-    /// Sends `messages` once with `max_tokens: 1`, so that the server's
-    /// prefix cache holds them: no retries, no breaker, the body read and
-    /// dropped. `Ok` when the server answered 2xx by `deadline`.
-    pub(crate) async fn warm_up(&self, messages: &[ChatMessage], deadline: Instant) -> Result<(), BackendError> {
-        let mut body = self.body.clone();
-        body.insert("messages".into(), json!(messages));
-        body.insert("max_tokens".into(), json!(1));
-        body.insert("stream".into(), json!(false));
-        let mut call = self.client.post(&self.url).json(&body);
-        if !self.api_key.is_empty() {
-            call = call.bearer_auth(self.api_key.expose());
-        }
-        let mut response = match timeout_at(deadline, call.send()).await {
-            Err(_) => return Err(BackendError::Timeout("call")),
-            Ok(Err(error)) => return Err(classify(&error)),
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status();
-        let body = read_body(&mut response, MAX_ERROR_BODY, deadline).await?;
-        if !status.is_success() {
-            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
-            return Err(BackendError::Status { status: status.as_u16(), message });
-        }
-        Ok(())
     }
 
     /// The endpoint called.
@@ -240,10 +217,45 @@ impl OpenAi {
     }
 }
 
+/// The factory of `kind = "openai"`.
+pub(crate) fn build(config: &BackendConfig, retries: &IntCounter) -> Result<Arc<dyn ModelBackend>, AssistantError> {
+    Ok(Arc::new(OpenAi::new(config, retries.clone())?))
+}
+
 #[async_trait]
 impl ModelBackend for OpenAi {
     fn name(&self) -> &'static str {
         "openai"
+    }
+
+    fn wants_warm_up(&self) -> bool {
+        self.warm
+    }
+
+    /// One request with `max_tokens: 1`, so that the server's
+    /// prefix cache holds them: no retries, no breaker, the body read and
+    /// dropped. `Ok` when the server answered 2xx by `deadline`.
+    async fn warm_up(&self, messages: &[ChatMessage], deadline: Instant) -> Result<(), BackendError> {
+        let mut body = self.body.clone();
+        body.insert("messages".into(), json!(messages));
+        body.insert("max_tokens".into(), json!(1));
+        body.insert("stream".into(), json!(false));
+        let mut call = self.client.post(&self.url).json(&body);
+        if !self.api_key.is_empty() {
+            call = call.bearer_auth(self.api_key.expose());
+        }
+        let mut response = match timeout_at(deadline, call.send()).await {
+            Err(_) => return Err(BackendError::Timeout("call")),
+            Ok(Err(error)) => return Err(classify(&error)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        let body = read_body(&mut response, MAX_ERROR_BODY, deadline).await?;
+        if !status.is_success() {
+            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
+            return Err(BackendError::Status { status: status.as_u16(), message });
+        }
+        Ok(())
     }
 
     async fn complete(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
@@ -386,20 +398,21 @@ async fn read_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::AssistantConfig;
 
     #[test]
     fn the_url_and_body_follow_the_config() {
         let mut config = AssistantConfig::with_base_url("http://llm:8000/v1/");
-        config.model = "qwen".into();
-        config.extra_body.insert("top_p".into(), json!(0.9));
-        let backend = OpenAi::new(&config, IntCounter::new("r", "r").unwrap()).unwrap();
+        config.backend.model = "qwen".into();
+        config.backend.extra_body.insert("top_p".into(), json!(0.9));
+        let backend = OpenAi::new(&config.backend, IntCounter::new("r", "r").unwrap()).unwrap();
         assert_eq!(backend.url(), "http://llm:8000/v1/chat/completions");
         assert_eq!(backend.body["model"], "qwen");
         assert_eq!(backend.body["temperature"], 0.3);
         assert_eq!(backend.body["max_tokens"], 512);
         assert_eq!(backend.body["top_p"], 0.9);
         let config = AssistantConfig::with_base_url("http://llm/v1/chat/completions");
-        let backend = OpenAi::new(&config, IntCounter::new("r", "r").unwrap()).unwrap();
+        let backend = OpenAi::new(&config.backend, IntCounter::new("r", "r").unwrap()).unwrap();
         assert_eq!(backend.url(), "http://llm/v1/chat/completions");
     }
 }

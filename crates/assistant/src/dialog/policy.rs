@@ -119,7 +119,7 @@ impl ChatPolicy {
         config: &AssistantConfig,
         metrics: &AssistantMetrics,
     ) -> Result<ChatPolicy, AssistantError> {
-        let system_prompt: Arc<str> = match &config.system_prompt_file {
+        let system_prompt: Arc<str> = match &config.dialog.system_prompt_file {
             None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
@@ -131,11 +131,11 @@ impl ChatPolicy {
                 text.trim().into()
             }
         };
-        let caps = Caps { turns: config.history_turns, bytes: config.history_max_bytes };
+        let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
         Ok(ChatPolicy {
             system_prompt,
             caps,
-            max_speech_chars: config.max_speech_chars,
+            max_speech_chars: config.dialog.max_speech_chars,
             commands: metrics.commands.clone(),
         })
     }

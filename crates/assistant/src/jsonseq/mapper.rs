@@ -75,7 +75,7 @@ pub const ANSWER_TITLE: &str = "Ответ";
 pub const THINKING_TITLE: &str = "Размышления";
 
 /// How the model's answer text is read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// As its first visible character says: `<` ThinkingML, `{` JSON Lines,

@@ -65,8 +65,8 @@ pub(crate) struct Sources {
 /// Registers the `/llm` routes over `sources`.
 pub(crate) fn routes(sources: Sources, setup: &mut Setup<'_>) {
     let config = &sources.config;
-    let parts = Parts::new(PartsConfig { chunk_bytes: config.chunk_bytes, ..PartsConfig::default() });
-    let api = Arc::new(Api { streams: Arc::new(Semaphore::new(config.max_streams)), parts, sources });
+    let parts = Parts::new(PartsConfig { chunk_bytes: config.llm.chunk_bytes, ..PartsConfig::default() });
+    let api = Arc::new(Api { streams: Arc::new(Semaphore::new(config.llm.max_streams)), parts, sources });
     setup.route_in_lane("/llm/stream/{request_id}", get(stream_route).with_state(api.clone()));
     setup.route("/llm/answers/{request_id}", get(answers_route).with_state(api.clone()));
     setup.route("/llm/skills", get(skills_route).with_state(api.clone()));
@@ -129,7 +129,7 @@ async fn stream_route(
         Err((status, code, message)) => return refuse(status, code, message),
     };
     let Ok(permit) = api.streams.clone().try_acquire_owned() else {
-        let max = api.sources.config.max_streams;
+        let max = api.sources.config.llm.max_streams;
         let message = format!("{max} streams are open, the most this server serves; retry shortly");
         let mut response = refuse(StatusCode::SERVICE_UNAVAILABLE, "refused", message);
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -137,8 +137,8 @@ async fn stream_route(
     };
     let config = &api.sources.config;
     let subscription = Subscription {
-        format: config.stream_format,
-        heartbeat: std::time::Duration::from_secs(config.heartbeat_secs),
+        format: config.llm.stream_format,
+        heartbeat: std::time::Duration::from_secs(config.llm.heartbeat_secs),
         after,
         delay: Some(metrics.stream_delay.clone()),
     };
@@ -221,7 +221,7 @@ impl Api {
     fn answer(&self, id: &str, record: &CallRecord) -> Value {
         let config = &self.sources.config;
         let (events, truncated, ending) = record.snapshot();
-        let mut sequencer = Sequencer::new(id, config.stream_format);
+        let mut sequencer = Sequencer::new(id, config.llm.stream_format);
         let mut numbered = Vec::new();
         sequencer.start(&mut numbered);
         let (mut raw, mut reasoning) = (String::new(), String::new());
@@ -256,7 +256,7 @@ impl Api {
         json!({
             "request_id": id,
             "message_id": stream::message_id(id),
-            "model": if config.is_offline() { "offline" } else { config.model.as_str() },
+            "model": if config.is_offline() { "offline" } else { config.backend.model.as_str() },
             "status": status,
             "text": understood.as_ref().map_or(raw.as_str(), |a| a.text.as_str()),
             "raw_text": raw,

@@ -7,7 +7,7 @@
 //! [`Setup`] to register its metrics and routes in. Adding a scenario is one
 //! module of its own and one line in the list `serve` hosts.
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Cow, fmt, sync::Arc};
 
 use super::Scenario;
 
@@ -29,6 +29,13 @@ pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Keys of its table that moved, each as (where it was, where it is),
+    /// dotted under the table (`model` → `backend.model`): a configuration
+    /// that writes one where it was is read as if it wrote it where it is.
+    fn aliases(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// Builds the scenario from its table (defaults, file, flags and `--set`
     /// merged), registering its metrics and routes in `setup`. Every problem
     /// with the table is reported at once.
@@ -36,17 +43,19 @@ pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
 }
 
 /// One flag of `serve` that sets one key of a scenario's table:
-/// `--llm-model qwen` is `--set assistant.model=qwen`.
+/// `--llm-model qwen` is `--set assistant.backend.model=qwen`. Built at
+/// compile time with [`Flag::new`], or at start-up from a configuration
+/// struct's keys and doc comments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Flag {
     /// The long flag, without `--`.
-    pub long: &'static str,
+    pub long: Cow<'static, str>,
     /// The key it sets in the scenario's table.
-    pub key: &'static str,
+    pub key: Cow<'static, str>,
     /// The environment variable read when the flag is absent.
-    pub env: Option<&'static str>,
+    pub env: Option<Cow<'static, str>>,
     /// One line of help; the default is appended from [`ScenarioModule::defaults`].
-    pub help: &'static str,
+    pub help: Cow<'static, str>,
     /// A value that must never be shown (`--help` hides the environment's value).
     pub secret: bool,
 }
@@ -54,12 +63,22 @@ pub struct Flag {
 impl Flag {
     /// `--long` setting `key`.
     pub const fn new(long: &'static str, key: &'static str, help: &'static str) -> Flag {
-        Flag { long, key, env: None, help, secret: false }
+        Flag { long: Cow::Borrowed(long), key: Cow::Borrowed(key), env: None, help: Cow::Borrowed(help), secret: false }
+    }
+
+    /// `--long` setting `key`, its names made at start-up (from a
+    /// configuration struct's keys and doc comments).
+    pub fn named(
+        long: impl Into<Cow<'static, str>>,
+        key: impl Into<Cow<'static, str>>,
+        help: impl Into<Cow<'static, str>>,
+    ) -> Flag {
+        Flag { long: long.into(), key: key.into(), env: None, help: help.into(), secret: false }
     }
 
     /// Also read from the environment variable `env`.
-    pub const fn env(mut self, env: &'static str) -> Flag {
-        self.env = Some(env);
+    pub fn env(mut self, env: impl Into<Cow<'static, str>>) -> Flag {
+        self.env = Some(env.into());
         self
     }
 
@@ -163,13 +182,53 @@ pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
     modules.iter().map(|module| (module.name().to_owned(), toml::Value::Table(module.defaults()))).collect()
 }
 
-/// A scenario's whole table: its defaults with what was configured merged over them.
+/// A scenario's whole table: its defaults with what was configured merged
+/// over them, moved keys read where they are now.
 pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
     let mut table = module.defaults();
     if let Some(configured) = configured {
-        merge(&mut table, configured.clone());
+        merge(&mut table, with_aliases(configured.clone(), module.aliases()));
     }
     table
+}
+
+/// `table` with each key of `aliases` written where it was moved to where
+/// it is now (dotted paths: `model` → `backend.model`); a value written at
+/// both places keeps the old place's, the one a user wrote by hand.
+pub fn with_aliases(mut table: toml::Table, aliases: &[(&str, &str)]) -> toml::Table {
+    for (old, new) in aliases {
+        let Some(value) = take(&mut table, old) else { continue };
+        let (path, last) = new.rsplit_once('.').map_or(("", *new), |(path, last)| (path, last));
+        match section_mut(&mut table, path) {
+            Some(section) => {
+                section.insert(last.to_owned(), value);
+            }
+            // Not a table where the section belongs: left where it was, for
+            // the scenario to name when it reads its table.
+            None => {
+                table.insert((*old).to_owned(), value);
+            }
+        }
+    }
+    table
+}
+
+/// The table at the dotted `path` (made when missing), unless a value that
+/// is not a table is in the way.
+fn section_mut<'a>(table: &'a mut toml::Table, path: &str) -> Option<&'a mut toml::Table> {
+    let mut at = table;
+    for part in path.split('.').filter(|part| !part.is_empty()) {
+        at = at.entry(part).or_insert_with(|| toml::Value::Table(toml::Table::new())).as_table_mut()?;
+    }
+    Some(at)
+}
+
+/// Removes the value at the dotted `key`.
+fn take(table: &mut toml::Table, key: &str) -> Option<toml::Value> {
+    match key.split_once('.') {
+        None => table.remove(key),
+        Some((first, rest)) => take(table.get_mut(first)?.as_table_mut()?, rest),
+    }
 }
 
 /// Builds every module from its table in `tables` (see
@@ -234,6 +293,15 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moved_keys_are_read_where_they_are_now() {
+        let aliases = [("model", "backend.model"), ("skills_dir", "skills.dir")];
+        let table = with_aliases(toml::toml! { model = "qwen" other = 1 [backend] stream = true }, &aliases);
+        assert_eq!(table, toml::toml! { other = 1 [backend] stream = true model = "qwen" });
+        let table = with_aliases(toml::toml! { skills_dir = "x" }, &aliases);
+        assert_eq!(table, toml::toml! { [skills] dir = "x" });
+    }
 
     #[test]
     fn tables_merge_key_by_key() {

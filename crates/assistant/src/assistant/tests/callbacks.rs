@@ -20,7 +20,7 @@ fn callback_request(request_id: &str, call_id: &str, state: &TAssistantState) ->
 async fn callback_hops_join_the_one_call_and_fillers_take_turns() {
     let backend = Scripted::new(2_000, Ok("Сейчас 12 часов."));
     let (assistant, _) = assistant(backend.clone(), AssistantConfig::default());
-    let fillers = AssistantConfig::default().filler_texts;
+    let fillers = AssistantConfig::default().dialog.filler_texts;
 
     let arguments =
         handover(&assistant.run(run_request("r1", "Который час?", None), ctx("r1")).await.unwrap().into_owned());
@@ -55,9 +55,10 @@ async fn callback_hops_join_the_one_call_and_fillers_take_turns() {
 #[tokio::test(start_paused = true)]
 async fn past_the_hops_a_call_may_take_the_apology() {
     let backend = Scripted::new(60_000, Ok("поздно"));
-    let config = AssistantConfig { call_timeout_ms: 120_000, ..AssistantConfig::default() };
+    let mut config = AssistantConfig::default();
+    config.calls.call_timeout_ms = 120_000;
     let (assistant, registry) = assistant(backend.clone(), config.clone());
-    let max = crate::dialog::callback::max_hops(config.call_timeout());
+    let max = crate::dialog::callback::max_hops(config.calls.call_timeout());
     assert_eq!(max, 481);
 
     let arguments = handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
@@ -67,7 +68,7 @@ async fn past_the_hops_a_call_may_take_the_apology() {
     let arguments =
         handover(&assistant.run(callback_request("r2", "r1", &state), ctx("r2")).await.unwrap().into_owned());
     let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r2")).await.unwrap().into_owned());
-    assert_eq!(speech(&body), config.apology_text);
+    assert_eq!(speech(&body), config.dialog.apology_text);
     assert!(state_of(&body).pending.is_none());
     assert!(body.layout.unwrap().directives.is_empty(), "no callback after the apology");
     assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="continue",kind="apology"} 1"#));

@@ -1,0 +1,54 @@
+//! `[assistant.calls]`: how many model calls run at once, how long one may
+//! take, and how long and how many finished answers are kept.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The `[assistant.calls]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CallsConfig {
+    /// A whole model call, retries included, in ms.
+    pub call_timeout_ms: u64,
+    /// Model calls in flight before `/run` declines (`IsIrrelevant`).
+    pub max_in_flight: usize,
+    /// Seconds a finished answer is kept for `/continue` and the user's repeat.
+    pub result_ttl_secs: u64,
+    /// Finished answers kept at most.
+    pub max_retained: usize,
+    /// Bytes of finished answers kept at most.
+    pub max_retained_bytes: usize,
+}
+
+impl Default for CallsConfig {
+    fn default() -> CallsConfig {
+        CallsConfig {
+            call_timeout_ms: 30_000,
+            max_in_flight: 256,
+            result_ttl_secs: 120,
+            max_retained: 10_000,
+            max_retained_bytes: 64 << 20,
+        }
+    }
+}
+
+impl CallsConfig {
+    /// Checks every value, reporting each problem with its key under `calls.`.
+    pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
+        check(self.call_timeout_ms > 0, "calls.call_timeout_ms must be above 0".into());
+        check(self.max_in_flight > 0, "calls.max_in_flight must be above 0".into());
+        check(self.result_ttl_secs > 0, "calls.result_ttl_secs must be above 0".into());
+        check(self.max_retained > 0, "calls.max_retained must be above 0".into());
+        check(self.max_retained_bytes > 0, "calls.max_retained_bytes must be above 0".into());
+    }
+
+    pub(crate) fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+
+    pub(crate) fn result_ttl(&self) -> Duration {
+        Duration::from_secs(self.result_ttl_secs)
+    }
+}

@@ -1,0 +1,103 @@
+//! `[assistant.skills]`: where the skills are, how a session is bounded,
+//! the sampling of a step's model call and the command rules.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::config::OWN_FIELDS;
+
+/// `[assistant.skills]`: where the skills are and how a session is bounded.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// The folder of skills, one subfolder with a `SKILL.md` each. Absent:
+    /// `skills/` in the working directory when there is one, else none. A
+    /// folder given here must exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// A file whose text goes into every skill's system message after
+    /// `--- System Context ---` (what the model should know of the machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_context_file: Option<PathBuf>,
+    /// Bytes of exchanges a session keeps in the state; past it the oldest
+    /// after the first go.
+    pub max_session_bytes: usize,
+    /// Bytes of a command's cleaned output sent to the model.
+    pub max_output_bytes: usize,
+    /// Reload the catalog when the folder changes (it is also reloaded on SIGHUP).
+    pub watch: bool,
+    /// `temperature` of a skill step's model call (0.3, as the skills format
+    /// sets it: docs/skills.md#prompts).
+    pub temperature: f64,
+    /// `max_tokens` of a skill step's model call (512, as the skills format
+    /// sets it).
+    pub max_tokens: u32,
+    /// More request body fields of a skill step's call, over
+    /// `[assistant] extra_body` (whose `response_format`, `json_schema` and
+    /// `grammar` a step leaves out): e.g. a `grammar` that keeps a small
+    /// local model to the step markers.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// The command rules: regexes with an optional ` # reason`, deny
+    /// before ask; a list left out keeps its default.
+    #[schemars(skip)]
+    pub policy: crate::skills::rules::CommandRulesConfig,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> SkillsConfig {
+        SkillsConfig {
+            dir: None,
+            system_context_file: None,
+            max_session_bytes: 32 * 1024,
+            max_output_bytes: crate::skills::output::DEFAULT_MAX_BYTES,
+            watch: true,
+            temperature: 0.3,
+            max_tokens: 512,
+            extra_body: serde_json::Map::new(),
+            policy: crate::skills::rules::CommandRulesConfig::default(),
+        }
+    }
+}
+
+impl SkillsConfig {
+    /// The folder to load: the configured one, else `skills/` when present.
+    pub fn folder(&self) -> Option<PathBuf> {
+        match &self.dir {
+            Some(dir) => Some(dir.clone()),
+            None => Some(PathBuf::from("skills")).filter(|dir| dir.is_dir()),
+        }
+    }
+}
+
+impl SkillsConfig {
+    /// Checks every value, reporting each problem with its key under `skills.`.
+    pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
+        if let Some(dir) = &self.dir {
+            check(dir.is_dir(), format!("skills.dir = {}: not a folder", dir.display()));
+        }
+        if let Some(file) = &self.system_context_file {
+            check(file.is_file(), format!("skills.system_context_file = {}: not a file", file.display()));
+        }
+        check(
+            self.max_session_bytes >= 1024,
+            format!("skills.max_session_bytes = {}: must be at least 1024", self.max_session_bytes),
+        );
+        check(
+            self.max_output_bytes >= 256,
+            format!("skills.max_output_bytes = {}: must be at least 256", self.max_output_bytes),
+        );
+        check(
+            (0.0..=2.0).contains(&self.temperature),
+            format!("skills.temperature = {}: must be 0.0..=2.0", self.temperature),
+        );
+        check(self.max_tokens > 0, "skills.max_tokens must be above 0".into());
+        for key in self.extra_body.keys() {
+            check(!OWN_FIELDS.contains(&key.as_str()), format!("skills.extra_body.{key}: set by the scenario itself"));
+        }
+        if let Err(error) = crate::skills::rules::CommandRules::new(&self.policy) {
+            check(false, format!("skills.policy: {error}"));
+        }
+    }
+}
