@@ -281,7 +281,7 @@ async fn the_reference_python_client_reassembles_our_parts() {
     let mock = MockLlm::start(Reply::content(&long)).await;
     let app = spawn_module(&mock, |config| config.llm.chunk_bytes = 97).await;
     run(&client(&app, Transport::Http), "llm-python", "расскажи сказку").await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/seed_fetch_all.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/contract_fetch_all.py");
     for path in ["/llm/answers/llm-python", "/llm/schema"] {
         let url = app.url(path);
         let ours = megamind_assistant::parts::fetch_all(&app.http, &url).await.expect("our client");

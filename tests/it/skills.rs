@@ -84,7 +84,7 @@ async fn callback_turn(client: &mut Client, callback: TCallbackDirective) -> Tur
 }
 
 #[tokio::test]
-async fn the_seed_git_quick_commit_dialog_runs_end_to_end() {
+async fn the_reference_git_quick_commit_dialog_runs_end_to_end() {
     let mock = MockLlm::start(Reply::status(500)).await;
     for answer in [
         "[CMD] git status --porcelain",
@@ -191,7 +191,7 @@ async fn an_answer_in_no_format_runs_its_first_line() {
     let turn = ask(&mut client, "run skill git-quick-commit").await;
     assert_eq!(run_command(&turn).command, "git log --oneline -3");
     let kept = session(&turn).unwrap();
-    assert_eq!(kept.exchanges[0].assistant, "[CMD] git log --oneline -3", "kept as the seed keeps it");
+    assert_eq!(kept.exchanges[0].assistant, "[CMD] git log --oneline -3", "kept as the skills format keeps it");
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::{
 
 /// A reference stream: one answer event of each kind, in the contract's
 /// order (docs/jsonseq.md#order), with the ids every event carries.
-fn seed_transcript() -> String {
+fn example_transcript() -> String {
     let events = [
         ("serp_summary", r#""text":"用户要一份三分化训练计划，包含频率与动作选择。""#),
         ("thinking_start", ""),
@@ -42,19 +42,19 @@ fn text(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn the_seed_example_is_valid_from_a_file_and_from_standard_input() {
+fn the_contract_example_is_valid_from_a_file_and_from_standard_input() {
     let path = std::env::temp_dir().join(format!("jsonseq-{}.sse", std::process::id()));
-    std::fs::write(&path, seed_transcript()).unwrap();
+    std::fs::write(&path, example_transcript()).unwrap();
     let out = validate(&[path.to_str().unwrap()], "");
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("valid: 8 events"));
-    let out = validate(&[], &seed_transcript());
+    let out = validate(&[], &example_transcript());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
 #[test]
 fn violations_name_the_events_index_and_the_rule() {
-    let broken = seed_transcript().replacen("event: thinking_end", "event: final_delta", 1);
+    let broken = example_transcript().replacen("event: thinking_end", "event: final_delta", 1);
     let out = validate(&["-"], &broken);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
@@ -66,7 +66,7 @@ fn violations_name_the_events_index_and_the_rule() {
 fn a_stream_is_read_from_a_url_and_an_unreadable_source_exits_2() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/llm/stream/r-1", listener.local_addr().unwrap());
-    let body = seed_transcript();
+    let body = example_transcript();
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
         let mut request = [0u8; 4096];

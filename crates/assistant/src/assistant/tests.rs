@@ -352,7 +352,7 @@ async fn a_command_result_without_a_skill_session_is_declined() {
     let payload = serde_json::json!({"output": "ok", "exit_code": 0});
     let callback = TCallbackDirective {
         name: "skill_command_result".into(),
-        payload: Some(crate::dialog::answer::to_struct(payload.as_object().unwrap().clone())),
+        payload: Some(megamind_core::codec::structs::struct_from_json(payload.as_object().unwrap().clone())),
         ..Default::default()
     };
     let mut request = run_request("r1", "", None);

@@ -217,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn commands_carry_the_session_id_in_the_seed_format() {
+    fn commands_carry_the_session_id_in_the_app_action_format() {
         let raw: serde_json::Value = serde_json::from_str(&answer("открой Safari", "session_1.5")).unwrap();
         assert_eq!(
             raw,

@@ -18,7 +18,7 @@
 
 use prost_types::{Struct, value::Kind};
 
-pub(crate) use megamind_core::codec::structs::struct_from_json as to_struct;
+use megamind_core::codec::structs::struct_from_json;
 use serde_json::{Map, Value};
 
 /// How many `{` positions are tried when looking for JSON inside prose:
@@ -276,7 +276,7 @@ fn from_object(object: Map<String, Value>) -> ModelAnswer {
         Ok(command) => (command, None),
         Err(reason) => (None, Some(reason)),
     };
-    let command = command.map(|c| c.with_payload(to_struct(object)));
+    let command = command.map(|c| c.with_payload(struct_from_json(object)));
     ModelAnswer { text, command, dropped }
 }
 

@@ -79,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn messages_follow_seed_001_order() {
+    fn messages_follow_the_chat_completions_order() {
         let history = [TAssistantTurn { user: "привет".into(), assistant: "Привет!".into() }];
         let messages = messages("PROMPT", "session_1.000001", &history, "открой Safari");
         let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();

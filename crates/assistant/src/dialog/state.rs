@@ -192,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn session_ids_have_the_seed_shape_and_are_deterministic() {
+    fn session_ids_have_the_format_s_shape_and_are_deterministic() {
         let id = new_session_id(1_764_210_832_530, "req-1");
         assert!(id.starts_with("session_1764210832.530"), "{id}");
         assert_eq!(id.len(), "session_1764210832.530743".len(), "{id}");

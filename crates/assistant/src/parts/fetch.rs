@@ -12,7 +12,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchLimits {
     /// The most parts one answer may have (the plain loop of the Python
-    /// client, `tests/it/seed_fetch_all.py`, stops at 10 000 too).
+    /// client, `tests/it/contract_fetch_all.py`, stops at 10 000 too).
     pub max_parts: u32,
     /// The most bytes of JSON reassembled, and of one part's response.
     pub max_bytes: usize,

@@ -16,7 +16,7 @@
 //! - Empty command output is written `(no output)`, so the model never sees
 //!   a bare `Command output:` line it could take for a lost message.
 //! - A command the policy refuses is reported as its output:
-//!   `Command output:\nCommand refused by policy: <reason>` (issue 11).
+//!   `Command output:\nCommand refused by policy: <reason>`.
 
 use std::fmt::Write as _;
 

@@ -1,5 +1,5 @@
-//! The command policy, enforced whatever the model says: deny > ask >
-//! allow (issue 11, item 7).
+//! The command rules, enforced whatever the model says: deny > ask > allow
+//! (docs/skills.md).
 //!
 //! Entry point: [`CommandRules::check`]. Invariant: never panics; a command is
 //! allowed only when no deny rule, no `allowed-tools` restriction and no ask

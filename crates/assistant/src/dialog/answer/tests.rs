@@ -175,7 +175,7 @@ fn table() -> Vec<(&'static str, String, Want)> {
 }
 
 #[test]
-fn every_rule_of_seed_000() {
+fn every_rule_of_the_app_action_format() {
     for (name, raw, want) in table() {
         let got = parse(&raw);
         match want {
@@ -251,7 +251,7 @@ fn the_payload_is_the_models_whole_object() {
 fn every_json_type_converts() {
     let object = json!({"n": 1.5, "b": true, "z": null, "l": [1, "a"], "o": {"k": "v"}});
     let Value::Object(object) = object else { unreachable!() };
-    let s = to_struct(object);
+    let s = megamind_core::codec::structs::struct_from_json(object);
     assert_eq!(s.fields["n"].kind, Some(Kind::NumberValue(1.5)));
     assert_eq!(s.fields["b"].kind, Some(Kind::BoolValue(true)));
     assert_eq!(s.fields["z"].kind, Some(Kind::NullValue(0)));

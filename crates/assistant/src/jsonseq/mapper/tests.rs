@@ -11,7 +11,7 @@ use crate::jsonseq::validate;
 /// A reference answer as ThinkingML: a summary, one phase, a final with
 /// its queries comment; every ThinkingML element the mapping knows
 /// (docs/jsonseq.md#thinkingml).
-pub(super) const SEED: &str = r#"<serp>用户要一份三分化训练计划，包含频率与动作选择。</serp>
+pub(super) const EXAMPLE: &str = r#"<serp>用户要一份三分化训练计划，包含频率与动作选择。</serp>
 <thinking>
 <phase id="1">
 <title>需求拆解</title>
@@ -63,7 +63,7 @@ pub(super) fn valid(events: Vec<SeqEvent>) -> Vec<SeqEvent> {
     events
 }
 
-fn seed_events() -> Vec<(&'static str, Value)> {
+fn example_events() -> Vec<(&'static str, Value)> {
     vec![
         ("serp_summary", json!({"text": "用户要一份三分化训练计划，包含频率与动作选择。"})),
         ("thinking_start", json!({})),
@@ -77,16 +77,16 @@ fn seed_events() -> Vec<(&'static str, Value)> {
 }
 
 #[test]
-fn the_seed_example_gives_the_seeds_events_at_every_split_point() {
+fn the_contract_example_gives_its_events_at_every_split_point() {
     for format in [Format::Auto, Format::ThinkingMl] {
-        assert_eq!(joined(&valid(map_all(format, &[SEED]))), seed_events(), "{format:?}");
-        for (at, _) in SEED.char_indices().skip(1) {
-            let events = valid(map_all(format, &[&SEED[..at], &SEED[at..]]));
-            assert_eq!(joined(&events), seed_events(), "split at {at}: {:?}", &SEED[..at]);
+        assert_eq!(joined(&valid(map_all(format, &[EXAMPLE]))), example_events(), "{format:?}");
+        for (at, _) in EXAMPLE.char_indices().skip(1) {
+            let events = valid(map_all(format, &[&EXAMPLE[..at], &EXAMPLE[at..]]));
+            assert_eq!(joined(&events), example_events(), "split at {at}: {:?}", &EXAMPLE[..at]);
         }
-        let chars: Vec<String> = SEED.chars().map(String::from).collect();
+        let chars: Vec<String> = EXAMPLE.chars().map(String::from).collect();
         let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(joined(&valid(map_all(format, &chars))), seed_events(), "one character at a time");
+        assert_eq!(joined(&valid(map_all(format, &chars))), example_events(), "one character at a time");
     }
 }
 
@@ -199,9 +199,9 @@ fn reasoning_before_a_thinkingml_answer_leaves_its_parts_where_they_were() {
     let mut mapper = Mapper::new(Format::Auto);
     let mut out = Vec::new();
     mapper.reasoning("Сначала подумаю.", &mut out);
-    mapper.text(SEED, &mut out);
+    mapper.text(EXAMPLE, &mut out);
     mapper.finish(&mut out);
-    let seed = seed_events();
+    let seed = example_events();
     let mut expected = vec![
         ("thinking_start", json!({})),
         ("phase_start", json!({"id": 1, "title": THINKING_TITLE})),

@@ -5,7 +5,7 @@ use crate::jsonseq::parse_transcript;
 
 /// A reference stream: one answer event of each kind, in the contract's
 /// order (docs/jsonseq.md#order), with the ids every event carries.
-fn seed() -> Vec<(String, String)> {
+fn example() -> Vec<(String, String)> {
     [
         ("serp_summary", r#"{"text":"用户要一份三分化训练计划，包含频率与动作选择。"}"#),
         ("thinking_start", "{}"),
@@ -48,13 +48,13 @@ fn event(name: &str, data: &str) -> (String, String) {
 }
 
 #[test]
-fn the_seed_example_is_valid_and_so_is_its_transcript() {
-    assert_eq!(rules(&seed()), Vec::<&str>::new());
+fn the_contract_example_is_valid_and_so_is_its_transcript() {
+    assert_eq!(rules(&example()), Vec::<&str>::new());
     let transcript: String =
-        events(&seed()).iter().map(|e| format!("event: {}\ndata: {}\n\n", e.name, e.data)).collect();
+        events(&example()).iter().map(|e| format!("event: {}\ndata: {}\n\n", e.name, e.data)).collect();
     let (parsed, _) = parse_transcript(&transcript);
     assert!(validate(&parsed).is_empty(), "{:?}", validate(&parsed));
-    let heartbeat = with(seed(), |l| {
+    let heartbeat = with(example(), |l| {
         l.insert(3, event("heartbeat", "{}"));
         l.push(event("status", "{}"));
         l.push(event("completed", "{}"));
@@ -64,32 +64,32 @@ fn the_seed_example_is_valid_and_so_is_its_transcript() {
 
 #[test]
 fn each_order_rule_is_reported_with_the_events_index() {
-    let early_final = with(seed(), |l| l.insert(4, event("final_delta", r#"{"text":"x"}"#)));
+    let early_final = with(example(), |l| l.insert(4, event("final_delta", r#"{"text":"x"}"#)));
     let found = validate(&events(&early_final));
     assert_eq!((found[0].index, found[0].rule), (4, "order"), "{found:?}");
-    let no_phase = with(seed(), |l| {
+    let no_phase = with(example(), |l| {
         l.remove(2);
     });
     assert_eq!(rules(&no_phase), ["phase_ref", "order"], "a delta with no phase, no phase at all");
-    assert_eq!(rules(&with(seed(), |l| l.push(event("final_delta", r#"{"text":"x"}"#)))), ["after_final_end"]);
+    assert_eq!(rules(&with(example(), |l| l.push(event("final_delta", r#"{"text":"x"}"#)))), ["after_final_end"]);
     assert_eq!(
-        rules(&with(seed(), |l| {
+        rules(&with(example(), |l| {
             l.pop();
         })),
         ["incomplete"]
     );
-    assert_eq!(rules(&with(seed(), |l| l.swap(0, 1))), ["order"], "serp_summary after thinking_start");
-    let completed_first = with(seed(), |l| {
+    assert_eq!(rules(&with(example(), |l| l.swap(0, 1))), ["order"], "serp_summary after thinking_start");
+    let completed_first = with(example(), |l| {
         l.insert(7, event("completed", "{}"));
     });
     assert_eq!(rules(&completed_first), ["after_completed"]);
-    assert_eq!(rules(&with(seed(), |l| l.insert(0, event("content_delta", "{}")))), ["event"]);
+    assert_eq!(rules(&with(example(), |l| l.insert(0, event("content_delta", "{}")))), ["event"]);
 }
 
 #[test]
 fn phases_ids_titles_and_texts() {
     let second = |id: &str, title: &str| {
-        with(seed(), |l| {
+        with(example(), |l| {
             l.insert(4, event("phase_start", &format!(r#"{{"id":{id},"title":"{title}"}}"#)));
         })
     };
@@ -100,12 +100,12 @@ fn phases_ids_titles_and_texts() {
     assert_eq!(rules(&second("2", " ")), ["phase_title"]);
     let stale = with(second("2", "Plan"), |l| l.insert(5, event("phase_delta", r#"{"id":1,"text":"x"}"#)));
     assert_eq!(rules(&stale), ["phase_ref"], "a delta names the latest phase");
-    assert_eq!(rules(&with(seed(), |l| l[5] = event("final_delta", r#"{"text":1}"#))), ["text"]);
+    assert_eq!(rules(&with(example(), |l| l[5] = event("final_delta", r#"{"text":1}"#))), ["text"]);
 }
 
 #[test]
 fn every_event_carries_the_ids_and_an_object() {
-    let mut list = events(&seed());
+    let mut list = events(&example());
     list[1].data = "{}".into();
     list[2].data = "not json".into();
     let found = validate(&list);
@@ -116,7 +116,7 @@ fn every_event_carries_the_ids_and_an_object() {
 
 #[test]
 fn serp_queries_are_few_distinct_short_and_harmless() {
-    let queries = |list: &str| with(seed(), |l| l[6] = event("serp_queries", &format!(r#"{{"queries":{list}}}"#)));
+    let queries = |list: &str| with(example(), |l| l[6] = event("serp_queries", &format!(r#"{{"queries":{list}}}"#)));
     assert_eq!(rules(&queries(r#"["a","b","c","d","e","f"]"#)), ["queries"]);
     assert_eq!(rules(&queries(r#"["a","A"]"#)), ["queries"]);
     assert_eq!(rules(&queries(&format!(r#"["{}"]"#, "я".repeat(81)))), ["queries"]);

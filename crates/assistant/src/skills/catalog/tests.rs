@@ -36,7 +36,7 @@ fn the_testdata_skills_load_and_the_bad_one_is_reported() {
     assert_eq!(problem.line, Some(2));
     assert!(problem.to_string().contains(":2: skipped: `name` \"Bad--Name\""), "{problem}");
 
-    let skill = catalog.get("git-quick-commit").expect("the seed's skill");
+    let skill = catalog.get("git-quick-commit").expect("the git-quick-commit skill");
     assert!(
         skill.body.starts_with("## What I do\n\nЯ выполняю следующие шаги:\n1. Запускаю `git status --porcelain`\n")
     );

@@ -5,7 +5,7 @@ fn ask(question: &str, optional: bool) -> Step {
 }
 
 #[test]
-fn the_seeds_five_formats() {
+fn the_five_marker_formats() {
     let cases = [
         ("[CMD] git status --porcelain", Step::Command("git status --porcelain".into())),
         ("[ASK] Введи сообщение коммита:", ask("Введи сообщение коммита:", false)),

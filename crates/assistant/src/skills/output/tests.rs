@@ -1,7 +1,7 @@
 use super::*;
 
 #[test]
-fn each_rule_of_the_seed() {
+fn each_cleaning_rule() {
     let cases: &[(&str, &str, &str)] = &[
         ("plain output stays", " M server/skills.js\n?? new-file.txt", " M server/skills.js\n?? new-file.txt"),
         ("ANSI colours", "\x1b[32m M\x1b[0m file.rs\n\x1b[1;31merror\x1b[m", " M file.rs\nerror"),

@@ -5,7 +5,7 @@ use crate::skills::output::{DEFAULT_MAX_BYTES, clean};
 const BODY: &str = "## What I do\n\nЯ выполняю следующие шаги:\n1. Запускаю `git status --porcelain`";
 
 #[test]
-fn the_base_prompt_is_the_seeds() {
+fn the_base_prompt_is_the_formats() {
     let prompt = SKILL_SYSTEM_PROMPT_WITH_ASK;
     assert!(prompt.starts_with("You are a terminal AI assistant executing a multi-step skill.\n\nRESPONSE FORMAT"));
     assert!(prompt.contains("   Examples: \"Введи сообщение коммита:\", \"Продолжить? (yes/no):\"\n"));
@@ -16,7 +16,7 @@ fn the_base_prompt_is_the_seeds() {
 }
 
 #[test]
-fn the_system_message_joins_its_parts_as_the_seed_shows() {
+fn the_system_message_joins_its_parts_as_the_format_shows() {
     let message = system_message(None, "git-quick-commit", &format!("\n{BODY}\n\n"));
     assert_eq!(message, format!("{SKILL_SYSTEM_PROMPT_WITH_ASK}\n\n--- Active Skill: git-quick-commit ---\n{BODY}"));
     let with_context = system_message(Some("Server: Ubuntu 24.04\n"), "git-quick-commit", BODY);
@@ -58,11 +58,11 @@ fn the_step_messages_of_section_4() {
 /// The `git-quick-commit` reference dialog (docs/skills.md#a-whole-session): the
 /// message each step adds and the model's answers as the history keeps them.
 #[test]
-fn the_seeds_example_dialog_byte_for_byte() {
+fn the_reference_dialog_byte_for_byte() {
     // The system message, from the `git-quick-commit` skill as the catalog loads it.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/skills");
     let (catalog, _) = crate::skills::catalog::Catalog::load(&dir);
-    let skill = catalog.get("git-quick-commit").expect("the seed's skill");
+    let skill = catalog.get("git-quick-commit").expect("the git-quick-commit skill");
     let system = system_message(None, &skill.name, &skill.body);
     let (base, skill_part) = system.split_once("\n\n--- Active Skill: ").expect("the skill part");
     assert!(base.starts_with("You are a terminal AI assistant") && base == SKILL_SYSTEM_PROMPT_WITH_ASK);

@@ -1,6 +1,6 @@
 """The plain-loop Python client for JSON answers served in parts (docs/parts.md).
 
-Usage: seed_fetch_all.py URL
+Usage: contract_fetch_all.py URL
 
 Prints the reassembled answer at URL as JSON on standard output
 (json.dumps with ensure_ascii=False, sort_keys=False): what a client
