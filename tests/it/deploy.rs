@@ -178,6 +178,20 @@ fn the_image_build_keeps_target_out_and_caches_dependencies() {
     let (manifest, first_build, sources) =
         (position("COPY Cargo.toml Cargo.lock"), position("cargo build --release --locked"), position("COPY src src"));
     assert!(manifest < first_build && first_build < sources, "dependencies are built before the sources arrive");
+    // Every crate of the workspace has its manifest (and build script) in the dependency layer.
+    for member in [
+        "crates/core/Cargo.toml",
+        "crates/core/build.rs",
+        "crates/assistant/Cargo.toml",
+        "crates/assistant/build.rs",
+        "crates/tools/Cargo.toml",
+    ] {
+        assert!(root.join(member).is_file(), "{member}");
+        assert!(
+            lines[..first_build].iter().any(|l| l.starts_with("COPY ") && l.contains(member)),
+            "{member} before the first build"
+        );
+    }
     for from in lines.iter().filter(|l| l.starts_with("FROM ")) {
         let image = from.split_whitespace().nth(1).expect("an image");
         assert!(image.contains(':') && !image.ends_with(":latest"), "{from}: a pinned base image");
