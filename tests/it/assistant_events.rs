@@ -3,9 +3,10 @@
 
 use std::{sync::Mutex, time::Duration};
 
-use megamind_assistant::backend::openai::OpenAi;
-use megamind_assistant::backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage};
-use megamind_assistant::config::{AssistantConfig, BackendConfig};
+use megamind_assistant::{
+    backend::{ChatMessage, EventSink, ModelBackend, ModelEvent, ModelRequest, Role, TokenUsage, openai::OpenAi},
+    config::{AssistantConfig, BackendConfig},
+};
 use tokio::time::Instant;
 
 use crate::mock_llm::{MockLlm, Reply};

@@ -7,9 +7,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use megamind_assistant::config::{AssistantConfig, Warmup};
-use megamind_assistant::proto::megamind_scenario::v1::TAssistantState;
-use megamind_assistant::{Assistant, AssistantModule};
+use megamind_assistant::{
+    Assistant, AssistantModule,
+    config::{AssistantConfig, Warmup},
+    proto::megamind_scenario::v1::TAssistantState,
+};
 use megamind_core::{
     config::Config,
     proto::n_alice::n_scenarios::{

@@ -8,12 +8,12 @@ use axum::routing::{MethodRouter, any, get};
 use bytes::Bytes;
 use futures_util::stream;
 use megamind_core::{
+    app::App,
     codec::Format,
     config::Config,
     proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
     rules::metrics::ServerMetrics,
-    scenario::{Scenario, ScenarioModule, Setup, SetupError},
-    {app::App, scenario::Shutdown},
+    scenario::{Scenario, ScenarioModule, Setup, SetupError, Shutdown},
 };
 use megamind_scenario::scenarios::demo::Demo;
 use tokio::time::Instant;

@@ -6,8 +6,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use megamind_assistant::config::AssistantConfig;
-use megamind_assistant::proto::megamind_scenario::v1::TSkillSession;
+use megamind_assistant::{config::AssistantConfig, proto::megamind_scenario::v1::TSkillSession};
 use megamind_core::proto::n_alice::n_scenarios::{
     TCallbackDirective, TInput, TRunCommandDirective, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_directive,
     t_input,

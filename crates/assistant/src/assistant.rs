@@ -73,18 +73,24 @@ use async_trait::async_trait;
 use prost_types::{Any, Struct};
 use tokio::time::{Instant, timeout_at};
 
-use crate::assistant::margin::Margin;
-use crate::backend::{BackendError, ModelBackend, ModelRequest};
-use crate::calls::outcome::ModelOutcome;
-use crate::calls::record::{CallRecord, Follower};
-use crate::calls::{AtCapacity, Calls, Handle};
-use crate::config::AssistantConfig;
-use crate::dialog::policy::{DialogPolicy, Interpretation, TurnPlan};
-use crate::dialog::state::Caps;
-use crate::dialog::turn::TurnInput;
-use crate::metrics::AssistantMetrics;
-use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState};
-use crate::skills::dialog::SkillPolicy;
+use crate::{
+    assistant::margin::Margin,
+    backend::{BackendError, ModelBackend, ModelRequest},
+    calls::{
+        AtCapacity, Calls, Handle,
+        outcome::ModelOutcome,
+        record::{CallRecord, Follower},
+    },
+    config::AssistantConfig,
+    dialog::{
+        policy::{DialogPolicy, Interpretation, TurnPlan},
+        state::Caps,
+        turn::TurnInput,
+    },
+    metrics::AssistantMetrics,
+    proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
+    skills::dialog::SkillPolicy,
+};
 use megamind_core::{
     proto::n_alice::n_scenarios::{
         TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,

@@ -39,10 +39,14 @@ use futures_util::FutureExt;
 use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
-use crate::backend::{BackendError, MAX_ANSWER_BYTES};
-use crate::calls::outcome::ModelOutcome;
-use crate::calls::record::{CallRecord, Follower};
-use crate::config::NAME;
+use crate::{
+    backend::{BackendError, MAX_ANSWER_BYTES},
+    calls::{
+        outcome::ModelOutcome,
+        record::{CallRecord, Follower},
+    },
+    config::NAME,
+};
 use megamind_core::{
     scenario::Handler,
     store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},

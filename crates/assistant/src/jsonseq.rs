@@ -16,6 +16,8 @@ pub mod mapper;
 pub mod transcript;
 pub mod validate;
 
-pub use crate::jsonseq::mapper::{Format, Mapper, SeqEvent, clean_queries};
-pub use crate::jsonseq::transcript::{Event, parse_transcript};
-pub use crate::jsonseq::validate::{Violation, validate};
+pub use crate::jsonseq::{
+    mapper::{Format, Mapper, SeqEvent, clean_queries},
+    transcript::{Event, parse_transcript},
+    validate::{Violation, validate},
+};

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::backend::ModelBackend;
-use crate::calls::outcome::ModelOutcome;
+use crate::{backend::ModelBackend, calls::outcome::ModelOutcome};
 
 /// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
 pub const MODEL_CALLS: &str = "megamind_assistant_model_calls_total";

@@ -10,8 +10,7 @@ use std::{
 };
 
 use super::*;
-use crate::backend::ModelEvent;
-use crate::proto::megamind_scenario::v1::TAssistantTurn;
+use crate::{backend::ModelEvent, proto::megamind_scenario::v1::TAssistantTurn};
 use megamind_core::proto::n_alice::n_scenarios::{
     TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
 };

@@ -23,15 +23,19 @@ use prometheus::IntCounter;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, timeout_at};
 
-use crate::backend::backoff;
-use crate::backend::breaker::Breaker;
-use crate::backend::config::{BackendConfig, Secret};
-use crate::backend::openai::completion::parse_completion;
-use crate::backend::openai::sse::{SseDecoder, StreamEvent};
-use crate::backend::{
-    BackendError, ChatMessage, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest,
+use crate::{
+    backend::{
+        BackendError, ChatMessage, Completion, EventSink, MAX_ANSWER_BYTES, ModelBackend, ModelEvent, ModelRequest,
+        backoff,
+        breaker::Breaker,
+        config::{BackendConfig, Secret},
+        openai::{
+            completion::parse_completion,
+            sse::{SseDecoder, StreamEvent},
+        },
+    },
+    error::AssistantError,
 };
-use crate::error::AssistantError;
 use megamind_core::text::clip;
 
 /// Largest answer body (or stream event) read from the backend.

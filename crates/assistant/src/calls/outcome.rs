@@ -11,10 +11,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 
-use crate::backend::{BackendError, Completion, TokenUsage};
-use crate::proto::megamind_scenario::v1::{
-    TAssistantCompletion, TAssistantHttpStatus, TAssistantModelError, TAssistantModelOutcome, TAssistantTokenUsage,
-    t_assistant_model_error::Cause, t_assistant_model_outcome::Outcome,
+use crate::{
+    backend::{BackendError, Completion, TokenUsage},
+    proto::megamind_scenario::v1::{
+        TAssistantCompletion, TAssistantHttpStatus, TAssistantModelError, TAssistantModelOutcome, TAssistantTokenUsage,
+        t_assistant_model_error::Cause, t_assistant_model_outcome::Outcome,
+    },
 };
 
 /// How a model call ended.

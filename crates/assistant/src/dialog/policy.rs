@@ -17,18 +17,20 @@ use std::{fmt, sync::Arc};
 use prometheus::IntCounterVec;
 use serde_json::json;
 
-use crate::backend::{ChatMessage, Completion, Sampling};
-use crate::config::AssistantConfig;
-use crate::dialog::answer;
-use crate::dialog::prompt;
-use crate::dialog::reply;
-use crate::dialog::reply::NO_WORDS;
-use crate::dialog::speech;
-use crate::dialog::state::{self, Caps};
-use crate::dialog::turn::TurnInput;
-use crate::error::AssistantError;
-use crate::metrics::AssistantMetrics;
-use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn};
+use crate::{
+    backend::{ChatMessage, Completion, Sampling},
+    config::AssistantConfig,
+    dialog::{
+        answer, prompt, reply,
+        reply::NO_WORDS,
+        speech,
+        state::{self, Caps},
+        turn::TurnInput,
+    },
+    error::AssistantError,
+    metrics::AssistantMetrics,
+    proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
+};
 use megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody;
 
 /// What a policy makes of a turn's input.

@@ -9,8 +9,10 @@
 //! which copies an example copies the right id. It is not the last line:
 //! small models echo the last line into their answer.
 
-use crate::backend::{ChatMessage, Role};
-use crate::proto::megamind_scenario::v1::TAssistantTurn;
+use crate::{
+    backend::{ChatMessage, Role},
+    proto::megamind_scenario::v1::TAssistantTurn,
+};
 
 /// Where the session id goes in a prompt.
 pub const SESSION_ID: &str = "{session_id}";

@@ -10,8 +10,10 @@ use megamind_core::proto::n_alice::n_scenarios::{
     TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_card, t_directive, t_scenario_run_response,
 };
 
-use crate::dialog::answer::{Command, ModelAnswer};
-use crate::dialog::state;
+use crate::dialog::{
+    answer::{Command, ModelAnswer},
+    state,
+};
 
 /// `ProductScenarioName` of the analytics.
 const PRODUCT: &str = "assistant";

@@ -20,8 +20,7 @@ use prost::Message;
 use prost_types::Any;
 
 use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn};
-use megamind_core::text::clip;
-use megamind_core::{proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError};
+use megamind_core::{proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError, text::clip};
 
 /// The type URL of the state.
 pub(crate) fn type_url() -> String {

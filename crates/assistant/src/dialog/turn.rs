@@ -5,8 +5,10 @@
 
 use prost_types::Struct;
 
-use megamind_core::proto::n_alice::n_scenarios::{TInput, t_input};
-use megamind_core::text::clip;
+use megamind_core::{
+    proto::n_alice::n_scenarios::{TInput, t_input},
+    text::clip,
+};
 
 /// The user's words are cut to this many bytes before they reach the model.
 const MAX_UTTERANCE_BYTES: usize = 4096;

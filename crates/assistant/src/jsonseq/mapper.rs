@@ -58,9 +58,9 @@ mod thinkingml;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::jsonseq::mapper::sequence::Sequence;
 use crate::jsonseq::{
     Event,
+    mapper::sequence::Sequence,
     validate::{MAX_QUERIES, MAX_QUERY_CHARS, sensitive},
 };
 

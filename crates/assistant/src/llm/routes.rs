@@ -26,15 +26,19 @@ use prost_reflect::ReflectMessage;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::backend::ModelEvent;
-use crate::calls::Lookup;
-use crate::calls::record::{CallRecord, Ending};
-use crate::dialog::answer;
-use crate::dialog::reply;
-use crate::dialog::speech;
-use crate::llm::stream::{self, Sequencer, Subscription};
-use crate::parts::{PartQuery, Parts, PartsConfig};
-use crate::{calls::Calls, config::AssistantConfig, metrics::AssistantMetrics, skills::dialog::SkillPolicy};
+use crate::{
+    backend::ModelEvent,
+    calls::{
+        Calls, Lookup,
+        record::{CallRecord, Ending},
+    },
+    config::AssistantConfig,
+    dialog::{answer, reply, speech},
+    llm::stream::{self, Sequencer, Subscription},
+    metrics::AssistantMetrics,
+    parts::{PartQuery, Parts, PartsConfig},
+    skills::dialog::SkillPolicy,
+};
 use megamind_core::scenario::{Setup, Shutdown};
 
 /// Longest call id looked up, in bytes: a `RequestId` is at most 256.

@@ -38,9 +38,11 @@ use futures_util::{FutureExt, Stream, stream};
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, sleep_until};
 
-use crate::backend::ModelEvent;
-use crate::calls::record::{CallRecord, Ending, Follower};
-use crate::jsonseq::mapper::{Format, Mapper, SeqEvent};
+use crate::{
+    backend::ModelEvent,
+    calls::record::{CallRecord, Ending, Follower},
+    jsonseq::mapper::{Format, Mapper, SeqEvent},
+};
 use megamind_core::scenario::Shutdown;
 
 /// Bytes written at most in one piece of the body: a subscriber far behind

@@ -25,10 +25,12 @@
 //! one item per line (write it as a `|` block); otherwise items are
 //! separated by commas. Items are trimmed and empty ones dropped.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    io::Read as _,
+    path::{Path, PathBuf},
+};
 
 use serde::Deserialize;
 

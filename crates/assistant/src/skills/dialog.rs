@@ -32,23 +32,27 @@ use std::sync::Arc;
 
 use prost_types::{Struct, Value, value::Kind};
 
-use crate::backend::{ChatMessage, Completion, Role, Sampling};
-use crate::config::AssistantConfig;
-use crate::dialog::callback;
-use crate::dialog::policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan};
-use crate::dialog::reply;
-use crate::dialog::reply::NO_WORDS;
-use crate::dialog::turn::TurnInput;
-use crate::error::AssistantError;
-use crate::metrics::AssistantMetrics;
-use crate::proto::megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession};
-use crate::skills::dialog::{live::LiveCatalog, session::next_step};
-use crate::skills::{
-    MAX_STEPS,
-    catalog::{Catalog, Skill},
-    markers::{self, Step},
-    output, prompt,
-    rules::{CommandRules, Verdict},
+use crate::{
+    backend::{ChatMessage, Completion, Role, Sampling},
+    config::AssistantConfig,
+    dialog::{
+        callback,
+        policy::{ChatPolicy, DialogPolicy, Interpretation, TurnPlan},
+        reply,
+        reply::NO_WORDS,
+        turn::TurnInput,
+    },
+    error::AssistantError,
+    metrics::AssistantMetrics,
+    proto::megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession},
+    skills::{
+        MAX_STEPS,
+        catalog::{Catalog, Skill},
+        dialog::{live::LiveCatalog, session::next_step},
+        markers::{self, Step},
+        output, prompt,
+        rules::{CommandRules, Verdict},
+    },
 };
 use megamind_core::{
     proto::n_alice::n_scenarios::{

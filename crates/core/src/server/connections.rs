@@ -18,7 +18,11 @@ use hyper_util::{
     server::conn::auto,
 };
 use prometheus::IntGauge;
-use tokio::{net::TcpStream, runtime::Handle, sync::OwnedSemaphorePermit, sync::watch};
+use tokio::{
+    net::TcpStream,
+    runtime::Handle,
+    sync::{OwnedSemaphorePermit, watch},
+};
 use tonic::codegen::Service;
 
 use super::{

@@ -25,8 +25,10 @@ use megamind_core::{
             TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
         },
     },
-    scenario::Handler,
-    scenario::meta::{SCENARIO_KEY, USER_TICKET},
+    scenario::{
+        Handler,
+        meta::{SCENARIO_KEY, USER_TICKET},
+    },
 };
 
 /// The transport to one server.

@@ -6,8 +6,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::backend::openai::sse;
-use crate::backend::{BackendError, TokenUsage};
+use crate::backend::{BackendError, TokenUsage, openai::sse};
 use megamind_core::text::clip;
 
 #[derive(Deserialize)]

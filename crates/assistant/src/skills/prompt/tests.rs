@@ -1,6 +1,8 @@
 use super::*;
-use crate::skills::markers::{Step, parse};
-use crate::skills::output::{DEFAULT_MAX_BYTES, clean};
+use crate::skills::{
+    markers::{Step, parse},
+    output::{DEFAULT_MAX_BYTES, clean},
+};
 
 const BODY: &str = "## What I do\n\nЯ выполняю следующие шаги:\n1. Запускаю `git status --porcelain`";
 
