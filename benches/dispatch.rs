@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use megamind_core::{
@@ -17,6 +15,7 @@ use megamind_core::{
     scenario::{Handler, module},
 };
 use megamind_scenario::scenarios;
+use tokio::time::Instant;
 use tracing_subscriber::{EnvFilter, fmt};
 
 #[path = "support/bodies.rs"]

@@ -5,14 +5,14 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-
-use crate::scenarios;
 use megamind_core::{
     config::{Config, ConfigError, ListenAddr, Override, Sources},
     rules::{logging, metrics::ServerMetrics},
     scenario::{ScenarioModule, module},
     server::{self, App},
 };
+
+use crate::scenarios;
 
 pub mod flags;
 

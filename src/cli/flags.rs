@@ -5,7 +5,6 @@
 //! themselves so that it is written once.
 
 use clap::{Arg, ArgMatches, Command};
-
 use megamind_core::{
     config::{Override, sources::lookup},
     scenario::{Flag, ScenarioModule},

@@ -1,8 +1,9 @@
 //! Tests of the command line: flags, environment, `--set`, help, `convert`.
 
-use super::*;
 use megamind_core::codec::Format;
 use megamind_tools::convert::{ConvertArgs, convert};
+
+use super::*;
 
 /// `serve ARGS` read with `env` as the environment.
 fn serve_with(args: &[&str], env: &[(&str, &str)]) -> Result<Loaded, ParseError> {

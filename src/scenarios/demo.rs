@@ -17,8 +17,6 @@ use std::sync::{
 };
 
 use async_trait::async_trait;
-use prost_reflect::{DynamicMessage, ReflectMessage};
-
 use megamind_core::{
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse,
@@ -27,6 +25,7 @@ use megamind_core::{
     },
     scenario::{Answer, CallContext, Scenario, ScenarioError, ScenarioModule, ScenarioResult, Setup, SetupError},
 };
+use prost_reflect::{DynamicMessage, ReflectMessage};
 
 const MUSIC_PLAY: &str = "personal_assistant.scenarios.music_play";
 const PAYMENT_CONFIRMED: &str = "personal_assistant.scenarios.quasar.payment_confirmed";

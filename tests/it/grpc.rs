@@ -11,9 +11,12 @@ use bytes::Bytes;
 use megamind_core::{
     codec::Format,
     config::Config,
-    proto::n_alice::n_scenarios::{
-        TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
-        TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
+    proto::{
+        megamind_scenario::v1::scenario_client::ScenarioClient,
+        n_alice::n_scenarios::{
+            TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
+            TScenarioRunRequest, TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
+        },
     },
     scenario::Registry,
     transport::grpc::BytesCodec,
@@ -23,8 +26,6 @@ use prost::Message;
 use tokio::sync::Semaphore;
 use tonic::{Code, Status};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-
-use megamind_core::proto::megamind_scenario::v1::scenario_client::ScenarioClient;
 
 use crate::{
     helpers::{

@@ -2,10 +2,9 @@
 
 use megamind_core::{
     codec::Format,
+    config::Config,
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
 };
-
-use megamind_core::config::Config;
 
 use crate::helpers::{fixture_body, registry_of, spawn_app, spawn_builtin, spawn_demo};
 

@@ -6,7 +6,7 @@
 //! # Timing
 //! A model takes 0.3-10 s; Megamind gives each handler 300 ms. So:
 //! - `/run` starts the model call in a task of its own, once per `RequestId`
-//!   ([`calls`]; however often Megamind retries, and on top of the server's
+//!   ([`crate::calls`]; however often Megamind retries, and on top of the server's
 //!   idempotency cache), waits `run_wait_ms` (150 ms) and answers the model's
 //!   answer if it is there; otherwise it hands over at once with
 //!   `ContinueArguments` (`TAssistantContinueArguments`) and `Features`.
@@ -15,7 +15,7 @@
 //!   recently been built) and answers. If the model is still thinking, it
 //!   holds: it speaks the complete sentences a streamed answer has produced
 //!   since the last hop, else the next filler (`filler_texts`, never the same
-//!   twice in a row), and adds a `CallbackDirective` ([`callback`]). The
+//!   twice in a row), and adds a `CallbackDirective` ([`crate::dialog::callback`]). The
 //!   client sends it back as `Input.Callback` of a new `/run`, which joins
 //!   the same call: it answers if the call is done, else hands over to
 //!   `/continue` again. What was held (the hops, the sentences spoken, the
@@ -44,38 +44,36 @@
 //!   answer. So is a model answer with nothing to say (empty, or JSON that
 //!   does not parse). A protocol `Error` is kept for requests that make no
 //!   sense: `/continue` without our arguments (`bad_request`).
-//! - The session id the model echoes in commands: see [`state`].
+//! - The session id the model echoes in commands: see [`crate::dialog::state`].
 //!
 //! # Layout
 //! This file is the timing shell: it starts, waits for, hands over and
 //! falls back on model calls, and knows no prompt or answer format. What a
-//! turn means is a [`policy`]'s ([`skill_dialog::SkillPolicy`]: skills,
-//! around [`policy::ChatPolicy`]: [`prompt`] the messages, [`answer`] the
-//! app-action answer parser, [`reply`] the protocol answers); [`turn`] reads
-//! the input it is given. [`config`] the
-//! `[assistant]` table and [`module`] the scenario module `serve` builds;
-//! [`backend`] the model trait and its events; [`openai`] with
-//! [`upstream_sse`], [`upstream_json`], [`backoff`] and [`breaker`] the HTTP
-//! backend; [`offline`] the embedded one; [`calls`] single flight over a
-//! [`crate::store::FlightStore`], each call with its [`record`] of events and
-//! its [`outcome`] stored as bytes; [`state`] the dialog state and the
-//! handover arguments; [`metrics`]. For screens, [`llm_api`] serves the
-//! `/llm` routes ([`llm_schema`] their description): a call's record as a
-//! JSONSeq [`stream`], or whole.
+//! turn means is a dialog policy's ([`crate::skills::dialog::SkillPolicy`]:
+//! skills, around the chat of [`crate::dialog`]); the model behind it a
+//! backend's ([`crate::backend`]); single flight over model calls and their
+//! records [`crate::calls`]'; the screens' `/llm` routes [`crate::llm`]'s.
+//! [`margin`] is the shell's own: the time it keeps to build an answer.
 
 mod margin;
 
 use std::{sync::Arc, time::Duration};
 
-use crate::{backend::Factory, dialog::reply::NO_WORDS, error::AssistantError};
-
 use async_trait::async_trait;
+use megamind_core::{
+    proto::n_alice::n_scenarios::{
+        TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
+        TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
+    },
+    scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
+};
 use prost_types::{Any, Struct};
 use tokio::time::{Instant, timeout_at};
 
 use crate::{
     assistant::margin::Margin,
-    backend::{BackendError, ModelBackend, ModelRequest},
+    backend::{BackendError, Factory, ModelBackend, ModelRequest, warmup},
+    background, calls,
     calls::{
         AtCapacity, Calls, Handle,
         outcome::ModelOutcome,
@@ -83,20 +81,20 @@ use crate::{
     },
     config::AssistantConfig,
     dialog::{
+        callback,
         policy::{DialogPolicy, Interpretation, TurnPlan},
+        reply,
+        reply::NO_WORDS,
+        state,
         state::Caps,
+        turn,
         turn::TurnInput,
     },
+    error::AssistantError,
+    llm::routes,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantPending, TAssistantState},
     skills::dialog::SkillPolicy,
-};
-use megamind_core::{
-    proto::n_alice::n_scenarios::{
-        TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
-        TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
-    },
-    scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };
 
 const BUSY: &str = "Сейчас я отвечаю слишком многим — спросите меня чуть позже.";
@@ -113,7 +111,7 @@ pub struct Assistant {
     config: AssistantConfig,
     caps: Caps,
     margin: Margin,
-    activity: Arc<crate::backend::warmup::Activity>,
+    activity: Arc<warmup::Activity>,
     /// The skills policy, when it is the policy: for the catalog's route.
     skills: Option<Arc<SkillPolicy>>,
 }
@@ -157,8 +155,7 @@ impl Assistant {
     /// the runtime that drives it.
     fn keep_warm(&self, factory: Factory) -> Result<(), AssistantError> {
         // A session of its own: the prompt's static text is what warms.
-        let state =
-            TAssistantState { session_id: crate::dialog::state::new_session_id(0, "warmup"), ..Default::default() };
+        let state = TAssistantState { session_id: state::new_session_id(0, "warmup"), ..Default::default() };
         let messages = self.policy.messages(&state, "Привет");
         let (config, metrics) = (self.config.clone(), self.metrics.clone());
         let activity = Arc::downgrade(&self.activity);
@@ -186,9 +183,9 @@ impl Assistant {
                 }
             };
             let idle = Duration::from_secs(config.backend.warmup_idle_secs);
-            crate::backend::warmup::keep_warm(activity, idle, warm).await;
+            warmup::keep_warm(activity, idle, warm).await;
         };
-        crate::background::spawn("assistant-warmup", task)
+        background::spawn("assistant-warmup", task)
             .map_err(|e| AssistantError::Setup(format!("cannot start the warm-up: {e}")))
     }
 
@@ -212,7 +209,7 @@ impl Assistant {
         policy: Arc<dyn DialogPolicy>,
         metrics: AssistantMetrics,
     ) -> Assistant {
-        let retention = crate::calls::Retention {
+        let retention = calls::Retention {
             ttl: config.calls.result_ttl(),
             max_entries: config.calls.max_retained,
             max_bytes: config.calls.max_retained_bytes,
@@ -226,7 +223,7 @@ impl Assistant {
         );
         let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
-        let activity = crate::backend::warmup::Activity::new();
+        let activity = warmup::Activity::new();
         Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
     }
 
@@ -236,8 +233,8 @@ impl Assistant {
     }
 
     /// What the `/llm` routes read of this assistant.
-    pub(crate) fn llm_sources(&self) -> crate::llm::routes::Sources {
-        crate::llm::routes::Sources {
+    pub(crate) fn llm_sources(&self) -> routes::Sources {
+        routes::Sources {
             config: self.config.clone(),
             metrics: self.metrics.clone(),
             calls: self.calls.clone(),
@@ -324,7 +321,7 @@ impl Assistant {
     /// Past the hops a call may take, the apology.
     fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
-        if args.hops >= crate::dialog::callback::max_hops(self.config.calls.call_timeout()) {
+        if args.hops >= callback::max_hops(self.config.calls.call_timeout()) {
             tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
             state.pending = None;
             return self.apology(Handler::Continue, &state);
@@ -336,7 +333,7 @@ impl Assistant {
             Some(new) => (new, ready.as_str(), false, "partial"),
             None => {
                 let fillers = &self.config.dialog.filler_texts;
-                let next = crate::dialog::callback::next_filler(state.last_filler, fillers.len());
+                let next = callback::next_filler(state.last_filler, fillers.len());
                 state.last_filler = u32::try_from(next + 1).unwrap_or(0);
                 // The microphone stays open for a client that does not follow
                 // callbacks: the user's repeat joins the call too.
@@ -350,9 +347,9 @@ impl Assistant {
             spoken: spoken.to_owned(),
         });
         self.metrics.answer("continue", kind);
-        let mut body = crate::dialog::reply::spoken(speech, listen, &state, "assistant.hold");
+        let mut body = reply::spoken(speech, listen, &state, "assistant.hold");
         if let Some(layout) = body.layout.as_mut() {
-            layout.directives.push(crate::dialog::callback::directive(&args.call_id));
+            layout.directives.push(callback::directive(&args.call_id));
         }
         body
     }
@@ -362,13 +359,13 @@ impl Assistant {
     /// streams while the voice speaks the short part.
     fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
         if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
-            layout.directives.push(crate::dialog::reply::show_stream(&self.config.llm.stream_url(call_id)));
+            layout.directives.push(reply::show_stream(&self.config.llm.stream_url(call_id)));
         }
     }
 
     fn apology(&self, handler: Handler, state: &TAssistantState) -> TScenarioResponseBody {
         self.metrics.answer(handler.as_str(), "apology");
-        crate::dialog::reply::spoken(&self.config.dialog.apology_text, false, state, "assistant.apology")
+        reply::spoken(&self.config.dialog.apology_text, false, state, "assistant.apology")
     }
 
     /// Where waiting must stop to answer by `deadline`.
@@ -386,9 +383,7 @@ impl Assistant {
     /// else a new call under this request's id.
     fn asked(&self, request_id: &str, utterance: String, mut state: TAssistantState) -> TAssistantContinueArguments {
         match state.pending.take() {
-            Some(pending)
-                if crate::dialog::turn::normalize(&pending.utterance) == crate::dialog::turn::normalize(&utterance) =>
-            {
+            Some(pending) if turn::normalize(&pending.utterance) == turn::normalize(&utterance) => {
                 TAssistantContinueArguments {
                     call_id: pending.call_id,
                     utterance,
@@ -410,8 +405,7 @@ impl Assistant {
     /// names, or `None` when the dialog holds no such call (a stale or
     /// foreign callback).
     fn resumed(&self, payload: Option<&Struct>, mut state: TAssistantState) -> Option<TAssistantContinueArguments> {
-        let pending =
-            state.pending.take().filter(|p| Some(p.call_id.as_str()) == crate::dialog::callback::call_id(payload))?;
+        let pending = state.pending.take().filter(|p| Some(p.call_id.as_str()) == callback::call_id(payload))?;
         Some(TAssistantContinueArguments {
             call_id: pending.call_id,
             utterance: pending.utterance,
@@ -435,14 +429,14 @@ impl Scenario for Assistant {
         let screen = has_screen(Some(&base));
         let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
             self.metrics.answer("run", "irrelevant");
-            return Ok(crate::dialog::reply::irrelevant(NO_WORDS).into());
+            return Ok(reply::irrelevant(NO_WORDS).into());
         };
-        let mut state = crate::dialog::state::of_request(&base, &ctx.request_id, self.caps);
+        let mut state = state::of_request(&base, &ctx.request_id, self.caps);
         let args = match input {
-            TurnInput::Callback { name, payload } if name == crate::dialog::callback::NAME => {
+            TurnInput::Callback { name, payload } if name == callback::NAME => {
                 let Some(args) = self.resumed(payload.as_ref(), state) else {
                     self.metrics.answer("run", "stale_callback");
-                    return Ok(crate::dialog::reply::irrelevant(NOTHING_PENDING).into());
+                    return Ok(reply::irrelevant(NOTHING_PENDING).into());
                 };
                 args
             }
@@ -450,12 +444,12 @@ impl Scenario for Assistant {
                 TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
                 TurnPlan::Decline { reason } => {
                     self.metrics.answer("run", "irrelevant");
-                    return Ok(crate::dialog::reply::irrelevant(&reason).into());
+                    return Ok(reply::irrelevant(&reason).into());
                 }
                 TurnPlan::Answer { body, kind } => {
                     self.metrics.answer("run", kind);
                     let response = t_scenario_run_response::Response::ResponseBody(*body);
-                    let features = Some(crate::dialog::reply::features());
+                    let features = Some(reply::features());
                     return Ok(TScenarioRunResponse { response: Some(response), features, ..Default::default() }.into());
                 }
             },
@@ -463,7 +457,7 @@ impl Scenario for Assistant {
         let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
-            return Ok(crate::dialog::reply::irrelevant(BUSY).into());
+            return Ok(reply::irrelevant(BUSY).into());
         };
         let response = match handle.wait_until(stop_by).await {
             Some(outcome) => {
@@ -477,12 +471,8 @@ impl Scenario for Assistant {
                 t_scenario_run_response::Response::ContinueArguments(any)
             }
         };
-        Ok(TScenarioRunResponse {
-            response: Some(response),
-            features: Some(crate::dialog::reply::features()),
-            ..Default::default()
-        }
-        .into())
+        Ok(TScenarioRunResponse { response: Some(response), features: Some(reply::features()), ..Default::default() }
+            .into())
     }
 
     async fn r#continue(
@@ -491,7 +481,7 @@ impl Scenario for Assistant {
         ctx: CallContext,
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
-        let args = crate::dialog::state::continue_arguments(request.arguments.as_ref())?;
+        let args = state::continue_arguments(request.arguments.as_ref())?;
         let screen = has_screen(request.base_request.as_ref());
         let mut body = match self.start(&args).await {
             Err(AtCapacity) => {
@@ -499,7 +489,7 @@ impl Scenario for Assistant {
                 let mut state = args.state.clone().unwrap_or_default();
                 state.pending = None;
                 self.metrics.answer("continue", "refused");
-                crate::dialog::reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
+                reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
             }
             Ok(handle) => match handle.wait_until(stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,

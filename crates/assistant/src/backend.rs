@@ -18,10 +18,10 @@ pub(crate) mod warmup;
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-
-use crate::{backend::config::BackendConfig, error::AssistantError};
 use serde::Serialize;
 use tokio::time::Instant;
+
+use crate::{backend::config::BackendConfig, error::AssistantError};
 
 /// Who said a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

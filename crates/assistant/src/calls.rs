@@ -36,6 +36,10 @@ use std::{
 };
 
 use futures_util::FutureExt;
+use megamind_core::{
+    scenario::Handler,
+    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},
+};
 use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
@@ -46,10 +50,6 @@ use crate::{
         record::{CallRecord, Follower},
     },
     config::NAME,
-};
-use megamind_core::{
-    scenario::Handler,
-    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},
 };
 
 /// How long a lease outlasts the model call timeout: the task starts a

@@ -6,6 +6,10 @@
 
 use std::sync::Arc;
 
+use megamind_core::scenario::{
+    Scenario,
+    module::{Flag, ScenarioModule, Setup, SetupError, parse_table},
+};
 use serde_json::Value;
 
 use crate::{
@@ -13,10 +17,7 @@ use crate::{
     backend::{BUILT_IN, Factory},
     config::{ALIASES, AssistantConfig, NAME},
     error::AssistantError,
-};
-use megamind_core::scenario::{
-    Scenario,
-    module::{Flag, ScenarioModule, Setup, SetupError, parse_table},
+    llm::routes,
 };
 
 /// The assistant scenario's module: the built-in backends, and any added
@@ -78,7 +79,7 @@ impl ScenarioModule for AssistantModule {
                 }
             })?;
         let assistant = Arc::new(assistant);
-        crate::llm::routes::routes(assistant.llm_sources(), setup);
+        routes::routes(assistant.llm_sources(), setup);
         Ok(assistant)
     }
 }
@@ -152,8 +153,9 @@ fn flag(root: &Value, prefix: &str, key: &str, name: &str, property: &Value) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use megamind_core::scenario::module::Setup;
+
+    use super::*;
 
     fn build(table: toml::Table) -> Result<Arc<dyn Scenario>, SetupError> {
         AssistantModule::default().build(table, &mut Setup::new(&prometheus::Registry::new()))

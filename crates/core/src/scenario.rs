@@ -11,20 +11,18 @@ mod shutdown;
 
 use std::{fmt, sync::Arc};
 
+use async_trait::async_trait;
+pub use meta::CallMeta;
+pub use module::{BuildError, Flag, ScenarioModule, Setup, SetupError};
+pub use registry::Registry;
+pub use shutdown::Shutdown;
 // tokio's clock, as every timer of the server uses: tests can pause and move it.
 use tokio::time::Instant;
-
-use async_trait::async_trait;
 
 use crate::proto::n_alice::n_scenarios::{
     TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse,
     TScenarioRunRequest, TScenarioRunResponse,
 };
-
-pub use meta::CallMeta;
-pub use module::{BuildError, Flag, ScenarioModule, Setup, SetupError};
-pub use registry::Registry;
-pub use shutdown::Shutdown;
 
 /// The scenario handlers Megamind calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

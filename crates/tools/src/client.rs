@@ -37,14 +37,8 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use prost_types::Any;
-use tonic::transport::Channel;
-
 pub use error::ClientError;
 pub use hop::{Hop, Request, Response};
-pub use turn::Turn;
-use wire::{Route, Wire};
-
 use megamind_core::{
     proto::{
         megamind_scenario::v1::scenario_client::ScenarioClient,
@@ -56,6 +50,10 @@ use megamind_core::{
     },
     scenario::Handler,
 };
+use prost_types::Any;
+use tonic::transport::Channel;
+pub use turn::Turn;
+use wire::{Route, Wire};
 
 /// How many callbacks one turn follows unless told otherwise.
 pub const DEFAULT_MAX_CALLBACKS: usize = 128;

@@ -21,6 +21,10 @@ pub mod script;
 
 use std::{path::PathBuf, time::Duration};
 
+use megamind_core::{
+    codec::{self, Format, structs::struct_from_json},
+    proto::n_alice::n_scenarios::{TCallbackDirective, TInput, TScenarioRunRequest, t_input},
+};
 use prost_reflect::ReflectMessage;
 
 use self::{
@@ -28,10 +32,6 @@ use self::{
     script::{Loaded, TurnSpec},
 };
 use crate::client::{Client, ClientError, Turn};
-use megamind_core::{
-    codec::{self, Format, structs::struct_from_json},
-    proto::n_alice::n_scenarios::{TCallbackDirective, TInput, TScenarioRunRequest, t_input},
-};
 
 /// `dialog`'s command line.
 #[derive(Debug, Clone, clap::Args)]

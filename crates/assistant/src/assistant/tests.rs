@@ -9,10 +9,16 @@ use std::{
     time::Duration,
 };
 
-use super::*;
-use crate::{backend::ModelEvent, proto::megamind_scenario::v1::TAssistantTurn};
 use megamind_core::proto::n_alice::n_scenarios::{
     TCallbackDirective, TInput, TScenarioBaseRequest, TTextInput, TVoiceInput, t_directive, t_input,
+};
+
+use super::*;
+use crate::{
+    backend::ModelEvent,
+    dialog::{callback, state},
+    proto::megamind_scenario::v1::TAssistantTurn,
+    skills::dialog,
 };
 
 /// Answers `reply` after `delay`, counting calls and keeping the requests.
@@ -121,7 +127,7 @@ fn speech(body: &TScenarioResponseBody) -> &str {
 }
 
 fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
-    crate::dialog::state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
+    state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
 }
 
 fn metric(registry: &prometheus::Registry, needle: &str) -> bool {
@@ -169,7 +175,7 @@ async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_rep
         panic!("{:?}", layout.directives)
     };
     assert_eq!(
-        (callback.name.as_str(), crate::dialog::callback::call_id(callback.payload.as_ref())),
+        (callback.name.as_str(), callback::call_id(callback.payload.as_ref())),
         ("assistant_answer", Some("r1"))
     );
     let state = state_of(&body);
@@ -180,7 +186,7 @@ async fn a_slow_model_hands_over_then_holds_with_a_callback_then_answers_the_rep
 
     // The user repeats (other case and punctuation) after the model finished.
     tokio::time::advance(Duration::from_secs(2)).await;
-    let repeat = run_request("r2", "который час", Some(crate::dialog::state::encode(&state)));
+    let repeat = run_request("r2", "который час", Some(state::encode(&state)));
     let body = body_of(assistant.run(repeat, ctx("r2")).await.unwrap().into_owned());
     assert_eq!(speech(&body), "Сейчас 12 часов.");
     let state = state_of(&body);
@@ -198,7 +204,7 @@ async fn a_different_question_after_the_fallback_calls_the_model_again() {
         handover(&assistant.run(run_request("r1", "вопрос один", None), ctx("r1")).await.unwrap().into_owned());
     let body = continue_body(assistant.r#continue(continue_request(arguments), ctx("r1")).await.unwrap().into_owned());
     let state = state_of(&body);
-    let next = run_request("r2", "вопрос два", Some(crate::dialog::state::encode(&state)));
+    let next = run_request("r2", "вопрос два", Some(state::encode(&state)));
     let run = assistant.run(next, ctx("r2")).await.unwrap().into_owned();
     handover(&run);
     assert_eq!(backend.calls(), 2);
@@ -358,7 +364,7 @@ async fn a_command_result_without_a_skill_session_is_declined() {
     request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
     let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
     assert!(declined.features.as_ref().unwrap().is_irrelevant);
-    assert_eq!(speech(&body_of(declined)), crate::skills::dialog::STALE_RESULT);
+    assert_eq!(speech(&body_of(declined)), dialog::STALE_RESULT);
     assert_eq!(backend.calls(), 0);
     assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="irrelevant"} 1"#));
 }

@@ -7,7 +7,10 @@
 use async_trait::async_trait;
 use serde_json::json;
 
-use crate::backend::{BackendError, Completion, EventSink, ModelBackend, ModelEvent, ModelRequest};
+use crate::{
+    backend,
+    backend::{BackendError, Completion, EventSink, ModelBackend, ModelEvent, ModelRequest},
+};
 
 /// The offline backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -15,7 +18,7 @@ pub struct Offline;
 
 /// The factory of `kind = "offline"`: nothing to configure.
 pub(crate) fn build(
-    _config: &crate::backend::config::BackendConfig,
+    _config: &backend::config::BackendConfig,
     _retries: &prometheus::IntCounter,
 ) -> Result<std::sync::Arc<dyn ModelBackend>, crate::error::AssistantError> {
     Ok(std::sync::Arc::new(Offline))
@@ -235,7 +238,7 @@ mod tests {
             }
         }
         let request = ModelRequest {
-            messages: vec![crate::backend::ChatMessage::new(crate::backend::Role::User, "привет")],
+            messages: vec![backend::ChatMessage::new(backend::Role::User, "привет")],
             session_id: "s".into(),
             deadline: tokio::time::Instant::now(),
             sampling: None,

@@ -19,6 +19,7 @@ pub mod sse;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use megamind_core::text::clip;
 use prometheus::IntCounter;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, timeout_at};
@@ -33,10 +34,10 @@ use crate::{
             completion::parse_completion,
             sse::{SseDecoder, StreamEvent},
         },
+        warmup,
     },
     error::AssistantError,
 };
-use megamind_core::text::clip;
 
 /// Largest answer body (or stream event) read from the backend.
 const MAX_BODY: usize = MAX_ANSWER_BYTES;
@@ -131,7 +132,7 @@ impl OpenAi {
             max_retries: config.max_retries,
             retry_backoff: Duration::from_millis(config.retry_backoff_ms),
             breaker: Breaker::new(config.breaker_failures, Duration::from_millis(config.breaker_cooldown_ms)),
-            warm: crate::backend::warmup::wanted(config.warmup, &config.base_url),
+            warm: warmup::wanted(config.warmup, &config.base_url),
             retries,
         })
     }

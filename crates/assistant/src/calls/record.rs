@@ -22,10 +22,10 @@ use std::{
     time::Duration,
 };
 
+use megamind_core::text::clip;
 use tokio::{sync::watch, time::Instant};
 
 use crate::backend::{EventSink, ModelEvent};
-use megamind_core::text::clip;
 
 /// Room past the bound for how the call ended.
 const END_ALLOWANCE: usize = 1024;

@@ -1,8 +1,11 @@
+use megamind_core::store::Usage;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::backend::{Completion, ModelEvent};
-use megamind_core::store::Usage;
+use crate::{
+    backend::{Completion, ModelEvent},
+    calls::record,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -184,7 +187,7 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
     handle.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
     let Lookup::Kept(record) = calls.lookup("r1") else { panic!("a failed call's record is kept with its outcome") };
-    assert_eq!(record.ending(), crate::calls::record::Ending::Failed(BackendError::Timeout("call").to_string()));
+    assert_eq!(record.ending(), record::Ending::Failed(BackendError::Timeout("call").to_string()));
     assert!(matches!(calls.lookup("never"), Lookup::Unknown));
     tokio::time::advance(TTL + SECOND).await;
     assert!(matches!(calls.lookup("r1"), Lookup::Gone), "expired, and remembered as such");

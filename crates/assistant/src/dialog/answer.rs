@@ -16,10 +16,11 @@
 //! `max_tokens` keeps, are [`ModelAnswer::for_session`] and
 //! [`ModelAnswer::truncated`].
 
-use prost_types::{Struct, value::Kind};
-
 use megamind_core::codec::structs::struct_from_json;
+use prost_types::{Struct, value::Kind};
 use serde_json::{Map, Value};
+
+use crate::dialog::speech;
 
 /// How many `{` positions are tried when looking for JSON inside prose:
 /// bounds the work on long garbage.
@@ -170,7 +171,7 @@ impl ModelAnswer {
             return self;
         }
         let text = self.text.trim();
-        let sentences = crate::dialog::speech::complete_sentences(text, false);
+        let sentences = speech::complete_sentences(text, false);
         self.text = if !sentences.is_empty() {
             sentences.to_owned()
         } else {

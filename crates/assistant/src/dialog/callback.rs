@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
+use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive};
 use prost_types::{Struct, Value, value::Kind};
 
 use crate::proto::megamind_scenario::v1::{TAssistantPending, TAssistantState};
-use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TDirective, t_directive};
 
 /// The callback's `Name`: the one `Input.Callback` the shell takes itself.
 pub(crate) const NAME: &str = "assistant_answer";

@@ -14,6 +14,7 @@
 
 use std::{fmt, sync::Arc};
 
+use megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody;
 use prometheus::IntCounterVec;
 use serde_json::json;
 
@@ -31,7 +32,6 @@ use crate::{
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
 };
-use megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody;
 
 /// What a policy makes of a turn's input.
 #[derive(Debug, Clone, PartialEq)]
@@ -224,10 +224,10 @@ fn remembered(answer: &answer::ModelAnswer) -> String {
 
 #[cfg(test)]
 mod tests {
+    use megamind_core::proto::n_alice::n_scenarios::t_directive;
     use prost_types::Struct;
 
     use super::*;
-    use megamind_core::proto::n_alice::n_scenarios::t_directive;
 
     fn policy() -> ChatPolicy {
         let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();

@@ -4,15 +4,17 @@
 /// Spoken when declining a turn that brings nothing to answer.
 pub(crate) const NO_WORDS: &str = "Я отвечаю только на сказанное или написанное.";
 
-use crate::proto::megamind_scenario::v1::TAssistantState;
 use megamind_core::proto::n_alice::n_scenarios::{
     TAnalyticsInfo, TCard, TCloseAppDirective, TDirective, TLayout, TOpenAppDirective, TScenarioFeatures,
     TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_card, t_directive, t_scenario_run_response,
 };
 
-use crate::dialog::{
-    answer::{Command, ModelAnswer},
-    state,
+use crate::{
+    dialog::{
+        answer::{Command, ModelAnswer},
+        state,
+    },
+    proto::megamind_scenario::v1::TAssistantState,
 };
 
 /// `ProductScenarioName` of the analytics.

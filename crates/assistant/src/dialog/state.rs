@@ -16,11 +16,11 @@
 //! `IsSessionReset`) and carried in the state afterwards, so it is stable over
 //! the session and the same for every retry of a request.
 
+use megamind_core::{proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError, text::clip};
 use prost::Message;
 use prost_types::Any;
 
 use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn};
-use megamind_core::{proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError, text::clip};
 
 /// The type URL of the state.
 pub(crate) fn type_url() -> String {

@@ -3,12 +3,11 @@
 //! `CallbackDirective` of an earlier answer). Read from `TInput`, bounded,
 //! and handed to the dialog policy, which decides what it means.
 
-use prost_types::Struct;
-
 use megamind_core::{
     proto::n_alice::n_scenarios::{TInput, t_input},
     text::clip,
 };
+use prost_types::Struct;
 
 /// The user's words are cut to this many bytes before they reach the model.
 const MAX_UTTERANCE_BYTES: usize = 4096;
@@ -84,10 +83,10 @@ pub(crate) fn normalize(utterance: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TTextInput, TVoiceInput};
     use prost_types::{Value, value::Kind};
 
     use super::*;
-    use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TTextInput, TVoiceInput};
 
     fn input(event: t_input::Event) -> TInput {
         TInput { event: Some(event), ..Default::default() }

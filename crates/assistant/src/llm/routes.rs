@@ -22,6 +22,7 @@ use axum::{
     routing::get,
 };
 use futures_util::StreamExt;
+use megamind_core::scenario::{Setup, Shutdown};
 use prost_reflect::ReflectMessage;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,12 +35,15 @@ use crate::{
     },
     config::AssistantConfig,
     dialog::{answer, reply, speech},
-    llm::stream::{self, Sequencer, Subscription},
+    llm::{
+        schema,
+        stream::{self, Sequencer, Subscription},
+    },
     metrics::AssistantMetrics,
+    parts,
     parts::{PartQuery, Parts, PartsConfig},
     skills::dialog::SkillPolicy,
 };
-use megamind_core::scenario::{Setup, Shutdown};
 
 /// Longest call id looked up, in bytes: a `RequestId` is at most 256.
 const MAX_ID_BYTES: usize = 256;
@@ -185,7 +189,7 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
 }
 
 async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
-    let whole = crate::llm::schema::schema(api.parts.config()).to_string();
+    let whole = schema::schema(api.parts.config()).to_string();
     api.respond("schema", "/llm/schema", &whole, &uri, &headers)
 }
 
@@ -291,7 +295,7 @@ fn command_json(command: &answer::Command) -> Value {
 
 /// A JSON error answer, in the shape of the parts' errors.
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    crate::parts::json_error(status, code, message)
+    parts::json_error(status, code, message)
 }
 
 /// An open stream: its permit and its place in the gauge, given back when

@@ -35,6 +35,7 @@ use std::{
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, Stream, stream};
+use megamind_core::scenario::Shutdown;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, sleep_until};
 
@@ -43,7 +44,6 @@ use crate::{
     calls::record::{CallRecord, Ending, Follower},
     jsonseq::mapper::{Format, Mapper, SeqEvent},
 };
-use megamind_core::scenario::Shutdown;
 
 /// Bytes written at most in one piece of the body: a subscriber far behind
 /// (or new to a long answer) catches up in pieces of about this size.

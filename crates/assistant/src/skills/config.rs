@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::config::OWN_FIELDS;
+use crate::{
+    backend::config::OWN_FIELDS,
+    skills::{output, rules},
+};
 
 /// `[assistant.skills]`: where the skills are and how a session is bounded.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -42,7 +45,7 @@ pub struct SkillsConfig {
     /// The command rules: regexes with an optional ` # reason`, deny
     /// before ask; a list left out keeps its default.
     #[schemars(skip)]
-    pub policy: crate::skills::rules::CommandRulesConfig,
+    pub policy: rules::CommandRulesConfig,
 }
 
 impl Default for SkillsConfig {
@@ -51,12 +54,12 @@ impl Default for SkillsConfig {
             dir: None,
             system_context_file: None,
             max_session_bytes: 32 * 1024,
-            max_output_bytes: crate::skills::output::DEFAULT_MAX_BYTES,
+            max_output_bytes: output::DEFAULT_MAX_BYTES,
             watch: true,
             temperature: 0.3,
             max_tokens: 512,
             extra_body: serde_json::Map::new(),
-            policy: crate::skills::rules::CommandRulesConfig::default(),
+            policy: rules::CommandRulesConfig::default(),
         }
     }
 }
@@ -96,7 +99,7 @@ impl SkillsConfig {
         for key in self.extra_body.keys() {
             check(!OWN_FIELDS.contains(&key.as_str()), format!("skills.extra_body.{key}: set by the scenario itself"));
         }
-        if let Err(error) = crate::skills::rules::CommandRules::new(&self.policy) {
+        if let Err(error) = rules::CommandRules::new(&self.policy) {
             check(false, format!("skills.policy: {error}"));
         }
     }

@@ -30,6 +30,12 @@ mod tests;
 
 use std::sync::Arc;
 
+use megamind_core::{
+    proto::n_alice::n_scenarios::{
+        TCallbackDirective, TDirective, TRunCommandDirective, TScenarioResponseBody, t_directive,
+    },
+    text::clip,
+};
 use prost_types::{Struct, Value, value::Kind};
 
 use crate::{
@@ -53,12 +59,6 @@ use crate::{
         output, prompt,
         rules::{CommandRules, Verdict},
     },
-};
-use megamind_core::{
-    proto::n_alice::n_scenarios::{
-        TCallbackDirective, TDirective, TRunCommandDirective, TScenarioResponseBody, t_directive,
-    },
-    text::clip,
 };
 
 /// The `Name` of the callback inside a `RunCommandDirective`.

@@ -17,14 +17,13 @@
 
 mod counters;
 
-pub use counters::CacheCounters;
-
 use std::{
     sync::{Arc, Weak},
     time::Duration,
 };
 
 use bytes::Bytes;
+pub use counters::CacheCounters;
 use futures_util::{FutureExt, future::BoxFuture};
 use tokio::time::Instant;
 

@@ -14,10 +14,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use tracing_subscriber::{EnvFilter, fmt};
-
 use batch::BatchWriter;
 pub use batch::FlushGuard;
+use tracing_subscriber::{EnvFilter, fmt};
 
 /// Target of the per-request summary lines, for filtering.
 pub const ACCESS_TARGET: &str = "megamind_scenario::access";

@@ -39,6 +39,7 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
+pub use crate::scenario::meta::SCENARIO_KEY;
 use crate::{
     app::App,
     codec::Format,
@@ -46,8 +47,6 @@ use crate::{
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
 };
-
-pub use crate::scenario::meta::SCENARIO_KEY;
 
 /// Whether `request` is gRPC (`application/grpc`, `application/grpc+proto`, ...).
 pub fn is_grpc<B>(request: &Request<B>) -> bool {

@@ -1,13 +1,13 @@
 //! What one turn of a dialog gave: every call made ([`Hop`]s) and the
 //! answer the user finally hears, with readers for what tests look at.
 
-use prost_types::Any;
-
-use super::hop::Hop;
 use megamind_core::{
     proto::n_alice::n_scenarios::{TDirective, TScenarioResponseBody},
     scenario::Handler,
 };
+use prost_types::Any;
+
+use super::hop::Hop;
 
 /// One turn: the user's input, the handlers it took, the final answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,18 @@
 
 use std::time::Duration;
 
+use megamind_core::{
+    proto::{
+        megamind_scenario::v1::scenario_client::ScenarioClient,
+        n_alice::n_scenarios::{
+            TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
+        },
+    },
+    scenario::{
+        Handler,
+        meta::{SCENARIO_KEY, USER_TICKET},
+    },
+};
 use prost::Message;
 // tokio's clock, as the server's timers use: a test that pauses time sees
 // the same durations here as in the server.
@@ -17,18 +29,6 @@ use tonic::{
 use super::{
     ClientError,
     hop::{Hop, Request, Response},
-};
-use megamind_core::{
-    proto::{
-        megamind_scenario::v1::scenario_client::ScenarioClient,
-        n_alice::n_scenarios::{
-            TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
-        },
-    },
-    scenario::{
-        Handler,
-        meta::{SCENARIO_KEY, USER_TICKET},
-    },
 };
 
 /// The transport to one server.

@@ -14,10 +14,9 @@
 
 use std::{borrow::Cow, time::Duration};
 
+use megamind_core::{codec, proto::n_alice::n_scenarios::TScenarioResponseBody};
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value as Field};
 use serde_json::{Map, Value};
-
-use megamind_core::{codec, proto::n_alice::n_scenarios::TScenarioResponseBody};
 
 /// Largest compiled regex, in bytes: a script cannot ask for unbounded work.
 const MAX_REGEX_BYTES: usize = 1 << 20;

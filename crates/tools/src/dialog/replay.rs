@@ -13,14 +13,15 @@ use std::{
     path::Path,
 };
 
-use super::{DialogArgs, Unplayable, text_of};
-use crate::client::{Request, Response};
 use megamind_core::{
     codec::{self, Format},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
     rules::logging::ACCESS_TARGET,
     scenario::Handler,
 };
+
+use super::{DialogArgs, Unplayable, text_of};
+use crate::client::{Request, Response};
 
 /// Largest log read, in bytes.
 const MAX_LOG_BYTES: u64 = 256 << 20;

@@ -7,14 +7,14 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-
-use super::expect::Expectation;
 use megamind_core::{
     codec::{self, Format},
     proto::n_alice::n_scenarios::TScenarioRunRequest,
 };
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::expect::Expectation;
 
 /// Largest script file read, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;

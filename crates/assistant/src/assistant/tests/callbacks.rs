@@ -3,15 +3,15 @@
 use prost_types::{Struct, Value, value::Kind};
 
 use super::*;
+use crate::dialog::{callback, state};
 
 /// `/run` of our callback for `call_id`, carrying `state`.
 fn callback_request(request_id: &str, call_id: &str, state: &TAssistantState) -> TScenarioRunRequest {
-    let mut request = run_request(request_id, "", Some(crate::dialog::state::encode(state)));
+    let mut request = run_request(request_id, "", Some(state::encode(state)));
     let payload = Struct {
         fields: [("call_id".to_owned(), Value { kind: Some(Kind::StringValue(call_id.into())) })].into_iter().collect(),
     };
-    let callback =
-        TCallbackDirective { name: crate::dialog::callback::NAME.into(), payload: Some(payload), ..Default::default() };
+    let callback = TCallbackDirective { name: callback::NAME.into(), payload: Some(payload), ..Default::default() };
     request.input = Some(TInput { event: Some(t_input::Event::Callback(callback)), ..Default::default() });
     request
 }
@@ -58,7 +58,7 @@ async fn past_the_hops_a_call_may_take_the_apology() {
     let mut config = AssistantConfig::default();
     config.calls.call_timeout_ms = 120_000;
     let (assistant, registry) = assistant(backend.clone(), config.clone());
-    let max = crate::dialog::callback::max_hops(config.calls.call_timeout());
+    let max = callback::max_hops(config.calls.call_timeout());
     assert_eq!(max, 481);
 
     let arguments = handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());

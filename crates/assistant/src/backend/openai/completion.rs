@@ -3,11 +3,11 @@
 //! `reasoning_content` (or `reasoning`); `choices[0].finish_reason`; `usage`.
 //! What a server that ignores `stream`, or is asked not to, answers.
 
+use megamind_core::text::clip;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::backend::{BackendError, TokenUsage, openai::sse};
-use megamind_core::text::clip;
 
 #[derive(Deserialize)]
 struct ChatCompletion {

@@ -6,7 +6,10 @@
 
 use serde_json::Value;
 
-use crate::jsonseq::mapper::{ANSWER_TITLE, SeqEvent, clean_queries, cut_at};
+use crate::jsonseq::{
+    mapper,
+    mapper::{ANSWER_TITLE, SeqEvent, clean_queries, cut_at},
+};
 
 /// Largest `serp_summary` sent, in bytes.
 const MAX_SUMMARY_BYTES: usize = 2048;
@@ -91,7 +94,7 @@ impl Sequence {
         };
         self.thinking_start(out);
         let title = cut_at(title.trim(), MAX_TITLE_BYTES).split_whitespace().collect::<Vec<_>>().join(" ");
-        let title = if title.is_empty() { crate::jsonseq::mapper::THINKING_TITLE.to_owned() } else { title };
+        let title = if title.is_empty() { mapper::THINKING_TITLE.to_owned() } else { title };
         out.push(SeqEvent::new("phase_start", [("id", id.into()), ("title", title.into())]));
         self.phase = Some(id);
         self.body = Body::default();

@@ -2,7 +2,10 @@
 //! starting one, recording an exchange with the step it took, and the byte
 //! cap that keeps the state small. Pure: no catalog, no clock, no I/O.
 
-use crate::proto::megamind_scenario::v1::{ESkillWait, TAssistantTurn, TSkillSession};
+use crate::{
+    proto::megamind_scenario::v1::{ESkillWait, TAssistantTurn, TSkillSession},
+    skills::rules,
+};
 
 /// A new session of `skill`, started by the request `started_by`, about to
 /// send its first message.
@@ -53,7 +56,7 @@ pub(crate) fn bound(session: &mut TSkillSession, max_bytes: usize) {
     cap(session, max_bytes);
     clip(&mut session.skill, MAX_NAME_BYTES);
     clip(&mut session.session_id, MAX_NAME_BYTES);
-    clip(&mut session.command, crate::skills::rules::MAX_COMMAND_BYTES);
+    clip(&mut session.command, rules::MAX_COMMAND_BYTES);
     clip(&mut session.next, max_bytes);
 }
 
@@ -142,7 +145,7 @@ mod tests {
             ..Default::default()
         };
         bound(&mut session, 4096);
-        assert!(bytes(&session) <= 4096 * 2 + 2 * MAX_NAME_BYTES + crate::skills::rules::MAX_COMMAND_BYTES);
+        assert!(bytes(&session) <= 4096 * 2 + 2 * MAX_NAME_BYTES + rules::MAX_COMMAND_BYTES);
         assert_eq!(session.exchanges[0].user, "0", "the first exchange stays");
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::skills::rules;
 
 fn payload(fields: &[(&str, Kind)]) -> Struct {
     Struct { fields: fields.iter().map(|(k, v)| (k.to_string(), Value { kind: Some(v.clone()) })).collect() }
@@ -66,7 +67,7 @@ fn the_directive_names_the_session_and_the_step() {
 fn the_shipped_skills_commands_pass_the_policy() {
     let (catalog, problems) = Catalog::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
     assert!(problems.is_empty(), "{problems:?}");
-    let rules = CommandRules::new(&crate::skills::rules::CommandRulesConfig::default()).unwrap();
+    let rules = CommandRules::new(&rules::CommandRulesConfig::default()).unwrap();
     let allowed = |name: &str, command: &str| rules.check(command, catalog.get(name).unwrap().allowed_tools.as_deref());
     assert_eq!(allowed("git-quick-commit", "git status --porcelain"), Verdict::Allow);
     assert_eq!(allowed("git-quick-commit", "git add . && git commit -m \"fix: x\""), Verdict::Allow);
@@ -86,10 +87,10 @@ fn the_shipped_skills_commands_pass_the_policy() {
 /// them to `fuzz/seeds/skill_turn/`.
 #[test]
 fn the_fuzz_seeds_play() {
+    use megamind_core::proto::n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input};
     use prost::Message;
 
     use crate::proto::megamind_scenario::v1::TAssistantTurn;
-    use megamind_core::proto::n_alice::n_scenarios::{TInput, TSemanticFrame, TSemanticFrameSlot, TTextInput, t_input};
     let framed = |state: &TAssistantState, input: &TInput, answer: &str| {
         let (state, input) = (state.encode_to_vec(), input.encode_to_vec());
         let mut data = Vec::new();

@@ -1,5 +1,6 @@
 use super::*;
 use crate::skills::{
+    catalog,
     markers::{Step, parse},
     output::{DEFAULT_MAX_BYTES, clean},
 };
@@ -63,7 +64,7 @@ fn the_step_messages_of_section_4() {
 fn the_reference_dialog_byte_for_byte() {
     // The system message, from the `git-quick-commit` skill as the catalog loads it.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/skills");
-    let (catalog, _) = crate::skills::catalog::Catalog::load(&dir);
+    let (catalog, _) = catalog::Catalog::load(&dir);
     let skill = catalog.get("git-quick-commit").expect("the git-quick-commit skill");
     let system = system_message(None, &skill.name, &skill.body);
     let (base, skill_part) = system.split_once("\n\n--- Active Skill: ").expect("the skill part");

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use megamind_core::proto::n_alice::n_scenarios::{TCard, TDirective, TLayout, TOpenAppDirective, t_card, t_directive};
 use serde_json::json;
 
 use super::*;
-use megamind_core::proto::n_alice::n_scenarios::{TCard, TDirective, TLayout, TOpenAppDirective, t_card, t_directive};
 
 fn body() -> TScenarioResponseBody {
     let open = TOpenAppDirective { name: "open_app".into(), app_name: "Safari".into(), ..Default::default() };
