@@ -262,8 +262,6 @@ pub fn clean_queries(raw: impl IntoIterator<Item = String>) -> Vec<String> {
     queries
 }
 
-use megamind_core::text::clip as cut_at;
-
 #[cfg(test)]
 mod props;
 #[cfg(test)]

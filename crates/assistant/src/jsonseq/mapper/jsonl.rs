@@ -18,9 +18,10 @@
 //!
 //! Any other line is final text, passed on at once.
 
+use megamind_core::text::clip;
 use serde_json::{Map, Value};
 
-use crate::jsonseq::mapper::{MAX_OBJECT_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
+use crate::jsonseq::mapper::{MAX_OBJECT_BYTES, SeqEvent, THINKING_TITLE, sequence::Sequence};
 /// Blanks kept between lines of text at most.
 const MAX_BLANK_BYTES: usize = 4096;
 
@@ -51,7 +52,7 @@ impl Jsonl {
                 State::Between => {
                     let visible = rest.trim_start();
                     let blanks = &rest[..rest.len() - visible.len()];
-                    self.held.push_str(cut_at(blanks, MAX_BLANK_BYTES.saturating_sub(self.held.len())));
+                    self.held.push_str(clip(blanks, MAX_BLANK_BYTES.saturating_sub(self.held.len())));
                     rest = visible;
                     if rest.starts_with('{') {
                         self.held.clear();
@@ -96,7 +97,7 @@ impl Jsonl {
     /// does not close within [`MAX_OBJECT_BYTES`] is cut there.
     fn object<'a>(&mut self, rest: &'a str, seq: &mut Sequence, out: &mut Vec<SeqEvent>) -> &'a str {
         let State::Object { mut depth, mut string, mut escaped, skip } = self.state else { return rest };
-        let scanned = if skip { rest } else { cut_at(rest, MAX_OBJECT_BYTES - self.held.len()) };
+        let scanned = if skip { rest } else { clip(rest, MAX_OBJECT_BYTES - self.held.len()) };
         let mut end = None;
         for (at, byte) in scanned.bytes().enumerate() {
             if string {

@@ -4,11 +4,12 @@
 //! its end) is sent before it, what can no longer come is dropped — so that
 //! no sequence of calls breaks a rule.
 
+use megamind_core::text::clip;
 use serde_json::Value;
 
 use crate::jsonseq::{
     mapper,
-    mapper::{ANSWER_TITLE, SeqEvent, clean_queries, cut_at},
+    mapper::{ANSWER_TITLE, SeqEvent, clean_queries},
 };
 
 /// Largest `serp_summary` sent, in bytes.
@@ -62,7 +63,7 @@ impl Sequence {
     }
 
     pub(super) fn summary(&mut self, text: &str, out: &mut Vec<SeqEvent>) {
-        let text = cut_at(text.trim(), MAX_SUMMARY_BYTES).trim_end();
+        let text = clip(text.trim(), MAX_SUMMARY_BYTES).trim_end();
         if !self.may_summarize() || text.is_empty() {
             return;
         }
@@ -93,7 +94,7 @@ impl Sequence {
             },
         };
         self.thinking_start(out);
-        let title = cut_at(title.trim(), MAX_TITLE_BYTES).split_whitespace().collect::<Vec<_>>().join(" ");
+        let title = clip(title.trim(), MAX_TITLE_BYTES).split_whitespace().collect::<Vec<_>>().join(" ");
         let title = if title.is_empty() { mapper::THINKING_TITLE.to_owned() } else { title };
         out.push(SeqEvent::new("phase_start", [("id", id.into()), ("title", title.into())]));
         self.phase = Some(id);

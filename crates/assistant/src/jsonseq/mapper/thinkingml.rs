@@ -8,7 +8,9 @@
 
 use std::sync::LazyLock;
 
-use crate::jsonseq::mapper::{MAX_TAG_BYTES, SeqEvent, THINKING_TITLE, cut_at, sequence::Sequence};
+use megamind_core::text::clip;
+
+use crate::jsonseq::mapper::{MAX_TAG_BYTES, SeqEvent, THINKING_TITLE, sequence::Sequence};
 
 /// The longest comment held back; a longer one is text.
 const MAX_COMMENT_BYTES: usize = 2048;
@@ -205,7 +207,7 @@ impl ThinkingMl {
         } else if body.ends_with('-') && rest.starts_with("->") {
             Some(body.len() - 1)
         } else {
-            cut_at(rest, MAX_COMMENT_BYTES + 3).find("-->").map(|at| body.len() + at)
+            clip(rest, MAX_COMMENT_BYTES + 3).find("-->").map(|at| body.len() + at)
         };
         let close = close.filter(|at| at + 2 <= MAX_COMMENT_BYTES);
         if let Some(at) = close {
@@ -219,7 +221,7 @@ impl ThinkingMl {
             self.on_comment(&body, false, seq, out);
             return &rest[read..];
         }
-        let fits = cut_at(rest, MAX_COMMENT_BYTES - body.len());
+        let fits = clip(rest, MAX_COMMENT_BYTES - body.len());
         body.push_str(fits);
         if fits.len() == rest.len() {
             return "";
@@ -258,7 +260,7 @@ impl ThinkingMl {
                 }
                 Context::Serp | Context::Title | Context::Queries => {
                     let room = MAX_COLLECTED_BYTES.saturating_sub(self.collected.len());
-                    let fits = cut_at(text, room);
+                    let fits = clip(text, room);
                     self.collected.push_str(fits);
                     text = &text[fits.len()..];
                     if text.is_empty() {
