@@ -204,7 +204,14 @@ pub fn parse(
         overrides.push(Override { key: key.trim().to_owned(), value: value.to_owned(), origin: "--set".into() });
     }
     let file = args.config.clone().or_else(|| env("MEGAMIND_CONFIG").map(PathBuf::from));
-    let config = Sources { file, overrides }.load(&defaults)?;
+    let aliases = modules
+        .iter()
+        .flat_map(|module| {
+            let name = module.name();
+            module.aliases().iter().map(move |(old, new)| (format!("{name}.{old}"), format!("{name}.{new}")))
+        })
+        .collect();
+    let config = Sources { file, overrides, aliases }.load(&defaults)?;
     let loaded = Loaded { config, modules, secret_keys: flags::secret_keys(&flags) };
     Ok(Parsed::Serve(Box::new(ServeCommand { loaded, print_config: args.print_config })))
 }

@@ -146,3 +146,22 @@ fn convert_names_the_problem() {
     let error = convert(&args, &b""[..], Vec::new()).unwrap_err().to_string();
     assert!(error.contains("TNope"), "{error}");
 }
+
+#[test]
+fn a_key_written_where_it_was_is_read_where_it_is_and_a_flag_still_wins() {
+    let dir = std::env::temp_dir().join(format!("megamind-cli-aliases-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("old-style.toml");
+    std::fs::write(&file, "[assistant]\nmodel = \"from-file\"\nmax_in_flight = 9\n").unwrap();
+    let file = file.to_str().unwrap();
+    let loaded = serve_with(&["--config", file, "--llm-model", "from-flag"], &[]).unwrap();
+    let assistant = &loaded.config.scenarios["assistant"];
+    assert_eq!(assistant["backend"]["model"].as_str(), Some("from-flag"), "the flag wins over the file");
+    assert_eq!(assistant["calls"]["max_in_flight"].as_integer(), Some(9), "the file's key, read in its section");
+    assert!(assistant.get("model").is_none() && assistant.get("max_in_flight").is_none(), "{assistant:?}");
+    let loaded = serve_with(&["--config", file, "--set", "assistant.model=7"], &[]).unwrap();
+    let model = &loaded.config.scenarios["assistant"]["backend"]["model"];
+    assert_eq!(model.as_str(), Some("7"), "typed by the default where the key is now: a string stays a string");
+    module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).expect("it builds");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -46,7 +46,7 @@ impl AssistantModule {
 /// Reads `[assistant]`: keys written where they once were (`model`, ...)
 /// read as their section's ([`ALIASES`]).
 pub fn config_of(table: toml::Table) -> Result<AssistantConfig, SetupError> {
-    parse_table(NAME, megamind_core::scenario::module::with_aliases(table, ALIASES))
+    parse_table(NAME, megamind_core::config::sources::with_aliases(table, ALIASES))
 }
 
 impl ScenarioModule for AssistantModule {

@@ -26,6 +26,11 @@ pub struct Sources {
     pub file: Option<PathBuf>,
     /// Overrides, later ones winning.
     pub overrides: Vec<Override>,
+    /// Keys that moved, as (where it was, where it is), whole dotted paths
+    /// (`assistant.model` → `assistant.backend.model`): the file's keys and
+    /// the overrides' are read where they are now before the overrides
+    /// apply, so that a flag wins over the file however each spells a key.
+    pub aliases: Vec<(String, String)>,
 }
 
 impl Sources {
@@ -41,8 +46,11 @@ impl Sources {
                     .map_err(|e| ConfigError(vec![format!("{}: {}", path.display(), e.to_string().trim_end())]))?
             }
         };
+        let aliases: Vec<(&str, &str)> = self.aliases.iter().map(|(old, new)| (old.as_str(), new.as_str())).collect();
+        table = with_aliases(table, &aliases);
         let mut errors = Vec::new();
         for Override { key, value, origin } in &self.overrides {
+            let key = &moved(key, &aliases);
             let result = typed(lookup(defaults, key), value).and_then(|value| set(&mut table, key, value));
             if let Err(error) = result {
                 errors.push(format!("{origin} {key}={value:?}: {error}"));
@@ -60,6 +68,59 @@ impl Sources {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// `table` with each key of `aliases` written where it was moved to where
+/// it is now (dotted paths: `model` → `backend.model`); a value written at
+/// both places keeps the old place's, the one a user wrote by hand.
+pub fn with_aliases(mut table: toml::Table, aliases: &[(&str, &str)]) -> toml::Table {
+    for (old, new) in aliases {
+        let Some(value) = take(&mut table, old) else { continue };
+        let (path, last) = new.rsplit_once('.').map_or(("", *new), |(path, last)| (path, last));
+        match section_mut(&mut table, path) {
+            Some(section) => {
+                section.insert(last.to_owned(), value);
+            }
+            // Not a table where the section belongs: left where it was, for
+            // the scenario to name when it reads its table.
+            None => {
+                table.insert((*old).to_owned(), value);
+            }
+        }
+    }
+    table
+}
+
+/// The table at the dotted `path` (made when missing), unless a value that
+/// is not a table is in the way.
+fn section_mut<'a>(table: &'a mut toml::Table, path: &str) -> Option<&'a mut toml::Table> {
+    let mut at = table;
+    for part in path.split('.').filter(|part| !part.is_empty()) {
+        at = at.entry(part).or_insert_with(|| toml::Value::Table(toml::Table::new())).as_table_mut()?;
+    }
+    Some(at)
+}
+
+/// Removes the value at the dotted `key`.
+fn take(table: &mut toml::Table, key: &str) -> Option<toml::Value> {
+    match key.split_once('.') {
+        None => table.remove(key),
+        Some((first, rest)) => take(table.get_mut(first)?.as_table_mut()?, rest),
+    }
+}
+
+/// Where `key` is now: itself, or under the new place of a moved key it is
+/// (or is inside of).
+fn moved(key: &str, aliases: &[(&str, &str)]) -> String {
+    for (old, new) in aliases {
+        if key == *old {
+            return (*new).to_owned();
+        }
+        if let Some(rest) = key.strip_prefix(old).and_then(|rest| rest.strip_prefix('.')) {
+            return format!("{new}.{rest}");
+        }
+    }
+    key.to_owned()
 }
 
 /// The value at a dotted key.
@@ -113,6 +174,15 @@ fn typed(default: Option<&toml::Value>, raw: &str) -> Result<toml::Value, String
 mod tests {
     use super::*;
 
+    #[test]
+    fn moved_keys_are_read_where_they_are_now() {
+        let aliases = [("model", "backend.model"), ("skills_dir", "skills.dir")];
+        let table = with_aliases(toml::toml! { model = "qwen" other = 1 [backend] stream = true }, &aliases);
+        assert_eq!(table, toml::toml! { other = 1 [backend] stream = true model = "qwen" });
+        let table = with_aliases(toml::toml! { skills_dir = "x" }, &aliases);
+        assert_eq!(table, toml::toml! { [skills] dir = "x" });
+    }
+
     fn set_by(key: &str, value: &str) -> Override {
         Override { key: key.into(), value: value.into(), origin: "--set".into() }
     }
@@ -129,7 +199,7 @@ mod tests {
             set_by("assistant.temperature", "1"),
             set_by("assistant.extra_body.stop", "[\"\\n\"]"),
         ];
-        let sources = Sources { file: None, overrides };
+        let sources = Sources { overrides, ..Sources::default() };
         let config = sources.load(&defaults).unwrap();
         assert_eq!((config.budget.run_ms, config.addr.port()), (250, 9000));
         let assistant = &config.scenarios["assistant"];
@@ -147,7 +217,7 @@ mod tests {
             set_by("log_level.x", "1"),
             set_by("a..b", "1"),
         ];
-        let error = Sources { file: None, overrides }.load(&Config::defaults_table()).unwrap_err();
+        let error = Sources { overrides, ..Sources::default() }.load(&Config::defaults_table()).unwrap_err();
         assert_eq!(error.0.len(), 3, "{error}");
         assert!(error.0[0].starts_with("--run-budget-ms budget.run_ms=\"fast\": \"fast\" is not a whole number"));
         assert!(error.0[1].contains("log_level is not a table"), "{error}");
@@ -155,7 +225,7 @@ mod tests {
 
     #[test]
     fn an_unknown_key_is_refused_by_name() {
-        let sources = Sources { file: None, overrides: vec![set_by("budget.rn_ms", "5")] };
+        let sources = Sources { overrides: vec![set_by("budget.rn_ms", "5")], ..Sources::default() };
         let error = sources.load(&Config::defaults_table()).unwrap_err().to_string();
         assert!(error.contains("rn_ms"), "{error}");
     }

@@ -187,48 +187,9 @@ pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
 pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
     let mut table = module.defaults();
     if let Some(configured) = configured {
-        merge(&mut table, with_aliases(configured.clone(), module.aliases()));
+        merge(&mut table, crate::config::sources::with_aliases(configured.clone(), module.aliases()));
     }
     table
-}
-
-/// `table` with each key of `aliases` written where it was moved to where
-/// it is now (dotted paths: `model` → `backend.model`); a value written at
-/// both places keeps the old place's, the one a user wrote by hand.
-pub fn with_aliases(mut table: toml::Table, aliases: &[(&str, &str)]) -> toml::Table {
-    for (old, new) in aliases {
-        let Some(value) = take(&mut table, old) else { continue };
-        let (path, last) = new.rsplit_once('.').map_or(("", *new), |(path, last)| (path, last));
-        match section_mut(&mut table, path) {
-            Some(section) => {
-                section.insert(last.to_owned(), value);
-            }
-            // Not a table where the section belongs: left where it was, for
-            // the scenario to name when it reads its table.
-            None => {
-                table.insert((*old).to_owned(), value);
-            }
-        }
-    }
-    table
-}
-
-/// The table at the dotted `path` (made when missing), unless a value that
-/// is not a table is in the way.
-fn section_mut<'a>(table: &'a mut toml::Table, path: &str) -> Option<&'a mut toml::Table> {
-    let mut at = table;
-    for part in path.split('.').filter(|part| !part.is_empty()) {
-        at = at.entry(part).or_insert_with(|| toml::Value::Table(toml::Table::new())).as_table_mut()?;
-    }
-    Some(at)
-}
-
-/// Removes the value at the dotted `key`.
-fn take(table: &mut toml::Table, key: &str) -> Option<toml::Value> {
-    match key.split_once('.') {
-        None => table.remove(key),
-        Some((first, rest)) => take(table.get_mut(first)?.as_table_mut()?, rest),
-    }
 }
 
 /// Builds every module from its table in `tables` (see
@@ -293,15 +254,6 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn moved_keys_are_read_where_they_are_now() {
-        let aliases = [("model", "backend.model"), ("skills_dir", "skills.dir")];
-        let table = with_aliases(toml::toml! { model = "qwen" other = 1 [backend] stream = true }, &aliases);
-        assert_eq!(table, toml::toml! { other = 1 [backend] stream = true model = "qwen" });
-        let table = with_aliases(toml::toml! { skills_dir = "x" }, &aliases);
-        assert_eq!(table, toml::toml! { [skills] dir = "x" });
-    }
 
     #[test]
     fn tables_merge_key_by_key() {
