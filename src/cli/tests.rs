@@ -63,7 +63,8 @@ fn cache_flags_set_the_commit_reserve() {
 #[test]
 fn set_reaches_a_scenario_table_and_unknown_tables_are_refused() {
     let config = serve(&["--set", "assistant.model=qwen", "--set", "assistant.run_wait_ms=120"]);
-    assert_eq!(config.scenarios["assistant"]["model"].as_str(), Some("qwen"));
+    // `model` moved into `[assistant.backend]`: set where it was, it is read there.
+    assert_eq!(config.scenarios["assistant"]["backend"]["model"].as_str(), Some("qwen"));
     assert_eq!(config.scenarios["assistant"]["run_wait_ms"].as_integer(), Some(120));
     let loaded = serve_with(&["--set", "nosuch.key=1"], &[]).unwrap();
     let error = module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new())
