@@ -6,7 +6,7 @@
 //! id). The first asker leads and runs the call in a task of its own, so that
 //! it outlives the handler that started it (the server may drop a handler at
 //! its budget); the others wait for it. The task completes the lease with the
-//! call's [outcome](super::outcome) as bytes, kept for the retention's TTL
+//! call's [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
 //! within its bounds (oldest evicted first), or abandons it if the call
 //! panicked. A task dropped with neither (the runtime shutting down) leaves
 //! its lease to run out after the call timeout and a margin; a retry then

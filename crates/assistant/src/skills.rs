@@ -1,8 +1,8 @@
 //! Multi-step skills (the skills format: docs/skills.md): `SKILL.md` files
-//! run by the model one step per turn. This is the pure core — the catalog,
-//! the model's step markers, command output cleaning, the command policy and
-//! the format's prompts — with no I/O beyond reading the skills folder and
-//! no knowledge of scenarios (it imports nothing under `crate::scenarios`).
+//! run by the model one step per turn: the catalog, the model's step
+//! markers, command output cleaning, the command rules and the format's
+//! prompts, with no I/O beyond reading the skills folder; and [`dialog`],
+//! the dialog policy that runs them on Megamind's turns.
 //!
 //! # Layout
 //! - [`catalog`]: `SKILL.md` parsing and the folder loader (`Catalog::load`),
@@ -10,7 +10,10 @@
 //! - [`markers`]: the model's answer as a [`markers::Step`] (docs/skills.md#markers).
 //! - [`output`]: a command's output cleaned and capped for the model
 //!   (docs/skills.md#command-output).
-//! - [`policy`]: deny > ask > allow for every command, whatever the model says.
+//! - [`rules`]: the command rules, deny > ask > allow for every command,
+//!   whatever the model says.
+//! - [`dialog`]: the skills dialog policy, around the chat; [`config`] its
+//!   section of `[assistant]`.
 //! - [`prompt`]: the format's system prompt and user messages, byte for byte
 //!   (docs/skills.md#prompts).
 //!

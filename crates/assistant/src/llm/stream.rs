@@ -2,7 +2,7 @@
 //! clients: `GET /llm/stream/{request_id}` writes these events as
 //! Server-Sent Events.
 //!
-//! [`Sequencer`] turns the call's [record](super::record) into numbered
+//! [`Sequencer`] turns the call's [record](crate::calls::record) into numbered
 //! events: `status` first, then what the [mapper](crate::jsonseq::mapper)
 //! makes of the model's text and reasoning, then `final_end` and
 //! `completed` — or, when the call failed, `error` and `completed`. Every
