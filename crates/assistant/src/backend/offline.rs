@@ -4,12 +4,15 @@
 //! and says it cannot do the rest offline; always in the app-action answer format, so
 //! everything behind the backend works the same as with a real model.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use prometheus::IntCounter;
 use serde_json::json;
 
 use crate::{
-    backend,
-    backend::{BackendError, Completion, EventSink, ModelBackend, ModelEvent, ModelRequest},
+    backend::{BackendError, Completion, EventSink, ModelBackend, ModelEvent, ModelRequest, config::BackendConfig},
+    error::AssistantError,
 };
 
 /// The offline backend.
@@ -17,11 +20,8 @@ use crate::{
 pub struct Offline;
 
 /// The factory of `kind = "offline"`: nothing to configure.
-pub(crate) fn build(
-    _config: &backend::config::BackendConfig,
-    _retries: &prometheus::IntCounter,
-) -> Result<std::sync::Arc<dyn ModelBackend>, crate::error::AssistantError> {
-    Ok(std::sync::Arc::new(Offline))
+pub(crate) fn build(_config: &BackendConfig, _retries: &IntCounter) -> Result<Arc<dyn ModelBackend>, AssistantError> {
+    Ok(Arc::new(Offline))
 }
 
 #[async_trait]
@@ -238,7 +238,7 @@ mod tests {
             }
         }
         let request = ModelRequest {
-            messages: vec![backend::ChatMessage::new(backend::Role::User, "привет")],
+            messages: vec![crate::backend::ChatMessage::new(crate::backend::Role::User, "привет")],
             session_id: "s".into(),
             deadline: tokio::time::Instant::now(),
             sampling: None,
