@@ -77,7 +77,7 @@ impl Default for BackendConfig {
 }
 
 /// Body fields the scenario sets itself; `extra_body` must not replace them.
-pub(crate) const OWN_FIELDS: &[&str] = &["model", "messages", "stream", "temperature", "max_tokens"];
+const OWN_FIELDS: &[&str] = &["model", "messages", "stream", "temperature", "max_tokens"];
 
 impl BackendConfig {
     /// The backend's kind: as configured, else by whether `base_url` is set.
@@ -100,18 +100,28 @@ impl BackendConfig {
         );
         check(self.kind() != "openai" || !url.is_empty(), "backend.base_url must be set for kind = \"openai\"".into());
         check(url.is_empty() || !self.model.trim().is_empty(), "backend.model must be set when base_url is".into());
-        check(
-            (0.0..=2.0).contains(&self.temperature),
-            format!("backend.temperature = {}: must be 0.0..=2.0", self.temperature),
-        );
-        check(self.max_tokens > 0, "backend.max_tokens must be above 0".into());
-        for key in self.extra_body.keys() {
-            check(!OWN_FIELDS.contains(&key.as_str()), format!("backend.extra_body.{key}: set by the scenario itself"));
-        }
+        check_sampling("backend", self.temperature, self.max_tokens, &self.extra_body, check);
         check(self.connect_timeout_ms > 0, "backend.connect_timeout_ms must be above 0".into());
         check(self.first_token_timeout_ms > 0, "backend.first_token_timeout_ms must be above 0".into());
         check(self.breaker_failures > 0, "backend.breaker_failures must be above 0".into());
         check(self.warmup_idle_secs > 0, "backend.warmup_idle_secs must be above 0".into());
+    }
+}
+
+/// Checks a model call's sampling settings (`temperature`, `max_tokens`,
+/// `extra_body`), as `[assistant.backend]` and `[assistant.skills]` write
+/// them, each problem under `section.`.
+pub(crate) fn check_sampling(
+    section: &str,
+    temperature: f64,
+    max_tokens: u32,
+    extra_body: &serde_json::Map<String, serde_json::Value>,
+    check: &mut dyn FnMut(bool, String),
+) {
+    check((0.0..=2.0).contains(&temperature), format!("{section}.temperature = {temperature}: must be 0.0..=2.0"));
+    check(max_tokens > 0, format!("{section}.max_tokens must be above 0"));
+    for key in extra_body.keys() {
+        check(!OWN_FIELDS.contains(&key.as_str()), format!("{section}.extra_body.{key}: set by the scenario itself"));
     }
 }
 

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    backend::config::OWN_FIELDS,
+    backend::config::check_sampling,
     skills::{output, rules},
 };
 
@@ -91,14 +91,7 @@ impl SkillsConfig {
             self.max_output_bytes >= 256,
             format!("skills.max_output_bytes = {}: must be at least 256", self.max_output_bytes),
         );
-        check(
-            (0.0..=2.0).contains(&self.temperature),
-            format!("skills.temperature = {}: must be 0.0..=2.0", self.temperature),
-        );
-        check(self.max_tokens > 0, "skills.max_tokens must be above 0".into());
-        for key in self.extra_body.keys() {
-            check(!OWN_FIELDS.contains(&key.as_str()), format!("skills.extra_body.{key}: set by the scenario itself"));
-        }
+        check_sampling("skills", self.temperature, self.max_tokens, &self.extra_body, check);
         if let Err(error) = rules::CommandRules::new(&self.policy) {
             check(false, format!("skills.policy: {error}"));
         }
