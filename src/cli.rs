@@ -222,7 +222,7 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
     // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = ServerMetrics::new();
     let built = module::build_all(&modules, &config.scenarios, metrics.registry())?;
-    let app = App::with_routes(&config, built.registry, metrics, built.routes)?.with_lane(built.lane);
+    let app = App::from_built(&config, built, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.
     server::raise_open_files_limit();

@@ -9,7 +9,7 @@ use megamind_core::{
     config::Config,
     proto::megamind_scenario::v1::scenario_client::ScenarioClient,
     rules::metrics::ServerMetrics,
-    scenario::{Registry, Scenario, ScenarioModule, module},
+    scenario::{Registry, Scenario, ScenarioModule, module, module::Built},
     server::{self, App},
 };
 use megamind_scenario::scenarios::demo::Demo;
@@ -167,26 +167,21 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
 pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
     let metrics = ServerMetrics::new();
     let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
-    spawn_with_routes(config, built.registry, metrics, (built.routes, built.lane)).await
+    spawn_built(config, built, metrics).await
 }
 
 async fn spawn_with_metrics(config: Config, registry: Registry, metrics: ServerMetrics) -> TestApp {
-    spawn_with_routes(config, registry, metrics, (Vec::new(), Vec::new())).await
+    spawn_built(config, Built { registry, ..Built::default() }, metrics).await
 }
 
-async fn spawn_with_routes(
-    mut config: Config,
-    registry: Registry,
-    metrics: ServerMetrics,
-    (routes, lane): (Vec<(String, axum::routing::MethodRouter)>, Vec<String>),
-) -> TestApp {
+async fn spawn_built(mut config: Config, built: Built, metrics: ServerMetrics) -> TestApp {
+    let registry = &built.registry;
     if registry.get(&config.default_scenario).is_none() {
         let builtin =
             registry.get(megamind_scenario::scenarios::DEFAULT).map(|_| megamind_scenario::scenarios::DEFAULT);
         config.default_scenario = builtin.or(registry.names().next()).expect("a scenario").to_owned();
     }
-    let app = App::with_routes(&config, registry, metrics, routes).expect("valid test configuration");
-    let app = Arc::new(app.with_lane(lane));
+    let app = Arc::new(App::from_built(&config, built, metrics).expect("valid test configuration"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");
     let grpc_only = match config.grpc_addr {

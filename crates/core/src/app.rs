@@ -24,7 +24,7 @@ use crate::{
         metrics::{ConnectionMetrics, ServerMetrics},
         overload::Admission,
     },
-    scenario::{Registry, Shutdown},
+    scenario::{Registry, Shutdown, module::Built},
 };
 
 /// Everything a connection needs, shared by all of them.
@@ -123,11 +123,14 @@ impl App {
         self
     }
 
-    /// The same state, serving the routes at `paths` (registered with
-    /// [`crate::scenario::Setup::route_in_lane`]) on the stream lane.
-    pub fn with_lane(mut self, paths: Vec<String>) -> App {
-        self.lane_paths = paths;
-        self
+    /// The state `serve` runs with: the scenarios `built` by
+    /// [`crate::scenario::module::build_all`], their routes, and the paths
+    /// of those registered for the stream lane
+    /// ([`crate::scenario::Setup::route_in_lane`]).
+    pub fn from_built(config: &Config, built: Built, metrics: ServerMetrics) -> Result<App, ConfigError> {
+        let mut app = App::with_routes(config, built.registry, metrics, built.routes)?;
+        app.lane_paths = built.lane;
+        Ok(app)
     }
 
     /// Whether shutdown has started (`/readyz` answers 503 then).

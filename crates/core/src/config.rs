@@ -4,7 +4,7 @@
 //! before the server starts.
 //!
 //! The core reads its own keys; each top-level table that is not the core's
-//! (`[assistant]`, ...) belongs to the scenario of that name, which reads and
+//! (`[demo]`, ...) belongs to the scenario of that name, which reads and
 //! checks it itself ([`crate::scenario::ScenarioModule`]).
 
 use std::{collections::BTreeMap, path::Path, time::Duration};

@@ -9,9 +9,9 @@
 //! next caller leads again. Values are bytes, so that a store shared by
 //! replicas (Redis) holds exactly what the in-memory one does.
 //!
-//! Two rules use it: the idempotency cache (answers by scenario, handler
-//! and `RequestId`) and the assistant's model calls (one call per call id).
-//! Each holds a store of its own with its own bounds. [`MemoryStore`] is the
+//! The idempotency cache uses it (answers by scenario, handler and
+//! `RequestId`), and so may a scenario for single flights of its own (one
+//! model call per call id, say). Each holds a store of its own with its own bounds. [`MemoryStore`] is the
 //! one implementation so far.
 //!
 //! A store shared by replicas maps onto this trait as follows, say over

@@ -1,7 +1,7 @@
 //! Where the configuration comes from, in order: the defaults, a TOML file,
 //! then overrides (environment variables, flags, `--set key=value`), each a
 //! dotted key and a raw value. A raw value takes the type of the default it
-//! replaces (`--llm-model 7` stays the string `"7"`); a key without a default
+//! replaces (`--echo-prefix 7` stays the string `"7"`); a key without a default
 //! is read as a TOML value if it is one, else as a string.
 
 use std::path::PathBuf;
@@ -11,11 +11,11 @@ use super::{Config, ConfigError};
 /// One value set from outside the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Override {
-    /// A dotted key: `addr`, `budget.run_ms`, `assistant.model`.
+    /// A dotted key: `addr`, `budget.run_ms`, `echo.prefix`.
     pub key: String,
     /// The value as written.
     pub value: String,
-    /// Where it came from, for errors: `--llm-model`, `MEGAMIND_LLM_MODEL`, `--set`.
+    /// Where it came from, for errors: `--body-limit`, `MEGAMIND_BODY_LIMIT`, `--set`.
     pub origin: String,
 }
 
@@ -27,7 +27,7 @@ pub struct Sources {
     /// Overrides, later ones winning.
     pub overrides: Vec<Override>,
     /// Keys that moved, as (where it was, where it is), whole dotted paths
-    /// (`assistant.model` → `assistant.backend.model`): the file's keys and
+    /// (`echo.prefix` → `echo.reply.prefix`): the file's keys and
     /// the overrides' are read where they are now before the overrides
     /// apply, so that a flag wins over the file however each spells a key.
     pub aliases: Vec<(String, String)>,

@@ -43,7 +43,7 @@ pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
 }
 
 /// One flag of `serve` that sets one key of a scenario's table:
-/// `--llm-model qwen` is `--set assistant.backend.model=qwen`. Built at
+/// `--echo-prefix hi` is `--set echo.prefix=hi`. Built at
 /// compile time with [`Flag::new`], or at start-up from a configuration
 /// struct's keys and doc comments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl<'a> Setup<'a> {
         Setup { metrics, routes: Vec::new(), lane: Vec::new() }
     }
 
-    /// Serves `path` (axum syntax: `/llm/calls/{id}`) with `route`. Routes
+    /// Serves `path` (axum syntax: `/events/{id}`) with `route`. Routes
     /// other than `POST /{scenario}/{handler}` go through the server's router.
     /// An answer that streams for long takes the server's `Shutdown`
     /// ([`crate::scenario::Shutdown`], an extractor) and ends when it fires.

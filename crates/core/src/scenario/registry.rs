@@ -74,7 +74,7 @@ impl Registry {
         self.scenarios.keys().map(|name| &**name)
     }
 
-    /// Registered names, sorted, for messages and logs: `assistant, demo`.
+    /// Registered names, sorted, for messages and logs: `demo, echo`.
     pub fn listed(&self) -> String {
         self.names().collect::<Vec<_>>().join(", ")
     }
