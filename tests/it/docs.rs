@@ -47,6 +47,19 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
 }
 
 #[test]
+fn the_real_model_configuration_reads_every_key_in_its_section() {
+    let config = Config::from_toml(&read("scripts/real-model.toml")).expect("scripts/real-model.toml");
+    config.validate().expect("valid");
+    let table = module::table_of(&megamind_assistant::AssistantModule::default(), config.scenarios.get("assistant"));
+    let assistant = megamind_assistant::module::config_of(table).expect("the [assistant] table");
+    assistant.validate().expect("valid");
+    assert_eq!((assistant.backend.kind(), assistant.backend.max_tokens), ("openai", 96));
+    assert_eq!(assistant.calls.call_timeout_ms, 20_000);
+    assert!(assistant.backend.extra_body.contains_key("response_format"), "{:?}", assistant.backend.extra_body);
+    assert!(assistant.skills.extra_body.contains_key("grammar"));
+}
+
+#[test]
 fn the_skills_script_example_loads() {
     let doc = read("docs/skills.md");
     let scripts: Vec<&str> = blocks(&doc, "yaml").into_iter().filter(|b| b.starts_with("dialogs:")).collect();
