@@ -84,7 +84,8 @@ impl Loaded {
     }
 }
 
-/// Replaces a set value at a dotted key with a placeholder.
+/// Replaces a set value at a dotted key with a placeholder: all of it, or
+/// only the password of a URL (`redis://user:<hidden>@host:port`).
 fn hide(table: &mut toml::Table, key: &str) {
     let (path, last) = key.rsplit_once('.').map_or((None, key), |(path, last)| (Some(path), last));
     let mut table = table;
@@ -95,7 +96,9 @@ fn hide(table: &mut toml::Table, key: &str) {
         }
     }
     if let Some(toml::Value::String(value)) = table.get_mut(last) {
-        if !value.is_empty() {
+        if value.contains("://") {
+            *value = megamind_core::store::redis::redact_url(value);
+        } else if !value.is_empty() {
             *value = "<hidden>".into();
         }
     }

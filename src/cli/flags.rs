@@ -71,6 +71,26 @@ pub(super) fn core() -> Vec<Flag> {
     .env("MEGAMIND_CACHE_COMMIT_MAX_BYTES"),
     Flag::new("cache-ttl-secs", "cache.ttl_secs", "Idempotency cache: seconds an answer is replayed")
         .env("MEGAMIND_CACHE_TTL_SECS"),
+    Flag::new(
+        "store-url",
+        "store.url",
+        "Redis every replica shares the idempotency cache in: redis://[user:password@]host:port[/db], rediss:// for \
+         TLS; none: this process's memory",
+    )
+    .env("MEGAMIND_STORE_URL")
+    .secret(),
+    Flag::new("store-prefix", "store.prefix", "Put before every Redis key").env("MEGAMIND_STORE_PREFIX"),
+    Flag::new("store-timeout-ms", "store.timeout_ms", "The longest one Redis command may take, in ms")
+        .env("MEGAMIND_STORE_TIMEOUT_MS"),
+    Flag::new("store-connections", "store.connections", "Connections to Redis, each multiplexing many calls")
+        .env("MEGAMIND_STORE_CONNECTIONS"),
+    Flag::new(
+        "store-commit-fallback",
+        "store.commit_fallback",
+        "While Redis is unavailable, `/commit` and `/apply` are `refuse`d (answered `unavailable`) or run on this \
+         replica's memory (`local`: a retry on another replica may run the side effect again)",
+    )
+    .env("MEGAMIND_STORE_COMMIT_FALLBACK"),
     Flag::new("max-in-flight", "max_in_flight", "Concurrent calls before `/run` gets 429")
         .env("MEGAMIND_MAX_IN_FLIGHT"),
     Flag::new(
@@ -138,8 +158,8 @@ pub(super) fn core() -> Vec<Flag> {
     Flag::new(
         "stream-lane",
         "stream_lane",
-        "Serve connections opening with `GET /llm/stream/` on threads of their own, below Megamind's calls in \
-         priority (true/false)",
+        "Serve connections opening with a `GET` of a long-lived route a scenario registered (a stream) on threads of \
+         their own, below Megamind's calls in priority (true/false)",
     )
     .env("MEGAMIND_STREAM_LANE"),
     Flag::new("stream-lane-nice", "stream_lane_nice", "How much lower the stream lane's threads run: nice 0-19")

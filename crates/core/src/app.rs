@@ -20,11 +20,12 @@ use crate::{
     rules::{
         budget::Budgets,
         connections::ConnectionLimits,
-        idempotency::IdempotencyCache,
+        idempotency::{CacheCounters, IdempotencyCache},
         metrics::{ConnectionMetrics, ServerMetrics},
         overload::Admission,
     },
     scenario::{Registry, Shutdown, module::Built},
+    store::{MemoryStore, RedisOptions, RedisStore, SharedStore, metrics::StoreMetrics},
 };
 
 /// Everything a connection needs, shared by all of them.
@@ -96,7 +97,7 @@ impl App {
             "" => only.as_deref(),
             name => Some(name),
         };
-        let cache = IdempotencyCache::new(config.cache_limits());
+        let cache = cache_of(config, &metrics)?;
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
         let connection_metrics = ConnectionMetrics::register(metrics.registry());
@@ -198,4 +199,27 @@ mod tests {
             ]
         );
     }
+}
+
+/// The idempotency cache over the store `[store]` names: this process's
+/// memory, or Redis with that memory behind it.
+fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache, ConfigError> {
+    let counters = CacheCounters::default();
+    let limits = config.cache_limits();
+    let local = MemoryStore::new(limits, counters.evictions_by_handler());
+    let Some(url) = config.store.url().map_err(|problem| ConfigError(vec![problem]))? else {
+        return Ok(IdempotencyCache::with_store(Arc::new(local), counters));
+    };
+    let address = url.to_string();
+    let options = RedisOptions {
+        url,
+        prefix: config.store.prefix.clone(),
+        ttl: limits.ttl,
+        timeout: config.store.timeout(),
+        connections: config.store.connections,
+    };
+    let redis = RedisStore::new(options).map_err(|error| ConfigError(vec![format!("store.url: {error}")]))?;
+    let store_metrics = StoreMetrics::register(metrics.registry());
+    let store = SharedStore::new(redis, local, config.store.commit_fallback, store_metrics, address);
+    Ok(IdempotencyCache::with_store(Arc::new(store), counters))
 }

@@ -19,12 +19,14 @@ use crate::{
 mod listen;
 mod log_filter;
 pub mod sources;
+mod store;
 
 pub use listen::ListenAddr;
 pub use sources::{Override, Sources};
+pub use store::StoreConfig;
 
 /// Top-level tables that are the core's own, not a scenario's.
-const CORE_TABLES: &[&str] = &["budget", "cache"];
+const CORE_TABLES: &[&str] = &["budget", "cache", "store"];
 
 /// The smallest HTTP/1.1 read buffer hyper accepts.
 pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
@@ -85,6 +87,8 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// The idempotency cache.
     pub cache: CacheConfig,
+    /// Where the idempotency cache keeps its answers.
+    pub store: StoreConfig,
     /// The scenarios' own tables by scenario name, as the file, environment
     /// and flags set them (defaults not merged in): each scenario reads its own.
     #[serde(skip)]
@@ -170,6 +174,7 @@ impl Default for Config {
             detach_limit_ms: 30_000,
             budget: BudgetConfig::default(),
             cache: CacheConfig::default(),
+            store: StoreConfig::default(),
             scenarios: BTreeMap::new(),
         }
     }
@@ -280,6 +285,9 @@ impl Config {
             check(value > 0, format!("cache.{name} must be above 0"));
         }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
+        for problem in self.store.problems() {
+            check(false, problem);
+        }
         for (name, ms) in [
             ("header_timeout_ms", self.header_timeout_ms),
             ("idle_timeout_ms", self.idle_timeout_ms),

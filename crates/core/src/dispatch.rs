@@ -207,7 +207,7 @@ impl Dispatcher {
         // Work past its budget may go on until the detach limit: its lease lasts as long.
         let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
         let key = Key::new(&registered.name, handler, request_id);
-        let waiter = match self.cache.begin(key, lease_ttl, &mut may_lead).await {
+        let waiter = match self.cache.begin(key, lease_ttl, deadline.at, &mut may_lead).await {
             Ok(Begin::Lead(lease)) => return Ok(Lead { leading: self.cache.leading(lease), permit }),
             Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
             Ok(Begin::Wait(waiter)) => waiter,

@@ -11,27 +11,14 @@
 //!
 //! The idempotency cache uses it (answers by scenario, handler and
 //! `RequestId`), and so may a scenario for single flights of its own (one
-//! model call per call id, say). Each holds a store of its own with its own bounds. [`MemoryStore`] is the
-//! one implementation so far.
+//! model call per call id, say). Each holds a store of its own with its own
+//! bounds.
 //!
-//! A store shared by replicas maps onto this trait as follows, say over
-//! Redis. `begin` reads the value key (`GET`), and on a miss claims the entry
-//! with `SET claim:<key> <token> NX PX <lease_ttl>`. The claim set, the
-//! caller asks `may_lead` and leads, or, refused, deletes its claim again
-//! (compare-and-delete) and publishes, which ends the wait of any caller
-//! that began waiting meanwhile; not set, it waits. `complete` stores the value with
-//! `SET <key> <value> PX <ttl>` and deletes the claim in one script that first
-//! checks the claim still holds this lease's token, so a lease that ran out
-//! (and was perhaps claimed again) stores nothing; `abandon` is the same
-//! compare-and-delete without a value. Both then `PUBLISH` on the key's
-//! channel. `wait` subscribes to that channel (or polls the value key every
-//! few milliseconds) until its deadline, and reads `Abandoned` from a claim
-//! gone without a value. Expiry is Redis's own, so `purge_expired` does
-//! nothing; `usage` reports what this replica knows (its leases in flight).
-//! The reserve for `/commit` and `/apply` becomes a Redis database or memory
-//! policy of its own (`noeviction`), which answers a write with an error when
-//! full: that error is [`Begin::Full`]. Every network call needs a bound of
-//! its own well inside the 300 ms budget; past it, [`StoreError::Unavailable`].
+//! - [`MemoryStore`]: this process's memory, the default.
+//! - [`RedisStore`]: Redis, shared by replicas, so that a repeat on any
+//!   replica replays and a side effect runs once.
+//! - [`SharedStore`]: the Redis store with the memory one behind it for
+//!   when Redis is out of reach; what `[store] url` selects.
 
 use std::{any::Any, fmt, sync::Arc, time::Duration};
 
@@ -43,9 +30,14 @@ use crate::scenario::Handler;
 
 mod key;
 pub mod memory;
+pub mod metrics;
+pub mod redis;
+pub mod shared;
 
 pub use key::{Key, RequestId, ScenarioName};
 pub use memory::MemoryStore;
+pub use redis::{RedisOptions, RedisStore, StoreUrl};
+pub use shared::{CommitFallback, SharedStore};
 
 /// What a caller of [`FlightStore::begin`] does next.
 #[derive(Debug)]
@@ -77,12 +69,18 @@ pub enum Waited {
 }
 
 /// A store that cannot serve (a shared store out of reach). The in-memory
-/// store never fails.
+/// store never fails. No variant ever holds a secret (a URL's password).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached or answered garbage.
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// The store did not answer in time.
+    #[error("the store did not answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    /// The store is out of memory for new entries.
+    #[error("the store is full")]
+    Full,
     /// A lease or waiter whose token this store cannot read: it came from
     /// another kind of store.
     #[error("a lease or waiter from another kind of store")]
@@ -151,13 +149,17 @@ pub struct Usage {
 #[async_trait]
 pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
     /// Finds the value of `key`, or the lease to wait for, or makes this
-    /// caller the leader with a lease lasting `lease_ttl`. A caller that
-    /// would lead asks `may_lead` first (only then: hits and waits never do)
-    /// and gets [`Begin::Refused`] if it says no.
+    /// caller the leader with a lease lasting `lease_ttl`, answering by
+    /// `deadline`. A caller that would lead asks `may_lead` once and gets
+    /// [`Begin::Refused`] if it says no. The memory store asks only a
+    /// caller that would lead; a shared store asks before its one round
+    /// trip, so a hit or a wait may have asked too (and gives back what it
+    /// was granted).
     async fn begin(
         &self,
         key: Key,
         lease_ttl: Duration,
+        deadline: Instant,
         may_lead: &mut (dyn FnMut() -> bool + Send),
     ) -> Result<Begin, StoreError>;
 
@@ -177,6 +179,10 @@ pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
 
     /// What the store holds now.
     fn usage(&self) -> Usage;
+
+    /// Starts what the store does in the background, once a runtime runs
+    /// (a shared store watches whether it is reachable).
+    fn start(&self) {}
 }
 
 /// Which share of a store a handler's values go to: `/commit` and `/apply`

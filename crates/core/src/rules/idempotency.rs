@@ -56,17 +56,18 @@ impl IdempotencyCache {
     // future of theirs and grow every call's future by as much.
 
     /// Finds the answer for `key`, or the call to wait for, or makes this
-    /// call the first, with a lease lasting `lease_ttl`. A call that would
-    /// lead asks `may_lead` first (only then: replays and waits never do) and
+    /// call the first, with a lease lasting `lease_ttl`, by `deadline`. A
+    /// call that would lead asks `may_lead` (see [`FlightStore::begin`]) and
     /// is [`Begin::Refused`] with no entry left behind if it says no.
     pub fn begin<'a>(
         &'a self,
         key: Key,
         lease_ttl: Duration,
+        deadline: Instant,
         may_lead: &'a mut (dyn FnMut() -> bool + Send),
     ) -> impl Future<Output = Result<Begin, StoreError>> + Send + 'a {
         let handler = key.handler;
-        let begin = self.store.begin(key, lease_ttl, may_lead);
+        let begin = self.store.begin(key, lease_ttl, deadline, may_lead);
         async move {
             let begin = begin.await?;
             match &begin {
@@ -104,9 +105,11 @@ impl IdempotencyCache {
         self.store.purge_expired().await
     }
 
-    /// Purges expired answers every `period` while the store lives, so an
-    /// idle server gives their memory back too.
+    /// Starts the store's background work, and purges expired answers
+    /// every `period` while the store lives, so an idle server gives their
+    /// memory back too.
     pub fn spawn_purger(&self, period: Duration) {
+        self.store.start();
         let weak: Weak<dyn FlightStore> = Arc::downgrade(&self.store);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);
@@ -186,7 +189,7 @@ mod tests {
     const TTL: Duration = Duration::from_secs(30);
 
     async fn begin(cache: &IdempotencyCache, handler: Handler, id: &str) -> Begin {
-        cache.begin(Key::new("demo", handler, id), TTL, &mut || true).await.unwrap()
+        cache.begin(Key::new("demo", handler, id), TTL, Instant::now() + TTL, &mut || true).await.unwrap()
     }
 
     #[tokio::test]
@@ -198,7 +201,8 @@ mod tests {
         for _ in 0..3 {
             assert!(matches!(begin(&cache, Handler::Run, "a").await, Begin::Hit(body) if &body[..] == b"answer"));
         }
-        let refused = cache.begin(Key::new("demo", Handler::Run, "b"), TTL, &mut || false).await.unwrap();
+        let refused =
+            cache.begin(Key::new("demo", Handler::Run, "b"), TTL, Instant::now() + TTL, &mut || false).await.unwrap();
         assert!(matches!(refused, Begin::Refused));
         let _running = begin(&cache, Handler::Commit, "c").await;
         assert!(matches!(begin(&cache, Handler::Apply, "d").await, Begin::Full));

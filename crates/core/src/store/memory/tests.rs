@@ -31,7 +31,7 @@ fn value(text: &'static str) -> Bytes {
 }
 
 async fn begin(store: &dyn FlightStore, key: Key) -> Begin {
-    store.begin(key, LEASE, &mut || true).await.unwrap()
+    store.begin(key, LEASE, Instant::now() + LEASE, &mut || true).await.unwrap()
 }
 
 async fn lead(store: &dyn FlightStore, key: Key) -> Lease {
@@ -129,7 +129,7 @@ async fn a_wait_times_out_by_its_deadline_and_may_wait_again() {
 #[tokio::test(start_paused = true)]
 async fn a_lease_that_ran_out_is_taken_over_and_its_late_end_ignored() {
     let store = store(Limits::default());
-    let old = store.begin(key("a"), Duration::from_millis(100), &mut || true).await.unwrap();
+    let old = store.begin(key("a"), Duration::from_millis(100), Instant::now() + LEASE, &mut || true).await.unwrap();
     let Begin::Lead(old) = old else { panic!("a first call leads") };
     let old_waiter = waiter(&store, key("a")).await;
     tokio::time::advance(Duration::from_millis(100)).await;
@@ -148,7 +148,9 @@ async fn a_lease_that_ran_out_is_taken_over_and_its_late_end_ignored() {
 #[tokio::test(start_paused = true)]
 async fn a_completion_past_the_lease_stores_nothing_and_waiters_learn_it_by_the_lease() {
     let store = store(reserve(1, usize::MAX, 60_000));
-    let Begin::Lead(lease) = store.begin(commit("a"), Duration::from_millis(100), &mut || true).await.unwrap() else {
+    let Begin::Lead(lease) =
+        store.begin(commit("a"), Duration::from_millis(100), Instant::now() + LEASE, &mut || true).await.unwrap()
+    else {
         panic!("a first call leads")
     };
     let waiter = waiter(&store, commit("a")).await;
@@ -163,7 +165,8 @@ async fn a_completion_past_the_lease_stores_nothing_and_waiters_learn_it_by_the_
 #[tokio::test(start_paused = true)]
 async fn a_lease_lost_in_a_full_reserve_is_swept_by_the_purge_after_a_refusal() {
     let store = store(reserve(1, usize::MAX, 60_000));
-    let lost = store.begin(commit("lost"), Duration::from_millis(100), &mut || true).await.unwrap();
+    let lost =
+        store.begin(commit("lost"), Duration::from_millis(100), Instant::now() + LEASE, &mut || true).await.unwrap();
     assert!(matches!(lost, Begin::Lead(_)));
     drop(lost);
     tokio::time::advance(Duration::from_millis(100)).await;
@@ -176,16 +179,22 @@ async fn a_lease_lost_in_a_full_reserve_is_swept_by_the_purge_after_a_refusal() 
 #[tokio::test]
 async fn a_refused_lead_leaves_nothing_and_replays_are_never_asked() {
     let store = store(Limits::default());
-    assert!(matches!(store.begin(key("a"), LEASE, &mut || false).await.unwrap(), Begin::Refused));
+    assert!(matches!(
+        store.begin(key("a"), LEASE, Instant::now() + LEASE, &mut || false).await.unwrap(),
+        Begin::Refused
+    ));
     assert_eq!(store.usage(), Usage::default(), "no entry for a refused call");
     let lease = lead(&store, key("a")).await;
     let mut asked = || -> bool { panic!("a repeat is not asked") };
-    assert!(matches!(store.begin(key("a"), LEASE, &mut asked).await.unwrap(), Begin::Wait(_)));
+    assert!(matches!(store.begin(key("a"), LEASE, Instant::now() + LEASE, &mut asked).await.unwrap(), Begin::Wait(_)));
     store.complete(lease, value("one")).await.unwrap();
-    assert!(matches!(store.begin(key("a"), LEASE, &mut asked).await.unwrap(), Begin::Hit(_)));
+    assert!(matches!(store.begin(key("a"), LEASE, Instant::now() + LEASE, &mut asked).await.unwrap(), Begin::Hit(_)));
     // A refused commit gives its reserve room back.
     let store = self::store(reserve(1, usize::MAX, 60_000));
-    assert!(matches!(store.begin(commit("a"), LEASE, &mut || false).await.unwrap(), Begin::Refused));
+    assert!(matches!(
+        store.begin(commit("a"), LEASE, Instant::now() + LEASE, &mut || false).await.unwrap(),
+        Begin::Refused
+    ));
     assert!(matches!(begin(&store, commit("b")).await, Begin::Lead(_)));
 }
 

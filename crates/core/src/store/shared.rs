@@ -1,0 +1,282 @@
+//! [`SharedStore`]: the store replicas share ([`RedisStore`]), with this
+//! replica's memory behind it for when Redis is out of reach.
+//!
+//! A store that is slow or down must never make an answer late nor run a
+//! side effect twice. So every Redis command is bounded by the caller's
+//! deadline and the store's timeout; three failures in a row mark the store
+//! down, after which calls stop asking it until a background ping finds it
+//! back (a log line at each change, not one per call). While it is down:
+//!
+//! - `/run` and `/continue` lead, wait and replay in this replica's memory
+//!   (a repeat on the same replica still replays);
+//! - `/commit` and `/apply` are refused with [`StoreError::Unavailable`]:
+//!   run without a claim the other replicas can see, a retry on another
+//!   replica would run the side effect again. [`CommitFallback::Local`]
+//!   opts into running them on the local store anyway.
+//!
+//! An answer is stored in the background: it goes to the caller at once,
+//! and a repeat that comes before it is stored waits for it as for any
+//! lease in flight.
+
+use std::{
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::{
+    Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
+    metrics::{Op, StoreMetrics},
+    redis::{RedisStore, is_claim},
+};
+
+/// Failures in a row after which the store is taken for down.
+const FAILURES_TO_DOWN: u32 = 3;
+/// How often a store taken for down is pinged.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// How long a ping may take.
+const PING_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// What `/commit` and `/apply` do while the shared store is unavailable
+/// (`[store] commit_fallback`: `"refuse"` or `"local"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitFallback {
+    /// Answer `unavailable`: nothing runs without a claim every replica sees.
+    #[default]
+    Refuse,
+    /// Run on this replica's memory: a retry on another replica may then
+    /// run the side effect again.
+    Local,
+}
+
+/// The shared store and this replica's fallback.
+#[derive(Debug)]
+pub struct SharedStore(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    shared: RedisStore,
+    local: MemoryStore,
+    commit_fallback: CommitFallback,
+    metrics: StoreMetrics,
+    /// Where the store is, for log lines (no password).
+    address: String,
+    failures: AtomicU32,
+    down: AtomicBool,
+}
+
+impl SharedStore {
+    /// `shared`, falling back to `local`.
+    pub fn new(
+        shared: RedisStore,
+        local: MemoryStore,
+        commit_fallback: CommitFallback,
+        metrics: StoreMetrics,
+        address: String,
+    ) -> SharedStore {
+        SharedStore(Arc::new(Inner {
+            shared,
+            local,
+            commit_fallback,
+            metrics,
+            address,
+            failures: AtomicU32::new(0),
+            down: AtomicBool::new(false),
+        }))
+    }
+
+    /// Whether the shared store is taken for down now.
+    pub fn is_down(&self) -> bool {
+        self.0.is_down()
+    }
+
+    /// Ends a lease in the background (see the module's doc).
+    fn end(&self, lease: Lease, value: Option<Bytes>) {
+        let store = self.0.clone();
+        tokio::spawn(async move {
+            let op = if value.is_some() { Op::Complete } else { Op::Abandon };
+            let ended = match value {
+                Some(value) => store.shared(op, store.shared.complete(lease, value)).await,
+                None => store.shared(op, store.shared.abandon(lease)).await,
+            };
+            if let Err(error) = ended {
+                tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
+    }
+
+    /// Runs one command of the shared store, recording how it went.
+    async fn shared<T>(&self, op: Op, run: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = run.await;
+        let outcome = match &result {
+            Ok(_) | Err(StoreError::Full) => "ok",
+            Err(StoreError::Timeout(_)) => "timeout",
+            Err(_) => "error",
+        };
+        self.metrics.observe(op, outcome, started.elapsed());
+        match &result {
+            Ok(_) | Err(StoreError::Full) => self.succeeded(),
+            Err(error) => self.failed(error),
+        }
+        result
+    }
+
+    fn succeeded(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    fn failed(&self, error: &StoreError) {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures >= FAILURES_TO_DOWN && !self.down.swap(true, Ordering::AcqRel) {
+            self.metrics.set_up(false);
+            tracing::warn!(
+                store = %self.address, %error,
+                "the shared store is unavailable: /run and /continue use this replica's memory, /commit and /apply {}",
+                match self.commit_fallback {
+                    CommitFallback::Refuse => "answer `unavailable`",
+                    CommitFallback::Local => "run on this replica's memory",
+                }
+            );
+        }
+    }
+
+    fn back(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        if self.down.swap(false, Ordering::AcqRel) {
+            self.metrics.set_up(true);
+            tracing::info!(store = %self.address, "the shared store is back: replicas share answers again");
+        }
+    }
+
+    /// Pings the store while it is down, and checks its memory policy once.
+    async fn watch(store: Weak<Inner>) {
+        let mut checked_policy = false;
+        let mut tick = tokio::time::interval(PROBE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(store) = store.upgrade() else { return };
+            if checked_policy && !store.is_down() {
+                continue;
+            }
+            match store.shared(Op::Ping, store.shared.ping(PING_TIMEOUT)).await {
+                Ok(()) => store.back(),
+                Err(error) => {
+                    // A first ping that fails marks the store down at once.
+                    if !checked_policy {
+                        store.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
+                        store.failed(&error);
+                    }
+                    checked_policy = true;
+                    continue;
+                }
+            }
+            if !checked_policy {
+                checked_policy = true;
+                check_policy(&store.shared, &store.address).await;
+            }
+        }
+    }
+
+    /// Whether a call of `handler` may run on this replica's memory.
+    fn may_fall_back(&self, key: &Key) -> Result<(), StoreError> {
+        if is_reserved(key.handler) && self.commit_fallback == CommitFallback::Refuse {
+            return Err(StoreError::Unavailable(format!(
+                "the shared store is out of reach, and /{} runs only with a claim every replica sees",
+                key.handler
+            )));
+        }
+        self.metrics.fell_back(key.handler.as_str());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl FlightStore for SharedStore {
+    async fn begin(
+        &self,
+        key: Key,
+        lease_ttl: Duration,
+        deadline: Instant,
+        may_lead: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Begin, StoreError> {
+        let store = &self.0;
+        if !store.is_down() {
+            match store.shared(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
+                Ok(begin) => return Ok(begin),
+                Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
+                Err(_) => {}
+            }
+        }
+        store.may_fall_back(&key)?;
+        store.local.begin(key, lease_ttl, deadline, may_lead).await
+    }
+
+    async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
+        if !is_claim(&lease.token) {
+            return self.0.local.complete(lease, value).await;
+        }
+        self.end(lease, Some(value));
+        Ok(())
+    }
+
+    async fn abandon(&self, lease: Lease) -> Result<(), StoreError> {
+        if !is_claim(&lease.token) {
+            return self.0.local.abandon(lease).await;
+        }
+        self.end(lease, None);
+        Ok(())
+    }
+
+    async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError> {
+        if !is_claim(&waiter.token) {
+            return self.0.local.wait(waiter, deadline).await;
+        }
+        self.0.shared(Op::Wait, self.0.shared.wait(waiter, deadline)).await
+    }
+
+    async fn purge_expired(&self) -> Result<(), StoreError> {
+        self.0.local.purge_expired().await
+    }
+
+    fn usage(&self) -> Usage {
+        let (local, shared) = (self.0.local.usage(), self.0.shared.usage());
+        Usage { in_flight: local.in_flight + shared.in_flight, ..local }
+    }
+
+    fn start(&self) {
+        tokio::spawn(Inner::watch(Arc::downgrade(&self.0)));
+    }
+}
+
+/// Warns when Redis may evict answers: `/commit` and `/apply` answers must
+/// stay for their TTL, which only `noeviction` promises.
+async fn check_policy(store: &RedisStore, address: &str) {
+    match store.memory_policy(PING_TIMEOUT).await {
+        Ok(policy) if policy == "noeviction" => {}
+        Ok(policy) => tracing::warn!(
+            store = address,
+            policy,
+            "Redis may evict answers under memory pressure (maxmemory-policy {policy}): a /commit retried after its \
+             answer was evicted runs again; run Redis with maxmemory-policy noeviction"
+        ),
+        Err(error) => tracing::warn!(
+            store = address, %error,
+            "Redis's maxmemory-policy could not be read (CONFIG may be disabled): make sure it is noeviction"
+        ),
+    }
+}

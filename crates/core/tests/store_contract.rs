@@ -1,0 +1,233 @@
+//! The single-flight store's contract, run against every store: the memory
+//! one and Redis (a `redis-server` of the test's own). Real time, short
+//! TTLs: a Redis key expires by Redis's clock, which no test can move.
+
+#[path = "../../../tests/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use megamind_core::{
+    scenario::Handler,
+    store::{
+        Begin, FlightStore, Key, MemoryStore, RedisOptions, RedisStore, StoreUrl, Waited,
+        memory::{Limits, unregistered_evictions},
+    },
+};
+use redis_server::RedisServer;
+use tokio::time::Instant;
+
+/// How long a value is kept in these tests.
+const TTL: Duration = Duration::from_millis(400);
+/// A lease that outlives every test.
+const LONG: Duration = Duration::from_secs(30);
+/// A lease that runs out within a test.
+const SHORT: Duration = Duration::from_millis(150);
+
+fn memory() -> Arc<dyn FlightStore> {
+    Arc::new(MemoryStore::new(Limits { ttl: TTL, ..Limits::default() }, unregistered_evictions()))
+}
+
+fn redis(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
+    let options = RedisOptions {
+        url: StoreUrl::parse(&server.url()).unwrap(),
+        prefix: prefix.into(),
+        ttl: TTL,
+        timeout: Duration::from_secs(1),
+        connections: 2,
+    };
+    Arc::new(RedisStore::new(options).unwrap())
+}
+
+/// Runs `contract` against the memory store and, when there is one, Redis.
+macro_rules! against_every_store {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                super::$name(super::memory()).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                let Some(server) = super::RedisServer::start(concat!("store contract ", stringify!($name))) else {
+                    return;
+                };
+                super::$name(super::redis(&server, "contract")).await;
+            }
+        }
+    )*};
+}
+
+against_every_store!(
+    the_first_caller_leads_repeats_wait_then_hit,
+    of_concurrent_claims_exactly_one_leads,
+    a_wait_ends_by_its_deadline,
+    an_abandoned_lease_ends_its_waits_and_the_next_caller_leads,
+    a_lease_that_runs_out_is_taken_over,
+    a_completion_after_the_lease_ran_out_stores_nothing,
+    values_expire_after_their_ttl,
+    a_caller_that_may_not_lead_leaves_nothing_behind,
+    keys_differ_by_scenario_handler_and_id,
+);
+
+fn key(id: &str) -> Key {
+    Key::new("demo", Handler::Commit, id)
+}
+
+fn in_a_while() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+async fn begin(store: &dyn FlightStore, key: Key, lease: Duration) -> Begin {
+    store.begin(key, lease, in_a_while(), &mut || true).await.expect("the store serves")
+}
+
+async fn the_first_caller_leads_repeats_wait_then_hit(store: Arc<dyn FlightStore>) {
+    let Begin::Lead(lease) = begin(&*store, key("a"), LONG).await else { panic!("the first caller leads") };
+    let Begin::Wait(waiter) = begin(&*store, key("a"), LONG).await else { panic!("a repeat waits") };
+    assert_eq!(store.usage().in_flight, 1);
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait(&waiter, in_a_while()).await.unwrap() })
+    };
+    store.complete(lease, Bytes::from_static(b"answer")).await.unwrap();
+    assert_eq!(waiting.await.unwrap(), Waited::Done(Bytes::from_static(b"answer")));
+    for _ in 0..3 {
+        assert!(matches!(begin(&*store, key("a"), LONG).await, Begin::Hit(value) if &value[..] == b"answer"));
+    }
+    assert_eq!(store.usage().in_flight, 0);
+}
+
+async fn of_concurrent_claims_exactly_one_leads(store: Arc<dyn FlightStore>) {
+    let claims = (0..32).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { begin(&*store, key("same"), LONG).await })
+    });
+    let mut leads = Vec::new();
+    let mut waits = 0;
+    for claim in claims {
+        match claim.await.unwrap() {
+            Begin::Lead(lease) => leads.push(lease),
+            Begin::Wait(_) => waits += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((leads.len(), waits), (1, 31));
+}
+
+async fn a_wait_ends_by_its_deadline(store: Arc<dyn FlightStore>) {
+    let Begin::Lead(_lease) = begin(&*store, key("slow"), LONG).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(&*store, key("slow"), LONG).await else { panic!("waits") };
+    let deadline = Instant::now() + Duration::from_millis(80);
+    assert_eq!(store.wait(&waiter, deadline).await.unwrap(), Waited::TimedOut);
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(late < Duration::from_millis(40), "the wait ended {late:?} after its deadline");
+}
+
+async fn an_abandoned_lease_ends_its_waits_and_the_next_caller_leads(store: Arc<dyn FlightStore>) {
+    let Begin::Lead(lease) = begin(&*store, key("b"), LONG).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(&*store, key("b"), LONG).await else { panic!("waits") };
+    store.abandon(lease).await.unwrap();
+    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned);
+    assert!(matches!(begin(&*store, key("b"), LONG).await, Begin::Lead(_)), "a retry leads at once");
+}
+
+async fn a_lease_that_runs_out_is_taken_over(store: Arc<dyn FlightStore>) {
+    let started = Instant::now();
+    let Begin::Lead(_lost) = begin(&*store, key("c"), SHORT).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(&*store, key("c"), LONG).await else { panic!("waits") };
+    // The wait ends when the lease does, long before its own deadline.
+    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned);
+    assert!(started.elapsed() >= SHORT, "not before the lease ran out");
+    assert!(matches!(begin(&*store, key("c"), LONG).await, Begin::Lead(_)), "the next caller leads");
+}
+
+async fn a_completion_after_the_lease_ran_out_stores_nothing(store: Arc<dyn FlightStore>) {
+    let Begin::Lead(lost) = begin(&*store, key("d"), SHORT).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(&*store, key("d"), LONG).await else { panic!("waits") };
+    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned);
+    let Begin::Lead(taken_over) = begin(&*store, key("d"), LONG).await else { panic!("taken over") };
+    store.complete(lost, Bytes::from_static(b"stale")).await.unwrap();
+    assert!(matches!(begin(&*store, key("d"), LONG).await, Begin::Wait(_)), "the new lease still holds");
+    store.complete(taken_over, Bytes::from_static(b"fresh")).await.unwrap();
+    assert!(matches!(begin(&*store, key("d"), LONG).await, Begin::Hit(value) if &value[..] == b"fresh"));
+}
+
+async fn values_expire_after_their_ttl(store: Arc<dyn FlightStore>) {
+    let Begin::Lead(lease) = begin(&*store, key("e"), LONG).await else { panic!("leads") };
+    store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+    let stored = Instant::now();
+    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Hit(_)));
+    // Time itself is under test here: the value must outlive no TTL.
+    tokio::time::sleep_until(stored + TTL + Duration::from_millis(50)).await;
+    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Lead(_)), "expired: the next caller leads");
+}
+
+async fn a_caller_that_may_not_lead_leaves_nothing_behind(store: Arc<dyn FlightStore>) {
+    let refused = store.begin(key("f"), LONG, in_a_while(), &mut || false).await.unwrap();
+    assert!(matches!(refused, Begin::Refused));
+    assert!(matches!(begin(&*store, key("f"), LONG).await, Begin::Lead(_)), "no claim was left");
+    let Begin::Lead(lease) = begin(&*store, key("g"), LONG).await else { panic!("leads") };
+    let waiting = store.begin(key("g"), LONG, in_a_while(), &mut || false).await.unwrap();
+    assert!(matches!(waiting, Begin::Wait(_)), "a repeat that may not lead still waits");
+    store.complete(lease, Bytes::from_static(b"v")).await.unwrap();
+    let hit = store.begin(key("g"), LONG, in_a_while(), &mut || false).await.unwrap();
+    assert!(matches!(hit, Begin::Hit(_)), "and replays");
+}
+
+async fn keys_differ_by_scenario_handler_and_id(store: Arc<dyn FlightStore>) {
+    let keys = [
+        Key::new("demo", Handler::Run, "r/1"),
+        Key::new("demo", Handler::Commit, "r/1"),
+        Key::new("other", Handler::Run, "r/1"),
+        Key::new("demo", Handler::Run, "r/1}:c"),
+        Key::new("demo", Handler::Run, "{r/1}"),
+    ];
+    for key in &keys {
+        let Begin::Lead(lease) = begin(&*store, key.clone(), LONG).await else { panic!("{key} leads on its own") };
+        store.complete(lease, Bytes::from(key.to_string())).await.unwrap();
+    }
+    for key in &keys {
+        let Begin::Hit(value) = begin(&*store, key.clone(), LONG).await else { panic!("{key} hits") };
+        assert_eq!(value, Bytes::from(key.to_string()));
+    }
+}
+
+/// Redis full under `noeviction`: a new `/commit` is refused (nothing is
+/// evicted to make room), a `/run` is the caller's to serve elsewhere, and
+/// answers already stored still replay.
+#[tokio::test]
+async fn a_full_redis_refuses_new_commits_and_still_replays() {
+    let Some(server) = RedisServer::start("a full Redis") else { return };
+    let store = redis(&server, "full");
+    let Begin::Lead(lease) = begin(&*store, key("kept"), LONG).await else { panic!("leads") };
+    store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+    let used: String = server.query(redis::cmd("INFO").arg("memory"));
+    let used = used.lines().find_map(|line| line.strip_prefix("used_memory:")).unwrap().trim().parse::<u64>().unwrap();
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2));
+    assert!(matches!(begin(&*store, key("new"), LONG).await, Begin::Full));
+    let run = store.begin(Key::new("demo", Handler::Run, "new"), LONG, in_a_while(), &mut || true).await;
+    assert!(run.is_err(), "a /run is not claimed in a full Redis: {run:?}");
+    assert!(matches!(begin(&*store, key("kept"), LONG).await, Begin::Hit(value) if &value[..] == b"kept"));
+}
+
+/// Keys carry the prefix and a hash tag over scenario, handler and id, so
+/// that the value and its claim share a Redis Cluster slot.
+#[tokio::test]
+async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
+    let Some(server) = RedisServer::start("Redis keys") else { return };
+    let store = redis(&server, "team-a");
+    let Begin::Lead(lease) = begin(&*store, Key::new("demo", Handler::Commit, "r-1"), LONG).await else {
+        panic!("leads")
+    };
+    let claims: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(claims, ["team-a:{demo/commit/r-1}:c"]);
+    store.complete(lease, Bytes::from_static(b"v")).await.unwrap();
+    let values: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(values, ["team-a:{demo/commit/r-1}:v"]);
+    let ttl: i64 = server.query(redis::cmd("PTTL").arg("team-a:{demo/commit/r-1}:v"));
+    assert!(ttl > 0 && ttl <= TTL.as_millis() as i64, "the value expires by the TTL: {ttl} ms");
+}
