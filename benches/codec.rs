@@ -58,7 +58,11 @@ fn cache(c: &mut Criterion) {
     let lease_ttl = Duration::from_secs(30);
     // The memory store's futures are ready at once: polled once, as the dispatcher does.
     let begin = |cache: &IdempotencyCache, id: &str| {
-        cache.begin(Key::new("demo", Handler::Run, id), lease_ttl, &mut || true).now_or_never().unwrap().unwrap()
+        cache
+            .begin(Key::new("demo", Handler::Run, id), lease_ttl, tokio::time::Instant::now() + lease_ttl, &mut || true)
+            .now_or_never()
+            .unwrap()
+            .unwrap()
     };
     let mut group = c.benchmark_group("idempotency");
 

@@ -176,6 +176,29 @@ fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut 
     router
 }
 
+/// The idempotency cache over the store `[store]` names: this process's
+/// memory, or Redis with that memory behind it.
+fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache, ConfigError> {
+    let counters = CacheCounters::default();
+    let limits = config.cache_limits();
+    let local = MemoryStore::new(limits, counters.evictions_by_handler());
+    let Some(url) = config.store.url().map_err(|problem| ConfigError(vec![problem]))? else {
+        return Ok(IdempotencyCache::with_store(Arc::new(local), counters));
+    };
+    let address = url.to_string();
+    let options = RedisOptions {
+        url,
+        prefix: config.store.prefix.clone(),
+        ttl: limits.ttl,
+        timeout: config.store.timeout(),
+        connections: config.store.connections,
+    };
+    let redis = RedisStore::new(options).map_err(|error| ConfigError(vec![format!("store.url: {error}")]))?;
+    let store_metrics = StoreMetrics::register(metrics.registry());
+    let store = SharedStore::new(redis, local, config.store.commit_fallback, store_metrics, address);
+    Ok(IdempotencyCache::with_store(Arc::new(store), counters))
+}
+
 #[cfg(test)]
 mod tests {
     use axum::routing::get;
@@ -199,27 +222,4 @@ mod tests {
             ]
         );
     }
-}
-
-/// The idempotency cache over the store `[store]` names: this process's
-/// memory, or Redis with that memory behind it.
-fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache, ConfigError> {
-    let counters = CacheCounters::default();
-    let limits = config.cache_limits();
-    let local = MemoryStore::new(limits, counters.evictions_by_handler());
-    let Some(url) = config.store.url().map_err(|problem| ConfigError(vec![problem]))? else {
-        return Ok(IdempotencyCache::with_store(Arc::new(local), counters));
-    };
-    let address = url.to_string();
-    let options = RedisOptions {
-        url,
-        prefix: config.store.prefix.clone(),
-        ttl: limits.ttl,
-        timeout: config.store.timeout(),
-        connections: config.store.connections,
-    };
-    let redis = RedisStore::new(options).map_err(|error| ConfigError(vec![format!("store.url: {error}")]))?;
-    let store_metrics = StoreMetrics::register(metrics.registry());
-    let store = SharedStore::new(redis, local, config.store.commit_fallback, store_metrics, address);
-    Ok(IdempotencyCache::with_store(Arc::new(store), counters))
 }
