@@ -11,10 +11,7 @@
 //!
 //! Anything else is declined with `IsIrrelevant` and a spoken reason.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering},
-};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use megamind_core::{
@@ -62,7 +59,9 @@ macro_rules! answer {
 #[derive(Debug)]
 pub struct Demo {
     answers: Answers,
-    payment_pushes: AtomicU64,
+    /// `megamind_demo_payment_pushes_total` once the module registers it:
+    /// the side effect a repeat must never run again, visible per replica.
+    payment_pushes: prometheus::IntCounter,
 }
 
 impl Default for Demo {
@@ -85,18 +84,22 @@ impl Demo {
                 video_apply_run: answer!("video_apply_run_response.pb.txt"),
                 video_apply: answer!("video_apply_response.pb.txt"),
             },
-            payment_pushes: AtomicU64::new(0),
+            payment_pushes: prometheus::IntCounter::new(
+                "megamind_demo_payment_pushes_total",
+                "Payment pushes the demo's /commit and /apply have sent.",
+            )
+            .expect("a valid metric"),
         }
     }
 
     /// How many payment pushes `/commit` and `/apply` have sent.
     pub fn payment_pushes(&self) -> u64 {
-        self.payment_pushes.load(Ordering::SeqCst)
+        self.payment_pushes.get()
     }
 
     fn send_payment_push(&self, ctx: &CallContext) {
         // A real scenario calls its push service here.
-        self.payment_pushes.fetch_add(1, Ordering::SeqCst);
+        self.payment_pushes.inc();
         tracing::info!(request_id = %ctx.request_id, "demo: payment push sent");
     }
 }
@@ -194,11 +197,16 @@ impl ScenarioModule for DemoModule {
         "demo"
     }
 
-    fn build(&self, table: toml::Table, _setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+    fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
         if let Some(key) = table.keys().next() {
             return Err(SetupError::new("demo", format!("[demo] has no settings; {key:?} is unknown")));
         }
-        Ok(Arc::new(Demo::new()))
+        let demo = Demo::new();
+        setup
+            .metrics
+            .register(Box::new(demo.payment_pushes.clone()))
+            .map_err(|e| SetupError::new("demo", format!("its metric: {e}")))?;
+        Ok(Arc::new(demo))
     }
 }
 

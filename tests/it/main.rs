@@ -36,6 +36,10 @@ mod metrics;
 mod modules;
 #[cfg(unix)]
 mod python_tools;
+#[path = "../support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
 mod refusals;
+mod replicas;
 mod router;
 mod validate_jsonseq;

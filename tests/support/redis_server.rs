@@ -62,6 +62,23 @@ impl RedisServer {
         }
     }
 
+    /// Stops it (SIGSTOP): connections stay open and nothing answers, as
+    /// with a Redis stuck or far too slow.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("redis-server runs").id().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().expect("kill runs");
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();

@@ -207,36 +207,43 @@ impl Dispatcher {
         // Work past its budget may go on until the detach limit: its lease lasts as long.
         let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
         let key = Key::new(&registered.name, handler, request_id);
-        let waiter = match self.cache.begin(key, lease_ttl, deadline.at, &mut may_lead).await {
-            Ok(Begin::Lead(lease)) => return Ok(Lead { leading: self.cache.leading(lease), permit }),
-            Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
-            Ok(Begin::Wait(waiter)) => waiter,
-            Ok(Begin::Refused) => {
-                return Err(match handler {
-                    Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
-                    _ => fail("overloaded", "the server is at its concurrency limit".into()),
-                });
-            }
-            Ok(Begin::Full) => {
-                let message = format!(
-                    "the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"
-                );
-                return Err(fail("overloaded", message));
-            }
-            Err(error) => return Err(unavailable(error)),
-        };
-        Err(match self.cache.wait(&waiter, deadline.at).await {
-            Ok(Waited::Done(body)) => (Reply::Answer(body), Outcome::Replay),
-            Ok(Waited::Abandoned) => {
-                fail("internal", "the first call with this RequestId failed without an answer".into())
-            }
-            Ok(Waited::TimedOut) => {
-                let limit = deadline.limit();
-                let message = format!("the first call with this RequestId did not answer within {limit}");
-                (fail("timeout", message).0, Outcome::ReplayTimeout)
-            }
-            Err(error) => unavailable(error),
-        })
+        // A first call that ends without an answer (cancelled, or its
+        // replica gone with its lease) leaves its waiters free to lead in
+        // its place, once: a retry waiting for it should not fail for it.
+        for takeover in [false, true] {
+            let waiter = match self.cache.begin(key.clone(), lease_ttl, deadline.at, &mut may_lead).await {
+                Ok(Begin::Lead(lease)) => return Ok(Lead { leading: self.cache.leading(lease), permit }),
+                Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
+                Ok(Begin::Wait(waiter)) => waiter,
+                Ok(Begin::Refused) => {
+                    return Err(match handler {
+                        Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
+                        _ => fail("overloaded", "the server is at its concurrency limit".into()),
+                    });
+                }
+                Ok(Begin::Full) => {
+                    let message = format!(
+                        "the idempotency cache's reserve for /commit and /apply answers is full; /{handler} refused"
+                    );
+                    return Err(fail("overloaded", message));
+                }
+                Err(error) => return Err(unavailable(error)),
+            };
+            return Err(match self.cache.wait(&waiter, deadline.at).await {
+                Ok(Waited::Done(body)) => (Reply::Answer(body), Outcome::Replay),
+                Ok(Waited::Abandoned) if !takeover && Instant::now() < deadline.at => continue,
+                Ok(Waited::Abandoned) => {
+                    fail("internal", "the first call with this RequestId failed without an answer".into())
+                }
+                Ok(Waited::TimedOut) => {
+                    let limit = deadline.limit();
+                    let message = format!("the first call with this RequestId did not answer within {limit}");
+                    (fail("timeout", message).0, Outcome::ReplayTimeout)
+                }
+                Err(error) => unavailable(error),
+            });
+        }
+        Err(fail("internal", "the first call with this RequestId failed without an answer".into()))
     }
 
     /// Steps 4 and 5: runs the scenario and encodes its answer, within the

@@ -65,8 +65,8 @@ impl StoreMetrics {
         let fallbacks = IntCounterVec::new(
             Opts::new(
                 "megamind_store_fallbacks_total",
-                "Calls served by this replica's memory (or refused, for /commit and /apply) while the shared store was \
-                 unavailable.",
+                "Calls served by this replica's memory while the shared store was unavailable (refused /commit and \
+                 /apply calls are counted as `unavailable` answers instead).",
             ),
             &["handler"],
         )

@@ -136,6 +136,8 @@ impl RedisStore {
     /// A store over the Redis at `options.url`. Connects at the first
     /// command, and again by itself whenever a connection is lost.
     pub fn new(options: RedisOptions) -> Result<RedisStore, StoreError> {
+        // `rediss://` takes the process's provider.
+        crate::http_client::install_tls_provider();
         let client = Client::open(options.url.as_str())
             .map_err(|_| StoreError::Unavailable(format!("{} is not a Redis URL", options.url)))?;
         let seed = std::hash::RandomState::new().hash_one((std::process::id(), SystemTime::now()));

@@ -1,0 +1,246 @@
+//! Three server processes sharing one `redis-server`, as replicas behind a
+//! balancer: a retry on any replica replays, a side effect runs once, and
+//! a Redis that dies or comes back changes no answer's deadline.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use megamind_core::{
+    codec::Format,
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioCommitResponse, TScenarioRunRequest},
+};
+use prost::Message;
+
+use crate::{
+    helpers::{decode_answer, fixture, serving_addr},
+    metrics::sample,
+    redis_server::RedisServer,
+};
+
+/// The lease of a claim: the 300 ms budget and this detach limit.
+const DETACH_LIMIT_MS: u64 = 1_000;
+const BUDGET: Duration = Duration::from_millis(300);
+
+/// One server process.
+struct Replica {
+    child: Child,
+    base: String,
+}
+
+impl Replica {
+    fn start(store_url: &str) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--store-url", store_url])
+            .args(["--detach-limit-ms", &DETACH_LIMIT_MS.to_string()])
+            .env_remove("MEGAMIND_CONFIG")
+            .env_remove("MEGAMIND_STORE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving") && l.contains("addr="));
+        let addr = serving.as_deref().and_then(serving_addr).expect("a serving line");
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        Replica { child, base: format!("http://{addr}") }
+    }
+
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three replicas over one Redis, and a client for them.
+struct Cluster {
+    replicas: Vec<Replica>,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    fn start(redis: &RedisServer) -> Cluster {
+        let replicas = (0..3).map(|_| Replica::start(&redis.url())).collect();
+        Cluster { replicas, http: megamind_core::http_client::client_builder().build().expect("a client") }
+    }
+
+    /// Posts a binary body to `path` on replica `at`: status, body, time taken.
+    async fn post(&self, at: usize, path: &str, body: Vec<u8>) -> (u16, bytes::Bytes, Duration) {
+        let started = Instant::now();
+        let response = self
+            .http
+            .post(format!("{}{path}", self.replicas[at % 3].base))
+            .header("content-type", "application/protobuf")
+            .body(body)
+            .send()
+            .await
+            .expect("the replica answers");
+        let status = response.status().as_u16();
+        let body = response.bytes().await.expect("a body");
+        (status, body, started.elapsed())
+    }
+
+    async fn metrics(&self, at: usize) -> String {
+        let url = format!("{}/metrics", self.replicas[at].base);
+        self.http.get(url).send().await.expect("metrics").text().await.expect("text")
+    }
+
+    /// Payment pushes sent by every replica together.
+    async fn pushes(&self) -> f64 {
+        let mut total = 0.0;
+        for at in 0..self.replicas.len() {
+            total += sample(&self.metrics(at).await, "megamind_demo_payment_pushes_total ").unwrap_or(0.0);
+        }
+        total
+    }
+
+    /// Waits until every replica says the store serves, for at most `limit`.
+    async fn wait_until_shared(&self, limit: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            let mut up = 0;
+            for at in 0..self.replicas.len() {
+                up += usize::from(sample(&self.metrics(at).await, "megamind_store_up ") == Some(1.0));
+            }
+            if up == self.replicas.len() {
+                return Some(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+}
+
+fn commit_request(request_id: &str) -> Vec<u8> {
+    let mut request = fixture::<TScenarioApplyRequest>("video_commit_request");
+    request.base_request.as_mut().expect("a BaseRequest").request_id = request_id.into();
+    request.encode_to_vec()
+}
+
+fn run_request(request_id: &str) -> Vec<u8> {
+    let mut request = fixture::<TScenarioRunRequest>("poi_run_request");
+    request.base_request.as_mut().expect("a BaseRequest").request_id = request_id.into();
+    request.encode_to_vec()
+}
+
+/// The `Error.Type` of a commit answer, if it is one.
+fn commit_error(body: &[u8]) -> Option<String> {
+    use megamind_core::proto::n_alice::n_scenarios::t_scenario_commit_response::Response;
+    match decode_answer::<TScenarioCommitResponse>(body, Format::Binary).response {
+        Some(Response::Error(error)) => Some(error.r#type),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_commit_retried_on_every_replica_or_sent_thirty_times_at_once_runs_once() {
+    let Some(redis) = RedisServer::start("replicas share one store") else { return };
+    let cluster = Arc::new(Cluster::start(&redis));
+
+    let mut answers = Vec::new();
+    for at in 0..3 {
+        let (status, body, _) = cluster.post(at, "/demo/commit", commit_request("commit-retried")).await;
+        assert_eq!(status, 200);
+        answers.push(body);
+    }
+    assert!(answers.iter().all(|a| a == &answers[0]), "the same bytes from every replica");
+    assert_eq!(commit_error(&answers[0]), None, "a successful commit");
+    assert_eq!(cluster.pushes().await, 1.0, "the side effect ran once");
+
+    let copies: Vec<_> = (0..30)
+        .map(|at| {
+            let cluster = cluster.clone();
+            tokio::spawn(async move { cluster.post(at, "/demo/commit", commit_request("commit-at-once")).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for copy in copies {
+        let (status, body, _) = copy.await.unwrap();
+        assert_eq!(status, 200);
+        answers.push(body);
+    }
+    assert!(answers.iter().all(|a| a == &answers[0]), "the same bytes for all 30");
+    assert_eq!(commit_error(&answers[0]), None);
+    assert_eq!(cluster.pushes().await, 2.0, "30 copies over 3 replicas ran the side effect once");
+
+    let (_, first, _) = cluster.post(0, "/demo/run", run_request("run-repeated")).await;
+    let (_, repeat, _) = cluster.post(1, "/demo/run", run_request("run-repeated")).await;
+    assert_eq!(first, repeat, "a /run repeat on another replica replays");
+    let replays = r#"megamind_requests_total{handler="run",outcome="replay",scenario="demo",transport="http"} "#;
+    assert_eq!(sample(&cluster.metrics(1).await, replays), Some(1.0));
+}
+
+#[tokio::test]
+async fn with_redis_killed_every_replica_answers_in_budget_and_sharing_resumes_by_itself() {
+    let Some(mut redis) = RedisServer::start("replicas without Redis") else { return };
+    let mut cluster = Cluster::start(&redis);
+    assert!(cluster.wait_until_shared(Duration::from_secs(5)).await.is_some());
+    redis.kill();
+
+    for round in 0..4 {
+        for at in 0..3 {
+            let (status, _, took) = cluster.post(at, "/demo/run", run_request(&format!("run-{round}-{at}"))).await;
+            assert_eq!(status, 200);
+            assert!(took < BUDGET, "/run on replica {at} took {took:?}");
+            let (status, body, took) =
+                cluster.post(at, "/demo/commit", commit_request(&format!("commit-{round}-{at}"))).await;
+            assert_eq!(status, 200);
+            assert!(took < BUDGET, "/commit on replica {at} took {took:?}");
+            assert_eq!(commit_error(&body).as_deref(), Some("unavailable"), "never run without a shared claim");
+        }
+    }
+    assert_eq!(cluster.pushes().await, 0.0);
+    for (at, replica) in cluster.replicas.iter_mut().enumerate() {
+        assert!(replica.is_alive(), "replica {at} lives on");
+    }
+
+    redis.restart();
+    let took = cluster.wait_until_shared(Duration::from_secs(15)).await;
+    assert!(took.is_some(), "every replica found Redis back within 15 s");
+    for at in 0..3 {
+        let (_, body, _) = cluster.post(at, "/demo/commit", commit_request("after-restart")).await;
+        assert_eq!(commit_error(&body), None);
+    }
+    assert_eq!(cluster.pushes().await, 1.0, "shared again: one push for three tries");
+}
+
+/// A replica killed between its claim and its answer leaves the claim
+/// behind, in Redis, with its lease: that state is written here as such a
+/// replica would have left it (the demo's `/commit` answers too fast to kill
+/// a replica in between).
+#[tokio::test]
+async fn a_commit_claimed_by_a_dead_replica_waits_then_runs_once_its_lease_is_gone() {
+    let Some(redis) = RedisServer::start("a dead replica's claim") else { return };
+    let cluster = Cluster::start(&redis);
+    let lease = BUDGET + Duration::from_millis(DETACH_LIMIT_MS);
+    let claim = "megamind:{demo/commit/orphaned}:c";
+    let _: () = redis.query(redis::cmd("SET").arg(claim).arg("dead-replica:0").arg("PX").arg(lease.as_millis() as u64));
+    let claimed = Instant::now();
+
+    let (_, body, took) = cluster.post(1, "/demo/commit", commit_request("orphaned")).await;
+    assert_eq!(commit_error(&body).as_deref(), Some("timeout"), "the retry waited for the claim in flight");
+    assert!(took < BUDGET, "and answered within its budget: {took:?}");
+    assert_eq!(cluster.pushes().await, 0.0);
+
+    let ran = loop {
+        let (_, body, _) = cluster.post(2, "/demo/commit", commit_request("orphaned")).await;
+        match commit_error(&body) {
+            None => break claimed.elapsed(),
+            Some(kind) => assert_eq!(kind, "timeout"),
+        }
+        assert!(claimed.elapsed() < lease + BUDGET * 4, "the claim outlived its lease");
+    };
+    assert!(ran >= lease, "not before the lease ended ({ran:?})");
+    let (_, again, _) = cluster.post(0, "/demo/commit", commit_request("orphaned")).await;
+    assert_eq!(commit_error(&again), None);
+    assert_eq!(cluster.pushes().await, 1.0, "run once, then replayed");
+}
