@@ -55,6 +55,26 @@ fn a_scenario_s_flags_and_their_variables_reach_its_table() {
 }
 
 #[test]
+fn the_store_flags_reach_their_table_and_the_url_s_password_never_shows() {
+    let env = [("MEGAMIND_STORE_URL", "redis://app:s3cret@redis.internal:6379/2")];
+    let loaded = serve_with(&["--store-prefix", "team-a", "--store-commit-fallback", "local"], &env).unwrap();
+    let store = &loaded.config.store;
+    assert_eq!(store.url, "redis://app:s3cret@redis.internal:6379/2");
+    assert_eq!((store.prefix.as_str(), store.commit_fallback), ("team-a", megamind_core::store::CommitFallback::Local));
+    let printed = loaded.to_toml();
+    assert!(printed.contains(r#"url = "redis://app:<hidden>@redis.internal:6379/2""#), "{printed}");
+    assert!(!format!("{printed}{:?}", loaded.config).contains("s3cret"));
+
+    let error = serve_with(&["--store-url", "http://app:s3cret@host:1", "--store-timeout-ms", "0"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("store.url: the scheme is \"http\"") && error.contains("store.timeout_ms = 0"), "{error}");
+    assert!(!error.contains("s3cret"), "{error}");
+    let error = serve_with(&["--store-commit-fallback", "maybe"], &[]).unwrap_err().to_string();
+    assert!(error.contains("refuse") && error.contains("local"), "{error}");
+}
+
+#[test]
 fn cache_flags_set_the_commit_reserve() {
     let limits = serve(&["--cache-commit-max-entries", "10", "--cache-commit-max-bytes", "4096"]).cache_limits();
     assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));
