@@ -79,9 +79,12 @@ fn the_pod_is_admissible_under_pod_security_restricted() {
 
     let deployments = of_kind(&documents, "Deployment");
     assert!(!deployments.is_empty(), "a Deployment");
-    for deployment in deployments {
-        assert_eq!(&deployment["metadata"]["namespace"], namespace, "the Deployment lives in that namespace");
-        let pod = &deployment["spec"]["template"]["spec"];
+    let stateful_sets = of_kind(&documents, "StatefulSet");
+    assert!(!stateful_sets.is_empty(), "the shared store's StatefulSet");
+    for workload in deployments.into_iter().chain(stateful_sets) {
+        let kind = &workload["kind"];
+        assert_eq!(&workload["metadata"]["namespace"], namespace, "the {kind} lives in that namespace");
+        let pod = &workload["spec"]["template"]["spec"];
         restricted(pod);
     }
 }
@@ -196,4 +199,32 @@ fn the_image_build_keeps_target_out_and_caches_dependencies() {
         let image = from.split_whitespace().nth(1).expect("an image");
         assert!(image.contains(':') && !image.ends_with(":latest"), "{from}: a pinned base image");
     }
+}
+
+#[test]
+fn the_replicas_share_a_redis_that_never_evicts_and_read_its_url_from_a_secret() {
+    let Some(tools) = python_tools::tools_blocking("the_replicas_share_a_redis") else {
+        return;
+    };
+    let documents = documents(tools);
+    let redis = of_kind(&documents, "StatefulSet").into_iter().find(|s| s["metadata"]["name"] == "megamind-redis");
+    let redis = redis.expect("the megamind-redis StatefulSet");
+    let args: Vec<&str> = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("redis-server's args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let after = |flag: &str| args.iter().position(|a| *a == flag).and_then(|at| args.get(at + 1)).copied();
+    assert_eq!(after("--maxmemory-policy"), Some("noeviction"), "{args:?}");
+    assert_eq!(after("--appendonly"), Some("no"), "{args:?}");
+    assert!(after("--maxmemory").is_some(), "memory is bounded: {args:?}");
+    let services = of_kind(&documents, "Service");
+    assert!(services.iter().any(|s| s["metadata"]["name"] == "megamind-redis"), "a Service in front of it");
+
+    let server = &of_kind(&documents, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
+    let store_url = server["env"].as_array().expect("env").iter().find(|e| e["name"] == "MEGAMIND_STORE_URL");
+    let store_url = store_url.expect("MEGAMIND_STORE_URL is set");
+    assert!(store_url["value"].is_null(), "the URL (with its password) is no literal");
+    assert_eq!(store_url["valueFrom"]["secretKeyRef"]["name"], "megamind-store");
 }
