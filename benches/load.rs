@@ -27,6 +27,12 @@
 //! 0.3-3 s, callbacks followed: the share answered without a user repeat,
 //! hops per answer, the time to the answer's first word, late handler answers.
 //!
+//! The shared-store rows (`support/shared_store.rs`; `LOAD_REDIS=0` skips
+//! them, as does a machine without `redis-server`) drive a second server
+//! whose idempotency store is a local `redis-server`: fresh `/demo/run`s and
+//! `/demo/commit` replays, with Redis round trips per call and the ratio to
+//! the memory store's rows of the same rounds.
+//!
 //! The stream rows (`support/streams.rs`; `LOAD_STREAMS`, 10000 by default,
 //! 0 skips them) follow model calls streamed at 50 tokens/s on the JSONSeq
 //! stream: the delay from a token's write by the model to its event's read
@@ -38,6 +44,7 @@ use std::{process::Command, time::Duration};
 use assistant::AssistantLoad;
 use drive::{Outcome, Settings, drive, drive_grpc, fresh_ids, replayed_ids};
 use process::{Server, env_or};
+use shared_store::SharedStoreLoad;
 
 #[path = "support/assistant.rs"]
 mod assistant;
@@ -53,6 +60,11 @@ mod drive;
 mod mock_llm;
 #[path = "support/process.rs"]
 mod process;
+#[path = "../tests/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+#[path = "support/shared_store.rs"]
+mod shared_store;
 #[path = "support/streams.rs"]
 mod streams;
 
@@ -191,6 +203,7 @@ fn main() {
         let grpc = env_or("LOAD_GRPC", 1) != 0;
         let base_grpc = grpc.then(|| baseline("baseline-grpc"));
         let server = ours(&[]);
+        let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
             0 => None,
             _ => Some(AssistantLoad::start().await),
@@ -205,7 +218,10 @@ fn main() {
         if let Some(assistant) = assistant.as_mut() {
             assistant.run("warm-up", &warm).await;
         }
-        let mut rounds: [Vec<Outcome>; 5] = Default::default();
+        if let Some(shared) = &shared {
+            shared.warm_up(&warm).await;
+        }
+        let mut rounds: [Vec<Outcome>; 7] = Default::default();
         let mut assistant_rounds = Vec::new();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
@@ -217,6 +233,11 @@ fn main() {
             let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
             let name = "http /demo/commit, replays";
             rounds[2].push(server.measure(drive(name, server.addr, "/demo/commit", &settings, replay)).await);
+            if let Some(shared) = shared.as_mut() {
+                let [fresh, replays] = shared.round(&settings).await;
+                rounds[5].push(fresh);
+                rounds[6].push(replays);
+            }
             if let Some(base_grpc) = &base_grpc {
                 let name = "baseline grpc Run (bare tonic)";
                 rounds[3].push(base_grpc.measure(drive_grpc(name, base_grpc.addr, &settings)).await);
@@ -227,13 +248,21 @@ fn main() {
                 assistant_rounds.push(assistant.run(&AssistantLoad::row(), &settings).await);
             }
         }
-        let [http_base, run, replay, grpc_base, run_grpc] = rounds;
-        let mut rows = against(http_base, [run, replay]);
+        let [http_base, run, replay, grpc_base, run_grpc, shared_run, shared_replay] = rounds;
+        let mut rows = against(http_base, [run, replay, shared_run, shared_replay]);
         rows.extend(against(grpc_base, [run_grpc]));
         let assistant_row = (!assistant_rounds.is_empty()).then(|| median(assistant_rounds));
         print(&rows);
         if let Some(outcome) = &assistant_row {
             print_row(outcome, None);
+        }
+        if let Some(shared) = &shared {
+            let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
+            let memory = [row("http /demo/run, fresh RequestIds"), row("http /demo/commit, replays")];
+            let redis = [row(shared_store::FRESH), row(shared_store::REPLAYS)];
+            if let ([Some(m0), Some(m1)], [Some(r0), Some(r1)]) = (memory, redis) {
+                shared.report([r0, r1], [m0, m1]);
+            }
         }
         match server.peak_rss_mib() {
             Some(rss) => println!("\nour server's peak RSS: {rss:.1} MiB"),

@@ -3,20 +3,40 @@
 
 use std::time::Duration;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::scenario::Handler;
 
 /// Round trips to a store next door take well under a millisecond; its
 /// timeout is tens of them.
 const BUCKETS: &[f64] = &[0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1];
 
-/// The store's metrics, registered in the server's registry.
+/// The store's metrics, registered in the server's registry. Every series
+/// is resolved once, so that recording one looks no label up.
 #[derive(Debug, Clone)]
 pub struct StoreMetrics {
     up: IntGauge,
-    operations: IntCounterVec,
-    latency: HistogramVec,
-    fallbacks: IntCounterVec,
+    /// By [`Op`], then by [`Outcome`].
+    operations: [[IntCounter; 3]; 5],
+    /// By [`Op`].
+    latency: [Histogram; 5],
+    /// By handler.
+    fallbacks: [IntCounter; 4],
 }
+
+/// How a store command ended, as a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It answered.
+    Ok,
+    /// It failed.
+    Error,
+    /// It did not answer in time.
+    Timeout,
+}
+
+const OPS: [Op; 5] = [Op::Begin, Op::Complete, Op::Abandon, Op::Wait, Op::Ping];
+const OUTCOMES: [(Outcome, &str); 3] = [(Outcome::Ok, "ok"), (Outcome::Error, "error"), (Outcome::Timeout, "timeout")];
 
 /// What a store command is, as a label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,18 +101,24 @@ impl StoreMetrics {
             let _ = registry.register(collector);
         }
         up.set(1);
-        StoreMetrics { up, operations, latency, fallbacks }
+        StoreMetrics {
+            up,
+            operations: OPS
+                .map(|op| OUTCOMES.map(|(_, outcome)| operations.with_label_values(&[op.as_str(), outcome]))),
+            latency: OPS.map(|op| latency.with_label_values(&[op.as_str()])),
+            fallbacks: Handler::ALL.map(|handler| fallbacks.with_label_values(&[handler.as_str()])),
+        }
     }
 
     /// Records one command.
-    pub fn observe(&self, op: Op, outcome: &str, took: Duration) {
-        self.operations.with_label_values(&[op.as_str(), outcome]).inc();
-        self.latency.with_label_values(&[op.as_str()]).observe(took.as_secs_f64());
+    pub fn observe(&self, op: Op, outcome: Outcome, took: Duration) {
+        self.operations[op as usize][outcome as usize].inc();
+        self.latency[op as usize].observe(took.as_secs_f64());
     }
 
     /// Records one call that could not use the shared store.
-    pub fn fell_back(&self, handler: &str) {
-        self.fallbacks.with_label_values(&[handler]).inc();
+    pub fn fell_back(&self, handler: Handler) {
+        self.fallbacks[handler as usize].inc();
     }
 
     /// Sets `megamind_store_up`.

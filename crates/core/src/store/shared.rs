@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
-    metrics::{Op, StoreMetrics},
+    metrics::{Op, Outcome, StoreMetrics},
     redis::{RedisStore, is_claim},
 };
 
@@ -123,9 +123,9 @@ impl Inner {
         let started = Instant::now();
         let result = run.await;
         let outcome = match &result {
-            Ok(_) | Err(StoreError::Full) => "ok",
-            Err(StoreError::Timeout(_)) => "timeout",
-            Err(_) => "error",
+            Ok(_) | Err(StoreError::Full) => Outcome::Ok,
+            Err(StoreError::Timeout(_)) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
         };
         self.metrics.observe(op, outcome, started.elapsed());
         match &result {
@@ -200,7 +200,7 @@ impl Inner {
                 key.handler
             )));
         }
-        self.metrics.fell_back(key.handler.as_str());
+        self.metrics.fell_back(key.handler);
         Ok(())
     }
 }

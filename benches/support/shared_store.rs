@@ -1,0 +1,99 @@
+//! The load benchmark's shared-store rows: a second server over a local
+//! `redis-server` this bench starts, driven as the memory-store one is, with
+//! the round trips to Redis per call counted from Redis's own
+//! `INFO commandstats`.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    drive::{Outcome, Settings, drive, fresh_ids, replayed_ids},
+    ours,
+    process::Server,
+    redis_server::RedisServer,
+};
+
+/// Commands the server sends. Redis counts a script's own `GET`, `SET` and
+/// `DEL` too: those are no round trips, and the server sends none itself.
+const ROUND_TRIPS: &[&str] = &["evalsha", "eval", "mget", "ping"];
+
+/// A server whose idempotency store is Redis, and that Redis.
+pub struct SharedStoreLoad {
+    redis: RedisServer,
+    server: Server,
+    /// Round trips and requests of each row, over its rounds.
+    trips: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl SharedStoreLoad {
+    /// Starts both, or says why not (no `redis-server`).
+    pub fn start() -> Option<SharedStoreLoad> {
+        let redis = RedisServer::start("the load bench's Redis rows")?;
+        let server = ours(&["--store-url", &redis.url()]);
+        Some(SharedStoreLoad { redis, server, trips: BTreeMap::new() })
+    }
+
+    pub async fn warm_up(&self, settings: &Settings) {
+        let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+        drive("warm-up", self.server.addr, "/demo/run", settings, run).await;
+    }
+
+    /// One round of both rows: fresh `/run`s, then `/commit` replays.
+    pub async fn round(&mut self, settings: &Settings) -> [Outcome; 2] {
+        let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+        let fresh = self.row(FRESH, "/demo/run", settings, run).await;
+        let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
+        let replays = self.row(REPLAYS, "/demo/commit", settings, replay).await;
+        [fresh, replays]
+    }
+
+    async fn row(
+        &mut self,
+        name: &'static str,
+        path: &'static str,
+        settings: &Settings,
+        bodies: impl Fn(u32) -> Box<dyn FnMut(u64) -> bytes::Bytes + Send> + Send + Sync + 'static,
+    ) -> Outcome {
+        let before = self.round_trips();
+        let outcome = self.server.measure(drive(name, self.server.addr, path, settings, bodies)).await;
+        // Answers are stored after they go out: let the last ones land.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let trips = self.round_trips() - before;
+        let entry = self.trips.entry(name).or_default();
+        entry.0 += trips;
+        entry.1 += outcome.requests;
+        outcome
+    }
+
+    /// Commands the server sent so far.
+    fn round_trips(&self) -> u64 {
+        let stats: String = self.redis.query(redis::cmd("INFO").arg("commandstats"));
+        stats
+            .lines()
+            .filter_map(|line| {
+                let (command, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                ROUND_TRIPS.contains(&command).then_some(fields)
+            })
+            .filter_map(|fields| fields.split(',').find_map(|f| f.strip_prefix("calls="))?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// The round trips per call of each row, and how the rows compare with
+    /// the memory store's (`fresh` and `replays` of the same run).
+    pub fn report(&self, rows: [&Outcome; 2], memory: [&Outcome; 2]) {
+        println!("\nshared store (Redis on this machine), against the memory store in the same run:");
+        for ((row, memory), name) in rows.iter().zip(memory).zip([FRESH, REPLAYS]) {
+            let (trips, requests) = self.trips.get(name).copied().unwrap_or_default();
+            println!(
+                "  {name:<34} {:>5.2} round trips per call, {:>4.0} % of the memory store's req/s, p99 {:.2} ms (memory {:.2} ms)",
+                trips as f64 / requests.max(1) as f64,
+                100.0 * row.rps() / memory.rps(),
+                row.latency.value_at_quantile(0.99) as f64 / 1000.0,
+                memory.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            );
+        }
+    }
+}
+
+/// The rows' names.
+pub const FRESH: &str = "http /demo/run, fresh, Redis";
+pub const REPLAYS: &str = "http /demo/commit, replays, Redis";
