@@ -222,8 +222,9 @@ async fn a_commit_claimed_by_a_dead_replica_waits_then_runs_once_its_lease_is_go
     let Some(redis) = RedisServer::start("a dead replica's claim") else { return };
     let cluster = Cluster::start(&redis);
     let lease = BUDGET + Duration::from_millis(DETACH_LIMIT_MS);
-    let claim = "megamind:{demo/commit/orphaned}:c";
-    let _: () = redis.query(redis::cmd("SET").arg(claim).arg("dead-replica:0").arg("PX").arg(lease.as_millis() as u64));
+    let claim = "megamind:{demo/commit/orphaned}";
+    let _: () =
+        redis.query(redis::cmd("SET").arg(claim).arg("cdead-replica:0").arg("PX").arg(lease.as_millis() as u64));
     let claimed = Instant::now();
 
     let (_, body, took) = cluster.post(1, "/demo/commit", commit_request("orphaned")).await;

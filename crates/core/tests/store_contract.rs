@@ -214,8 +214,8 @@ async fn a_full_redis_refuses_new_commits_and_still_replays() {
     assert!(matches!(begin(&*store, key("kept"), LONG).await, Begin::Hit(value) if &value[..] == b"kept"));
 }
 
-/// Keys carry the prefix and a hash tag over scenario, handler and id, so
-/// that the value and its claim share a Redis Cluster slot.
+/// Keys carry the prefix and a hash tag over scenario, handler and id; the
+/// key holds the claim, then the value.
 #[tokio::test]
 async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     let Some(server) = RedisServer::start("Redis keys") else { return };
@@ -223,11 +223,15 @@ async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     let Begin::Lead(lease) = begin(&*store, Key::new("demo", Handler::Commit, "r-1"), LONG).await else {
         panic!("leads")
     };
-    let claims: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
-    assert_eq!(claims, ["team-a:{demo/commit/r-1}:c"]);
-    store.complete(lease, Bytes::from_static(b"v")).await.unwrap();
-    let values: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
-    assert_eq!(values, ["team-a:{demo/commit/r-1}:v"]);
-    let ttl: i64 = server.query(redis::cmd("PTTL").arg("team-a:{demo/commit/r-1}:v"));
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(keys, ["team-a:{demo/commit/r-1}"], "one key per entry");
+    let claim: Vec<u8> = server.query(redis::cmd("GET").arg(&keys[0]));
+    assert_eq!(claim[0], b'c', "a claim first");
+    let lease_ttl: i64 = server.query(redis::cmd("PTTL").arg(&keys[0]));
+    assert!(lease_ttl > TTL.as_millis() as i64, "the claim lasts the lease: {lease_ttl} ms");
+    store.complete(lease, Bytes::from_static(b"answer")).await.unwrap();
+    let value: Vec<u8> = server.query(redis::cmd("GET").arg(&keys[0]));
+    assert_eq!(value, b"vanswer", "then the value");
+    let ttl: i64 = server.query(redis::cmd("PTTL").arg(&keys[0]));
     assert!(ttl > 0 && ttl <= TTL.as_millis() as i64, "the value expires by the TTL: {ttl} ms");
 }

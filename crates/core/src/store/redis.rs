@@ -9,19 +9,21 @@
 //! its own that this store does not need; the `redis` crate is the one the
 //! Redis project keeps. A few managers make the pool, taken in turn.
 //!
-//! Each entry has two keys in one hash slot (the `{…}` tag), so that one
-//! script reads and writes both on Redis Cluster too:
-//! `<prefix>:{<scenario>/<handler>/<RequestId>}:v` holds the value and
-//! `…:c` the claim, whose content is the leader's token (this replica's id
-//! and a counter: a fencing token no other lease ever had).
+//! Each entry is one key, `<prefix>:{<scenario>/<handler>/<RequestId>}`,
+//! holding either a claim (`c` and the leader's token: this replica's id and
+//! a counter, a fencing token no other lease ever had) or the value (`v` and
+//! its bytes). The `{…}` hash tag keeps the keys a later feature adds beside
+//! an entry in its Redis Cluster slot.
 //!
-//! - `begin`, one round trip: a script reads the value; on a miss, a caller
-//!   that may lead claims with `SET … NX PX <lease>`, and one that may not
-//!   (or loses the race) reads the claim to wait for.
-//! - `complete` and `abandon`, one round trip: a script that writes (or
-//!   only deletes the claim) if the claim still holds this lease's token; a
+//! - `begin`, one round trip and no script: `SET key c<token> NX PX <lease>
+//!   GET` claims a free key and answers what the key held before: nothing
+//!   (this caller leads), a value (a hit), or another's claim (wait for it).
+//!   A caller that may not lead only reads (`GET`). Needs Redis 7.0 or
+//!   later (`NX` with `GET`).
+//! - `complete` and `abandon`, one round trip: a script that writes the value
+//!   (or deletes the key) only if the key still holds this lease's claim; a
 //!   lease that ran out (and was perhaps claimed again) changes nothing.
-//! - `wait` polls both keys (`MGET`), 1 ms after the claim was seen and
+//! - `wait` polls the key (`GET`), 1 ms after the claim was seen and
 //!   doubling up to 8 ms, until the value comes, the claim goes or the
 //!   deadline passes. A poll costs one round trip of a few microseconds to
 //!   Redis; a repeat arriving while its first call runs is rare, and a poll
@@ -43,7 +45,7 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::{Client, Script, Value, aio::ConnectionManager};
+use redis::{Client, Script, aio::ConnectionManager};
 use tokio::time::Instant;
 
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
@@ -52,30 +54,20 @@ mod url;
 
 pub use url::{StoreUrl, redact_url};
 
-/// Reads the value; on a miss claims the entry for a caller that may lead
-/// (`ARGV[1]`, its token, not empty), else reads the claim.
-/// `{1, value}`: hit; `{2, token}`: wait for that claim; `{0}`: claimed;
-/// `{3}`: neither value nor claim, and the caller may not lead.
-const BEGIN: &str = r"
-local value = redis.call('GET', KEYS[1])
-if value then return {1, value} end
-if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
-local claim = redis.call('GET', KEYS[2])
-if claim then return {2, claim} end
-return {3}
-";
-
-/// Stores the value (`ARGV[2]`, for `ARGV[3]` ms) and ends the claim, if
-/// the claim still holds the token `ARGV[1]`; with no `ARGV[2]`, only ends it.
+/// Ends the claim `ARGV[1]` if the key still holds it: with the value
+/// `ARGV[2]` (already `v`-prefixed) kept for `ARGV[3]` ms, or, without one,
+/// by deleting the key.
 const END: &str = r"
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if ARGV[2] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
-redis.call('DEL', KEYS[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) else redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
-static BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEGIN));
 static END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(END));
+
+/// What a key holds: a claim or a value, told apart by the first byte.
+const CLAIM: u8 = b'c';
+const VALUE: u8 = b'v';
 
 /// The longest pause between two polls of a wait.
 const MAX_POLL: Duration = Duration::from_millis(8);
@@ -113,12 +105,12 @@ pub struct RedisStore {
     in_flight: Arc<AtomicUsize>,
 }
 
-/// A lease's or a waiter's handle: the entry's keys and the claim's token.
+/// A lease's or a waiter's handle: the entry's key and the claim it
+/// holds (`c` and the token).
 #[derive(Debug)]
 struct Claim {
-    value_key: String,
-    claim_key: String,
-    token: Bytes,
+    key: String,
+    claim: Bytes,
     /// Held by a lease: counts it in flight until the last clone goes.
     _lead: Option<InFlight>,
 }
@@ -190,39 +182,56 @@ impl RedisStore {
         }
     }
 
-    fn keys(&self, key: &Key) -> (String, String) {
-        let base = format!("{}:{{{key}}}", self.prefix);
-        (format!("{base}:v"), format!("{base}:c"))
+    fn key(&self, key: &Key) -> String {
+        format!("{}:{{{key}}}", self.prefix)
     }
 
-    fn token(&self) -> String {
-        format!("{}:{}", self.owner, self.claims.fetch_add(1, Ordering::Relaxed))
+    /// A fresh claim: `c`, this replica's id, a counter.
+    fn claim(&self) -> Bytes {
+        Bytes::from(format!("c{}:{}", self.owner, self.claims.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// What a key held, as `begin` tells it: a hit, another's claim to wait
+    /// for, or nothing.
+    fn held(&self, key: Key, redis_key: String, held: Option<Vec<u8>>) -> Result<Option<Begin>, StoreError> {
+        let Some(held) = held else { return Ok(None) };
+        let held = Bytes::from(held);
+        Ok(Some(match held.first() {
+            Some(&VALUE) => Begin::Hit(held.slice(1..)),
+            Some(&CLAIM) => {
+                Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim: held, _lead: None }) })
+            }
+            _ => {
+                return Err(StoreError::Unavailable(format!(
+                    "{} holds something this server did not write",
+                    self.prefix
+                )));
+            }
+        }))
     }
 
     /// After `OOM`: what a caller that reads only can learn.
     async fn begin_reading(&self, key: Key, deadline: Instant) -> Result<Begin, StoreError> {
-        let (value_key, claim_key) = self.keys(&key);
+        let redis_key = self.key(&key);
         let mut connection = self.connection()?;
-        let (value, claim): (Option<Vec<u8>>, Option<Vec<u8>>) = self
-            .command(Some(deadline), redis::cmd("MGET").arg(&value_key).arg(&claim_key).query_async(&mut connection))
-            .await?;
-        Ok(match (value, claim) {
-            (Some(value), _) => Begin::Hit(value.into()),
-            (None, Some(token)) => {
-                let claim = Claim { value_key, claim_key, token: token.into(), _lead: None };
-                Begin::Wait(Waiter { key, token: Arc::new(claim) })
-            }
-            (None, None) if is_reserved(key.handler) => Begin::Full,
-            (None, None) => return Err(StoreError::Unavailable("Redis is full (OOM)".into())),
-        })
+        let held: Option<Vec<u8>> =
+            self.command(Some(deadline), redis::cmd("GET").arg(&redis_key).query_async(&mut connection)).await?;
+        match self.held(key.clone(), redis_key, held)? {
+            Some(begin) => Ok(begin),
+            None if is_reserved(key.handler) => Ok(Begin::Full),
+            None => Err(StoreError::Unavailable("Redis is full (OOM)".into())),
+        }
     }
 
     async fn end(&self, lease: &Lease, value: Option<Bytes>) -> Result<(), StoreError> {
         let claim = claim_of(&lease.token)?;
-        let mut invocation = END_SCRIPT.key(&claim.value_key);
-        invocation.key(&claim.claim_key).arg(&claim.token[..]);
+        let mut invocation = END_SCRIPT.key(&claim.key);
+        invocation.arg(&claim.claim[..]);
         if let Some(value) = &value {
-            invocation.arg(&value[..]).arg(self.ttl_ms);
+            let mut held = Vec::with_capacity(1 + value.len());
+            held.push(VALUE);
+            held.extend_from_slice(value);
+            invocation.arg(held).arg(self.ttl_ms);
         }
         let mut connection = self.connection()?;
         let _ended: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
@@ -266,31 +275,29 @@ impl FlightStore for RedisStore {
     ) -> Result<Begin, StoreError> {
         // Asked before the one round trip, not after: a hit or a wait then
         // gives the caller's slot back at once.
-        let token = if may_lead() { self.token() } else { String::new() };
-        let (value_key, claim_key) = self.keys(&key);
-        let mut invocation = BEGIN_SCRIPT.key(&value_key);
-        invocation.key(&claim_key).arg(&token).arg(millis(lease_ttl).max(1));
+        let lead = may_lead();
+        let redis_key = self.key(&key);
+        let claim = self.claim();
+        let mut command = if lead { redis::cmd("SET") } else { redis::cmd("GET") };
+        command.arg(&redis_key);
+        if lead {
+            command.arg(&claim[..]).arg("NX").arg("PX").arg(millis(lease_ttl).max(1)).arg("GET");
+        }
         let mut connection = self.connection()?;
-        let reply: Value = match self.command(Some(deadline), invocation.invoke_async(&mut connection)).await {
-            Ok(reply) => reply,
+        let held: Option<Vec<u8>> = match self.command(Some(deadline), command.query_async(&mut connection)).await {
+            Ok(held) => held,
             Err(StoreError::Full) => return self.begin_reading(key, deadline).await,
             Err(error) => return Err(error),
         };
-        let (kind, bytes) = parse_begin(reply)?;
-        Ok(match (kind, bytes) {
-            (1, Some(value)) => Begin::Hit(value),
-            (2, Some(token)) => {
-                Begin::Wait(Waiter { key, token: Arc::new(Claim { value_key, claim_key, token, _lead: None }) })
-            }
-            (0, None) => {
-                self.in_flight.fetch_add(1, Ordering::Relaxed);
-                let lead = Some(InFlight(self.in_flight.clone()));
-                let claim = Claim { value_key, claim_key, token: token.into(), _lead: lead };
-                Begin::Lead(Lease { key, token: Arc::new(claim) })
-            }
-            (3, None) => Begin::Refused,
-            _ => return Err(StoreError::Unavailable("Redis answered the claim script with garbage".into())),
-        })
+        if let Some(begin) = self.held(key.clone(), redis_key.clone(), held)? {
+            return Ok(begin);
+        }
+        if !lead {
+            return Ok(Begin::Refused);
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let lead = Some(InFlight(self.in_flight.clone()));
+        Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, _lead: lead }) }))
     }
 
     async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
@@ -306,19 +313,17 @@ impl FlightStore for RedisStore {
         let mut pause = Duration::from_millis(1);
         loop {
             let mut connection = self.connection()?;
-            let mut read = redis::cmd("MGET");
-            read.arg(&claim.value_key).arg(&claim.claim_key);
-            let query = read.query_async(&mut connection);
-            let (value, holder): (Option<Vec<u8>>, Option<Vec<u8>>) = match self.command(Some(deadline), query).await {
-                Ok(read) => read,
+            let mut read = redis::cmd("GET");
+            read.arg(&claim.key);
+            let held: Option<Vec<u8>> = match self.command(Some(deadline), read.query_async(&mut connection)).await {
+                Ok(held) => held,
                 Err(StoreError::Timeout(_)) if Instant::now() >= deadline => return Ok(Waited::TimedOut),
                 Err(error) => return Err(error),
             };
-            if let Some(value) = value {
-                return Ok(Waited::Done(value.into()));
-            }
-            if holder.as_deref() != Some(&claim.token[..]) {
-                return Ok(Waited::Abandoned);
+            match held {
+                Some(held) if held.first() == Some(&VALUE) => return Ok(Waited::Done(Bytes::from(held).slice(1..))),
+                Some(held) if held == claim.claim => {}
+                _ => return Ok(Waited::Abandoned),
             }
             let now = Instant::now();
             if now >= deadline {
@@ -345,20 +350,6 @@ fn claim_of(token: &Token) -> Result<&Claim, StoreError> {
 /// Whether `token` is a claim of a [`RedisStore`].
 pub fn is_claim(token: &Token) -> bool {
     token.is::<Claim>()
-}
-
-/// The begin script's answer: its kind and its bytes, if any.
-fn parse_begin(reply: Value) -> Result<(i64, Option<Bytes>), StoreError> {
-    let garbage = || StoreError::Unavailable("Redis answered the claim script with garbage".into());
-    let Value::Array(items) = reply else { return Err(garbage()) };
-    let mut items = items.into_iter();
-    let Some(Value::Int(kind)) = items.next() else { return Err(garbage()) };
-    let bytes = match items.next() {
-        Some(Value::BulkString(bytes)) => Some(Bytes::from(bytes)),
-        Some(_) => return Err(garbage()),
-        None => None,
-    };
-    Ok((kind, bytes))
 }
 
 /// A Redis error as this store reports it: `OOM` is [`StoreError::Full`];
