@@ -183,7 +183,7 @@ fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache
     let limits = config.cache_limits();
     let local = MemoryStore::new(limits, counters.evictions_by_handler());
     let Some(url) = config.store.url().map_err(|problem| ConfigError(vec![problem]))? else {
-        return Ok(IdempotencyCache::with_store(Arc::new(local), counters));
+        return Ok(IdempotencyCache::in_memory(Arc::new(local), counters));
     };
     let address = url.to_string();
     let options = RedisOptions {

@@ -24,7 +24,10 @@ use std::{
 
 use bytes::Bytes;
 pub use counters::CacheCounters;
-use futures_util::{FutureExt, future::BoxFuture};
+use futures_util::{
+    FutureExt,
+    future::{BoxFuture, Either, Ready, ready},
+};
 use tokio::time::Instant;
 
 pub use crate::store::memory::Limits;
@@ -34,21 +37,33 @@ use crate::store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usag
 #[derive(Debug, Clone)]
 pub struct IdempotencyCache {
     store: Arc<dyn FlightStore>,
+    /// The same store when it is the memory one, called directly: its
+    /// answers are ready at once, and a boxed future per call would cost
+    /// more than the call itself.
+    memory: Option<Arc<MemoryStore>>,
     counters: CacheCounters,
 }
+
+/// A store's answer: ready at once (memory) or to be awaited (a shared store).
+type StoreFuture<'a, T> = Either<Ready<Result<T, StoreError>>, BoxFuture<'a, Result<T, StoreError>>>;
 
 impl IdempotencyCache {
     /// An empty cache in memory with these bounds.
     pub fn new(limits: Limits) -> IdempotencyCache {
         let counters = CacheCounters::default();
         let store = MemoryStore::new(limits, counters.evictions_by_handler());
-        IdempotencyCache::with_store(Arc::new(store), counters)
+        IdempotencyCache::in_memory(Arc::new(store), counters)
     }
 
-    /// A cache over `store`, counting in `counters` (which a
-    /// [`MemoryStore`] should have been given too, for its evictions).
+    /// A cache over `store`, counting in `counters`.
     pub fn with_store(store: Arc<dyn FlightStore>, counters: CacheCounters) -> IdempotencyCache {
-        IdempotencyCache { store, counters }
+        IdempotencyCache { store, memory: None, counters }
+    }
+
+    /// A cache over a memory store, counting in `counters` (which the store
+    /// should have been given too, for its evictions).
+    pub fn in_memory(store: Arc<MemoryStore>, counters: CacheCounters) -> IdempotencyCache {
+        IdempotencyCache { store: store.clone(), memory: Some(store), counters }
     }
 
     // `begin`, `wait` and `end` hand the store's future on rather than being
@@ -67,7 +82,10 @@ impl IdempotencyCache {
         may_lead: &'a mut (dyn FnMut() -> bool + Send),
     ) -> impl Future<Output = Result<Begin, StoreError>> + Send + 'a {
         let handler = key.handler;
-        let begin = self.store.begin(key, lease_ttl, deadline, may_lead);
+        let begin: StoreFuture<'a, Begin> = match &self.memory {
+            Some(memory) => Either::Left(ready(Ok(memory.begin_now(key, lease_ttl, may_lead)))),
+            None => Either::Right(self.store.begin(key, lease_ttl, deadline, may_lead)),
+        };
         async move {
             let begin = begin.await?;
             match &begin {
@@ -88,10 +106,12 @@ impl IdempotencyCache {
 
     /// Ends a lease: with the answer to keep for repeats, or, for `None`,
     /// without one (its waiters get [`Waited::Abandoned`], a retry leads).
-    pub fn end(&self, lease: Lease, answer: Option<Bytes>) -> BoxFuture<'_, Result<(), StoreError>> {
-        match answer {
-            Some(answer) => self.store.complete(lease, answer),
-            None => self.store.abandon(lease),
+    pub fn end(&self, lease: Lease, answer: Option<Bytes>) -> StoreFuture<'_, ()> {
+        match (&self.memory, answer) {
+            (Some(memory), Some(answer)) => Either::Left(ready(memory.complete_now(lease, answer))),
+            (Some(memory), None) => Either::Left(ready(memory.abandon_now(lease))),
+            (None, Some(answer)) => Either::Right(self.store.complete(lease, answer)),
+            (None, None) => Either::Right(self.store.abandon(lease)),
         }
     }
 
@@ -149,10 +169,10 @@ pub struct Leading<'a> {
 
 impl<'a> Leading<'a> {
     /// Ends the lease as [`IdempotencyCache::end`] does.
-    pub fn end(mut self, answer: Option<Bytes>) -> BoxFuture<'a, Result<(), StoreError>> {
+    pub fn end(mut self, answer: Option<Bytes>) -> StoreFuture<'a, ()> {
         match self.lease.take() {
             Some(lease) => self.cache.end(lease, answer),
-            None => Box::pin(std::future::ready(Ok(()))),
+            None => Either::Left(ready(Ok(()))),
         }
     }
 

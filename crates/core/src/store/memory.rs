@@ -201,16 +201,10 @@ impl MemoryStore {
     }
 }
 
-#[async_trait]
-impl FlightStore for MemoryStore {
-    async fn begin(
-        &self,
-        key: Key,
-        lease_ttl: Duration,
-        // Memory answers at once.
-        _deadline: Instant,
-        may_lead: &mut (dyn FnMut() -> bool + Send),
-    ) -> Result<Begin, StoreError> {
+impl MemoryStore {
+    /// [`FlightStore::begin`], answered at once: the idempotency cache calls
+    /// this directly, with no future to allocate.
+    pub fn begin_now(&self, key: Key, lease_ttl: Duration, may_lead: &mut (dyn FnMut() -> bool + Send)) -> Begin {
         let now = Instant::now();
         let pool = self.pool(&key);
         // Expired values popped to make room; removed from the map once its
@@ -287,10 +281,11 @@ impl FlightStore for MemoryStore {
         if !stale.is_empty() {
             self.drop_stale(stale);
         }
-        Ok(begin)
+        begin
     }
 
-    async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
+    /// [`FlightStore::complete`], done at once.
+    pub fn complete_now(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
         let Ok(slot) = Arc::downcast::<Slot>(lease.token) else { return Err(StoreError::Foreign) };
         let now = Instant::now();
         if now >= slot.lease_until {
@@ -301,10 +296,33 @@ impl FlightStore for MemoryStore {
         Ok(())
     }
 
-    async fn abandon(&self, lease: Lease) -> Result<(), StoreError> {
+    /// [`FlightStore::abandon`], done at once.
+    pub fn abandon_now(&self, lease: Lease) -> Result<(), StoreError> {
         let Ok(slot) = Arc::downcast::<Slot>(lease.token) else { return Err(StoreError::Foreign) };
         self.end_empty(&lease.key, &slot);
         Ok(())
+    }
+}
+
+#[async_trait]
+impl FlightStore for MemoryStore {
+    async fn begin(
+        &self,
+        key: Key,
+        lease_ttl: Duration,
+        // Memory answers at once.
+        _deadline: Instant,
+        may_lead: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Begin, StoreError> {
+        Ok(self.begin_now(key, lease_ttl, may_lead))
+    }
+
+    async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
+        self.complete_now(lease, value)
+    }
+
+    async fn abandon(&self, lease: Lease) -> Result<(), StoreError> {
+        self.abandon_now(lease)
     }
 
     async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError> {
