@@ -5,7 +5,7 @@
 use std::{
     io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -29,6 +29,8 @@ const BUDGET: Duration = Duration::from_millis(300);
 struct Replica {
     child: Child,
     base: String,
+    /// Its log lines about the shared store.
+    store_lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
@@ -36,6 +38,9 @@ impl Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
             .args(["serve", "--addr", "127.0.0.1:0", "--store-url", store_url])
             .args(["--detach-limit-ms", &DETACH_LIMIT_MS.to_string()])
+            // Well above a round trip even on a machine busy building tests,
+            // well inside the budget.
+            .args(["--store-timeout-ms", "100"])
             .env_remove("MEGAMIND_CONFIG")
             .env_remove("MEGAMIND_STORE_URL")
             .stdout(Stdio::piped())
@@ -45,8 +50,26 @@ impl Replica {
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving") && l.contains("addr="));
         let addr = serving.as_deref().and_then(serving_addr).expect("a serving line");
-        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-        Replica { child, base: format!("http://{addr}") }
+        let store_lines = Arc::new(Mutex::new(Vec::new()));
+        let collected = store_lines.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok).filter(|line| line.contains("shared store")) {
+                collected.lock().unwrap().push(line);
+            }
+        });
+        Replica { child, base: format!("http://{addr}"), store_lines }
+    }
+
+    /// How many of its log lines about the store contain `text`, once
+    /// there are `expected` of them or 2 s have passed (the log is written
+    /// out in batches).
+    async fn store_lines_with(&self, text: &str, expected: usize) -> usize {
+        let count = || self.store_lines.lock().unwrap().iter().filter(|line| line.contains(text)).count();
+        let until = Instant::now() + Duration::from_secs(2);
+        while count() < expected && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        count()
     }
 
     fn is_alive(&mut self) -> bool {
@@ -199,13 +222,22 @@ async fn with_redis_killed_every_replica_answers_in_budget_and_sharing_resumes_b
         }
     }
     assert_eq!(cluster.pushes().await, 0.0);
+    for at in 0..3 {
+        let url = format!("{}/readyz", cluster.replicas[at].base);
+        let ready = cluster.http.get(url).send().await.expect("readyz").status();
+        assert_eq!(ready, 200, "replica {at} stays ready: the fallback serves");
+    }
     for (at, replica) in cluster.replicas.iter_mut().enumerate() {
         assert!(replica.is_alive(), "replica {at} lives on");
+        assert_eq!(replica.store_lines_with("unavailable", 1).await, 1, "one line for the outage, not one per call");
     }
 
     redis.restart();
     let took = cluster.wait_until_shared(Duration::from_secs(15)).await;
     assert!(took.is_some(), "every replica found Redis back within 15 s");
+    for replica in &cluster.replicas {
+        assert_eq!(replica.store_lines_with("is back", 1).await, 1);
+    }
     for at in 0..3 {
         let (_, body, _) = cluster.post(at, "/demo/commit", commit_request("after-restart")).await;
         assert_eq!(commit_error(&body), None);

@@ -24,6 +24,8 @@ use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(20);
 const LEASE: Duration = Duration::from_secs(30);
+/// What a timer may be late by on a machine busy with other tests.
+const SLACK: Duration = Duration::from_millis(40);
 
 fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry) {
     let registry = Registry::new();
@@ -80,10 +82,10 @@ async fn with_redis_down_run_falls_back_and_commit_is_refused_in_time() {
     for round in 0..5 {
         let (run, took) = begin(&store, Handler::Run, &format!("run-{round}")).await;
         assert!(matches!(run, Ok(Begin::Lead(_))), "/run leads on this replica: {run:?}");
-        assert!(took < TIMEOUT * 3, "/run answered the store's failure in {took:?}");
+        assert!(took < TIMEOUT + SLACK, "/run answered the store's failure in {took:?}");
         let (commit, took) = begin(&store, Handler::Commit, &format!("commit-{round}")).await;
         assert!(matches!(commit, Err(StoreError::Unavailable(_))), "/commit is refused: {commit:?}");
-        assert!(took < TIMEOUT * 3, "/commit was refused in {took:?}");
+        assert!(took < TIMEOUT + SLACK, "/commit was refused in {took:?}");
     }
     assert!(store.is_down(), "failures in a row take the store for down");
     let text = metrics(&registry);
@@ -112,10 +114,10 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     for round in 0..4 {
         let (run, took) = begin(&store, Handler::Run, &format!("r{round}")).await;
         assert!(matches!(run, Ok(Begin::Lead(_))), "{run:?}");
-        assert!(took < TIMEOUT + Duration::from_millis(15), "round {round}: {took:?}");
+        assert!(took < TIMEOUT + SLACK, "round {round}: {took:?}");
         let (commit, took) = begin(&store, Handler::Apply, &format!("a{round}")).await;
         assert!(matches!(commit, Err(StoreError::Unavailable(_) | StoreError::Timeout(_))), "{commit:?}");
-        assert!(took < TIMEOUT + Duration::from_millis(15), "round {round}: {took:?}");
+        assert!(took < TIMEOUT + SLACK, "round {round}: {took:?}");
     }
     server.thaw();
     assert!(metrics(&registry).contains(r#"megamind_store_operations_total{op="begin",outcome="timeout"}"#));

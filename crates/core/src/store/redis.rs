@@ -315,15 +315,15 @@ impl FlightStore for RedisStore {
             let mut connection = self.connection()?;
             let mut read = redis::cmd("GET");
             read.arg(&claim.key);
-            let held: Option<Vec<u8>> = match self.command(Some(deadline), read.query_async(&mut connection)).await {
-                Ok(held) => held,
-                Err(StoreError::Timeout(_)) if Instant::now() >= deadline => return Ok(Waited::TimedOut),
+            match self.command(Some(deadline), read.query_async::<Option<Vec<u8>>>(&mut connection)).await {
+                Ok(Some(held)) if held.first() == Some(&VALUE) => {
+                    return Ok(Waited::Done(Bytes::from(held).slice(1..)));
+                }
+                Ok(Some(held)) if held == claim.claim => {}
+                Ok(_) => return Ok(Waited::Abandoned),
+                // A slow poll is no news: the next one may answer, until the deadline.
+                Err(StoreError::Timeout(_)) => {}
                 Err(error) => return Err(error),
-            };
-            match held {
-                Some(held) if held.first() == Some(&VALUE) => return Ok(Waited::Done(Bytes::from(held).slice(1..))),
-                Some(held) if held == claim.claim => {}
-                _ => return Ok(Waited::Abandoned),
             }
             let now = Instant::now();
             if now >= deadline {
