@@ -69,8 +69,14 @@ pub(super) fn core() -> Vec<Flag> {
         "Idempotency cache: bytes of `/commit` and `/apply` answers kept at most",
     )
     .env("MEGAMIND_CACHE_COMMIT_MAX_BYTES"),
-    Flag::new("cache-ttl-secs", "cache.ttl_secs", "Idempotency cache: seconds an answer is replayed")
+    Flag::new("cache-ttl-secs", "cache.ttl_secs", "Idempotency cache: seconds a `/run` or `/continue` answer is replayed")
         .env("MEGAMIND_CACHE_TTL_SECS"),
+    Flag::new(
+        "cache-commit-ttl-secs",
+        "cache.commit_ttl_secs",
+        "Idempotency cache: seconds a `/commit` or `/apply` answer is replayed",
+    )
+    .env("MEGAMIND_CACHE_COMMIT_TTL_SECS"),
     Flag::new(
         "store-url",
         "store.url",

@@ -190,6 +190,7 @@ fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache
         url,
         prefix: config.store.prefix.clone(),
         ttl: limits.ttl,
+        commit_ttl: limits.commit_ttl,
         timeout: config.store.timeout(),
         connections: config.store.connections,
     };

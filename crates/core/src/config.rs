@@ -127,8 +127,11 @@ pub struct CacheConfig {
     pub commit_max_entries: usize,
     /// Bytes of `/commit` and `/apply` answers kept at most.
     pub commit_max_bytes: usize,
-    /// Seconds an answer is replayed.
+    /// Seconds a `/run` or `/continue` answer is replayed.
     pub ttl_secs: u64,
+    /// Seconds a `/commit` or `/apply` answer is replayed: at least as long
+    /// as Megamind may retry one.
+    pub commit_ttl_secs: u64,
 }
 
 impl Default for Config {
@@ -195,6 +198,7 @@ impl Default for CacheConfig {
             commit_max_entries: limits.commit_max_entries,
             commit_max_bytes: limits.commit_max_bytes,
             ttl_secs: limits.ttl.as_secs(),
+            commit_ttl_secs: limits.commit_ttl.as_secs(),
         }
     }
 }
@@ -285,6 +289,7 @@ impl Config {
             check(value > 0, format!("cache.{name} must be above 0"));
         }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
+        check(self.cache.commit_ttl_secs > 0, "cache.commit_ttl_secs must be above 0".into());
         for problem in self.store.problems() {
             check(false, problem);
         }
@@ -353,6 +358,7 @@ impl Config {
             commit_max_entries: self.cache.commit_max_entries,
             commit_max_bytes: self.cache.commit_max_bytes,
             ttl: Duration::from_secs(self.cache.ttl_secs),
+            commit_ttl: Duration::from_secs(self.cache.commit_ttl_secs),
         }
     }
 }

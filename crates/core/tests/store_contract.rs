@@ -19,15 +19,17 @@ use megamind_core::{
 use redis_server::RedisServer;
 use tokio::time::Instant;
 
-/// How long a value is kept in these tests.
-const TTL: Duration = Duration::from_millis(400);
+/// How long a `/run` value is kept in these tests.
+const TTL: Duration = Duration::from_millis(300);
+/// How long a `/commit` value is kept in these tests.
+const COMMIT_TTL: Duration = Duration::from_millis(600);
 /// A lease that outlives every test.
 const LONG: Duration = Duration::from_secs(30);
 /// A lease that runs out within a test.
 const SHORT: Duration = Duration::from_millis(150);
 
 fn memory() -> Arc<dyn FlightStore> {
-    Arc::new(MemoryStore::new(Limits { ttl: TTL, ..Limits::default() }, unregistered_evictions()))
+    Arc::new(MemoryStore::new(Limits { ttl: TTL, commit_ttl: COMMIT_TTL, ..Limits::default() }, unregistered_evictions()))
 }
 
 fn redis(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
@@ -35,6 +37,7 @@ fn redis(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
         url: StoreUrl::parse(&server.url()).unwrap(),
         prefix: prefix.into(),
         ttl: TTL,
+        commit_ttl: COMMIT_TTL,
         timeout: Duration::from_secs(1),
         connections: 2,
     };
@@ -157,13 +160,19 @@ async fn a_completion_after_the_lease_ran_out_stores_nothing(store: Arc<dyn Flig
 }
 
 async fn values_expire_after_their_ttl(store: Arc<dyn FlightStore>) {
-    let Begin::Lead(lease) = begin(&*store, key("e"), LONG).await else { panic!("leads") };
-    store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+    let run = Key::new("demo", Handler::Run, "e");
+    for key in [key("e"), run.clone()] {
+        let Begin::Lead(lease) = begin(&*store, key, LONG).await else { panic!("leads") };
+        store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+    }
     let stored = Instant::now();
-    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Hit(_)));
+    assert!(matches!(begin(&*store, run.clone(), LONG).await, Begin::Hit(_)));
     // Time itself is under test here: the value must outlive no TTL.
     tokio::time::sleep_until(stored + TTL + Duration::from_millis(50)).await;
-    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Lead(_)), "expired: the next caller leads");
+    assert!(matches!(begin(&*store, run, LONG).await, Begin::Lead(_)), "expired: the next caller leads");
+    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Hit(_)), "a /commit answer has a TTL of its own");
+    tokio::time::sleep_until(stored + COMMIT_TTL + Duration::from_millis(50)).await;
+    assert!(matches!(begin(&*store, key("e"), LONG).await, Begin::Lead(_)), "and expires by it");
 }
 
 async fn a_caller_that_may_not_lead_leaves_nothing_behind(store: Arc<dyn FlightStore>) {
@@ -233,5 +242,5 @@ async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     let value: Vec<u8> = server.query(redis::cmd("GET").arg(&keys[0]));
     assert_eq!(value, b"vanswer", "then the value");
     let ttl: i64 = server.query(redis::cmd("PTTL").arg(&keys[0]));
-    assert!(ttl > 0 && ttl <= TTL.as_millis() as i64, "the value expires by the TTL: {ttl} ms");
+    assert!(ttl > TTL.as_millis() as i64 && ttl <= COMMIT_TTL.as_millis() as i64, "a /commit TTL: {ttl} ms");
 }

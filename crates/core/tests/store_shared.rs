@@ -33,6 +33,7 @@ fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry)
         url: StoreUrl::parse(url).unwrap(),
         prefix: "shared".into(),
         ttl: Duration::from_secs(60),
+        commit_ttl: Duration::from_secs(60),
         timeout: TIMEOUT,
         connections: 2,
     };

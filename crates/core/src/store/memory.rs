@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: the single-flight store in this process's memory, a
 //! sharded map of slots shared with a completion-order FIFO per pool.
 //!
-//! Values expire after one TTL. Values of `/run` and `/continue` are bounded
+//! Values expire after their pool's TTL. Values of `/run` and `/continue` are bounded
 //! by entries and bytes and the oldest are evicted past a bound; values of
 //! `/commit` and `/apply` ([`is_reserved`](super::is_reserved)) have bounds of
 //! their own that no other traffic can use up: each is kept for the whole TTL,
@@ -45,8 +45,10 @@ pub struct Limits {
     pub commit_max_entries: usize,
     /// Bytes of `/commit` and `/apply` values kept at most; past it new leads are refused.
     pub commit_max_bytes: usize,
-    /// How long a value is kept.
+    /// How long a `/run` or `/continue` value is kept.
     pub ttl: Duration,
+    /// How long a `/commit` or `/apply` value is kept.
+    pub commit_ttl: Duration,
 }
 
 impl Default for Limits {
@@ -57,6 +59,7 @@ impl Default for Limits {
             commit_max_entries: 100_000,
             commit_max_bytes: 32 << 20,
             ttl: Duration::from_secs(300),
+            commit_ttl: Duration::from_secs(300),
         }
     }
 }
@@ -71,6 +74,7 @@ pub struct MemoryStore {
     /// `/commit` and `/apply` values.
     reserved: Pool,
     ttl: Duration,
+    commit_ttl: Duration,
     /// Where evictions are counted (the callers count hits, waits and the rest).
     evictions: Evictions,
     /// Set when the reserve refused a lead: the next purge then looks for
@@ -139,6 +143,7 @@ impl MemoryStore {
             evicting: Pool::new(limits.max_entries, limits.max_bytes, WhenFull::Evict),
             reserved: Pool::new(limits.commit_max_entries, limits.commit_max_bytes, WhenFull::Refuse),
             ttl: limits.ttl,
+            commit_ttl: limits.commit_ttl,
             evictions,
             refused_lately: AtomicBool::new(false),
         }
@@ -155,7 +160,7 @@ impl MemoryStore {
 
     /// Stores the value of a lease that is still running and was not ended.
     fn store_value(&self, key: Key, slot: Arc<Slot>, value: Bytes, now: Instant) {
-        let expires = now + self.ttl;
+        let expires = now + if is_reserved(key.handler) { self.commit_ttl } else { self.ttl };
         let cost = key.cost(&value);
         let _ = slot.expires.set(expires);
         let pool = self.pool(&key);

@@ -79,8 +79,10 @@ pub struct RedisOptions {
     pub url: StoreUrl,
     /// Put before every key.
     pub prefix: String,
-    /// How long a value is kept.
+    /// How long a `/run` or `/continue` value is kept.
     pub ttl: Duration,
+    /// How long a `/commit` or `/apply` value is kept.
+    pub commit_ttl: Duration,
     /// The longest a command may take.
     pub timeout: Duration,
     /// Connections in the pool.
@@ -96,6 +98,7 @@ pub struct RedisStore {
     next: AtomicUsize,
     prefix: String,
     ttl_ms: u64,
+    commit_ttl_ms: u64,
     timeout: Duration,
     connections: usize,
     /// This replica's part of every claim token.
@@ -139,6 +142,7 @@ impl RedisStore {
             next: AtomicUsize::new(0),
             prefix: options.prefix,
             ttl_ms: millis(options.ttl),
+            commit_ttl_ms: millis(options.commit_ttl),
             timeout: options.timeout,
             connections: options.connections.max(1),
             owner: format!("{seed:016x}"),
@@ -231,7 +235,8 @@ impl RedisStore {
             let mut held = Vec::with_capacity(1 + value.len());
             held.push(VALUE);
             held.extend_from_slice(value);
-            invocation.arg(held).arg(self.ttl_ms);
+            let ttl = if is_reserved(lease.key.handler) { self.commit_ttl_ms } else { self.ttl_ms };
+            invocation.arg(held).arg(ttl.max(1));
         }
         let mut connection = self.connection()?;
         let _ended: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;

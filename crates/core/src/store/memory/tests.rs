@@ -23,7 +23,7 @@ fn limits(max_entries: usize, max_bytes: usize, ttl_ms: u64) -> Limits {
 
 /// Bounds of `/commit` and `/apply` values; the others as by default.
 fn reserve(commit_max_entries: usize, commit_max_bytes: usize, ttl_ms: u64) -> Limits {
-    Limits { commit_max_entries, commit_max_bytes, ttl: Duration::from_millis(ttl_ms), ..Limits::default() }
+    Limits { commit_max_entries, commit_max_bytes, commit_ttl: Duration::from_millis(ttl_ms), ..Limits::default() }
 }
 
 fn value(text: &'static str) -> Bytes {
