@@ -102,7 +102,7 @@ fn help_shows_every_default_from_the_defaults_themselves() {
     assert!(help.contains("[default: 127.0.0.1:8080] [env: MEGAMIND_ADDR]"), "{help}");
     assert!(help.contains("--cache-ttl-secs"), "{help}");
     let ttl = Config::default().cache.ttl_secs;
-    assert!(help.contains(&format!("seconds an answer is replayed [default: {ttl}]")), "{help}");
+    assert!(help.contains(&format!("`/continue` answer is replayed [default: {ttl}]")), "{help}");
 }
 
 #[test]
