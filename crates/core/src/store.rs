@@ -19,6 +19,17 @@
 //!   replica replays and a side effect runs once.
 //! - [`SharedStore`]: the Redis store with the memory one behind it for
 //!   when Redis is out of reach; what `[store] url` selects.
+//!
+//! A work whose progress others follow (a model call streamed to readers on
+//! any replica) needs, beside its single flight, an append-only journal of
+//! its events readable from any offset. It belongs beside this trait as a
+//! second one over the same keys, so that one lease, one TTL and one
+//! eviction govern both: `append(key, event)` by the lease's holder,
+//! `read(key, after, deadline)` blocking until an event comes or the
+//! deadline does, ended with the entry. In memory, a list per entry and a
+//! `Notify`; in Redis, a stream beside the entry's key in its hash-tagged
+//! slot (`XADD … MAXLEN ~`, `XREAD BLOCK`, the entry's `PEXPIRE`), so that one
+//! script may end the claim and close the journal together.
 
 use std::{any::Any, fmt, sync::Arc, time::Duration};
 
