@@ -29,7 +29,8 @@ const WRITER_ARGS: &[&str] = &["a b", "-a NOTES.md", "if=a of=b", "f"];
 const SUBSTITUTIONS: &[&str] =
     &["$(id)", "`id`", "<(id)", ">(id)", "\"$(id)\"", "\"a`id`b\"", "--x=$(id)", "${x:-$(id)}", "a$(id)"];
 const READERS: &[&str] = &["echo", "ls", "cat", "git log", "git commit -m", "grep x"];
-const REDIRECTIONS: &[&str] = &["> f", ">> ~/.bashrc", "2> f", "&> f", ">| f", "1>f", ">f", "<> f", ">& f", "&>>f"];
+const REDIRECTIONS: &[&str] =
+    &["> f", ">> ~/.bashrc", "2> f", "&> f", ">| f", "1>f", ">f", "<> f", ">& f", "&>>f", "< /dev/tcp/x/80"];
 const WRITING_OPTIONS: &[&str] =
     &["git log --output=f", "git archive -o f HEAD", "sort -o f x", "git diff --output f", "git show --out=f"];
 /// Around the danger: how a model might hide it.

@@ -15,7 +15,8 @@
 //! - [`capability`]: what always asks, whatever `allowed-tools` says
 //!   (running code, writing files, configuration that runs commands later,
 //!   the network, permissions, processes), in words for the user;
-//!   [`programs`]: the programs that do so by their name alone.
+//!   [`programs`]: the programs that do so by their name alone; [`files`]:
+//!   files whose change runs commands later.
 //! - [`allowed`]: the skill's `allowed-tools` entries.
 //!
 //! The deny and ask rules ([`CommandRulesConfig`]) are regular expressions,
@@ -32,6 +33,7 @@ use regex::{Regex, RegexBuilder};
 
 mod allowed;
 mod capability;
+mod files;
 mod git;
 mod lexer;
 mod programs;

@@ -5,6 +5,7 @@
 //! that completes «Команда «…» …», for the question the user hears.
 
 use crate::skills::rules::{
+    files::{quoted, sensitive, writes_to},
     git,
     programs::{self, Kind, listed},
     read_only::{self, OptionWord, option},
@@ -14,21 +15,12 @@ use crate::skills::rules::{
 /// Options that make a program run another command.
 const RUNNING_OPTIONS: &str = "--exec --to-command --checkpoint-action --use-compress-program --compress-program --rsh \
     --info-script --new-volume-script --upload-pack --receive-pack --config-env --eval --pre --pager \
-    --command --editor --shell -exec -execdir -ok -okdir";
+    --command --editor --shell --hostname-bin -exec -execdir -ok -okdir";
 /// Options that name a file the program writes.
 const WRITING_OPTIONS: &str = "--output --outfile --out-file --log-file";
 /// Variables a command may set for itself: none of them makes a program
 /// run another.
 const HARMLESS_VARIABLES: &str = "LANG LANGUAGE TZ NO_COLOR COLUMNS LINES";
-/// Files that run commands, or let someone in, later: shell start-up
-/// files, editors', git's, direnv's.
-const START_UP_FILES: &str = ".bashrc .bash_profile .bash_login .bash_logout .profile .zshrc .zshenv .zprofile .zlogin .zlogout \
-    .kshrc .cshrc .tcshrc .login .inputrc .gitconfig .vimrc .exrc .envrc .npmrc config.fish crontab";
-/// Parts of a path that hold such files.
-const START_UP_FOLDERS: &str = ".git/hooks .git/config autostart /etc/profile /etc/cron LaunchAgents systemd/user";
-/// The longest path or name quoted in a phrase: the card shows it whole.
-const MAX_QUOTED_BYTES: usize = 40;
-
 /// What `line` may do that always asks, each said once, in order.
 pub(super) fn of_line(line: &Line) -> Vec<String> {
     let mut found = Vec::new();
@@ -46,6 +38,12 @@ pub(super) fn of_line(line: &Line) -> Vec<String> {
 
 fn of_simple(simple: &Simple, found: &mut Vec<String>) {
     for redirect in &simple.redirects {
+        // Bash opens a connection for these names, reading or writing.
+        let target = redirect.target.as_ref().map_or("", |t| t.text.as_str());
+        if target.starts_with("/dev/tcp/") || target.starts_with("/dev/udp/") {
+            found.push("обратится к сети через перенаправление в /dev/tcp".to_owned());
+            continue;
+        }
         match redirect.written() {
             None => {}
             Some("") => found.push("перенаправляет вывод, не называя файла".to_owned()),
@@ -191,42 +189,6 @@ fn options(args: &[Word], found: &mut Vec<String>) {
     }
 }
 
-/// The phrase of writing `file`: a start-up file said as such.
-fn writes_to(file: &str) -> String {
-    if access_file(file) {
-        format!("изменит файл {}, от которого зависит доступ к компьютеру", quoted(file))
-    } else if start_up_file(file) {
-        format!("изменит файл {}, команды из которого потом запускаются сами", quoted(file))
-    } else if file.is_empty() {
-        "запишет в файл".to_owned()
-    } else {
-        format!("запишет в файл {}", quoted(file))
-    }
-}
-
-/// A file whose change matters later: a start-up file or one of access.
-fn sensitive(path: &str) -> bool {
-    start_up_file(path) || access_file(path)
-}
-
-fn access_file(path: &str) -> bool {
-    path.contains(".ssh/") || path.ends_with(".ssh")
-}
-
-fn start_up_file(path: &str) -> bool {
-    listed(START_UP_FILES, shell::base_name(path))
-        || START_UP_FOLDERS.split_whitespace().any(|folder| path.contains(folder))
-}
-
-/// `text` cut for the voice: the card shows the command whole.
-fn quoted(text: &str) -> String {
-    if text.len() <= MAX_QUOTED_BYTES {
-        text.to_owned()
-    } else {
-        format!("{}…", megamind_core::text::clip(text, MAX_QUOTED_BYTES))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +228,7 @@ mod tests {
             ("{curl,x}", "запустит программу, имя которой станет известно только при запуске"),
             ("c^url x", "запустит программу, имя которой станет известно только при запуске"),
             ("npm install left-pad", "скачает и установит программы через npm"),
+            ("cat < /dev/tcp/10.0.0.1/80", "обратится к сети через перенаправление в /dev/tcp"),
         ];
         for (command, expected) in cases {
             assert!(phrases(command).iter().any(|p| p == expected), "{command}: {:?}", phrases(command));

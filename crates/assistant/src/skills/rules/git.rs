@@ -6,6 +6,7 @@
 //! programs, and the network.
 
 use crate::skills::rules::{
+    files::{quoted, writes_to},
     programs::listed,
     read_only::{OptionWord, option},
     shell::Word,
@@ -138,6 +139,7 @@ pub(super) fn capabilities(args: &[Word]) -> Vec<String> {
     let Some((sub, rest)) = args.get(i..).and_then(<[Word]>::split_first) else { return found };
     let name = sub.text.as_str();
     let has = |wanted: &dyn Fn(&str) -> bool| rest.iter().any(|w| wanted(&w.text));
+    let operands: Vec<&str> = rest.iter().map(|w| w.text.as_str()).filter(|w| !w.starts_with('-')).collect();
     if !sub.is_plain() || !listed(OWN, name) {
         found.push(format!(
             "выполнит «git {name}»: такой команды в git нет, а псевдоним или посторонняя программа может сделать что угодно"
@@ -164,7 +166,28 @@ pub(super) fn capabilities(args: &[Word]) -> Vec<String> {
         "clone" | "fetch" | "ls-remote" | "fetch-pack" if has(&|w| w == "-u") => {
             found.push("запустит другую программу на удалённой стороне через опцию -u".to_owned())
         }
+        "apply" if has(&|w| w == "--unsafe-paths") => found.push("может записать файлы вне репозитория".to_owned()),
+        "merge-file" if !has(&|w| w == "-p" || w == "--stdout") => {
+            found.extend(operands.first().map(|file| writes_to(file)))
+        }
+        "bundle" | "worktree" if operands.first().is_some_and(|w| *w == "create" || *w == "add") => {
+            found.extend(operands.get(1).map(|file| writes_to(file)))
+        }
         _ => {}
+    }
+    // Options that write a file or a folder of git's own anywhere.
+    for word in rest {
+        let value = |prefix: &str| word.text.strip_prefix(prefix);
+        if let Some(folder) = value("--prefix=").filter(|_| name == "checkout-index") {
+            found.push(format!("запишет файлы репозитория в папку {}", quoted(folder)));
+        } else if let Some(file) = value("--export-marks=") {
+            found.push(writes_to(file));
+        } else if let Some(folder) = value("--template=").or_else(|| value("--template")) {
+            found.push(format!(
+                "возьмёт хуки нового репозитория, которые потом запускаются сами, из папки {}",
+                quoted(folder)
+            ));
+        }
     }
     if listed(NETWORK, name) {
         found.push(format!("обратится к сети через git {name}"));
@@ -259,6 +282,13 @@ mod tests {
             "grep -Ovim x",
             "difftool",
             "clone -u x host:repo",
+            "bundle create ~/.bashrc HEAD",
+            "worktree add ~/.config/autostart",
+            "checkout-index -a --prefix=/home/user/",
+            "merge-file ~/.bashrc base other",
+            "apply --unsafe-paths x.patch",
+            "fast-export --export-marks=/tmp/x",
+            "init --template=/tmp/evil",
         ] {
             assert!(some(args), "{args}");
         }
@@ -271,6 +301,8 @@ mod tests {
             "remote -v",
             "-C ../repo log",
             "reset --soft HEAD~1",
+            "merge-file -p a base b",
+            "bundle list-heads x.bundle",
         ] {
             assert!(!some(args), "{args}: {:?}", capabilities(&words(args)));
         }

@@ -63,7 +63,7 @@ const LIST: [Spec; 23] = [
         operands: Operands::Formats,
         ..plain("date")
     },
-    Spec { forbidden: "--pre", globs: false, ..plain("rg") },
+    Spec { forbidden: "--pre --hostname-bin", globs: false, ..plain("rg") },
     Spec { forbidden: "-o --output --compress-program", valued: "kStT", globs: false, ..plain("sort") },
     Spec { valued: "fsw", globs: false, operands: Operands::AtMost(1), ..plain("uniq") },
 ];
