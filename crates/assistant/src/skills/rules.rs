@@ -11,7 +11,7 @@
 //! - [`shell`]: the line read as a shell reads it: simple commands, words,
 //!   redirections, substitutions; [`lexer`] its tokens.
 //! - [`read_only`]: the read-only list; [`git`]: git's reading commands and
-//!   what its others may do.
+//!   what its others may do; [`options`]: how an option matches a list.
 //! - [`capability`]: what always asks, whatever `allowed-tools` says
 //!   (running code, writing files, configuration that runs commands later,
 //!   the network, permissions, processes), in words for the user;
@@ -36,6 +36,7 @@ mod capability;
 mod files;
 mod git;
 mod lexer;
+mod options;
 mod programs;
 mod read_only;
 mod shell;

@@ -7,8 +7,9 @@
 use crate::skills::rules::{
     files::{quoted, sensitive, writes_to},
     git,
+    options::{self, OptionWord, option},
     programs::{self, Kind, listed},
-    read_only::{self, OptionWord, option},
+    read_only,
     shell::{self, Line, Simple, Word},
 };
 
@@ -174,7 +175,7 @@ fn options(args: &[Word], found: &mut Vec<String>) {
             found.push(format!("запустит другую команду через опцию {name}"));
         } else if WRITING_OPTIONS
             .split_whitespace()
-            .any(|f| read_only::long_matches(text.split('=').next().unwrap_or(text), f))
+            .any(|f| options::long_matches(text.split('=').next().unwrap_or(text), f))
         {
             match text.split_once('=') {
                 Some((_, file)) => found.push(writes_to(file)),

@@ -7,8 +7,8 @@
 
 use crate::skills::rules::{
     files::{quoted, writes_to},
+    options::{OptionWord, option},
     programs::listed,
-    read_only::{OptionWord, option},
     shell::Word,
 };
 

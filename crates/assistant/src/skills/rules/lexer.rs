@@ -1,9 +1,43 @@
 //! The shell's tokens of a command line: words with their quoting noted,
 //! operators and redirection operators, and what the line holds beyond
-//! its words (substitutions, what cannot be read), for [`super::shell`] to
+//! its words (substitutions, what cannot be read), for `shell` to
 //! assemble into simple commands.
 
-use crate::skills::rules::shell::{Line, Word};
+/// A word of a simple command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Word {
+    /// What the shell passes on, quotes and escapes removed; variables stay
+    /// as written (`$HOME`).
+    pub(super) text: String,
+    /// It expands a variable outside single quotes: the shell decides its text.
+    pub(super) expands: bool,
+    /// An unquoted `*`, `?` or `[`: the shell may put file names in its place.
+    pub(super) glob: bool,
+    /// It starts with an unquoted glob, so a file name it becomes may read as an option.
+    pub(super) leading_glob: bool,
+    /// Unquoted `{a,b}` or `{1..3}`: the shell makes several words of it.
+    pub(super) braces: bool,
+    /// Part of it was quoted or escaped.
+    pub(super) quoted: bool,
+}
+
+impl Word {
+    /// A plain word: what it says is what runs.
+    pub(super) fn is_plain(&self) -> bool {
+        !(self.expands || self.glob || self.braces)
+    }
+}
+
+/// What a line holds beyond its tokens.
+#[derive(Debug, Default)]
+pub(super) struct Notes {
+    /// The forms of substitution found: `$(…)`, `` `…` ``, `<(…)`, `>(…)`.
+    pub(super) substitutions: Vec<&'static str>,
+    /// What could not be followed, in words for the user.
+    pub(super) unreadable: Vec<&'static str>,
+    /// The text inside substitutions in double quotes.
+    pub(super) quoted_inner: Vec<String>,
+}
 
 /// One token of a command line.
 pub(super) enum Token {
@@ -12,18 +46,17 @@ pub(super) enum Token {
     Redirect(&'static str),
 }
 
-/// The tokens of `line`, and the [`Line`] with what was noted on the way
-/// (no commands yet).
-pub(super) fn read(line: &str) -> (Vec<Token>, Line) {
+/// The tokens of `line`, and what was noted on the way.
+pub(super) fn read(line: &str) -> (Vec<Token>, Notes) {
     let mut lexer = Lexer {
         chars: line.chars().peekable(),
         tokens: Vec::new(),
         word: None,
         unquoted: String::new(),
-        line: Line::default(),
+        notes: Notes::default(),
     };
     lexer.run();
-    (lexer.tokens, lexer.line)
+    (lexer.tokens, lexer.notes)
 }
 
 struct Lexer<'a> {
@@ -32,7 +65,7 @@ struct Lexer<'a> {
     word: Option<Word>,
     /// The unquoted characters of the word so far: where brace expansion lives.
     unquoted: String,
-    line: Line,
+    notes: Notes,
 }
 
 impl Lexer<'_> {
@@ -50,11 +83,11 @@ impl Lexer<'_> {
                 '"' => self.double_quoted(),
                 '$' => self.dollar(),
                 '`' => {
-                    self.line.substitutions.push("`…`");
+                    self.notes.substitutions.push("`…`");
                     self.op("`");
                 }
                 '<' | '>' if self.chars.peek() == Some(&'(') => {
-                    self.line.substitutions.push(if c == '<' { "<(…)" } else { ">(…)" });
+                    self.notes.substitutions.push(if c == '<' { "<(…)" } else { ">(…)" });
                 }
                 '<' | '>' => self.redirect(c),
                 '&' if self.chars.next_if_eq(&'&').is_some() => self.op("&&"),
@@ -116,7 +149,7 @@ impl Lexer<'_> {
             match self.chars.next() {
                 Some('\'') => return,
                 Some(c) => self.word().text.push(c),
-                None => return self.line.unreadable.push("содержит незакрытую кавычку"),
+                None => return self.notes.unreadable.push("содержит незакрытую кавычку"),
             }
         }
     }
@@ -133,20 +166,20 @@ impl Lexer<'_> {
                     None => self.word().text.push('\\'),
                 },
                 Some('`') => {
-                    self.line.substitutions.push("`…`");
+                    self.notes.substitutions.push("`…`");
                     let inner = self.until('`');
                     self.word().text.push_str(&format!("`{inner}`"));
-                    self.line.quoted_inner.push(inner);
+                    self.notes.quoted_inner.push(inner);
                 }
                 Some('$') if self.chars.next_if_eq(&'(').is_some() => {
-                    self.line.substitutions.push("$(…)");
+                    self.notes.substitutions.push("$(…)");
                     let inner = self.until(')');
                     self.word().text.push_str(&format!("$({inner})"));
-                    self.line.quoted_inner.push(inner);
+                    self.notes.quoted_inner.push(inner);
                 }
                 Some('$') => self.variable(),
                 Some(c) => self.word().text.push(c),
-                None => return self.line.unreadable.push("содержит незакрытую кавычку"),
+                None => return self.notes.unreadable.push("содержит незакрытую кавычку"),
             }
         }
     }
@@ -170,7 +203,7 @@ impl Lexer<'_> {
             }
             inner.push(c);
         }
-        self.line.unreadable.push("содержит незакрытую подстановку");
+        self.notes.unreadable.push("содержит незакрытую подстановку");
         inner
     }
 
@@ -179,12 +212,12 @@ impl Lexer<'_> {
         match self.chars.peek() {
             Some('(') => {
                 // The parenthesis splits: its inside is checked as commands.
-                self.line.substitutions.push("$(…)");
+                self.notes.substitutions.push("$(…)");
                 self.word().text.push('$');
             }
             Some('\'') => {
                 self.chars.next();
-                self.line.unreadable.push("содержит строку $'…', которую нельзя проверить заранее");
+                self.notes.unreadable.push("содержит строку $'…', которую нельзя проверить заранее");
                 self.word().quoted = true;
                 loop {
                     match self.chars.next() {
@@ -213,17 +246,17 @@ impl Lexer<'_> {
                 let plain = inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                     || (inner.chars().count() == 1 && inner.chars().all(|c| "@*#?$!-".contains(c)));
                 if !plain || inner.is_empty() {
-                    self.line.unreadable.push("содержит подстановку ${…}, которую нельзя проверить заранее");
+                    self.notes.unreadable.push("содержит подстановку ${…}, которую нельзя проверить заранее");
                 }
                 if inner.contains("$(") || inner.contains('`') {
-                    self.line.substitutions.push("$(…)");
+                    self.notes.substitutions.push("$(…)");
                 }
                 let word = self.word();
                 word.expands = true;
                 word.text.push_str(&format!("${{{inner}}}"));
             }
             Some('[') => {
-                self.line.unreadable.push("содержит вычисление $[…], которое нельзя проверить заранее");
+                self.notes.unreadable.push("содержит вычисление $[…], которое нельзя проверить заранее");
                 self.word().text.push('$');
             }
             Some(c) if c.is_ascii_alphanumeric() || "_@*#?$!-".contains(c) => {

@@ -13,32 +13,8 @@
 //! into commands of their own; the inside of a quoted one is kept apart
 //! for the deny rules.
 
+pub(super) use crate::skills::rules::lexer::Word;
 use crate::skills::rules::lexer::{self, Token};
-
-/// A word of a simple command.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Word {
-    /// What the shell passes on, quotes and escapes removed; variables stay
-    /// as written (`$HOME`).
-    pub(super) text: String,
-    /// It expands a variable outside single quotes: the shell decides its text.
-    pub(super) expands: bool,
-    /// An unquoted `*`, `?` or `[`: the shell may put file names in its place.
-    pub(super) glob: bool,
-    /// It starts with an unquoted glob, so a file name it becomes may read as an option.
-    pub(super) leading_glob: bool,
-    /// Unquoted `{a,b}` or `{1..3}`: the shell makes several words of it.
-    pub(super) braces: bool,
-    /// Part of it was quoted or escaped.
-    pub(super) quoted: bool,
-}
-
-impl Word {
-    /// A plain word: what it says is what runs.
-    pub(super) fn is_plain(&self) -> bool {
-        !(self.expands || self.glob || self.braces)
-    }
-}
 
 /// A redirection (`>`, `>>`, `2>`, `&>`, `<`, `<<<`, …) and its target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +75,13 @@ pub(super) struct Line {
 
 /// Splits `line` into its simple commands.
 pub(super) fn split(line: &str) -> Line {
-    let (tokens, mut line) = lexer::read(line);
+    let (tokens, notes) = lexer::read(line);
+    let mut line = Line {
+        substitutions: notes.substitutions,
+        unreadable: notes.unreadable,
+        quoted_inner: notes.quoted_inner,
+        ..Line::default()
+    };
     line.commands.push(Simple::default());
     let mut tokens = tokens.into_iter().peekable();
     while let Some(token) = tokens.next() {
