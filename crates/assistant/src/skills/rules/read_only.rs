@@ -22,7 +22,7 @@ enum Operands {
 }
 
 #[derive(Debug)]
-struct Spec {
+struct Entry {
     name: &'static str,
     /// Options that write, run or change something (`--output -o -exec`).
     forbidden: &'static str,
@@ -35,11 +35,11 @@ struct Spec {
     operands: Operands,
 }
 
-const fn plain(name: &'static str) -> Spec {
-    Spec { name, forbidden: "", valued: "", attached: "", globs: true, operands: Operands::Any }
+const fn plain(name: &'static str) -> Entry {
+    Entry { name, forbidden: "", valued: "", attached: "", globs: true, operands: Operands::Any }
 }
 
-const LIST: [Spec; 23] = [
+const LIST: [Entry; 23] = [
     plain("ls"),
     plain("pwd"),
     plain("cat"),
@@ -58,8 +58,8 @@ const LIST: [Spec; 23] = [
     plain("grep"),
     plain("egrep"),
     plain("fgrep"),
-    Spec { forbidden: "-v", ..plain("printf") },
-    Spec {
+    Entry { forbidden: "-v", ..plain("printf") },
+    Entry {
         forbidden: "-s --set",
         valued: "dfr",
         attached: "I",
@@ -67,13 +67,13 @@ const LIST: [Spec; 23] = [
         operands: Operands::Formats,
         ..plain("date")
     },
-    Spec { forbidden: "--pre --hostname-bin", globs: false, ..plain("rg") },
-    Spec { forbidden: "-o --output --compress-program", valued: "kStT", globs: false, ..plain("sort") },
-    Spec { valued: "fsw", globs: false, operands: Operands::AtMost(1), ..plain("uniq") },
+    Entry { forbidden: "--pre --hostname-bin", globs: false, ..plain("rg") },
+    Entry { forbidden: "-o --output --compress-program", valued: "kStT", globs: false, ..plain("sort") },
+    Entry { valued: "fsw", globs: false, operands: Operands::AtMost(1), ..plain("uniq") },
 ];
 
 /// `find` is read-only without its actions that run, delete or write.
-const FIND: Spec = Spec {
+const FIND: Entry = Entry {
     forbidden: "-exec -execdir -ok -okdir -delete -fprint -fprint0 -fprintf -fls",
     globs: false,
     ..plain("find")
@@ -89,11 +89,11 @@ pub(super) fn allows(words: &[Word]) -> bool {
     if program.text == "git" {
         return git::read_only(args);
     }
-    let spec = if program.text == "find" { Some(&FIND) } else { LIST.iter().find(|s| s.name == program.text) };
-    spec.is_some_and(|spec| spec.allows(args))
+    let entry = if program.text == "find" { Some(&FIND) } else { LIST.iter().find(|s| s.name == program.text) };
+    entry.is_some_and(|entry| entry.allows(args))
 }
 
-impl Spec {
+impl Entry {
     fn allows(&self, args: &[Word]) -> bool {
         let mut operands = 0;
         let mut options_end = false;
