@@ -4,6 +4,7 @@ mod helpers;
 mod mock_llm;
 mod scenarios;
 mod skills;
+mod skills_consent;
 mod stream_lane;
 
 mod assistant;

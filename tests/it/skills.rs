@@ -297,16 +297,15 @@ async fn the_command_policy_holds_whatever_the_model_says() {
     assert!(turn.speech().contains("остановлен"), "{:?}", turn.speeches());
     assert_eq!(session(&turn), None, "nothing more is asked");
 
-    // Outside the skill's allowed tools (git only): refused the same way.
+    // Reading runs in any skill, outside its allowed tools (git only) too.
     mock.push(Reply::content("[CMD] ls -la"));
-    mock.push(Reply::content("[DONE] Ок."));
-    ask(&mut client, "запусти навык git-quick-commit").await;
-    assert!(messages(&mock, 3)[3].1.starts_with("Command output:\nCommand refused by policy: "));
+    let turn = ask(&mut client, "запусти навык git-quick-commit").await;
+    assert_eq!(run_command(&turn).command, "ls -la");
 
-    // Destructive: asked first; "да" sends it, "нет" skips it.
+    // Destructive, though git is allowed: asked first; "да" sends it, "нет" skips it.
     mock.push(Reply::content("[CMD] git reset --hard"));
     let turn = ask(&mut client, "запусти навык git-quick-commit").await;
-    assert!(turn.speech().contains("Выполнить?"), "{}", turn.speech());
+    assert!(turn.speech().contains("отбросит несохранённые изменения. Выполнить?"), "{}", turn.speech());
     assert!(turn.body().layout.as_ref().unwrap().should_listen);
     let turn = ask(&mut client, "что это значит").await;
     assert!(turn.speech().contains("«да» или «нет»"), "asked again: {}", turn.speech());
@@ -322,7 +321,7 @@ async fn the_command_policy_holds_whatever_the_model_says() {
     assert_eq!(messages(&mock, calls).last().unwrap().1, "User skipped the command.\n\n[Step 2 of 100]");
     assert_eq!(turn.speech(), "Пропущено.");
     let metrics = metrics_text(&server.metrics);
-    assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"deny\"} 5"), "{metrics}");
+    assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"deny\"} 4"), "{metrics}");
     assert!(metrics.contains("megamind_assistant_skill_commands_total{verdict=\"ask\"} 2"), "{metrics}");
 }
 

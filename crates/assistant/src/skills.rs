@@ -10,8 +10,9 @@
 //! - [`markers`]: the model's answer as a [`markers::Step`] (docs/skills.md#markers).
 //! - [`output`]: a command's output cleaned and capped for the model
 //!   (docs/skills.md#command-output).
-//! - [`rules`]: the command rules, deny > ask > allow for every command,
-//!   whatever the model says.
+//! - [`rules`]: the command rules, whatever the model says: deny rules,
+//!   then a read-only list and the skill's `allowed-tools` for what runs by
+//!   itself; everything else asks.
 //! - [`dialog`]: the skills dialog policy, around the chat; [`config`] its
 //!   section of `[assistant]`.
 //! - [`prompt`]: the format's system prompt and user messages, byte for byte

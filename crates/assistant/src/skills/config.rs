@@ -42,8 +42,9 @@ pub struct SkillsConfig {
     /// `grammar` a step leaves out): e.g. a `grammar` that keeps a small
     /// local model to the step markers.
     pub extra_body: serde_json::Map<String, serde_json::Value>,
-    /// The command rules: regexes with an optional ` # reason`, deny
-    /// before ask; a list left out keeps its default.
+    /// The command rules: regexes with an optional ` # reason`, `deny`
+    /// (never run) and `ask` (asks even when `allowed-tools` covers it); a
+    /// list left out keeps its default.
     #[schemars(skip)]
     pub policy: rules::CommandRulesConfig,
 }

@@ -9,8 +9,9 @@
 //! - `[CMD]` → a `RunCommandDirective` whose `Callback`
 //!   (`skill_command_result`) the client sends back with the command's
 //!   `output`, `exit_code` and `skipped`; the command policy is applied
-//!   first (a denied command is reported to the model as its output, a
-//!   destructive one waits for the user's "да");
+//!   first (a denied command is reported to the model as its output; one
+//!   that may do more than read waits for the user's "да", unless the
+//!   skill's `allowed-tools` lets it run: [`confirm`] words the question);
 //! - `[ASK]` / `[ASK:optional]` → the question, the microphone open; the
 //!   next words are the answer (a skip phrase or silence for an optional one);
 //! - `[MESSAGE]` → spoken, and the next step's call starts at once, fetched
@@ -22,6 +23,7 @@
 //! Inputs that do not fit the session (a result while waiting for the user,
 //! a stale step, another session's callback) are answered and never move it.
 
+mod confirm;
 mod live;
 mod phrases;
 mod session;
@@ -65,8 +67,6 @@ use crate::{
 pub(crate) const COMMAND_RESULT: &str = "skill_command_result";
 /// Spoken when declining a command result no session waits for.
 pub(crate) const STALE_RESULT: &str = "Этот результат команды уже не ждут.";
-/// Longest command spoken aloud; a longer one is only shown.
-const MAX_SPOKEN_COMMAND_CHARS: usize = 80;
 /// The longest system context: it goes into every step's prompt.
 const MAX_CONTEXT_BYTES: usize = 64 * 1024;
 /// Names offered for an unknown skill.
@@ -193,16 +193,20 @@ impl SkillPolicy {
                 }
                 Some(false) => call(session, prompt::command_skipped(step)),
                 None => {
-                    let text =
-                        format!("Выполнить команду «{}»? Скажите «да» или «нет».", spoken_command(&session.command));
-                    self.say(text, true, state, "skill_confirm")
+                    let question = self.question(&session.skill, &session.command);
+                    let body = reply::said(
+                        &question.card,
+                        &question.speech,
+                        Vec::new(),
+                        true,
+                        state,
+                        "assistant.skill_confirm",
+                    );
+                    TurnPlan::Answer { body: Box::new(body), kind: "skill_confirm" }
                 }
             },
             ESkillWait::SkillWaitCommand => {
-                let text = format!(
-                    "Жду результата команды «{}». Скажите «отмена», чтобы остановить навык.",
-                    spoken_command(&session.command)
-                );
+                let text = crate::skills::dialog::confirm::waiting(&session.command);
                 self.say(text, false, state, "skill_waiting")
             }
             // The model is on the step (a held call), or its call failed:
@@ -244,14 +248,22 @@ impl SkillPolicy {
             return reply::spoken(NO_WORDS, false, state, "assistant.skill");
         };
         let directive = command_directive(&command, session);
-        let speech = if command.chars().count() <= MAX_SPOKEN_COMMAND_CHARS {
-            format!("Выполняю: {command}")
-        } else {
-            "Выполняю команду.".to_owned()
-        };
+        let speech = crate::skills::dialog::confirm::running(&command);
         session.command = command.clone();
         crate::skills::dialog::session::set_wait(session, ESkillWait::SkillWaitCommand);
         reply::said(&command, &speech, vec![directive], false, state, &format!("assistant.{intent}"))
+    }
+
+    /// The question before `command` of `skill` runs, asked again: the
+    /// policy says again what it would do.
+    fn question(&self, skill: &str, command: &str) -> crate::skills::dialog::confirm::Question {
+        let catalog = self.catalog();
+        let tools = catalog.get(skill).and_then(|skill| skill.allowed_tools.as_deref());
+        let reason = match self.rules.check(command, tools) {
+            Verdict::Ask(reason) => reason,
+            Verdict::Allow | Verdict::Deny(_) => "ждёт вашего подтверждения".to_owned(),
+        };
+        crate::skills::dialog::confirm::question(command, &reason)
     }
 
     /// An answer of our own, without the model.
@@ -329,17 +341,18 @@ impl SkillPolicy {
             }
             Verdict::Ask(reason) => {
                 self.metrics.skill_commands.with_label_values(&["ask"]).inc();
-                let text =
-                    format!("Команда «{}» {reason}. Выполнить? Скажите «да» или «нет».", spoken_command(&command));
+                let question = crate::skills::dialog::confirm::question(&command, &reason);
                 if let Some(session) = state.skill.as_mut() {
                     session.command = command;
                     crate::skills::dialog::session::set_wait(session, ESkillWait::SkillWaitConfirm);
                 }
-                Interpretation::Answer(Box::new(reply::spoken(&text, true, &state, "assistant.skill_confirm")))
+                let body =
+                    reply::said(&question.card, &question.speech, Vec::new(), true, &state, "assistant.skill_confirm");
+                Interpretation::Answer(Box::new(body))
             }
             Verdict::Deny(reason) => {
                 self.metrics.skill_commands.with_label_values(&["deny"]).inc();
-                let text = format!("Команду «{}» я не выполню: {reason}.", spoken_command(&command));
+                let text = crate::skills::dialog::confirm::refusal(&command, &reason);
                 let refusals = refusals.saturating_add(1);
                 if refusals >= MAX_REFUSALS {
                     let name = state.skill.take().map(|s| s.skill).unwrap_or_default();
@@ -572,14 +585,6 @@ fn call(session: &mut TSkillSession, utterance: String) -> TurnPlan {
     crate::skills::dialog::session::set_wait(session, ESkillWait::SkillWaitIdle);
     session.next = utterance.clone();
     TurnPlan::CallModel { utterance }
-}
-
-fn spoken_command(command: &str) -> String {
-    if command.chars().count() <= MAX_SPOKEN_COMMAND_CHARS {
-        command.to_owned()
-    } else {
-        format!("{}…", clip(command, MAX_SPOKEN_COMMAND_CHARS))
-    }
 }
 
 fn marker_label(step: &Step) -> &'static str {

@@ -1,59 +1,62 @@
-//! The command rules, enforced whatever the model says: deny > ask > allow
-//! (docs/skills.md).
+//! The command rules, enforced whatever the model says (docs/skills.md#the-command-policy):
+//! a command is denied by the deny rules, else runs by itself when every
+//! simple command in it only reads or is one the skill allows, else asks.
 //!
-//! Entry point: [`CommandRules::check`]. Invariant: never panics; a command is
-//! allowed only when no deny rule, no `allowed-tools` restriction and no ask
-//! rule applies to any part of it.
+//! Entry point: [`CommandRules::check`]. Invariant: never panics; a command
+//! is allowed only when no deny or ask rule matches it, nothing in it always
+//! asks, and each of its simple commands is on the read-only list or
+//! covered by the skill's `allowed-tools`.
 //!
-//! How a command is read (`policy/shell.rs`): split into simple commands at
-//! `&&`, `||`, `|`, `;`, `&`, newlines, parentheses and backticks outside
-//! quotes, each split into words with `shell-words`, each stripped of
-//! wrappers (`sudo`, `env`, `VAR=1`, `nohup`, `xargs`, `/bin/` …). A shell
-//! told to run a string (`sh -c "…"`, `eval …`) has that string checked
-//! too, three levels deep at most.
+//! # Layout
+//! - [`shell`]: the line read as a shell reads it: simple commands, words,
+//!   redirections, substitutions; [`lexer`] its tokens.
+//! - [`read_only`]: the read-only list; [`git`]: git's reading commands and
+//!   what its others may do; [`options`]: how an option matches a list.
+//! - [`capability`]: what always asks, whatever `allowed-tools` says
+//!   (running code, writing files, configuration that runs commands later,
+//!   the network, permissions, processes), in words for the user;
+//!   [`programs`]: the programs that do so by their name alone; [`files`]:
+//!   files whose change runs commands later.
+//! - [`allowed`]: the skill's `allowed-tools` entries.
 //!
-//! Rules ([`CommandRulesConfig`]) are regular expressions, matched
-//! case-insensitively against three texts: each simple command's words
-//! (after wrappers) joined by single spaces, the whole chain written the
-//! same way (`curl x | sh`), and the raw line with its whitespace
-//! collapsed. Anchoring is the rule's choice: `^rm` means "the command is
-//! `rm`". An entry may end with ` # reason`: the reason the user and the
-//! model are given.
-//!
-//! Decisions:
-//! - Case-insensitive: `RM -RF /` is denied (a case-insensitive file system
-//!   may run it, and SQL ignores case).
-//! - `echo "rm -rf /"` is allowed: the words are an argument of `echo`,
-//!   which only prints them. Piping anything into a shell is denied, so
-//!   `echo "rm -rf /" | sh` is denied.
-//! - The raw line is matched too, quotes and all, so a rule may fire on
-//!   quoted text: `psql -c 'DROP TABLE t'` asks (as meant), and so does
-//!   `echo 'DROP TABLE t'` (harmless, but asking costs one confirmation).
-//! - A substitution inside double quotes (`"$(…)"`, `` "`…`" ``) or an
-//!   unclosed quote cannot be checked: asked, or denied under `allowed-tools`.
-//! - `allowed-tools` absent: no restriction. Present: every simple command
-//!   must match one `Bash(…)` entry — `Bash(git:*)` or `Bash(git *)`: its
-//!   words start with `git`; `Bash(git commit:*)`: with `git commit`;
-//!   `Bash(npm test)`: exactly those words; `Bash` or `Bash(*)`: anything.
-//!   Other tools (`Read`, …) allow no command. Wrappers count here
-//!   (`sudo git` is not `git`), and so do output redirections to a file
-//!   (`git log > ~/.bashrc` is denied; `/dev/null` and `>&2` are fine).
+//! The deny and ask rules ([`CommandRulesConfig`]) are regular expressions,
+//! matched case-insensitively against three texts: each simple command's
+//! words (after wrappers such as `sudo`) joined by single spaces, the whole
+//! chain written the same way (`curl x | sh`), and the raw line with its
+//! whitespace collapsed. Anchoring is the rule's choice: `^rm` means "the
+//! command is `rm`". An entry may end with ` # reason`: what the command
+//! would do, in the users' language (it completes «Команда «…» …»). A
+//! shell told to run a string (`sh -c "…"`, `eval …`, a substitution) has
+//! that string checked by the deny rules too, three levels deep at most.
 
 use regex::{Regex, RegexBuilder};
 
+mod allowed;
+mod capability;
+mod files;
+mod git;
+mod lexer;
+mod options;
+mod programs;
+mod read_only;
 mod shell;
+
+use crate::skills::rules::allowed::Allowed;
 
 /// The longest command checked; a longer one is denied.
 pub const MAX_COMMAND_BYTES: usize = 4096;
 /// How deep `sh -c` and `eval` strings are followed.
 const MAX_DEPTH: usize = 3;
+/// The most reasons a question gives: each is said aloud.
+const MAX_REASONS: usize = 3;
 
 /// What to do with a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Run it.
     Allow,
-    /// Ask the user to confirm first; the reason says why.
+    /// Ask the user to confirm first; the reason says what the command
+    /// would do, completing «Команда «…» …».
     Ask(String),
     /// Never run it; the reason goes to the user and the model.
     Deny(String),
@@ -66,44 +69,39 @@ pub enum Verdict {
 pub struct CommandRulesConfig {
     /// Commands never run.
     pub deny: Vec<String>,
-    /// Commands run only after the user confirms.
+    /// Commands that ask even when the skill's `allowed-tools` covers them.
     pub ask: Vec<String>,
 }
 
 const DEFAULT_DENY: &[&str] = &[
-    r"^rm( \S+)* (/|/\*|~|~/|~/\*|\$home|\$home/|\$home/\*)( |$) # deletes the root or home folder",
-    r"^rm( \S+)* --no-preserve-root # deletes the root folder",
-    r"^(mkfs(\.\w+)?|mke2fs|mkswap|wipefs)( |$) # formats a disk",
-    r"^format [a-z]: # formats a disk",
-    r"^dd( \S+)* of=/dev/ # writes over a device",
-    r">>? ?/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk)\w* # writes over a disk device",
-    r"\(\)\s*\{[^}]*\|[^}]*& # a fork bomb",
-    r"^(shutdown|reboot|halt|poweroff)( |$) # shuts the machine down",
-    r"^(init|telinit) [06]( |$) # shuts the machine down",
-    r"^systemctl (poweroff|reboot|halt|kexec)( |$) # shuts the machine down",
-    r"(^|\| )(curl|wget)( \S+)* \| (\S+/)?(ba|z|da|k|a)?sh( |$) # runs a downloaded script",
-    r"\|&? (\S+/)?(ba|z|da|k|a|fi)?sh( |$) # pipes text into a shell",
-    r"^(chmod|chown)( \S+)* -\S*r\S*( \S+)* /( |$) # changes the whole file system",
+    r"^rm( \S+)* (/|/\*|~|~/|~/\*|\$home|\$home/|\$home/\*)( |$) # удалит корневую или домашнюю папку",
+    r"^rm( \S+)* --no-preserve-root # удалит корневую папку",
+    r"^(mkfs(\.\w+)?|mke2fs|mkswap|wipefs)( |$) # отформатирует диск",
+    r"^format [a-z]: # отформатирует диск",
+    r"^dd( \S+)* of=/dev/ # перезапишет устройство",
+    r">>? ?/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk)\w* # перезапишет диск",
+    r"\(\)\s*\{[^}]*\|[^}]*& # запустит форк-бомбу, и компьютер зависнет",
+    r"^(shutdown|reboot|halt|poweroff)( |$) # выключит или перезагрузит компьютер",
+    r"^(init|telinit) [06]( |$) # выключит или перезагрузит компьютер",
+    r"^systemctl (poweroff|reboot|halt|kexec)( |$) # выключит или перезагрузит компьютер",
+    r"(^|\| )(curl|wget)( \S+)* \| (\S+/)?(ba|z|da|k|a)?sh( |$) # запустит скрипт, скачанный из сети",
+    r"\|&? (\S+/)?(ba|z|da|k|a|fi)?sh( |$) # передаст текст оболочке на выполнение",
+    r"^(chmod|chown)( \S+)* -\S*r\S*( \S+)* /( |$) # изменит права на всю файловую систему",
 ];
 
 const DEFAULT_ASK: &[&str] = &[
-    r"^(rm|rmdir|unlink|shred|truncate)( |$) # deletes files",
-    r"^(del|erase|rd|remove-item)( |$) # deletes files",
-    r"^find( \S+)* -delete( |$) # deletes files",
-    r"^find( \S+)* -exec(dir)? (\S+/)?(rm|shred|unlink)( |$) # deletes files",
-    r"^git( \S+)* push( \S+)* (-\S*f\S*|--force\S*|\+\S+)( |$) # rewrites the remote's history",
-    r"^git( \S+)* reset( \S+)* --hard( |$) # discards local changes",
-    r"^git( \S+)* clean( \S+)* (-\S*f\S*|--force)( |$) # deletes untracked files",
-    r"^git( \S+)* branch( \S+)* (-d|-\S*D\S*|--delete)( |$) # deletes a branch",
-    r"^git( \S+)* (checkout|restore)( \S+)* (--|\.)( |$) # discards local changes",
-    r"^git( \S+)* stash (drop|clear)( |$) # deletes stashed changes",
-    r"^git( \S+)* (-c|--config-env|--exec-path|--upload-pack|--receive-pack)( |=|$) # sets git options that may run other commands",
-    r"\b(drop|truncate) (table|database|schema)\b # deletes database data",
-    r"\bdelete from\b # deletes database rows",
-    r"^docker (system prune|volume (rm|prune)|rm|rmi)( |$) # deletes containers or data",
-    r"^kubectl delete( |$) # deletes cluster resources",
-    r"^(kill|killall|pkill)( |$) # stops processes",
-    r"^(dd|mv)( |$) # may overwrite data",
+    r"^(rm|rmdir|unlink|shred|truncate)( |$) # удалит файлы",
+    r"^(del|erase|rd|remove-item)( |$) # удалит файлы",
+    r"^git( \S+)* push( \S+)* (-\S*f\S*|--force\S*|\+\S+)( |$) # перепишет историю удалённого репозитория",
+    r"^git( \S+)* reset( \S+)* --hard( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* clean( \S+)* (-\S*f\S*|--force)( |$) # удалит файлы, которых нет в git",
+    r"^git( \S+)* branch( \S+)* (-d|-\S*D\S*|--delete)( |$) # удалит ветку",
+    r"^git( \S+)* (checkout|restore)( \S+)* (--|\.)( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* stash (drop|clear)( |$) # удалит отложенные изменения",
+    r"\b(drop|truncate) (table|database|schema)\b # удалит данные из базы",
+    r"\bdelete from\b # удалит строки из базы",
+    r"^docker (system prune|volume (rm|prune)|rm|rmi)( |$) # удалит контейнеры или их данные",
+    r"^kubectl delete( |$) # удалит ресурсы кластера",
 ];
 
 impl Default for CommandRulesConfig {
@@ -147,7 +145,7 @@ impl Default for CommandRules {
 fn compile(rule: &str) -> Result<Rule, CommandRulesError> {
     let (pattern, reason) = match rule.rsplit_once(" # ") {
         Some((pattern, reason)) => (pattern.trim(), reason.trim().to_string()),
-        None => (rule.trim(), format!("matches the rule `{}`", rule.trim())),
+        None => (rule.trim(), format!("подпадает под правило `{}`", rule.trim())),
     };
     let pattern = RegexBuilder::new(pattern)
         .case_insensitive(true)
@@ -165,44 +163,60 @@ impl CommandRules {
     }
 
     /// The verdict on `command` for a skill whose `allowed-tools` are
-    /// `allowed_tools` (`None`: unrestricted).
+    /// `allowed_tools` (`None`: the field is absent).
     pub fn check(&self, command: &str, allowed_tools: Option<&[String]>) -> Verdict {
         let command = command.trim();
         if command.is_empty() {
-            return Verdict::Deny("the command is empty".into());
+            return Verdict::Deny("пуста".into());
         }
         if command.len() > MAX_COMMAND_BYTES {
-            return Verdict::Deny(format!("the command is longer than {MAX_COMMAND_BYTES} bytes"));
+            return Verdict::Deny(format!("длиннее {MAX_COMMAND_BYTES} байт"));
         }
         if let Some(reason) = self.first_match(&self.deny, command, 0) {
             return Verdict::Deny(reason);
         }
-        let chain = crate::skills::rules::shell::split(command);
-        if let Some(tools) = allowed_tools {
-            if let Some(reason) = outside_allowed(&chain, tools) {
-                return Verdict::Deny(reason);
+        let line = shell::split(command);
+        let mut reasons = capability::of_line(&line);
+        if let Some(reason) = self.first_match(&self.ask, command, 0) {
+            reasons.push(reason);
+        }
+        if reasons.is_empty() {
+            let allowed = Allowed::parse_all(allowed_tools.unwrap_or_default());
+            let unlisted = line
+                .commands
+                .iter()
+                .map(|simple| shell::without_assignments(shell::without_keywords(&simple.words)))
+                .filter(|words| !words.is_empty())
+                .find(|words| !read_only::allows(words) && !allowed.iter().any(|entry| entry.allows(words)));
+            if let Some(words) = unlisted {
+                reasons
+                    .push(format!("может что-то изменить: «{}» нет среди команд, которые только читают", named(words)));
             }
         }
-        if let Some(reason) = self.first_match(&self.ask, command, 0) {
-            return Verdict::Ask(reason);
-        }
-        if chain.opaque {
-            return Verdict::Ask("it holds a substitution or quote the policy cannot check".into());
-        }
-        Verdict::Allow
+        if reasons.is_empty() { Verdict::Allow } else { Verdict::Ask(join(reasons)) }
     }
 
     /// The reason of the first of `rules` matching `command` or a string a
     /// shell in it is told to run.
     fn first_match(&self, rules: &[Rule], command: &str, depth: usize) -> Option<String> {
-        let chain = crate::skills::rules::shell::split(command);
-        let commands: Vec<Vec<String>> =
-            chain.commands.iter().map(|words| crate::skills::rules::shell::effective(words)).collect();
+        let line = shell::split(command);
+        let commands: Vec<Vec<String>> = line
+            .commands
+            .iter()
+            .map(|simple| {
+                let mut words = shell::effective(&simple.words);
+                for redirect in &simple.redirects {
+                    words.push(redirect.op.to_owned());
+                    words.extend(redirect.target.as_ref().map(|target| target.text.clone()));
+                }
+                words
+            })
+            .collect();
         let mut texts: Vec<String> = commands.iter().map(|words| words.join(" ")).collect();
         let mut whole = String::new();
         for (i, text) in texts.iter().enumerate() {
             whole.push_str(text);
-            if let Some(op) = chain.ops.get(i) {
+            if let Some(op) = line.ops.get(i) {
                 whole.push(' ');
                 whole.push_str(op);
                 whole.push(' ');
@@ -214,9 +228,10 @@ impl CommandRules {
         if let Some(rule) = found {
             return Some(rule.reason.clone());
         }
-        for inner in commands.iter().filter_map(|words| crate::skills::rules::shell::inner_command(words)) {
+        let inner = commands.iter().filter_map(|words| shell::inner_command(words)).chain(line.quoted_inner);
+        for inner in inner {
             if depth + 1 >= MAX_DEPTH {
-                return Some("it nests shells too deeply to check".into());
+                return Some("вкладывает команды друг в друга слишком глубоко, чтобы их проверить".into());
             }
             if let Some(reason) = self.first_match(rules, &inner, depth + 1) {
                 return Some(reason);
@@ -226,76 +241,28 @@ impl CommandRules {
     }
 }
 
-/// Why `chain` falls outside `tools`, when it does.
-fn outside_allowed(chain: &crate::skills::rules::shell::Chain, tools: &[String]) -> Option<String> {
-    let patterns: Vec<Allowed> = tools.iter().filter_map(|tool| Allowed::parse(tool)).collect();
-    if patterns.iter().any(|p| matches!(p, Allowed::Any)) {
-        return None;
-    }
-    let listed = || tools.join(" ");
-    if chain.opaque {
-        return Some(format!("it holds a substitution the skill's allowed tools ({}) cannot cover", listed()));
-    }
-    for words in &chain.commands {
-        let words = crate::skills::rules::shell::without_keywords(words);
-        let Some(first) = words.first() else { continue };
-        if !patterns.iter().any(|p| p.allows(words)) {
-            return Some(format!("`{first}` is outside the skill's allowed tools ({})", listed()));
-        }
-        if let Some(target) = redirect_target(words) {
-            return Some(format!("it writes to `{target}`, outside the skill's allowed tools"));
-        }
-    }
-    None
-}
-
-/// One `Bash(…)` entry of `allowed-tools`.
-enum Allowed {
-    Any,
-    Prefix(Vec<String>),
-    Exact(Vec<String>),
-}
-
-impl Allowed {
-    fn parse(tool: &str) -> Option<Allowed> {
-        let tool = tool.trim();
-        if tool == "Bash" {
-            return Some(Allowed::Any);
-        }
-        let inner = tool.strip_prefix("Bash(")?.strip_suffix(')')?.trim();
-        if inner == "*" || inner.is_empty() {
-            return Some(Allowed::Any);
-        }
-        let words = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        match inner.strip_suffix(":*").or_else(|| inner.strip_suffix(" *")) {
-            Some(prefix) => Some(Allowed::Prefix(words(prefix))),
-            None => Some(Allowed::Exact(words(inner))),
-        }
-    }
-
-    fn allows(&self, words: &[String]) -> bool {
-        match self {
-            Allowed::Any => true,
-            Allowed::Prefix(prefix) => !prefix.is_empty() && words.starts_with(prefix),
-            Allowed::Exact(exact) => words == exact.as_slice(),
-        }
+/// How the question names a simple command: its program, and for git its
+/// subcommand.
+fn named(words: &[shell::Word]) -> String {
+    let program = words[0].text.clone();
+    match words.get(1) {
+        Some(sub) if program == "git" && !sub.text.starts_with('-') => format!("git {}", sub.text),
+        _ => program,
     }
 }
 
-/// The file an output redirection in `words` writes, other than
-/// `/dev/null` and another descriptor.
-fn redirect_target(words: &[String]) -> Option<String> {
-    let mut iter = words.iter();
-    while let Some(word) = iter.next() {
-        let rest = word.trim_start_matches(|c: char| c.is_ascii_digit() || c == '&');
-        let Some(target) = rest.strip_prefix('>') else { continue };
-        let target = target.trim_start_matches(['>', '|']);
-        let target = if target.is_empty() { iter.next().map(String::as_str).unwrap_or("") } else { target };
-        if target != "/dev/null" && !target.starts_with('&') {
-            return Some(target.to_string());
-        }
+/// "a", "a и b", "a, b и c": at most [`MAX_REASONS`], the rest said as more.
+fn join(mut reasons: Vec<String>) -> String {
+    let more = reasons.len() > MAX_REASONS;
+    reasons.truncate(MAX_REASONS);
+    if more {
+        reasons.push("сделает ещё кое-что".into());
     }
-    None
+    match reasons.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} и {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -72,13 +72,16 @@ fn the_shipped_skills_commands_pass_the_policy() {
     assert_eq!(allowed("git-quick-commit", "git status --porcelain"), Verdict::Allow);
     assert_eq!(allowed("git-quick-commit", "git add . && git commit -m \"fix: x\""), Verdict::Allow);
     assert_eq!(allowed("disk-usage", "du -sh ./* | sort -rh | head -n 5"), Verdict::Allow);
-    assert_eq!(
-        allowed("project-notes", "printf '%s %s %s\\n' '2026-11-24' 'work' 'buy milk' | tee -a NOTES.md"),
-        Verdict::Allow
-    );
     assert_eq!(allowed("project-notes", "tail -n 3 NOTES.md"), Verdict::Allow);
     assert_eq!(allowed("project-notes", "date +%F"), Verdict::Allow);
-    assert!(matches!(allowed("git-quick-commit", "ls"), Verdict::Deny(_)), "outside its allowed tools");
+    // Writing a file asks, whatever the skill allows.
+    assert_eq!(
+        allowed("project-notes", "printf '%s %s %s\\n' '2026-11-24' 'work' 'buy milk' | tee -a NOTES.md"),
+        Verdict::Ask("запишет в файл NOTES.md".into())
+    );
+    assert_eq!(allowed("git-quick-commit", "ls"), Verdict::Allow, "reading runs in any skill");
+    assert!(matches!(allowed("git-quick-commit", "git config alias.x '!sh'"), Verdict::Ask(_)));
+    assert!(matches!(allowed("disk-usage", "tar czf x ."), Verdict::Ask(_)), "outside its allowed tools");
 }
 
 /// The fuzz target's seeds: a session waiting for a command with its result,
