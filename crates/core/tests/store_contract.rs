@@ -29,7 +29,10 @@ const LONG: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(150);
 
 fn memory() -> Arc<dyn FlightStore> {
-    Arc::new(MemoryStore::new(Limits { ttl: TTL, commit_ttl: COMMIT_TTL, ..Limits::default() }, unregistered_evictions()))
+    Arc::new(MemoryStore::new(
+        Limits { ttl: TTL, commit_ttl: COMMIT_TTL, ..Limits::default() },
+        unregistered_evictions(),
+    ))
 }
 
 fn redis(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
