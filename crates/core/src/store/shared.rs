@@ -162,31 +162,30 @@ impl Inner {
         }
     }
 
-    /// Pings the store while it is down, and checks its memory policy once.
+    /// Pings the store at start and while it is down, and checks its memory
+    /// policy once it first answers.
     async fn watch(store: Weak<Inner>) {
-        let mut checked_policy = false;
+        let (mut first, mut policy_checked) = (true, false);
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(store) = store.upgrade() else { return };
-            if checked_policy && !store.is_down() {
+            if policy_checked && !store.is_down() {
                 continue;
             }
             match store.shared(Op::Ping, store.shared.ping(PING_TIMEOUT)).await {
                 Ok(()) => store.back(),
-                Err(error) => {
-                    // A first ping that fails marks the store down at once.
-                    if !checked_policy {
-                        store.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
-                        store.failed(&error);
-                    }
-                    checked_policy = true;
-                    continue;
+                // A first ping that fails marks the store down at once.
+                Err(error) if first => {
+                    store.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
+                    store.failed(&error);
                 }
+                Err(_) => {}
             }
-            if !checked_policy {
-                checked_policy = true;
+            first = false;
+            if !policy_checked && !store.is_down() {
+                policy_checked = true;
                 check_policy(&store.shared, &store.address).await;
             }
         }
