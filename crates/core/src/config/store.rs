@@ -34,7 +34,9 @@ impl Default for StoreConfig {
             prefix: "megamind".into(),
             // Tens of round trips to a Redis next door, a fifteenth of the 300 ms budget.
             timeout_ms: 20,
-            connections: 4,
+            // One multiplexed connection pipelines every call's commands: on
+            // two cores it served 3-8 % more calls than 2 or 4, at a lower p99.
+            connections: 1,
             commit_fallback: CommitFallback::Refuse,
         }
     }
