@@ -250,3 +250,44 @@ async fn a_first_call_its_client_gave_up_on_lets_a_retry_run_at_once() {
     assert_eq!(status, 200);
     assert_eq!(counting.runs.load(Ordering::SeqCst), 2, "the retry ran the scenario");
 }
+
+#[tokio::test]
+async fn a_repeat_waiting_for_a_call_its_client_gave_up_on_runs_in_its_place() {
+    let gate = Arc::new(Semaphore::new(0));
+    let counting = Arc::new(Counting::gated(gate.clone()));
+    let app = Arc::new(spawn_app(Config::default(), registry_of("counting", counting.clone())).await);
+    let entered = counting.entered.notified();
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("taken-over")).await }
+    });
+    entered.await;
+    let repeat = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary("/counting/run", run_request("taken-over")).await }
+    });
+    let waits = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_waits_total") };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while waits().await != Some(1.0) {
+        assert!(std::time::Instant::now() < deadline, "the repeat never waited");
+        tokio::task::yield_now().await;
+    }
+    first.abort();
+    // Once the server drops the first call, the waiting repeat runs the
+    // scenario itself, well inside its own budget.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(250);
+    while counting.runs.load(Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the repeat did not take over");
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(1);
+
+    let (status, body) = repeat.await.unwrap();
+    assert_eq!(status, 200);
+    let answer: TScenarioRunResponse = decode_answer(&body, Format::Binary);
+    assert!(
+        !matches!(answer.response, Some(t_scenario_run_response::Response::Error(_))),
+        "the waiting repeat ran the scenario instead of failing with the first call: {answer:?}"
+    );
+    assert_eq!(counting.runs.load(Ordering::SeqCst), 2);
+}
