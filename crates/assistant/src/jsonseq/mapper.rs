@@ -194,6 +194,12 @@ impl Mapper {
         coalesce(out, start);
     }
 
+    /// Whether the answer is read as ThinkingML: its tags set a thought
+    /// apart from the final.
+    pub fn reads_tags(&self) -> bool {
+        matches!(self.reader, Reader::ThinkingMl(_))
+    }
+
     /// Whether `final_end` has been sent.
     pub fn is_finished(&self) -> bool {
         self.sequence.is_ended()
