@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use megamind_assistant::jsonseq::{parse_transcript, validate};
 use megamind_core::proto::n_alice::n_scenarios::t_card;
 use serde_json::Value;
 
@@ -67,6 +68,19 @@ async fn answers(app: &TestApp, request_id: &str) -> Value {
     megamind_assistant::parts::fetch_all(&app.http, &url).await.expect("the answer")
 }
 
+/// The final and the phases' texts of the JSONSeq stream of `request_id`.
+async fn stream_texts(app: &TestApp, request_id: &str) -> (String, String) {
+    let url = app.url(&format!("/llm/stream/{request_id}"));
+    let transcript = app.http.get(url).send().await.unwrap().text().await.unwrap();
+    let (events, _) = parse_transcript(&transcript);
+    assert!(validate(&events).is_empty(), "{transcript}");
+    let text = |name: &str| -> String {
+        let data = events.iter().filter(|e| e.name == name).map(|e| serde_json::from_str::<Value>(&e.data).unwrap());
+        data.map(|data| data["text"].as_str().unwrap().to_owned()).collect()
+    };
+    (text("final_delta"), text("phase_delta"))
+}
+
 #[tokio::test]
 async fn a_thinking_model_is_heard_shown_and_served_as_its_final_words() {
     for form in forms() {
@@ -84,6 +98,13 @@ async fn a_thinking_model_is_heard_shown_and_served_as_its_final_words() {
             assert_eq!(whole["text"], WORDS, "{what}");
             let reasoning = whole["reasoning"].as_str().unwrap();
             assert!(reasoning.contains(THOUGHT) && !reasoning.contains(WORDS), "{what}: {reasoning:?}");
+
+            // The screen's stream reads it the same way, once the thought is known as one.
+            if form.text.starts_with('<') || !form.reasoning.is_empty() {
+                let (finals, phases) = stream_texts(&app, "req-1").await;
+                assert_eq!(finals, WORDS, "{what}");
+                assert_eq!(phases, THOUGHT, "{what}");
+            }
         }
     }
 }
