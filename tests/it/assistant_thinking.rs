@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use megamind_assistant::jsonseq::{parse_transcript, validate};
+use megamind_assistant::{
+    jsonseq::{parse_transcript, validate},
+    llm::config::Format,
+};
 use megamind_core::proto::n_alice::n_scenarios::t_card;
 use serde_json::Value;
 
@@ -143,4 +146,24 @@ async fn while_the_model_thinks_the_holds_say_fillers_never_the_thought() {
     }
     let said = speeches.join(" ");
     assert!(said.contains("Привет!") && said.contains("Чем могу помочь?"), "{speeches:?}");
+}
+
+#[tokio::test]
+async fn a_thought_the_chat_template_opened_is_never_said_when_the_format_says_so() {
+    let text = format!("{THOUGHT} Then I greet back. Briefly.\n</think>\n\n{WORDS}");
+    let pieces: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let mock = MockLlm::start(Reply::stream_reasoned(&[], &pieces, "stop", Duration::from_millis(60))).await;
+    let app = spawn_module(&mock, |config| config.llm.stream_format = Format::ThinkOpened).await;
+    let turn = ask(&mut client(&app, Transport::Http), "привет").await;
+    let speeches = turn.speeches();
+    assert!(speeches.len() > 1, "the model took longer than one call: {speeches:?}");
+    for speech in &speeches {
+        assert!(!speech.contains('<') && !speech.contains("user") && !speech.contains("greet"), "{speeches:?}");
+    }
+    assert!(speeches.join(" ").contains(WORDS), "{speeches:?}");
+    let (finals, phases) = stream_texts(&app, "req-1").await;
+    assert_eq!(finals, WORDS);
+    assert!(phases.starts_with(THOUGHT), "{phases}");
+    assert_eq!(answers(&app, "req-1").await["text"], WORDS);
 }

@@ -114,6 +114,8 @@ pub(crate) struct ChatPolicy {
     caps: Caps,
     max_speech_chars: usize,
     commands: IntCounterVec,
+    /// How the model's text is read: the `/llm` stream's format.
+    format: jsonseq::Format,
 }
 
 impl ChatPolicy {
@@ -141,7 +143,14 @@ impl ChatPolicy {
             caps,
             max_speech_chars: config.dialog.max_speech_chars,
             commands: metrics.commands.clone(),
+            format: config.llm.stream_format,
         })
+    }
+
+    /// The model's `text` read as the `/llm` stream reads it: its words
+    /// apart from its thought; `finished` when it is whole.
+    pub(crate) fn read(&self, text: &str, finished: bool) -> jsonseq::Reading {
+        jsonseq::read(self.format, text, finished)
     }
 }
 
@@ -163,7 +172,7 @@ impl DialogPolicy for ChatPolicy {
 
     fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String {
         // Only the words after a thought are said: never the thought itself.
-        let words = jsonseq::read(partial, false).answer;
+        let words = self.read(partial, false).answer;
         if !speech::is_prose(&words) {
             return String::new();
         }
@@ -179,7 +188,7 @@ impl DialogPolicy for ChatPolicy {
         state: &TAssistantState,
         spoken: &str,
     ) -> Interpretation {
-        let words = jsonseq::read(&completion.text, true).answer;
+        let words = self.read(&completion.text, true).answer;
         let mut answer = answer::parse(&words).for_session(&state.session_id);
         if completion.finish_reason.as_deref() == Some("length") {
             answer = answer.truncated(!speech::is_prose(&words));

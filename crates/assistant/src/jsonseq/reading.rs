@@ -22,12 +22,15 @@ pub struct Reading {
     pub thought: String,
 }
 
-/// Reads `text`, the answer so far; `finished` when it is whole. A
-/// thought cut before its end leaves the answer empty.
-pub fn read(text: &str, finished: bool) -> Reading {
-    let mut mapper = Mapper::new(Format::Auto);
+/// Reads `text`, the answer so far, as `format` (the stream's); `finished`
+/// when it is whole. A thought cut before its end leaves the answer empty.
+/// Read as `auto`, a whole answer that closes a thought it never opened is
+/// read as `think_opened`; one still streaming is known as such only once
+/// its `</think>` came.
+pub fn read(format: Format, text: &str, finished: bool) -> Reading {
+    let mut mapper = Mapper::new(format);
     let mut out = Vec::new();
-    if opens_inside_thought(text) {
+    if format == Format::Auto && opens_inside_thought(text) {
         mapper.text("<think>", &mut out);
     }
     mapper.text(text, &mut out);
@@ -71,10 +74,10 @@ mod tests {
     fn a_closed_think_is_thought_and_the_rest_is_the_answer() {
         let text = "<think>\nThe user greets me. I should answer briefly.\n</think>\n\nПривет! Чем могу помочь?";
         let expected = reading("Привет! Чем могу помочь?", "The user greets me. I should answer briefly.");
-        assert_eq!(read(text, true), expected);
+        assert_eq!(read(Format::Auto, text, true), expected);
         for split in 1..text.len() {
             let Some((head, _)) = text.split_at_checked(split) else { continue };
-            let partial = read(head, false);
+            let partial = read(Format::Auto, head, false);
             assert!(!partial.answer.contains("user") && !partial.answer.contains('<'), "{head:?}: {partial:?}");
         }
     }
@@ -82,31 +85,46 @@ mod tests {
     #[test]
     fn a_think_the_template_opened_ends_at_its_close() {
         let text = "The user greets me.\n</think>\n\nПривет!";
-        assert_eq!(read(text, true), reading("Привет!", "The user greets me."));
+        assert_eq!(read(Format::Auto, text, true), reading("Привет!", "The user greets me."));
     }
 
     #[test]
     fn thinkingml_gives_its_final() {
         let text =
             r#"<thinking><phase id="1"><title>План</title>Поздороваться.</phase></thinking><final>Привет!</final>"#;
-        assert_eq!(read(text, true), reading("Привет!", "Поздороваться."));
+        assert_eq!(read(Format::Auto, text, true), reading("Привет!", "Поздороваться."));
     }
 
     #[test]
     fn an_app_action_after_a_thought_stays_whole() {
         let action = r#"{"session_id":"s","command":"open_app","args":{"app_name":"Safari"},"text":"Открываю."}"#;
-        assert_eq!(read(&format!("<think>open it</think>\n{action}"), true), reading(action, "open it"));
-        assert_eq!(read(action, true), reading(action, ""));
+        assert_eq!(read(Format::Auto, &format!("<think>open it</think>\n{action}"), true), reading(action, "open it"));
+        assert_eq!(read(Format::Auto, action, true), reading(action, ""));
     }
 
     #[test]
     fn a_thought_cut_short_says_nothing() {
-        assert_eq!(read("<think>\nThe user greets me. I sho", true), reading("", "The user greets me. I sho"));
+        assert_eq!(
+            read(Format::Auto, "<think>\nThe user greets me. I sho", true),
+            reading("", "The user greets me. I sho")
+        );
+    }
+
+    #[test]
+    fn a_thought_the_template_opens_says_nothing_before_its_close() {
+        let text = "The user greets me.\n</think>\n\nПривет!";
+        for split in 0..text.len() {
+            let Some((head, _)) = text.split_at_checked(split) else { continue };
+            let answer = read(Format::ThinkOpened, head, false).answer;
+            assert!("Привет!".starts_with(&answer), "{head:?}: {answer:?}");
+        }
+        assert_eq!(read(Format::ThinkOpened, text, true), reading("Привет!", "The user greets me."));
+        assert_eq!(read(Format::ThinkOpened, "The user gree", true), reading("", "The user gree"));
     }
 
     #[test]
     fn plain_text_is_the_answer_as_written() {
-        assert_eq!(read("  Число 3 < 5, да.  ", true), reading("Число 3 < 5, да.", ""));
-        assert_eq!(read("<b>жирный</b> текст", true), reading("<b>жирный</b> текст", ""));
+        assert_eq!(read(Format::Auto, "  Число 3 < 5, да.  ", true), reading("Число 3 < 5, да.", ""));
+        assert_eq!(read(Format::Auto, "<b>жирный</b> текст", true), reading("<b>жирный</b> текст", ""));
     }
 }

@@ -250,7 +250,7 @@ impl Api {
             Ending::Failed(reason) => ("failed", Some(reason.clone())),
         };
         // The words apart from the thought, as the voice hears them.
-        let reading = jsonseq::read(&raw, ending == Ending::Completed);
+        let reading = jsonseq::read(config.llm.stream_format, &raw, ending == Ending::Completed);
         if !reading.thought.is_empty() {
             if !reasoning.is_empty() {
                 reasoning.push_str("\n\n");

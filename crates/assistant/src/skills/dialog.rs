@@ -277,7 +277,7 @@ impl SkillPolicy {
         let Some(mut session) = state.skill.clone() else { return Interpretation::Unusable };
         crate::skills::dialog::session::bound(&mut session, self.max_session_bytes);
         // A thinking model's thought is no step: only its words are read.
-        let words = crate::jsonseq::read(&completion.text, true).answer;
+        let words = self.chat.read(&completion.text, true).answer;
         if words.trim().is_empty() {
             return Interpretation::Unusable;
         }
