@@ -167,3 +167,30 @@ async fn a_thought_the_chat_template_opened_is_never_said_when_the_format_says_s
     assert!(phases.starts_with(THOUGHT), "{phases}");
     assert_eq!(answers(&app, "req-1").await["text"], WORDS);
 }
+
+#[tokio::test]
+async fn a_thought_past_the_thinking_budget_ends_with_the_apology() {
+    let long: Vec<String> = (1..=40).map(|i| format!("Thought {i}. ")).collect();
+    let mut pieces = vec!["<think>\n"];
+    pieces.extend(long.iter().map(String::as_str));
+    pieces.extend(["</think>\n", WORDS]);
+    let mock = MockLlm::start(Reply::stream_reasoned(&[], &pieces, "stop", Duration::from_millis(50))).await;
+    let app = spawn_module(&mock, |config| config.calls.max_thinking_ms = 300).await;
+    let turn = ask(&mut client(&app, Transport::Http), "привет").await;
+    for speech in turn.speeches() {
+        assert!(!speech.contains("Thought") && !speech.contains('<'), "{:?}", turn.speeches());
+    }
+    assert_eq!(turn.speech(), apology());
+    let whole = answers(&app, "req-1").await;
+    assert_eq!(whole["status"], "failed");
+    assert!(whole["error"].as_str().unwrap().contains("thinking"), "{whole}");
+
+    // Words before the budget: the answer, however long it then takes.
+    let quick =
+        Reply::stream_reasoned(&["Хм."], &["Привет! ", "Чем могу ", "помочь?"], "stop", Duration::from_millis(20));
+    let mock = MockLlm::start(quick).await;
+    let app = spawn_module(&mock, |config| config.calls.max_thinking_ms = 2000).await;
+    let turn = ask(&mut client(&app, Transport::Http), "привет").await;
+    let cards = &turn.body().layout.as_ref().unwrap().cards;
+    assert_eq!(cards[0].card, Some(t_card::Card::Text(WORDS.into())), "{:?}", turn.speeches());
+}
