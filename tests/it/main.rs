@@ -13,6 +13,7 @@ mod assistant_callbacks;
 mod assistant_events;
 mod assistant_grpc;
 mod assistant_harness;
+mod assistant_thinking;
 mod assistant_words;
 mod backend_kind;
 mod bad_input;

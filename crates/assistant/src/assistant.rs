@@ -23,11 +23,13 @@
 //!   spoken yet; the card holds the whole text. Hops are bounded by the
 //!   call's own timeout (then the apology) and by [`callback::max_hops`].
 //! - The call goes on, bounded by `call_timeout_ms` (30 s), and its answer is
-//!   kept `result_ttl_secs`. A client that does not follow callbacks still
-//!   works: a hold keeps the microphone open, and the user's repeat of the
-//!   same question (same words, case and punctuation aside) joins the call
-//!   too; a call that failed gives its apology once, and the next repeat
-//!   calls again. A different question starts a new call.
+//!   kept `result_ttl_secs`; a model still thinking `max_thinking_ms` into
+//!   the call, with no word of its answer, is stopped (`calls::thinking`).
+//!   A client that does not follow callbacks still works: a hold keeps the
+//!   microphone open, and the user's repeat of the same question (same
+//!   words, case and punctuation aside) joins the call too; a call that
+//!   failed gives its apology once, and the next repeat calls again. A
+//!   different question starts a new call.
 //! - `ContinueArguments` carry the words and the state, so a `/continue`
 //!   that lands on another instance (or after the answer expired) starts the
 //!   call itself instead of failing.
@@ -78,6 +80,7 @@ use crate::{
         AtCapacity, Calls, Handle,
         outcome::ModelOutcome,
         record::{CallRecord, Follower},
+        thinking,
     },
     config::AssistantConfig,
     dialog::{
@@ -261,14 +264,24 @@ impl Assistant {
             let sampling = self.policy.sampling(&state);
             let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
             let timeout = self.config.calls.call_timeout();
+            let (thinking, format) = (self.config.calls.max_thinking(), self.config.llm.stream_format);
             let (session_id, call_id) = (state.session_id, args.call_id.clone());
             self.activity.touch();
             async move {
                 let started = Instant::now();
                 let request = ModelRequest { messages, session_id, deadline: started + timeout, sampling };
-                let outcome = timeout_at(request.deadline, backend.complete(&request, &*record))
-                    .await
-                    .unwrap_or(Err(BackendError::Timeout("call")));
+                let call = timeout_at(request.deadline, backend.complete(&request, &*record));
+                let overrun = async {
+                    match thinking {
+                        Some(budget) => thinking::overrun(record.follow(), format, started + budget).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let outcome = tokio::select! {
+                    biased;
+                    outcome = call => outcome.unwrap_or(Err(BackendError::Timeout("call"))),
+                    () = overrun => Err(BackendError::Timeout("thinking")),
+                };
                 metrics.model_call(&*backend, &outcome, started.elapsed());
                 // Logged here, once, whether or not anyone still waits for it.
                 if let Err(error) = &outcome {

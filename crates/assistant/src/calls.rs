@@ -23,6 +23,7 @@
 pub mod config;
 pub(crate) mod outcome;
 pub mod record;
+pub(crate) mod thinking;
 
 use std::{
     collections::{HashMap, VecDeque},

@@ -10,14 +10,18 @@
 //!   the event's index and the rule;
 //! - [`mapper`] turns the model's answer (ThinkingML, plain text or JSON
 //!   Lines) and reasoning, streamed in pieces, into events that break no
-//!   rule (docs/jsonseq.md#mapping-the-models-output).
+//!   rule (docs/jsonseq.md#mapping-the-models-output);
+//! - [`reading`] reads a model's answer once for the voice and the
+//!   answers, through the mapper: its words apart from its thought.
 
 pub mod mapper;
+pub mod reading;
 pub mod transcript;
 pub mod validate;
 
 pub use crate::jsonseq::{
     mapper::{Format, Mapper, SeqEvent, clean_queries},
+    reading::{Reading, read},
     transcript::{Event, parse_transcript},
     validate::{Violation, validate},
 };

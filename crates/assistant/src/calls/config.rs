@@ -1,5 +1,5 @@
 //! `[assistant.calls]`: how many model calls run at once, how long one may
-//! take, and how long and how many finished answers are kept.
+//! take (and think), and how long and how many finished answers are kept.
 
 use std::time::Duration;
 
@@ -20,6 +20,9 @@ pub struct CallsConfig {
     pub max_retained: usize,
     /// Bytes of finished answers kept at most.
     pub max_retained_bytes: usize,
+    /// A model still thinking, without a word of its answer, this long (ms)
+    /// into its call is stopped and the apology said; 0: no budget.
+    pub max_thinking_ms: u64,
 }
 
 impl Default for CallsConfig {
@@ -30,6 +33,7 @@ impl Default for CallsConfig {
             result_ttl_secs: 120,
             max_retained: 10_000,
             max_retained_bytes: 64 << 20,
+            max_thinking_ms: 0,
         }
     }
 }
@@ -46,6 +50,11 @@ impl CallsConfig {
 
     pub(crate) fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
+    }
+
+    /// The thinking budget, if there is one.
+    pub(crate) fn max_thinking(&self) -> Option<Duration> {
+        (self.max_thinking_ms > 0).then(|| Duration::from_millis(self.max_thinking_ms))
     }
 
     pub(crate) fn result_ttl(&self) -> Duration {

@@ -23,7 +23,7 @@ use crate::{
 pub(crate) type ModelOutcome = Result<Completion, BackendError>;
 
 /// The timeouts a backend names; a stored name is read back as one of them.
-const TIMEOUTS: [&str; 3] = ["connect", "first_token", "call"];
+const TIMEOUTS: [&str; 4] = ["connect", "first_token", "call", "thinking"];
 
 /// `outcome` as the store keeps it.
 pub(crate) fn encode(outcome: &ModelOutcome) -> Bytes {
@@ -113,6 +113,7 @@ mod tests {
                 BackendError::Timeout("connect"),
                 BackendError::Timeout("first_token"),
                 BackendError::Timeout("call"),
+                BackendError::Timeout("thinking"),
                 BackendError::Status { status: 429, message: "slow down".into() },
                 BackendError::Status { status: 503, message: String::new() },
                 BackendError::BadResponse("not JSON".into()),

@@ -10,7 +10,8 @@
 //! [`ChatPolicy`] is the chat with app actions: the system prompt and the
 //! history ([`super::prompt`]), the app-action answer ([`super::answer`])
 //! spoken with its directive ([`super::reply`]), the turns kept in the state
-//! ([`super::state`]).
+//! ([`super::state`]). The answer is what [`crate::jsonseq::read`] leaves of
+//! the model's text: a thinking model's thought is never said.
 
 use std::{fmt, sync::Arc};
 
@@ -29,6 +30,7 @@ use crate::{
         turn::TurnInput,
     },
     error::AssistantError,
+    jsonseq,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
 };
@@ -112,6 +114,8 @@ pub(crate) struct ChatPolicy {
     caps: Caps,
     max_speech_chars: usize,
     commands: IntCounterVec,
+    /// How the model's text is read: the `/llm` stream's format.
+    format: jsonseq::Format,
 }
 
 impl ChatPolicy {
@@ -139,7 +143,14 @@ impl ChatPolicy {
             caps,
             max_speech_chars: config.dialog.max_speech_chars,
             commands: metrics.commands.clone(),
+            format: config.llm.stream_format,
         })
+    }
+
+    /// The model's `text` read as the `/llm` stream reads it: its words
+    /// apart from its thought; `finished` when it is whole.
+    pub(crate) fn read(&self, text: &str, finished: bool) -> jsonseq::Reading {
+        jsonseq::read(self.format, text, finished)
     }
 }
 
@@ -160,10 +171,12 @@ impl DialogPolicy for ChatPolicy {
     }
 
     fn ready_speech(&self, partial: &str, state: &TAssistantState) -> String {
-        if !speech::is_prose(partial) {
+        // Only the words after a thought are said: never the thought itself.
+        let words = self.read(partial, false).answer;
+        if !speech::is_prose(&words) {
             return String::new();
         }
-        let sentences = speech::complete_sentences(partial, false);
+        let sentences = speech::complete_sentences(&words, false);
         speech::for_voice(sentences, &state.session_id, self.max_speech_chars)
     }
 
@@ -175,9 +188,10 @@ impl DialogPolicy for ChatPolicy {
         state: &TAssistantState,
         spoken: &str,
     ) -> Interpretation {
-        let mut answer = answer::parse(&completion.text).for_session(&state.session_id);
+        let words = self.read(&completion.text, true).answer;
+        let mut answer = answer::parse(&words).for_session(&state.session_id);
         if completion.finish_reason.as_deref() == Some("length") {
-            answer = answer.truncated(!speech::is_prose(&completion.text));
+            answer = answer.truncated(!speech::is_prose(&words));
         }
         answer.text = speech::scrub(&answer.text, &state.session_id);
         match (&answer.command, answer.dropped) {

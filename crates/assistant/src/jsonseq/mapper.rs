@@ -4,7 +4,9 @@
 //! ([`Mapper::reasoning`]) in pieces split anywhere, and
 //! [`Mapper::finish`] ends the stream. The answer is read as ThinkingML
 //! (`thinkingml`), plain text (`text`) or JSON Lines (`jsonl`), or, by
-//! default, as its first visible character says (`<`, `{`, anything else).
+//! default, as its first visible character says (`<`, `{`, anything else);
+//! `think_opened` is ThinkingML begun inside a `<think>` the chat template
+//! opened.
 //!
 //! The invariant: whatever the pieces — garbage, cut, nested, unclosed or
 //! unknown tags, repeated or decreasing phase ids, missing titles, events
@@ -88,6 +90,11 @@ pub enum Format {
     Text,
     /// JSON Lines: one JSONSeq event per line.
     Jsonl,
+    /// ThinkingML that starts inside a thought the chat template opened
+    /// (`<think>` sent at the end of the prompt, as some reasoning models'
+    /// templates do): the text up to `</think>` is thinking.
+    #[serde(rename = "think_opened")]
+    ThinkOpened,
 }
 
 /// One event to send: its SSE `event:` name and its `data`, without the
@@ -126,6 +133,8 @@ impl SeqEvent {
 pub struct Mapper {
     sequence: Sequence,
     reader: Reader,
+    /// The thought the chat template opened is still to be read as opened.
+    opened: bool,
 }
 
 #[derive(Debug)]
@@ -141,7 +150,7 @@ impl Reader {
     fn of(format: Format) -> Reader {
         match format {
             Format::Auto => Reader::Undecided,
-            Format::ThinkingMl => Reader::ThinkingMl(Default::default()),
+            Format::ThinkingMl | Format::ThinkOpened => Reader::ThinkingMl(Default::default()),
             Format::Text => Reader::Text,
             Format::Jsonl => Reader::Jsonl(Default::default()),
         }
@@ -151,11 +160,15 @@ impl Reader {
 impl Mapper {
     /// A mapper reading the answer as `format`.
     pub fn new(format: Format) -> Mapper {
-        Mapper { sequence: Sequence::default(), reader: Reader::of(format) }
+        Mapper { sequence: Sequence::default(), reader: Reader::of(format), opened: format == Format::ThinkOpened }
     }
 
     /// Takes a piece of the answer's text, split anywhere.
     pub fn text(&mut self, chunk: &str, out: &mut Vec<SeqEvent>) {
+        if std::mem::take(&mut self.opened) {
+            // The `<think>` the template wrote, read before the model's first word.
+            self.text("<think>", out);
+        }
         if let Reader::Undecided = self.reader {
             // Blanks before the first visible character show nothing in any format.
             self.reader = match chunk.trim_start().chars().next() {
@@ -184,6 +197,9 @@ impl Mapper {
     /// The answer ended: sends what was held back, closes what is open and
     /// ends with `final_end`. Later calls send nothing.
     pub fn finish(&mut self, out: &mut Vec<SeqEvent>) {
+        if self.opened {
+            self.text("", out);
+        }
         let (sequence, start) = (&mut self.sequence, out.len());
         match &mut self.reader {
             Reader::Undecided | Reader::Text => {}
@@ -192,6 +208,12 @@ impl Mapper {
         }
         sequence.end(out);
         coalesce(out, start);
+    }
+
+    /// Whether the answer is read as ThinkingML: its tags set a thought
+    /// apart from the final.
+    pub fn reads_tags(&self) -> bool {
+        matches!(self.reader, Reader::ThinkingMl(_))
     }
 
     /// Whether `final_end` has been sent.

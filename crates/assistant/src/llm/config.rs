@@ -12,8 +12,8 @@ pub use crate::jsonseq::mapper::Format;
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// How the model's answer is read into JSONSeq events for screen
-    /// clients (`GET /llm/stream/{request_id}`): `auto`, `thinkingml`,
-    /// `text` or `jsonl`.
+    /// clients (`GET /llm/stream/{request_id}`), and its words for the voice:
+    /// `auto`, `thinkingml`, `think_opened`, `text` or `jsonl`.
     pub stream_format: Format,
     /// Seconds between heartbeats of a waiting JSONSeq stream.
     pub heartbeat_secs: u64,

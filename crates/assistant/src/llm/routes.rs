@@ -35,6 +35,7 @@ use crate::{
     },
     config::AssistantConfig,
     dialog::{answer, reply, speech},
+    jsonseq,
     llm::{
         schema,
         stream::{self, Sequencer, Subscription},
@@ -248,11 +249,19 @@ impl Api {
             Ending::Completed => ("completed", None),
             Ending::Failed(reason) => ("failed", Some(reason.clone())),
         };
+        // The words apart from the thought, as the voice hears them.
+        let reading = jsonseq::read(config.llm.stream_format, &raw, ending == Ending::Completed);
+        if !reading.thought.is_empty() {
+            if !reasoning.is_empty() {
+                reasoning.push_str("\n\n");
+            }
+            reasoning.push_str(&reading.thought);
+        }
         // What the answer says and does, once it is whole.
         let understood = (ending == Ending::Completed).then(|| {
-            let parsed = answer::parse(&raw);
+            let parsed = answer::parse(&reading.answer);
             let cut = truncated || finish_reason == Some("length");
-            if cut { parsed.truncated(!speech::is_prose(&raw)) } else { parsed }
+            if cut { parsed.truncated(!speech::is_prose(&reading.answer)) } else { parsed }
         });
         let command = understood.as_ref().and_then(|a| a.command.as_ref());
         let directive = command.map(|command| {
@@ -266,7 +275,7 @@ impl Api {
             "message_id": stream::message_id(id),
             "model": if config.is_offline() { "offline" } else { config.backend.model.as_str() },
             "status": status,
-            "text": understood.as_ref().map_or(raw.as_str(), |a| a.text.as_str()),
+            "text": understood.as_ref().map_or(reading.answer.as_str(), |a| a.text.as_str()),
             "raw_text": raw,
             "reasoning": reasoning,
             "truncated": truncated,

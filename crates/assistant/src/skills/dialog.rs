@@ -276,7 +276,9 @@ impl SkillPolicy {
     fn step(&self, call_id: &str, utterance: &str, completion: &Completion, state: &TAssistantState) -> Interpretation {
         let Some(mut session) = state.skill.clone() else { return Interpretation::Unusable };
         crate::skills::dialog::session::bound(&mut session, self.max_session_bytes);
-        if completion.text.trim().is_empty() {
+        // A thinking model's thought is no step: only its words are read.
+        let words = self.chat.read(&completion.text, true).answer;
+        if words.trim().is_empty() {
             return Interpretation::Unusable;
         }
         let catalog = self.catalog();
@@ -286,7 +288,7 @@ impl SkillPolicy {
             let text = format!("Навыка «{}» больше нет; он остановлен.", session.skill);
             return Interpretation::Answer(Box::new(reply::spoken(&text, false, &state, "assistant.skill_gone")));
         };
-        let step = markers::parse(&completion.text);
+        let step = markers::parse(&words);
         crate::skills::dialog::session::record(
             &mut session,
             utterance.to_owned(),

@@ -66,7 +66,7 @@ fn piece() -> impl Strategy<Value = String> {
 }
 
 fn format() -> impl Strategy<Value = Format> {
-    select(&[Format::Auto, Format::ThinkingMl, Format::Text, Format::Jsonl][..])
+    select(&[Format::Auto, Format::ThinkingMl, Format::Text, Format::Jsonl, Format::ThinkOpened][..])
 }
 
 /// `text` cut at each of `cuts` (taken modulo its length, moved to a character boundary).

@@ -186,3 +186,38 @@ fn a_confirmed_command_is_checked_again() {
     assert!(utterance.starts_with("Command output:\nCommand refused by policy: "), "{utterance}");
     assert!(utterance.ends_with("[Step 2 of 100]"), "{utterance}");
 }
+
+#[test]
+fn a_step_is_read_from_the_words_after_the_thought() {
+    let mut config = AssistantConfig::default();
+    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
+    config.skills.watch = false;
+    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    let mut session = session::start("disk-usage", "req-1");
+    session.step = 1;
+    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let step = |answer: &str| {
+        let completion = Completion { text: answer.to_owned(), ..Completion::default() };
+        policy.interpret("req-1", "Execute skill: disk-usage", &completion, &state, "")
+    };
+    // A thought may hold lines that look like markers: they are no step.
+    for answer in [
+        "<think>\nI could ask first:\n[ASK] Which folder?\nNo: run it.\n</think>\n\n[CMD] du -sh .",
+        "I could ask first:\n[ASK] Which folder?\n</think>\n[CMD] du -sh .",
+        "<thinking><phase id=\"1\">[ASK] Which folder?</phase></thinking><final>[CMD] du -sh .</final>",
+    ] {
+        let Interpretation::Answer(body) = step(answer) else { panic!("{answer:?}: a command") };
+        let layout = body.layout.as_ref().unwrap();
+        let Some(t_directive::Directive::RunCommandDirective(run)) = &layout.directives[0].directive else {
+            panic!("{answer:?}: {layout:?}")
+        };
+        assert_eq!(run.command, "du -sh .", "{answer:?}");
+    }
+    let Interpretation::AnswerThen(body, _) = step("<think>\n[DONE] Готово?\n</think>\n[MESSAGE] Смотрю диск.")
+    else {
+        panic!("a message")
+    };
+    assert_eq!(body.layout.as_ref().unwrap().output_speech, "Смотрю диск.");
+    assert_eq!(step("<think>\nLet me run du -sh on"), Interpretation::Unusable, "a thought alone is no step");
+}
