@@ -13,12 +13,11 @@ fuzz_target!(|data: &[u8]| {
     match StoreUrl::parse(text) {
         Ok(parsed) => {
             assert_eq!(parsed.as_str(), text);
-            if password.is_some_and(|p| !p.is_empty()) {
-                // Shown, the URL's password is the placeholder, whatever else it holds.
+            if let Some(password) = password.filter(|p| !p.is_empty()) {
+                // Shown, the URL has the placeholder where its password was.
                 for shown in [parsed.to_string(), format!("{parsed:?}")] {
-                    let shown = shown.trim_start_matches("StoreUrl(").trim_end_matches(')');
-                    let reparsed = url::Url::parse(shown).expect("a shown URL is a URL");
-                    assert_eq!(reparsed.password(), Some("%3Chidden%3E"), "{shown}");
+                    assert!(shown.contains(":<hidden>@"), "{shown}");
+                    assert!(!shown.contains(&format!(":{password}@")), "{shown}");
                 }
             }
         }
