@@ -275,6 +275,14 @@ pub fn run_binary(args: &[&str], input: &[u8]) -> std::process::Output {
     child.wait_with_output().expect("the binary ends")
 }
 
+/// The address the binary serves on, from the first `serving` line of its
+/// log `lines` (which go on after it).
+pub fn serving_addr_in(lines: impl Iterator<Item = String>) -> String {
+    let mut lines = lines;
+    let serving = lines.find(|l| l.contains("serving") && l.contains("addr=")).expect("a serving line");
+    serving_addr(&serving).expect("addr in the line")
+}
+
 /// The address in the binary's `serving` log line (`addr=HOST:PORT`).
 pub fn serving_addr(line: &str) -> Option<String> {
     line.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_owned)

@@ -19,7 +19,7 @@ use megamind_core::{
 use prost::Message;
 
 use crate::helpers::{
-    TestApp, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr, spawn_builtin, spawn_demo,
+    TestApp, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr_in, spawn_builtin, spawn_demo,
 };
 
 /// `levels` of `list_value{values{` inside the request's experiments: the
@@ -176,8 +176,7 @@ impl DebugServer {
                 }
             }
         });
-        let serving = lines.iter().find(|l| l.contains("serving") && l.contains("addr=")).expect("a serving line");
-        let addr = serving_addr(&serving).expect("addr in the line");
+        let addr = serving_addr_in(lines.iter());
         DebugServer { child, addr, lines }
     }
 

@@ -17,7 +17,7 @@ use megamind_core::{
 use tokio::{sync::Semaphore, task::JoinHandle};
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture_body, registry_of, serving_addr, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture_body, registry_of, serving_addr_in, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -120,8 +120,7 @@ fn the_binary_exits_0_on_sigterm() {
         .spawn()
         .expect("the binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
-    let addr = serving_addr(&serving).expect("addr in the line");
+    let addr = serving_addr_in(lines.by_ref().map_while(Result::ok));
 
     // One call, so that the output also holds its summary line.
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);

@@ -16,7 +16,7 @@ use megamind_core::{
 use prost::Message;
 
 use crate::{
-    helpers::{decode_answer, fixture, serving_addr},
+    helpers::{decode_answer, fixture, serving_addr_in},
     metrics::sample,
     redis_server::RedisServer,
 };
@@ -48,8 +48,7 @@ impl Replica {
             .spawn()
             .expect("the binary starts");
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving") && l.contains("addr="));
-        let addr = serving.as_deref().and_then(serving_addr).expect("a serving line");
+        let addr = serving_addr_in(lines.by_ref().map_while(Result::ok));
         let store_lines = Arc::new(Mutex::new(Vec::new()));
         let collected = store_lines.clone();
         std::thread::spawn(move || {

@@ -23,7 +23,7 @@ use tokio::{
 
 use crate::{
     assistant_harness::{client, run, spawn_module, spawn_module_in},
-    helpers::{TestApp, Transport, serving_addr, spawn_builtin},
+    helpers::{TestApp, Transport, serving_addr_in, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
 
@@ -130,8 +130,7 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
         .spawn()
         .expect("the binary starts");
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
-    let serving = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving")).expect("a serving line");
-    let addr = serving_addr(&serving).expect("addr in the line");
+    let addr = serving_addr_in(lines.by_ref().map_while(Result::ok));
     // Answered: the server is past building its lanes.
     let mut health = std::net::TcpStream::connect(addr).expect("listening");
     health.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").unwrap();

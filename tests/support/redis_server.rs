@@ -49,11 +49,6 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Its port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Kills it with SIGKILL: its data is gone, as after a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -204,6 +204,7 @@ impl Dispatcher {
         };
         let fail = |kind, message| failure(registered, handler, kind, message);
         let unavailable = |error: StoreError| fail("unavailable", format!("the idempotency cache failed: {error}"));
+        let abandoned = || fail("internal", "the first call with this RequestId failed without an answer".into());
         // Work past its budget may go on until the detach limit: its lease lasts as long.
         let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
         let key = Key::new(&registered.name, handler, request_id);
@@ -232,9 +233,7 @@ impl Dispatcher {
             return Err(match self.cache.wait(&waiter, deadline.at).await {
                 Ok(Waited::Done(body)) => (Reply::Answer(body), Outcome::Replay),
                 Ok(Waited::Abandoned) if !takeover && Instant::now() < deadline.at => continue,
-                Ok(Waited::Abandoned) => {
-                    fail("internal", "the first call with this RequestId failed without an answer".into())
-                }
+                Ok(Waited::Abandoned) => abandoned(),
                 Ok(Waited::TimedOut) => {
                     let limit = deadline.limit();
                     let message = format!("the first call with this RequestId did not answer within {limit}");
@@ -243,7 +242,7 @@ impl Dispatcher {
                 Err(error) => unavailable(error),
             });
         }
-        Err(fail("internal", "the first call with this RequestId failed without an answer".into()))
+        Err(abandoned())
     }
 
     /// Steps 4 and 5: runs the scenario and encodes its answer, within the

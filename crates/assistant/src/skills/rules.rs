@@ -172,12 +172,14 @@ impl CommandRules {
         if command.len() > MAX_COMMAND_BYTES {
             return Verdict::Deny(format!("длиннее {MAX_COMMAND_BYTES} байт"));
         }
-        if let Some(reason) = self.first_match(&self.deny, command, 0) {
+        // Read once: the deny rules, the capabilities and the ask rules all
+        // look at the same words.
+        let line = shell::split(command);
+        if let Some(reason) = self.first_match(&self.deny, command, &line, 0) {
             return Verdict::Deny(reason);
         }
-        let line = shell::split(command);
         let mut reasons = capability::of_line(&line);
-        if let Some(reason) = self.first_match(&self.ask, command, 0) {
+        if let Some(reason) = self.first_match(&self.ask, command, &line, 0) {
             reasons.push(reason);
         }
         if reasons.is_empty() {
@@ -196,10 +198,9 @@ impl CommandRules {
         if reasons.is_empty() { Verdict::Allow } else { Verdict::Ask(join(reasons)) }
     }
 
-    /// The reason of the first of `rules` matching `command` or a string a
-    /// shell in it is told to run.
-    fn first_match(&self, rules: &[Rule], command: &str, depth: usize) -> Option<String> {
-        let line = shell::split(command);
+    /// The reason of the first of `rules` matching `command` (read as
+    /// `line`) or a string a shell in it is told to run.
+    fn first_match(&self, rules: &[Rule], command: &str, line: &shell::Line, depth: usize) -> Option<String> {
         let commands: Vec<Vec<String>> = line
             .commands
             .iter()
@@ -228,12 +229,13 @@ impl CommandRules {
         if let Some(rule) = found {
             return Some(rule.reason.clone());
         }
-        let inner = commands.iter().filter_map(|words| shell::inner_command(words)).chain(line.quoted_inner);
+        let inner =
+            commands.iter().filter_map(|words| shell::inner_command(words)).chain(line.quoted_inner.iter().cloned());
         for inner in inner {
             if depth + 1 >= MAX_DEPTH {
                 return Some("вкладывает команды друг в друга слишком глубоко, чтобы их проверить".into());
             }
-            if let Some(reason) = self.first_match(rules, &inner, depth + 1) {
+            if let Some(reason) = self.first_match(rules, &inner, &shell::split(&inner), depth + 1) {
                 return Some(reason);
             }
         }

@@ -179,11 +179,7 @@ impl RedisStore {
         if let Some(deadline) = deadline {
             bound = bound.min(deadline.saturating_duration_since(Instant::now()));
         }
-        match tokio::time::timeout(bound, run).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(unavailable(&error)),
-            Err(_) => Err(StoreError::Timeout(bound)),
-        }
+        within(bound, run).await
     }
 
     fn key(&self, key: &Key) -> String {
@@ -246,11 +242,7 @@ impl RedisStore {
     /// Checks that Redis answers.
     pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
         let mut connection = self.connection()?;
-        match tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(unavailable(&error)),
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+        within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await.map(drop)
     }
 
     /// Redis's `maxmemory-policy`, where `CONFIG GET` is allowed.
@@ -258,14 +250,8 @@ impl RedisStore {
         let mut connection = self.connection()?;
         let mut command = redis::cmd("CONFIG");
         command.arg("GET").arg("maxmemory-policy");
-        match tokio::time::timeout(timeout, command.query_async(&mut connection)).await {
-            Ok(Ok(pairs)) => {
-                let pairs: Vec<String> = pairs;
-                pairs.get(1).cloned().ok_or_else(|| StoreError::Unavailable("CONFIG GET answered nothing".into()))
-            }
-            Ok(Err(error)) => Err(unavailable(&error)),
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+        let pairs: Vec<String> = within(timeout, command.query_async(&mut connection)).await?;
+        pairs.get(1).cloned().ok_or_else(|| StoreError::Unavailable("CONFIG GET answered nothing".into()))
     }
 }
 
@@ -345,6 +331,15 @@ impl FlightStore for RedisStore {
 
     fn usage(&self) -> Usage {
         Usage { in_flight: self.in_flight.load(Ordering::Relaxed), ..Usage::default() }
+    }
+}
+
+/// Runs one command, for `bound` at most.
+async fn within<T>(bound: Duration, run: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(bound, run).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(unavailable(&error)),
+        Err(_) => Err(StoreError::Timeout(bound)),
     }
 }
 

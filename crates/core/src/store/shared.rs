@@ -103,8 +103,8 @@ impl SharedStore {
         tokio::spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
             let ended = match value {
-                Some(value) => store.shared(op, store.shared.complete(lease, value)).await,
-                None => store.shared(op, store.shared.abandon(lease)).await,
+                Some(value) => store.run(op, store.shared.complete(lease, value)).await,
+                None => store.run(op, store.shared.abandon(lease)).await,
             };
             if let Err(error) = ended {
                 tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
@@ -119,9 +119,9 @@ impl Inner {
     }
 
     /// Runs one command of the shared store, recording how it went.
-    async fn shared<T>(&self, op: Op, run: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    async fn run<T>(&self, op: Op, command: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
         let started = Instant::now();
-        let result = run.await;
+        let result = command.await;
         let outcome = match &result {
             Ok(_) | Err(StoreError::Full) => Outcome::Ok,
             Err(StoreError::Timeout(_)) => Outcome::Timeout,
@@ -177,7 +177,7 @@ impl Inner {
             if policy_checked && !store.is_down() {
                 continue;
             }
-            match store.shared(Op::Ping, store.shared.ping(PING_TIMEOUT)).await {
+            match store.run(Op::Ping, store.shared.ping(PING_TIMEOUT)).await {
                 Ok(()) => store.back(),
                 // A first ping that fails marks the store down at once.
                 Err(error) if first => {
@@ -218,7 +218,7 @@ impl FlightStore for SharedStore {
     ) -> Result<Begin, StoreError> {
         let store = &self.0;
         if !store.is_down() {
-            match store.shared(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
+            match store.run(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
                 Ok(begin) => return Ok(begin),
                 Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
                 Err(_) => {}
@@ -248,7 +248,7 @@ impl FlightStore for SharedStore {
         if !is_claim(&waiter.token) {
             return self.0.local.wait(waiter, deadline).await;
         }
-        self.0.shared(Op::Wait, self.0.shared.wait(waiter, deadline)).await
+        self.0.run(Op::Wait, self.0.shared.wait(waiter, deadline)).await
     }
 
     async fn purge_expired(&self) -> Result<(), StoreError> {
