@@ -6,7 +6,7 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use megamind_core::{
-    config::{Config, ConfigError, ListenAddr, Override, Sources},
+    config::{AuthConfig, Config, ConfigError, ListenAddr, Override, Sources},
     rules::{logging, metrics::ServerMetrics},
     scenario::{ScenarioModule, module},
     server::{self, App},
@@ -214,9 +214,28 @@ pub fn parse(
             module.aliases().iter().map(move |(old, new)| (format!("{name}.{old}"), format!("{name}.{new}")))
         })
         .collect();
-    let config = Sources { file, overrides, aliases }.load(&defaults)?;
+    let mut config = Sources { file, overrides, aliases }.load(&defaults)?;
+    deployment_fallbacks(&mut config.auth, env);
+    let auth_problems = config.auth.problems();
+    if !auth_problems.is_empty() {
+        return Err(ConfigError(auth_problems).into());
+    }
     let loaded = Loaded { config, modules, secret_keys: flags::secret_keys(&flags) };
     Ok(Parsed::Serve(Box::new(ServeCommand { loaded, print_config: args.print_config })))
+}
+
+/// The variables a TVM deployment sets, read where nothing of ours (file,
+/// flag, variable, `--set`) set the key.
+fn deployment_fallbacks(auth: &mut AuthConfig, env: &dyn Fn(&str) -> Option<String>) {
+    let set = |value: &mut String, variable| {
+        if value.trim().is_empty() {
+            if let Some(fallback) = env(variable).filter(|fallback| !fallback.trim().is_empty()) {
+                *value = fallback;
+            }
+        }
+    };
+    set(&mut auth.tvmtool_url, "DEPLOY_TVM_TOOL_URL");
+    set(&mut auth.tvmtool_token, "QLOUD_TVM_TOKEN");
 }
 
 fn serve(loaded: Loaded) -> anyhow::Result<()> {

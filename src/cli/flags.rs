@@ -97,6 +97,34 @@ pub(super) fn core() -> Vec<Flag> {
          replica's memory (`local`: a retry on another replica may run the side effect again)",
     )
     .env("MEGAMIND_STORE_COMMIT_FALLBACK"),
+    Flag::new(
+        "tvmtool-url",
+        "auth.tvmtool_url",
+        "tvmtool that checks callers' TVM tickets (http://localhost:18080); none: every caller is accepted \
+         [also read: DEPLOY_TVM_TOOL_URL]",
+    )
+    .env("MEGAMIND_TVMTOOL_URL"),
+    Flag::new(
+        "tvmtool-token",
+        "auth.tvmtool_token",
+        "tvmtool's local token, sent as Authorization [also read: QLOUD_TVM_TOKEN]",
+    )
+    .env("TVMTOOL_LOCAL_AUTHTOKEN")
+    .secret(),
+    Flag::new("tvm-dst", "auth.tvm_dst", "This service as tvmtool knows it (alias or TVM id), sent as dst=")
+        .env("MEGAMIND_TVM_DST"),
+    Flag::new(
+        "tvm-allowed-src",
+        "auth.tvm_allowed_src",
+        "TVM ids allowed to call, comma-separated (Megamind's testing and production ids by default)",
+    )
+    .env("MEGAMIND_TVM_ALLOWED_SRC"),
+    Flag::new(
+        "user-ticket",
+        "auth.user_ticket",
+        "X-Ya-User-Ticket: `off` (not read), `optional` (checked when sent) or `required`",
+    )
+    .env("MEGAMIND_USER_TICKET"),
     Flag::new("max-in-flight", "max_in_flight", "Concurrent calls before `/run` gets 429")
         .env("MEGAMIND_MAX_IN_FLIGHT"),
     Flag::new(

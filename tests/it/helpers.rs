@@ -29,6 +29,12 @@ pub struct TestApp {
 }
 
 impl TestApp {
+    /// A client of a server this test did not start (another process).
+    pub fn external(addr: SocketAddr) -> TestApp {
+        let http = megamind_core::http_client::client_builder().no_proxy().build().expect("http client");
+        TestApp { addr, grpc_addr: None, http, shutdown: None, server: None }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

@@ -44,4 +44,7 @@ mod redis_server;
 mod refusals;
 mod replicas;
 mod router;
+mod tvm;
+#[path = "../support/tvmtool.rs"]
+mod tvmtool;
 mod validate_jsonseq;

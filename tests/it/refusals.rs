@@ -1,5 +1,5 @@
 //! Refusals as each transport says them: what the authenticator refuses is
-//! HTTP 401 and gRPC `UNAUTHENTICATED`, for every handler, before the cache.
+//! HTTP 403 and gRPC `PERMISSION_DENIED`, for every handler, before the cache.
 
 use std::sync::Arc;
 
@@ -7,9 +7,8 @@ use megamind_core::{
     app::App,
     codec::Format,
     config::Config,
-    dispatch::{Authenticator, CallMeta, Refusal},
+    dispatch::{Admitted, Authenticator, CallMeta, Check, Refusal},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
-    scenario::Handler,
 };
 use megamind_scenario::scenarios::demo::Demo;
 use tonic::Code;
@@ -21,16 +20,16 @@ use crate::helpers::{fixture, fixture_body, grpc_client, grpc_request, registry_
 struct ServiceTicketRequired;
 
 impl Authenticator for ServiceTicketRequired {
-    fn authenticate(&self, _scenario: &str, handler: Handler, meta: &CallMeta) -> Result<(), Refusal> {
-        match meta.service_ticket {
-            Some(_) => Ok(()),
-            None => Err(Refusal::Unauthenticated(format!("/{handler} needs a service ticket"))),
-        }
+    fn authenticate(&self, meta: &CallMeta) -> Check {
+        Check::Done(match meta.service_ticket {
+            Some(_) => Ok(Admitted::default()),
+            None => Err(Refusal::Forbidden("a service ticket is needed".into())),
+        })
     }
 }
 
 #[tokio::test]
-async fn a_caller_the_authenticator_refuses_is_unauthenticated_on_both_transports() {
+async fn a_caller_the_authenticator_refuses_is_forbidden_on_both_transports() {
     let app = App::new(&Config::default(), registry_of("demo", Arc::new(Demo::new()))).unwrap();
     let app = serve_app(app.with_authenticator(Arc::new(ServiceTicketRequired))).await;
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
@@ -43,14 +42,14 @@ async fn a_caller_the_authenticator_refuses_is_unauthenticated_on_both_transport
     assert_eq!(ticketed("/demo/run").body(body.clone()).send().await.unwrap().status(), 200);
     // The same RequestId, answered and cached, is still refused without a ticket.
     let answer = app.post("/demo/run", "application/protobuf", None, body).await;
-    assert_eq!(answer.status(), 401);
-    assert_eq!(answer.text().await.unwrap(), "unauthenticated: /run needs a service ticket\n");
+    assert_eq!(answer.status(), 403);
+    assert_eq!(answer.text().await.unwrap(), "forbidden: a service ticket is needed\n");
     let commit = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
-    assert_eq!(app.post("/demo/commit", "application/protobuf", None, commit).await.status(), 401);
+    assert_eq!(app.post("/demo/commit", "application/protobuf", None, commit).await.status(), 403);
 
     let mut client = grpc_client(&app).await;
     let status = client.run(grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), None)).await.unwrap_err();
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     let mut ticketed = grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), None);
     ticketed.metadata_mut().insert("x-ya-service-ticket", "3:serv".parse().unwrap());
     client.run(ticketed).await.expect("a ticketed call is answered");

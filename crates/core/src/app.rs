@@ -18,6 +18,7 @@ use crate::{
     config::{Config, ConfigError},
     dispatch::{Authenticator, Dispatcher},
     rules::{
+        auth,
         budget::Budgets,
         connections::ConnectionLimits,
         idempotency::{CacheCounters, IdempotencyCache},
@@ -101,7 +102,10 @@ impl App {
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
         let connection_metrics = ConnectionMetrics::register(metrics.registry());
-        let dispatcher = Dispatcher::new(registry, default_scenario, limits, cache, admission, metrics);
+        let authenticator = auth::authenticator(&config.auth, metrics.registry())
+            .map_err(|problem| ConfigError(vec![format!("auth: {problem}")]))?;
+        let dispatcher = Dispatcher::new(registry, default_scenario, limits, cache, admission, metrics)
+            .with_authenticator(authenticator);
         Ok(App {
             dispatcher,
             body_limit: config.body_limit,
@@ -118,7 +122,7 @@ impl App {
     }
 
     /// The same state, asking `authenticator` about every call before
-    /// anything else is done for it (by default every caller is let in).
+    /// anything else is done for it (by default, the one `[auth]` chooses).
     pub fn with_authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> App {
         self.dispatcher = self.dispatcher.with_authenticator(authenticator);
         self
@@ -131,6 +135,16 @@ impl App {
     pub fn from_built(config: &Config, built: Built, metrics: ServerMetrics) -> Result<App, ConfigError> {
         let mut app = App::with_routes(config, built.registry, metrics, built.routes)?;
         app.lane_paths = built.lane;
+        built.gate.bind(app.dispatcher.authenticator().clone());
+        if !config.store.url.is_empty() {
+            for key in &built.local_keys {
+                tracing::warn!(
+                    key,
+                    "replicas share a store, but this key was made at start: what it signs opens nothing on \
+                     another replica; set the same key on every replica"
+                );
+            }
+        }
         Ok(app)
     }
 

@@ -16,17 +16,19 @@ use crate::{
     rules::{budget::Budgets, connections::ConnectionLimits, idempotency::Limits},
 };
 
+mod auth;
 mod listen;
 mod log_filter;
 pub mod sources;
 mod store;
 
+pub use auth::{AuthConfig, MEGAMIND_TVM_IDS, UserTicketPolicy};
 pub use listen::ListenAddr;
 pub use sources::{Override, Sources};
 pub use store::StoreConfig;
 
 /// Top-level tables that are the core's own, not a scenario's.
-const CORE_TABLES: &[&str] = &["budget", "cache", "store"];
+const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
 
 /// The smallest HTTP/1.1 read buffer hyper accepts.
 pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
@@ -89,6 +91,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Where the idempotency cache keeps its answers.
     pub store: StoreConfig,
+    /// Who may call the scenarios.
+    pub auth: AuthConfig,
     /// The scenarios' own tables by scenario name, as the file, environment
     /// and flags set them (defaults not merged in): each scenario reads its own.
     #[serde(skip)]
@@ -178,6 +182,7 @@ impl Default for Config {
             budget: BudgetConfig::default(),
             cache: CacheConfig::default(),
             store: StoreConfig::default(),
+            auth: AuthConfig::default(),
             scenarios: BTreeMap::new(),
         }
     }
@@ -290,7 +295,7 @@ impl Config {
         }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
         check(self.cache.commit_ttl_secs > 0, "cache.commit_ttl_secs must be above 0".into());
-        for problem in self.store.problems() {
+        for problem in self.store.problems().into_iter().chain(self.auth.problems()) {
             check(false, problem);
         }
         for (name, ms) in [

@@ -39,7 +39,7 @@ mod request;
 mod wire;
 mod work;
 
-pub use authenticator::{AcceptAll, Authenticator};
+pub use authenticator::{AcceptAll, Admitted, Authenticator, Check, Gate};
 pub use call::{Call, CallMeta, Outcome, Refusal, Reply, Transport};
 pub use request::MAX_REQUEST_ID;
 pub use wire::{error_body, response_descriptor};
@@ -145,15 +145,18 @@ impl Dispatcher {
 
     /// The steps up to the reply; `request_id` is filled in once decoded.
     async fn handle(&self, registered: &Registered, call: &mut Call, request_id: &mut String) -> (Reply, Outcome) {
-        if let Err(refusal) = self.authenticate(registered, call) {
-            let outcome = Outcome::Error(refusal.error_type());
-            return (Reply::Refused(refusal), outcome);
+        let deadline = Deadline::new(&self.limits.budgets, call);
+        match self.authenticate(call, &deadline).await {
+            Ok(admitted) => call.meta.default_uid = admitted.default_uid,
+            Err(refusal) => {
+                let outcome = Outcome::Error(refusal.error_type());
+                return (Reply::Refused(refusal), outcome);
+            }
         }
         let request = match self.decode(registered, call, request_id) {
             Ok(request) => request,
             Err(failed) => return failed,
         };
-        let deadline = Deadline::new(&self.limits.budgets, call);
         let lead = match self.lookup(registered, call.handler, request_id, &deadline).await {
             Ok(lead) => lead,
             Err(answered) => return answered,
@@ -164,9 +167,21 @@ impl Dispatcher {
         self.run(registered, call.handler, request, ctx, lead, &deadline).await
     }
 
-    /// Step 1: whether the caller may make this call at all.
-    fn authenticate(&self, registered: &Registered, call: &Call) -> Result<(), Refusal> {
-        self.authenticator.authenticate(&registered.name, call.handler, &call.meta)
+    /// Step 1: whether the caller may make this call at all. A check that
+    /// must wait (for tvmtool) waits no longer than the call's deadline.
+    async fn authenticate(&self, call: &Call, deadline: &Deadline) -> Result<Admitted, Refusal> {
+        match self.authenticator.authenticate(&call.meta) {
+            Check::Done(verdict) => verdict,
+            Check::Pending(check) => match tokio::time::timeout_at(deadline.at, check).await {
+                Ok(verdict) => verdict,
+                Err(_) => Err(Refusal::Forbidden("the caller's tickets could not be checked in time".into())),
+            },
+        }
+    }
+
+    /// The authenticator every call is asked about.
+    pub fn authenticator(&self) -> &Arc<dyn Authenticator> {
+        &self.authenticator
     }
 
     /// Step 2: the request, its `RequestId` copied into `request_id`.

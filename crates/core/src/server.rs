@@ -80,6 +80,7 @@ pub struct Listeners {
 /// As [`serve`], on every listener of `listeners`, all drained together.
 pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     app.dispatcher.cache().spawn_purger(Duration::from_secs(1));
+    app.dispatcher.authenticator().start();
     let grpc = GrpcRoutes::new(app.clone()).await.map_err(std::io::Error::other)?;
     // One shared handle per listener: a request clones one `Arc`, not each part.
     let router = router::router(app.clone());

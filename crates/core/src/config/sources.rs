@@ -163,6 +163,8 @@ fn typed(default: Option<&toml::Value>, raw: &str) -> Result<toml::Value, String
             "false" => Ok(Value::Boolean(false)),
             _ => Err(format!("{raw:?} is not true or false")),
         },
+        // A list may be written without its brackets: `--tvm-allowed-src 1,2`.
+        Some(Value::Array(_)) if !raw.trim_start().starts_with('[') => typed(None, &format!("[{raw}]")),
         _ => Ok(toml::from_str::<toml::Table>(&format!("v = {raw}"))
             .ok()
             .and_then(|mut table| table.remove("v"))

@@ -67,8 +67,10 @@ pub enum Refusal {
     /// `/run` at the concurrency limit, so that Megamind asks elsewhere in
     /// time. The other handlers answer the protocol `Error` `overloaded`.
     Overloaded,
-    /// The caller's tickets do not allow this call; why.
-    Unauthenticated(String),
+    /// The caller may not make this call (no ticket, a ticket refused, a
+    /// source not allowed, or tickets that cannot be checked now); why, in
+    /// words that quote no ticket.
+    Forbidden(String),
     /// No scenario by this name (gRPC's `x-scenario`; an HTTP path naming
     /// none is not a route, answered by the router).
     UnknownScenario {
@@ -100,7 +102,7 @@ impl Refusal {
     pub fn error_type(&self) -> &'static str {
         match self {
             Refusal::Overloaded => "overloaded",
-            Refusal::Unauthenticated(_) => "unauthenticated",
+            Refusal::Forbidden(_) => "forbidden",
             Refusal::UnknownScenario { .. } => "unknown_scenario",
             Refusal::BodyTooLarge { .. } => "body_too_large",
             Refusal::BodyTooSlow { .. } => "body_too_slow",

@@ -27,11 +27,11 @@ impl Scenario for Echo {
 struct TicketRequired;
 
 impl Authenticator for TicketRequired {
-    fn authenticate(&self, scenario: &str, handler: Handler, meta: &CallMeta) -> Result<(), Refusal> {
-        match meta.user_ticket {
-            Some(_) => Ok(()),
-            None => Err(Refusal::Unauthenticated(format!("/{scenario}/{handler} needs a user ticket"))),
-        }
+    fn authenticate(&self, meta: &CallMeta) -> Check {
+        Check::Done(match meta.user_ticket {
+            Some(_) => Ok(Admitted::default()),
+            None => Err(Refusal::Forbidden("a user ticket is needed".into())),
+        })
     }
 }
 
@@ -51,7 +51,7 @@ fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
         format: Format::Binary,
         started: Instant::now(),
         client_timeout: None,
-        meta: CallMeta { service_ticket: None, user_ticket: user_ticket.map(str::to_owned) },
+        meta: CallMeta { user_ticket: user_ticket.map(str::to_owned), ..CallMeta::default() },
         transport: Transport::Http,
     }
 }
@@ -75,7 +75,7 @@ async fn a_refused_caller_gets_no_cached_answer() {
     assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("3:user:u"))).await), "3:user:u");
     // The answer of `r1` is cached now; a caller without a ticket is still refused.
     let refused = dispatcher.dispatch(echo, run_call("r1", None)).await;
-    assert_eq!(refused, Reply::Refused(Refusal::Unauthenticated("/echo/run needs a user ticket".into())));
+    assert_eq!(refused, Reply::Refused(Refusal::Forbidden("a user ticket is needed".into())));
     assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", Some("another"))).await), "3:user:u");
 }
 

@@ -14,13 +14,16 @@ pub const USER_TICKET: &str = "x-ya-user-ticket";
 /// The gRPC metadata key naming the scenario to call (the default one when absent).
 pub const SCENARIO_KEY: &str = "x-scenario";
 
-/// The caller's credentials as it sent them, unchecked.
+/// The caller's credentials as it sent them, and what checking them said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallMeta {
     /// `X-Ya-Service-Ticket`: who calls (Megamind), when present.
     pub service_ticket: Option<String>,
     /// `X-Ya-User-Ticket`: on whose behalf, when the user is logged in.
     pub user_ticket: Option<String>,
+    /// The user the checked user ticket names (`[auth] user_ticket` on);
+    /// `None` when no user ticket was checked.
+    pub default_uid: Option<u64>,
 }
 
 impl CallMeta {
@@ -28,7 +31,7 @@ impl CallMeta {
     /// not visible ASCII counts as absent.
     pub fn from_headers(headers: &HeaderMap) -> CallMeta {
         let ticket = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
-        CallMeta { service_ticket: ticket(SERVICE_TICKET), user_ticket: ticket(USER_TICKET) }
+        CallMeta { service_ticket: ticket(SERVICE_TICKET), user_ticket: ticket(USER_TICKET), default_uid: None }
     }
 }
 

@@ -10,6 +10,7 @@
 use std::{borrow::Cow, fmt, sync::Arc};
 
 use super::Scenario;
+use crate::dispatch::Gate;
 
 /// A scenario as `serve` builds it.
 pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
@@ -95,6 +96,8 @@ pub struct Setup<'a> {
     pub metrics: &'a prometheus::Registry,
     routes: Vec<(String, axum::routing::MethodRouter)>,
     lane: Vec<String>,
+    gate: Gate,
+    local_keys: Vec<String>,
 }
 
 impl fmt::Debug for Setup<'_> {
@@ -107,7 +110,14 @@ impl fmt::Debug for Setup<'_> {
 impl<'a> Setup<'a> {
     /// A setup registering metrics into `metrics`.
     pub fn new(metrics: &'a prometheus::Registry) -> Setup<'a> {
-        Setup { metrics, routes: Vec::new(), lane: Vec::new() }
+        Setup { metrics, routes: Vec::new(), lane: Vec::new(), gate: Gate::default(), local_keys: Vec::new() }
+    }
+
+    /// The server's authenticator, for a route that only callers of the
+    /// scenario handlers may use: `gate.admit(&headers).await` refuses as a
+    /// scenario call would be refused (bound when the server is built).
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
     }
 
     /// Serves `path` (axum syntax: `/events/{id}`) with `route`. Routes
@@ -125,6 +135,13 @@ impl<'a> Setup<'a> {
     pub fn route_in_lane(&mut self, path: &str, route: axum::routing::MethodRouter) {
         self.route(path, route);
         self.lane.push(path.to_owned());
+    }
+
+    /// Notes that the key configured at `key` was left empty and made at
+    /// random by this process: what it signs opens nothing on another
+    /// replica, which the server warns about when replicas share a store.
+    pub fn key_of_this_process(&mut self, key: &str) {
+        self.local_keys.push(key.to_owned());
     }
 
     /// The routes registered so far.
@@ -174,6 +191,11 @@ pub struct Built {
     pub routes: Vec<(String, axum::routing::MethodRouter)>,
     /// The paths of the routes served on the stream lane.
     pub lane: Vec<String>,
+    /// The gate the scenarios' routes ask, bound to the server's
+    /// authenticator when the server is built from this.
+    pub gate: Gate,
+    /// Keys made at random by this process ([`Setup::key_of_this_process`]).
+    pub local_keys: Vec<String>,
 }
 
 /// Every scenario module's table: its defaults, as the configuration file
@@ -209,6 +231,7 @@ pub fn build_all(
     let mut built = Built::default();
     for module in modules {
         let mut setup = Setup::new(metrics);
+        setup.gate = built.gate.clone();
         match module.build(table_of(&**module, tables.get(module.name())), &mut setup) {
             Ok(scenario) => {
                 if let Err(error) = built.registry.register(module.name(), scenario) {
@@ -221,6 +244,7 @@ pub fn build_all(
                 continue;
             }
         }
+        built.local_keys.append(&mut setup.local_keys);
         let (routes, lane) = setup.into_parts();
         built.lane.extend(lane);
         for (path, route) in routes {

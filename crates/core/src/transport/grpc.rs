@@ -13,7 +13,7 @@
 //! (`OUT_OF_RANGE`, from tonic's decoder), and each [`Refusal`], mapped once
 //! by [`status`]: an unknown scenario (`NOT_FOUND`), `Run` under overload
 //! (`RESOURCE_EXHAUSTED`), a caller the authenticator refuses
-//! (`UNAUTHENTICATED`), a message that does not arrive in time
+//! (`PERMISSION_DENIED`), a message that does not arrive in time
 //! (`DEADLINE_EXCEEDED`).
 
 use std::{
@@ -229,7 +229,7 @@ fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
 pub fn status(refusal: &Refusal) -> Status {
     match refusal {
         Refusal::Overloaded => Status::resource_exhausted("overloaded: Run is refused, retry later"),
-        Refusal::Unauthenticated(why) => Status::unauthenticated(format!("unauthenticated: {why}")),
+        Refusal::Forbidden(why) => Status::permission_denied(format!("forbidden: {why}")),
         Refusal::UnknownScenario { name, known } => {
             Status::not_found(format!("no scenario {name:?} ({SCENARIO_KEY}); scenarios: {known}"))
         }

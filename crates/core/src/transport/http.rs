@@ -107,7 +107,7 @@ pub fn refused(version: Version, refusal: &Refusal) -> Response<Full<Bytes>> {
         Refusal::Overloaded => {
             (StatusCode::TOO_MANY_REQUESTS, Bytes::from_static(b"overloaded: /run is refused, retry later\n"))
         }
-        Refusal::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, format!("unauthenticated: {why}\n").into()),
+        Refusal::Forbidden(why) => (StatusCode::FORBIDDEN, format!("forbidden: {why}\n").into()),
         Refusal::UnknownScenario { name, known } => {
             (StatusCode::NOT_FOUND, format!("no scenario {name:?}; scenarios: {known}\n").into())
         }

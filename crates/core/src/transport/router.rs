@@ -39,11 +39,14 @@ async fn healthz() -> Response {
     plain(StatusCode::OK, "ok\n").into_response()
 }
 
+/// Ready while not draining and while callers' tickets can be checked.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.is_draining() {
-        plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
-    } else {
-        plain(StatusCode::OK, "ready\n").into_response()
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
+    }
+    match app.dispatcher.authenticator().ready().await {
+        Ok(()) => plain(StatusCode::OK, "ready\n").into_response(),
+        Err(why) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }
 }
 

@@ -1,0 +1,265 @@
+//! A client of tvmtool's HTTP API, the daemon beside the service that
+//! checks TVM tickets: `/tvm/ping`, `/tvm/checksrv` and `/tvm/checkusr`,
+//! each with the local token in `Authorization`.
+
+use std::{fmt, time::Duration};
+
+use serde::Deserialize;
+
+use crate::scenario::meta::{SERVICE_TICKET, USER_TICKET};
+
+/// The environment variables the local token is read from, in order:
+/// tvmtool's own convention, then the older one it also reads.
+pub const TOKEN_VARIABLES: [&str; 2] = ["TVMTOOL_LOCAL_AUTHTOKEN", "QLOUD_TVM_TOKEN"];
+
+/// Longest error text of tvmtool's quoted in a refusal.
+const MAX_ERROR_CHARS: usize = 160;
+
+/// tvmtool at one address.
+#[derive(Clone)]
+pub struct Tvmtool {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+    dst: String,
+}
+
+/// The token never shows.
+impl fmt::Debug for Tvmtool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tvmtool").field("base", &self.base).field("dst", &self.dst).finish_non_exhaustive()
+    }
+}
+
+/// tvmtool's verdict on a ticket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked<T> {
+    /// The ticket is good: what it says.
+    Valid(T),
+    /// tvmtool refused the ticket.
+    Refused {
+        /// Why, in tvmtool's words (they quote no ticket).
+        error: String,
+        /// tvmtool's `logging_string`: the ticket without its signature,
+        /// safe to log.
+        logging: String,
+    },
+}
+
+/// What a good service ticket says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceTicket {
+    /// The TVM id of the calling service.
+    pub src: u32,
+    /// tvmtool's `logging_string`.
+    pub logging: String,
+}
+
+/// What a good user ticket says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserTicket {
+    /// The user the call is for.
+    pub default_uid: Option<u64>,
+    /// tvmtool's `logging_string`.
+    pub logging: String,
+}
+
+/// Why tvmtool gave no verdict. The texts name no ticket and no token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// No answer within the time given.
+    #[error("tvmtool did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection failed.
+    #[error("tvmtool cannot be reached: {0}")]
+    Unreachable(String),
+    /// tvmtool refused this server's own request (401: a wrong local token;
+    /// 400: a `dst` it does not know) or failed (5xx).
+    #[error("tvmtool answered {status}: {error}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// tvmtool's error text.
+        error: String,
+    },
+    /// An answer that is not tvmtool's JSON.
+    #[error("tvmtool's answer is unreadable: {0}")]
+    Unreadable(String),
+}
+
+#[derive(Debug, Deserialize)]
+struct ServiceBody {
+    src: u32,
+    #[serde(default)]
+    logging_string: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct UserBody {
+    default_uid: Option<u64>,
+    #[serde(default)]
+    logging_string: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    logging_string: String,
+}
+
+impl Tvmtool {
+    /// tvmtool at `base` (`http://localhost:18080`), with the local `token`,
+    /// checking tickets addressed to `dst` (empty: tvmtool's only client).
+    pub fn new(base: &str, token: String, dst: String) -> Result<Tvmtool, String> {
+        let client = crate::http_client::client_builder()
+            // tvmtool is next door: a connection is cheap to keep.
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| format!("tvmtool client: {e}"))?;
+        Ok(Tvmtool { client, base: base.trim().trim_end_matches('/').to_owned(), token, dst })
+    }
+
+    /// The local token from `env` ([`TOKEN_VARIABLES`]), empty when unset.
+    pub fn token_from(env: &dyn Fn(&str) -> Option<String>) -> String {
+        TOKEN_VARIABLES.iter().find_map(|name| env(name).filter(|token| !token.is_empty())).unwrap_or_default()
+    }
+
+    /// `GET /tvm/ping`: whether tvmtool is up and has its keys.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), Unavailable> {
+        let request = self.client.get(format!("{}/tvm/ping", self.base));
+        let response = send(request, timeout).await?;
+        let status = response.status();
+        // 206: up, with a warning (keys about to be stale) that still checks.
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = read_text(response, timeout).await.unwrap_or_default();
+        Err(Unavailable::Status { status: status.as_u16(), error: shorten(text.trim()) })
+    }
+
+    /// `GET /tvm/checksrv`: tvmtool's verdict on a service ticket.
+    pub async fn check_service(&self, ticket: &str, timeout: Duration) -> Result<Checked<ServiceTicket>, Unavailable> {
+        let mut url = format!("{}/tvm/checksrv", self.base);
+        if !self.dst.is_empty() {
+            url.push_str("?dst=");
+            url.extend(url::form_urlencoded::byte_serialize(self.dst.as_bytes()));
+        }
+        let request = self.client.get(url).header(SERVICE_TICKET, ticket);
+        let body = self.check(request, timeout).await?;
+        Ok(match body {
+            Ok(json) => {
+                let body: ServiceBody = parse(&json)?;
+                Checked::Valid(ServiceTicket { src: body.src, logging: body.logging_string })
+            }
+            Err(refused) => refused,
+        })
+    }
+
+    /// `GET /tvm/checkusr`: tvmtool's verdict on a user ticket.
+    pub async fn check_user(&self, ticket: &str, timeout: Duration) -> Result<Checked<UserTicket>, Unavailable> {
+        let request = self.client.get(format!("{}/tvm/checkusr", self.base)).header(USER_TICKET, ticket);
+        Ok(match self.check(request, timeout).await? {
+            Ok(json) => {
+                let body: UserBody = parse(&json)?;
+                Checked::Valid(UserTicket { default_uid: body.default_uid, logging: body.logging_string })
+            }
+            Err(refused) => refused,
+        })
+    }
+
+    /// One check: the 200 answer's body, tvmtool's refusal (403), or why
+    /// there is no verdict.
+    async fn check<T>(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<Result<String, Checked<T>>, Unavailable> {
+        let response = send(request.header(reqwest::header::AUTHORIZATION, &self.token), timeout).await?;
+        let status = response.status();
+        let text = read_text(response, timeout).await?;
+        match status.as_u16() {
+            200 => Ok(Ok(text)),
+            403 => {
+                let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
+                let error = if body.error.is_empty() { "refused".to_owned() } else { shorten(&body.error) };
+                Ok(Err(Checked::Refused { error, logging: body.logging_string }))
+            }
+            status => {
+                let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
+                let error = if body.error.is_empty() { shorten(text.trim()) } else { shorten(&body.error) };
+                Err(Unavailable::Status { status, error })
+            }
+        }
+    }
+}
+
+async fn send(request: reqwest::RequestBuilder, timeout: Duration) -> Result<reqwest::Response, Unavailable> {
+    match tokio::time::timeout(timeout, request.send()).await {
+        Err(_) => Err(Unavailable::Timeout(timeout)),
+        Ok(Err(error)) => Err(Unavailable::Unreachable(causes(error))),
+        Ok(Ok(response)) => Ok(response),
+    }
+}
+
+async fn read_text(response: reqwest::Response, timeout: Duration) -> Result<String, Unavailable> {
+    match tokio::time::timeout(timeout, response.text()).await {
+        Err(_) => Err(Unavailable::Timeout(timeout)),
+        Ok(Err(error)) => Err(Unavailable::Unreachable(causes(error))),
+        Ok(Ok(text)) => Ok(text),
+    }
+}
+
+/// A transport error and its causes on one line. reqwest's texts name the
+/// URL (dropped here too), never a header: no ticket, no token.
+fn causes(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut line = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    shorten(&line)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, Unavailable> {
+    serde_json::from_str(json).map_err(|e| Unavailable::Unreadable(e.to_string()))
+}
+
+/// `text` cut to a length fit for a log line or a refusal, control
+/// characters dropped.
+fn shorten(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).take(MAX_ERROR_CHARS).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_from_tvmtools_variable_first() {
+        let both = |name: &str| Some(format!("from-{name}"));
+        assert_eq!(Tvmtool::token_from(&both), "from-TVMTOOL_LOCAL_AUTHTOKEN");
+        let qloud = |name: &str| (name == "QLOUD_TVM_TOKEN").then(|| "q".to_owned());
+        assert_eq!(Tvmtool::token_from(&qloud), "q");
+        assert_eq!(Tvmtool::token_from(&|_| None), "");
+    }
+
+    #[test]
+    fn the_token_never_shows_in_a_debug_print() {
+        let tvmtool = Tvmtool::new("http://localhost:1/", "s3cr3t-token".into(), "me".into()).unwrap();
+        let shown = format!("{tvmtool:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("http://localhost:1"), "{shown}");
+    }
+
+    #[test]
+    fn long_or_odd_error_texts_are_shortened() {
+        let shortened = shorten(&format!("bad\n{}", "x".repeat(500)));
+        assert_eq!(shortened.chars().count(), MAX_ERROR_CHARS);
+        assert!(shortened.starts_with("badx"));
+    }
+}

@@ -1,0 +1,256 @@
+//! TVM through tvmtool, against a stand-in speaking its API: every scenario
+//! call over HTTP and gRPC needs a service ticket tvmtool accepts from an
+//! allowed source, before the idempotency cache; verdicts are kept, checks
+//! in flight made once; tvmtool down or hanging refuses inside the budget;
+//! user tickets give the scenario its uid; no ticket reaches the log.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use megamind_core::{
+    codec::Format,
+    config::{Config, UserTicketPolicy},
+    proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
+    scenario::{CallContext, Scenario, ScenarioResult},
+};
+use tonic::Code;
+
+use crate::{
+    assistant_harness::spawn_module_in,
+    helpers::{
+        TestApp, decode_answer, fixture, fixture_body, grpc_client, grpc_request, registry_of, serving_addr_in,
+        spawn_app, spawn_builtin,
+    },
+    mock_llm::{MockLlm, Reply},
+    tvmtool::{DST, TOKEN, Tickets, Tvmtool},
+};
+
+const MEGAMIND: &str = "3:serv:megamind-testing";
+const STRANGER: &str = "3:serv:some-other-service";
+/// Known to tvmtool, checked by no call before the test needs it.
+const MEGAMIND_AGAIN: &str = "3:serv:megamind-production";
+const USER: &str = "3:user:a-logged-in-user";
+/// The budget of `/run`, and the lateness allowed on a shared 2-core machine.
+const BUDGET: Duration = Duration::from_millis(300);
+const MARGIN: Duration = Duration::from_millis(60);
+
+fn tickets() -> Tickets {
+    let mut tickets = Tickets::default();
+    tickets.services.insert(MEGAMIND.into(), 2_000_860);
+    tickets.services.insert(MEGAMIND_AGAIN.into(), 2_000_464);
+    tickets.services.insert(STRANGER.into(), 1_234);
+    tickets.users.insert(USER.into(), 4_242);
+    tickets
+}
+
+fn config(tvmtool: &Tvmtool) -> Config {
+    let mut config = Config::default();
+    config.auth.tvmtool_url = tvmtool.url();
+    config.auth.tvmtool_token = TOKEN.into();
+    config.auth.tvm_dst = DST.into();
+    config
+}
+
+async fn post_run(app: &TestApp, service: Option<&str>, user: Option<&str>) -> (u16, String) {
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let mut request = app.http.post(app.url("/demo/run")).header("content-type", "application/protobuf").body(body);
+    if let Some(ticket) = service {
+        request = request.header("x-ya-service-ticket", ticket);
+    }
+    if let Some(ticket) = user {
+        request = request.header("x-ya-user-ticket", ticket);
+    }
+    let response = request.send().await.expect("an answer");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.expect("a body");
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn grpc_run(service: Option<&str>) -> tonic::Request<TScenarioRunRequest> {
+    let mut request = grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("demo"));
+    if let Some(ticket) = service {
+        request.metadata_mut().insert("x-ya-service-ticket", ticket.parse().expect("ASCII"));
+    }
+    request
+}
+
+#[tokio::test]
+async fn a_call_without_a_good_ticket_from_an_allowed_source_is_refused_on_both_transports_even_when_cached() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let (status, _) = post_run(&app, Some(MEGAMIND), None).await;
+    assert_eq!(status, 200, "Megamind's ticket lets the call in");
+    // The same RequestId is answered and cached now: still refused to the others.
+    for (ticket, why) in [
+        (None, "forbidden: no service ticket (X-Ya-Service-Ticket)\n"),
+        (Some("3:serv:forged"), "forbidden: the service ticket was refused: Malformed ticket\n"),
+        (Some(STRANGER), "forbidden: TVM source 1234 may not call this service\n"),
+    ] {
+        assert_eq!(post_run(&app, ticket, None).await, (403, why.to_owned()), "{ticket:?}");
+    }
+    let mut client = grpc_client(&app).await;
+    for ticket in [None, Some("3:serv:forged"), Some(STRANGER)] {
+        let status = client.run(grpc_run(ticket)).await.expect_err("refused");
+        assert_eq!(status.code(), Code::PermissionDenied, "{ticket:?}: {status:?}");
+        assert!(status.message().starts_with("forbidden: "), "{status:?}");
+    }
+    client.run(grpc_run(Some(MEGAMIND))).await.expect("a ticketed gRPC call is answered");
+    for (result, at_least) in [("ok", 2), ("missing", 2), ("invalid", 2), ("forbidden_source", 2)] {
+        let line = format!("megamind_auth_total{{result=\"{result}\"}}");
+        let metrics = app.get("/metrics").await.1;
+        let count: u32 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&line).map(|n| n.trim().parse().expect("a count")))
+            .unwrap_or_else(|| panic!("{line} in {metrics}"));
+        assert!(count >= at_least, "{line} {count}");
+    }
+    assert_eq!(app.get("/healthz").await.0, 200, "the server's own routes ask no ticket");
+    assert_eq!(app.get("/readyz").await.0, 200);
+}
+
+#[tokio::test]
+async fn two_hundred_calls_with_one_ticket_cost_tvmtool_one_check() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let app = Arc::new(spawn_builtin(config(&tvmtool)).await);
+    // The first 50 at once: one check in flight serves them all.
+    let first: Vec<_> = (0..50)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { post_run(&app, Some(MEGAMIND), None).await.0 })
+        })
+        .collect();
+    for call in first {
+        assert_eq!(call.await.unwrap(), 200);
+    }
+    for _ in 0..150 {
+        assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200);
+    }
+    assert_eq!(tvmtool.service_checks(), 1, "one check for 200 calls with one ticket");
+}
+
+#[tokio::test]
+async fn tvmtool_down_or_hanging_refuses_unchecked_tickets_inside_the_budget_and_kept_verdicts_still_serve() {
+    let mut tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200);
+
+    tvmtool.kill();
+    assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200, "a kept verdict serves");
+    let (status, why) = post_run(&app, Some(MEGAMIND_AGAIN), None).await;
+    assert_eq!(
+        (status, why.as_str()),
+        (403, "forbidden: the service ticket cannot be checked now (tvmtool unavailable)\n")
+    );
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 503, "a server that cannot check tickets is not ready: {ready}");
+    assert!(ready.starts_with("not ready: tickets cannot be checked: tvmtool cannot be reached"), "{ready}");
+
+    tvmtool.restart().await;
+    tvmtool.hang(true);
+    let started = Instant::now();
+    let (status, _) = post_run(&app, Some(MEGAMIND_AGAIN), None).await;
+    let took = started.elapsed();
+    assert_eq!(status, 403, "a check that does not end is refused");
+    assert!(took < BUDGET + MARGIN, "refused in {took:?}, inside the budget");
+    assert_eq!(app.get("/healthz").await.0, 200, "the server is alive");
+
+    tvmtool.hang(false);
+    assert_eq!(post_run(&app, Some(MEGAMIND_AGAIN), None).await.0, 200, "checked again once tvmtool answers");
+    assert_eq!(app.get("/readyz").await.0, 200);
+    let metrics = app.get("/metrics").await.1;
+    assert!(metrics.contains("megamind_auth_tvmtool_up 1"), "{metrics}");
+    assert!(!metrics.contains("megamind_auth_total{result=\"unavailable\"} 0"), "the refusals are counted");
+}
+
+/// Answers `/run` with the uid of its checked user ticket as `Version`.
+struct Uid;
+
+#[async_trait::async_trait]
+impl Scenario for Uid {
+    async fn run(&self, _: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        let version = ctx.meta.default_uid.map_or("none".to_owned(), |uid| format!("uid={uid}"));
+        Ok(TScenarioRunResponse { version, ..Default::default() }.into())
+    }
+}
+
+#[tokio::test]
+async fn a_required_user_ticket_is_checked_and_its_uid_reaches_the_scenario() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let mut config = config(&tvmtool);
+    config.auth.user_ticket = UserTicketPolicy::Required;
+    let app = spawn_app(config, registry_of("demo", Arc::new(Uid))).await;
+    let (status, why) = post_run(&app, Some(MEGAMIND), None).await;
+    assert_eq!(
+        (status, why.as_str()),
+        (403, "forbidden: no user ticket (X-Ya-User-Ticket), which this service requires\n")
+    );
+    let (status, why) = post_run(&app, Some(MEGAMIND), Some("3:user:stale")).await;
+    assert_eq!((status, why.as_str()), (403, "forbidden: the user ticket was refused: Expired ticket\n"));
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let answer = app
+        .http
+        .post(app.url("/demo/run"))
+        .header("content-type", "application/protobuf")
+        .header("x-ya-service-ticket", MEGAMIND)
+        .header("x-ya-user-ticket", USER)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: TScenarioRunResponse = decode_answer(&answer.bytes().await.unwrap(), Format::Binary);
+    assert_eq!(answer.version, "uid=4242");
+    assert_eq!(tvmtool.user_checks(), 2, "each user ticket checked once");
+}
+
+#[tokio::test]
+async fn the_skills_catalog_asks_for_a_ticket_as_a_scenario_call_does_and_the_schema_does_not() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let mock = MockLlm::start(Reply::content("Привет!")).await;
+    let app = spawn_module_in(config(&tvmtool), &mock, |_| {}).await;
+    let get = |ticket: Option<&'static str>, path: &'static str| {
+        let mut request = app.http.get(app.url(path));
+        if let Some(ticket) = ticket {
+            request = request.header("x-ya-service-ticket", ticket);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(None, "/llm/skills").await, 403);
+    assert_eq!(get(Some(STRANGER), "/llm/skills").await, 403);
+    assert_eq!(get(Some(MEGAMIND), "/llm/skills").await, 200);
+    assert_eq!(get(None, "/llm/schema").await, 200);
+}
+
+#[tokio::test]
+async fn no_ticket_and_no_token_reach_the_debug_log() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--log-level", "debug", "--shutdown-delay-ms", "0"])
+        .args(["--tvmtool-url", &tvmtool.url(), "--tvm-dst", DST])
+        .env("TVMTOOL_LOCAL_AUTHTOKEN", TOKEN)
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok);
+    let mut log: Vec<String> = Vec::new();
+    let addr = serving_addr_in(lines.by_ref().inspect(|line| log.push(line.clone())));
+    let app = TestApp::external(addr.parse().expect("an address"));
+    for ticket in [MEGAMIND, STRANGER, "3:serv:forged-secret-looking-ticket"] {
+        post_run(&app, Some(ticket), Some(USER)).await;
+    }
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
+    assert!(status.success());
+    log.extend(lines);
+    let stderr = child.wait_with_output().expect("the server stops").stderr;
+    let log = format!("{}\n{}", log.join("\n"), String::from_utf8_lossy(&stderr));
+    assert!(log.contains("auth: service ticket refused"), "the refusals are logged: {log}");
+    for secret in [MEGAMIND, STRANGER, "forged-secret-looking-ticket", USER, TOKEN] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
