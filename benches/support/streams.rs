@@ -39,6 +39,9 @@ use super::{
 
 /// Each answer's pace.
 pub const TOKENS_PER_SEC: u64 = 50;
+/// The key the server signs stream addresses with, so that subscribers can sign their own.
+const SIGNING_KEY: &str = "the load benchmark's stream address signing key";
+
 /// Tokens of each answer: 8 s of streaming.
 const TOKENS: u64 = 400;
 /// Subscribers of each model call.
@@ -146,7 +149,9 @@ async fn subscribe(server: SocketAddr, id: String, epoch: Instant, seen: Arc<See
         seen.failed.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let request = format!("GET /llm/stream/{id} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n");
+    // Signed as `ShowStreamDirective` hands it out, with the key the server was given.
+    let signature = megamind_core::rules::auth::AddressKey::from_secret(SIGNING_KEY).sign_for(&id, 3_600);
+    let request = format!("GET /llm/stream/{id}?{signature} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n");
     if socket.write_all(request.as_bytes()).await.is_err() {
         seen.failed.fetch_add(1, Ordering::Relaxed);
         return;
@@ -250,6 +255,8 @@ pub async fn run(settings: &Settings) {
         &cap,
         "--llm-max-streams",
         &cap,
+        "--llm-signing-key",
+        SIGNING_KEY,
         "--max-connections",
         &cap,
         "--max-open-requests",

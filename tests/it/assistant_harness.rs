@@ -34,6 +34,19 @@ pub const BUDGET: Duration = Duration::from_millis(300);
 /// The mock fills in the session id its request's prompt tells.
 pub const OPEN_SAFARI: &str = r#"{"session_id": "{session_id}", "command": "open_app", "args": {"app_name": "Safari"}, "text": "Открываю Safari."}"#;
 
+/// The key the module's `/llm` addresses are signed with in these tests.
+pub const SIGNING_KEY: &str = "the key every test replica shares, 32 bytes or more";
+
+/// `path` (`/llm/stream/{id}` or `/llm/answers/{id}`, with a query or not)
+/// with the signature [`SIGNING_KEY`] gives its call, as
+/// `ShowStreamDirective` would hand it out.
+pub fn signed(path: &str) -> String {
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    let id = bare.rsplit('/').next().expect("a call id");
+    let signature = megamind_core::rules::auth::AddressKey::from_secret(SIGNING_KEY).sign_for(id, 600);
+    if query.is_empty() { format!("{bare}?{signature}") } else { format!("{bare}?{query}&{signature}") }
+}
+
 /// The server and the registry the assistant's metrics went to.
 pub struct Harness {
     pub app: TestApp,
@@ -65,7 +78,13 @@ pub async fn spawn_module_in(mut config: Config, mock: &MockLlm, tweak: impl FnO
     let mut assistant = AssistantConfig::with_base_url(mock.base_url());
     assistant.backend.warmup = Warmup::Off;
     tweak(&mut assistant);
-    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
+    let mut table = toml::Table::try_from(&assistant).expect("a table");
+    // Written as a table, a secret shows only that it is set: the key goes in as itself.
+    if assistant.llm.signing_key.is_empty() {
+        let llm = table.get_mut("llm").and_then(toml::Value::as_table_mut).expect("[assistant.llm]");
+        llm.insert("signing_key".into(), SIGNING_KEY.into());
+    }
+    config.scenarios.insert("assistant".into(), table);
     spawn_modules(config, &[Box::new(AssistantModule::default())]).await
 }
 

@@ -14,7 +14,7 @@ use megamind_core::proto::n_alice::n_scenarios::t_card;
 use serde_json::Value;
 
 use crate::{
-    assistant_harness::{apology, ask, client, spawn_module},
+    assistant_harness::{apology, ask, client, signed, spawn_module},
     helpers::{TestApp, Transport},
     mock_llm::{MockLlm, Reply},
 };
@@ -67,13 +67,13 @@ async fn app(reply: Reply, streamed: bool) -> (MockLlm, TestApp) {
 }
 
 async fn answers(app: &TestApp, request_id: &str) -> Value {
-    let url = app.url(&format!("/llm/answers/{request_id}"));
+    let url = app.url(&signed(&format!("/llm/answers/{request_id}")));
     megamind_assistant::parts::fetch_all(&app.http, &url).await.expect("the answer")
 }
 
 /// The final and the phases' texts of the JSONSeq stream of `request_id`.
 async fn stream_texts(app: &TestApp, request_id: &str) -> (String, String) {
-    let url = app.url(&format!("/llm/stream/{request_id}"));
+    let url = app.url(&signed(&format!("/llm/stream/{request_id}")));
     let transcript = app.http.get(url).send().await.unwrap().text().await.unwrap();
     let (events, _) = parse_transcript(&transcript);
     assert!(validate(&events).is_empty(), "{transcript}");

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::{
-    assistant_harness::{answer, client, run, run_request, spawn_module},
+    assistant_harness::{SIGNING_KEY, answer, client, run, run_request, signed, spawn_module},
     helpers::{TestApp, Transport},
     mock_llm::{MockLlm, Reply},
 };
@@ -22,7 +22,7 @@ fn slow_answer() -> Reply {
 
 /// The whole stream at `path`, with `headers`.
 async fn read_stream(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
-    let mut request = app.http.get(app.url(path));
+    let mut request = app.http.get(app.url(&signed(path)));
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -90,7 +90,7 @@ async fn a_subscriber_sees_events_before_the_call_ends() {
     let mock = MockLlm::start(Reply::stream(&pieces, Duration::from_millis(50))).await;
     let app = spawn_module(&mock, |_| {}).await;
     run(&client(&app, Transport::Http), "llm-early", "считай").await;
-    let response = app.http.get(app.url("/llm/stream/llm-early")).send().await.unwrap();
+    let response = app.http.get(app.url(&signed("/llm/stream/llm-early"))).send().await.unwrap();
     let mut body = response.bytes_stream();
     let mut seen = String::new();
     while !seen.contains("event: final_delta") {
@@ -125,7 +125,7 @@ async fn unknown_and_expired_calls_are_told_apart_in_json() {
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["code"], "gone");
     let (status, _) = read_stream(&app, "/llm/stream/llm-new", &[]).await;
     assert_eq!(status, StatusCode::OK);
-    let response = app.http.get(app.url("/llm/answers/llm-old")).send().await.unwrap();
+    let response = app.http.get(app.url(&signed("/llm/answers/llm-old"))).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::GONE);
 }
 
@@ -146,7 +146,7 @@ async fn a_draining_server_ends_open_streams_with_an_error_event() {
     let mock = MockLlm::start(Reply::Hang).await;
     let mut app = spawn_module(&mock, |_| {}).await;
     run(&client(&app, Transport::Http), "llm-drain", "привет").await;
-    let response = app.http.get(app.url("/llm/stream/llm-drain")).send().await.unwrap();
+    let response = app.http.get(app.url(&signed("/llm/stream/llm-drain"))).send().await.unwrap();
     let mut body = response.bytes_stream();
     let first = body.next().await.expect("the status event").unwrap();
     assert!(first.starts_with(b"id: 1\nevent: status\n"));
@@ -171,9 +171,9 @@ async fn open_streams_are_capped() {
     })
     .await;
     run(&client(&app, Transport::Http), "llm-cap", "привет").await;
-    let first = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    let first = app.http.get(app.url(&signed("/llm/stream/llm-cap"))).send().await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
-    let second = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    let second = app.http.get(app.url(&signed("/llm/stream/llm-cap"))).send().await.unwrap();
     assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(second.headers()["retry-after"], "1");
     drop(first);
@@ -183,7 +183,7 @@ async fn open_streams_are_capped() {
         text.contains("megamind_assistant_llm_api_requests_total{outcome=\"refused\",route=\"stream\"} 1"),
         "{text}"
     );
-    let third = app.http.get(app.url("/llm/stream/llm-cap")).send().await.unwrap();
+    let third = app.http.get(app.url(&signed("/llm/stream/llm-cap"))).send().await.unwrap();
     assert_eq!(third.status(), StatusCode::OK);
 }
 
@@ -204,11 +204,70 @@ async fn a_client_with_a_screen_is_given_the_stream_address_with_the_voice_answe
             _ => None,
         })
         .collect();
-    assert_eq!(urls, [("show_llm_stream", "https://assistant.example.net/llm/stream/llm-screen")]);
+    let [(name, url)] = urls[..] else { panic!("one stream address: {urls:?}") };
+    assert_eq!(name, "show_llm_stream");
+    let (path, query) = url.split_once('?').expect("a signed address");
+    assert_eq!(path, "https://assistant.example.net/llm/stream/llm-screen");
+    let key = megamind_core::rules::auth::AddressKey::from_secret(SIGNING_KEY);
+    assert_eq!(key.verify("llm-screen", Some(query), megamind_core::rules::auth::signed::unix_now()), Ok(()));
 
     let hop = run(&client, "llm-voice", "привет").await;
     let directives = &answer(&hop).layout.as_ref().unwrap().directives;
     assert!(directives.is_empty(), "a voice-only client gets no screen directive: {directives:?}");
+}
+
+#[tokio::test]
+async fn a_calls_stream_and_answer_open_only_by_the_signed_address_it_was_given() {
+    let mock = MockLlm::start(Reply::content("Привет! Чем помочь?")).await;
+    let app = spawn_module(&mock, |_| {}).await;
+    let client = client(&app, Transport::Http);
+    let mut request = run_request("llm-signed", "привет");
+    let base = request.base_request.as_mut().unwrap();
+    base.interfaces = Some(TInterfaces { has_screen: true, ..Default::default() });
+    let hop = client.call(megamind_tools::client::Request::Run(request)).await.unwrap();
+    let given = answer(&hop)
+        .layout
+        .as_ref()
+        .unwrap()
+        .directives
+        .iter()
+        .find_map(|d| match &d.directive {
+            Some(t_directive::Directive::ShowStreamDirective(show)) => Some(show.url.clone()),
+            _ => None,
+        })
+        .expect("a stream address");
+    let status = |path: String| {
+        let app = &app;
+        async move { app.http.get(app.url(&path)).send().await.unwrap().status() }
+    };
+    assert_eq!(status(given.clone()).await, StatusCode::OK, "{given}");
+    assert_eq!(
+        status(given.replace("/stream/", "/answers/")).await,
+        StatusCode::OK,
+        "the same signature opens the answer"
+    );
+    let (_, query) = given.split_once('?').unwrap();
+    let other = run_request("llm-other", "привет");
+    client.call(megamind_tools::client::Request::Run(other)).await.unwrap();
+    let key = megamind_core::rules::auth::AddressKey::from_secret(SIGNING_KEY);
+    let expired = key.sign("llm-signed", megamind_core::rules::auth::signed::unix_now() - 1);
+    let flipped = format!("{}{}", &query[..query.len() - 1], if query.ends_with('0') { '1' } else { '0' });
+    for (path, why) in [
+        ("/llm/stream/llm-signed".to_owned(), "not signed"),
+        ("/llm/answers/llm-signed".to_owned(), "not signed"),
+        (format!("/llm/stream/llm-signed?{flipped}"), "not valid"),
+        (format!("/llm/stream/llm-other?{query}"), "not valid"),
+        (format!("/llm/answers/llm-other?{query}"), "not valid"),
+        (format!("/llm/stream/llm-signed?{expired}"), "expired"),
+        (format!("/llm/stream/never-asked?{query}"), "not valid"),
+    ] {
+        let response = app.http.get(app.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "forbidden", "{path}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(why), "{path}: {body}");
+    }
+    assert_eq!(status("/llm/schema".into()).await, StatusCode::OK, "the schema is public");
 }
 
 #[tokio::test]
@@ -219,8 +278,9 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
     let app = spawn_module(&mock, |config| config.llm.chunk_bytes = 100).await;
     run(&client(&app, Transport::Http), "llm-parts", "расскажи сказку").await;
 
-    let whole =
-        megamind_assistant::parts::fetch_all(&app.http, &app.url("/llm/answers/llm-parts")).await.expect("reassembled");
+    let whole = megamind_assistant::parts::fetch_all(&app.http, &app.url(&signed("/llm/answers/llm-parts")))
+        .await
+        .expect("reassembled");
     assert_eq!(whole["request_id"], "llm-parts");
     assert_eq!(whole["status"], "completed");
     assert_eq!(whole["text"].as_str().unwrap(), long.trim());
@@ -238,13 +298,14 @@ async fn a_whole_answer_is_served_in_parts_that_reassemble_exactly() {
     let (_, streamed) = read_stream(&app, "/llm/stream/llm-parts", &[]).await;
     assert_eq!(events, parse_transcript(&streamed).0, "the answer's events are the stream's");
 
-    let first: Value = app.http.get(app.url("/llm/answers/llm-parts")).send().await.unwrap().json().await.unwrap();
+    let first: Value =
+        app.http.get(app.url(&signed("/llm/answers/llm-parts"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(first["is_consequential"], true);
     assert!(first["total_parts"].as_u64().unwrap() > 10);
-    let past = format!("/llm/answers/llm-parts?part={}", first["total_parts"].as_u64().unwrap() + 1);
+    let past = signed(&format!("/llm/answers/llm-parts?part={}", first["total_parts"].as_u64().unwrap() + 1));
     let response = app.http.get(app.url(&past)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
-    let response = app.http.get(app.url("/llm/answers/llm-parts?part=zero")).send().await.unwrap();
+    let response = app.http.get(app.url(&signed("/llm/answers/llm-parts?part=zero"))).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
 
@@ -282,8 +343,8 @@ async fn the_reference_python_client_reassembles_our_parts() {
     let app = spawn_module(&mock, |config| config.llm.chunk_bytes = 97).await;
     run(&client(&app, Transport::Http), "llm-python", "расскажи сказку").await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/contract_fetch_all.py");
-    for path in ["/llm/answers/llm-python", "/llm/schema"] {
-        let url = app.url(path);
+    for path in [signed("/llm/answers/llm-python"), "/llm/schema".to_owned()] {
+        let url = app.url(&path);
         let ours = megamind_assistant::parts::fetch_all(&app.http, &url).await.expect("our client");
         let (python, script, target) = (tools.python.clone(), script.clone(), url.clone());
         let output = tokio::task::spawn_blocking(move || {
@@ -295,6 +356,7 @@ async fn the_reference_python_client_reassembles_our_parts() {
         let theirs: Value = serde_json::from_slice(&output.stdout).expect("the script prints JSON");
         assert_eq!(theirs, ours, "{path}");
     }
-    let first: Value = app.http.get(app.url("/llm/answers/llm-python")).send().await.unwrap().json().await.unwrap();
+    let first: Value =
+        app.http.get(app.url(&signed("/llm/answers/llm-python"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(first["is_consequential"], true, "the answer came in parts");
 }

@@ -22,7 +22,7 @@ use tokio::{
 };
 
 use crate::{
-    assistant_harness::{client, run, spawn_module, spawn_module_in},
+    assistant_harness::{client, run, signed, spawn_module, spawn_module_in},
     helpers::{TestApp, Transport, serving_addr_in, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
@@ -50,7 +50,8 @@ async fn exchange(app: &TestApp, parts: &[&[u8]]) -> String {
 }
 
 fn stream_request(id: &str) -> Vec<u8> {
-    format!("GET /llm/stream/{id} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").into_bytes()
+    let path = signed(&format!("/llm/stream/{id}"));
+    format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").into_bytes()
 }
 
 #[tokio::test]
@@ -61,8 +62,9 @@ async fn a_stream_is_served_on_the_stream_lane_and_a_call_on_the_main_one() {
     run(&client(&app, Transport::Http), "lane-1", "который час?").await;
 
     // Kept alive, as a browser asks: the lane's answer closes it all the same.
-    let answer =
-        exchange(&app, &[b"GET /llm/stream/lane-1 HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\r\n"]).await;
+    let head =
+        format!("GET {} HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\r\n", signed("/llm/stream/lane-1"));
+    let answer = exchange(&app, &[head.as_bytes()]).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
     for field in ["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close", "date: "] {
@@ -103,8 +105,8 @@ async fn a_request_line_split_before_it_can_be_told_is_still_answered() {
     let app = spawn_builtin(Config::default()).await;
     let before = served(&app, "main").await + served(&app, "stream").await;
     let answer = exchange(&app, &[b"GET /llm/str", b"eam/x HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"]).await;
-    // This server hosts no assistant: the path is unknown, whichever lane served it.
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    // An address without its signature opens nothing, whichever lane served it.
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     let answer = exchange(&app, &[b"G", b"ET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"]).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // The two; `/metrics` is read again on its kept-alive connection.
@@ -114,8 +116,9 @@ async fn a_request_line_split_before_it_can_be_told_is_still_answered() {
 #[tokio::test]
 async fn without_the_lane_a_stream_is_served_on_the_main_threads() {
     let app = spawn_builtin(Config { stream_lane: false, ..Config::default() }).await;
+    // Signed with a key this server does not have: refused, on the main threads.
     let answer = exchange(&app, &[&stream_request("x")]).await;
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert_eq!(served(&app, "stream").await, 0);
 }
 
@@ -162,11 +165,11 @@ async fn a_stream_request_the_lane_does_not_answer_itself_is_hyper_s_and_kept_al
     let with_body = b"GET /llm/stream/x HTTP/1.1\r\nhost: test\r\ncontent-length: 5\r\n\r\nhello";
     let next = b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n";
     let answer = exchange(&app, &[with_body, next]).await;
-    // This server hosts no assistant: the path is unknown.
-    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    // Unsigned: refused, by the route.
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert!(answer.contains("HTTP/1.1 200 OK") && answer.ends_with("ok\n"), "the second, kept alive: {answer}");
     let answer = exchange(&app, &[b"GET /llm/stream/x HTTP/1.0\r\nhost: test\r\n\r\n"]).await;
-    assert!(answer.starts_with("HTTP/1.0 404") || answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.0 403") || answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert_eq!(served(&app, "stream").await, 2);
 }
 
@@ -246,7 +249,7 @@ async fn a_third_party_sse_client_reads_the_same_events_as_ours() {
         run(&client(&app, Transport::Http), "lane-py", "который час?").await;
         let answer = exchange(&app, &[&stream_request("lane-py")]).await;
         let (ours, _) = parse_transcript(&dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]));
-        let (python, script, url) = (tools.python.clone(), script.clone(), app.url("/llm/stream/lane-py"));
+        let (python, script, url) = (tools.python.clone(), script.clone(), app.url(&signed("/llm/stream/lane-py")));
         let output = tokio::task::spawn_blocking(move || {
             run_command(Command::new(python).arg(script).arg(url).env("NO_PROXY", "*"))
         })

@@ -67,6 +67,7 @@ use megamind_core::{
         TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
         TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
     },
+    rules::auth::AddressKey,
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
 };
 use prost_types::{Any, Struct};
@@ -117,6 +118,8 @@ pub struct Assistant {
     activity: Arc<warmup::Activity>,
     /// The skills policy, when it is the policy: for the catalog's route.
     skills: Option<Arc<SkillPolicy>>,
+    /// What the stream and answer addresses are signed with.
+    addresses: Arc<AddressKey>,
 }
 
 impl Assistant {
@@ -200,7 +203,7 @@ impl Assistant {
     ) -> Result<Assistant, AssistantError> {
         let policy = Arc::new(SkillPolicy::from_config(config, &metrics, !backend.follows_prompts())?);
         let skills = Some(policy.clone());
-        let mut assistant = Assistant::with_policy(config, backend, policy, metrics);
+        let mut assistant = Assistant::with_policy(config, backend, policy, metrics)?;
         assistant.skills = skills;
         Ok(assistant)
     }
@@ -211,7 +214,8 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         policy: Arc<dyn DialogPolicy>,
         metrics: AssistantMetrics,
-    ) -> Assistant {
+    ) -> Result<Assistant, AssistantError> {
+        let addresses = Arc::new(config.llm.address_key().map_err(AssistantError::Setup)?);
         let retention = calls::Retention {
             ttl: config.calls.result_ttl(),
             max_entries: config.calls.max_retained,
@@ -227,7 +231,8 @@ impl Assistant {
         let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
         let activity = warmup::Activity::new();
-        Assistant { backend, policy, calls, metrics, config: config.clone(), caps, margin, activity, skills: None }
+        let config = config.clone();
+        Ok(Assistant { backend, policy, calls, metrics, config, caps, margin, activity, skills: None, addresses })
     }
 
     /// The backend's name: `openai` or `offline`.
@@ -242,6 +247,7 @@ impl Assistant {
             metrics: self.metrics.clone(),
             calls: self.calls.clone(),
             skills: self.skills.clone(),
+            addresses: self.addresses.clone(),
         }
     }
 
@@ -372,7 +378,7 @@ impl Assistant {
     /// streams while the voice speaks the short part.
     fn on_screen(&self, body: &mut TScenarioResponseBody, call_id: &str, screen: bool) {
         if let (true, Some(layout)) = (screen, body.layout.as_mut()) {
-            layout.directives.push(reply::show_stream(&self.config.llm.stream_url(call_id)));
+            layout.directives.push(reply::show_stream(&self.config.llm.stream_url(call_id, &self.addresses)));
         }
     }
 

@@ -167,13 +167,26 @@ mod tests {
     }
 
     #[test]
-    fn the_stream_address_is_one_path_segment_under_the_public_url() {
+    fn the_stream_address_is_one_signed_path_segment_under_the_public_url() {
         let mut config = AssistantConfig::default();
-        assert_eq!(config.llm.stream_url("4f1c-9a"), "/llm/stream/4f1c-9a");
+        let key = megamind_core::rules::auth::AddressKey::from_secret("k");
+        let (path, query) =
+            config.llm.stream_url("4f1c-9a", &key).split_once('?').map(|(p, q)| (p.to_owned(), q.to_owned())).unwrap();
+        assert_eq!(path, "/llm/stream/4f1c-9a");
+        let now = megamind_core::rules::auth::signed::unix_now();
+        assert_eq!(key.verify("4f1c-9a", Some(&query), now), Ok(()));
+        assert_eq!(
+            key.verify("4f1c-9a", Some(&query), now + config.llm.address_ttl_secs + 1),
+            Err(megamind_core::rules::auth::SignatureError::Expired)
+        );
         config.llm.public_url = "https://assistant.example.net/".into();
-        assert_eq!(config.llm.stream_url("a b/ц?"), "https://assistant.example.net/llm/stream/a%20b%2F%D1%86%3F");
+        let url = config.llm.stream_url("a b/ц?", &key);
+        assert!(url.starts_with("https://assistant.example.net/llm/stream/a%20b%2F%D1%86%3F?exp="), "{url}");
         config.llm.public_url = "assistant.example.net".into();
         assert!(config.validate().unwrap_err()[0].contains("assistant.llm.public_url"));
+        config.llm.public_url = String::new();
+        config.llm.signing_key = "short".into();
+        assert!(config.validate().unwrap_err()[0].contains("assistant.llm.signing_key: 5 bytes"));
     }
 
     #[test]

@@ -79,6 +79,9 @@ impl ScenarioModule for AssistantModule {
                 }
             })?;
         let assistant = Arc::new(assistant);
+        if config.llm.signing_key.is_empty() {
+            setup.key_of_this_process("assistant.llm.signing_key");
+        }
         routes::routes(assistant.llm_sources(), setup);
         Ok(assistant)
     }
@@ -230,7 +233,7 @@ mod tests {
             assert_eq!(flag.long, long.replace('_', "-"), "{flag:?}");
             let env = format!("MEGAMIND_{}", flag.long.replace('-', "_").to_uppercase());
             assert_eq!(flag.env.as_deref(), Some(env.as_str()), "{flag:?}");
-            assert_eq!(flag.secret, flag.key == "backend.api_key", "{flag:?}");
+            assert_eq!(flag.secret, ["backend.api_key", "llm.signing_key"].contains(&&*flag.key), "{flag:?}");
             assert!(!flag.help.contains("[default"), "the core appends defaults: {flag:?}");
             assert!(!flag.help.is_empty() && !flag.help.contains('\n'), "one line from its doc comment: {flag:?}");
             // The keys without a default: no file, the built-in prompt; no

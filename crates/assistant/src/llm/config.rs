@@ -5,6 +5,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use megamind_core::rules::auth::AddressKey;
+
+use crate::backend::config::Secret;
 pub use crate::jsonseq::mapper::Format;
 
 /// The `[assistant.llm]` table.
@@ -25,6 +28,12 @@ pub struct LlmConfig {
     pub public_url: String,
     /// `/llm` JSON answers longer than this, in bytes, are served in parts.
     pub chunk_bytes: usize,
+    /// The key the stream and answer addresses are signed with (HMAC-SHA256),
+    /// the same on every replica. Empty: a key made at start, so that an
+    /// address opens only on the replica that gave it, until it restarts.
+    pub signing_key: Secret,
+    /// How long a signed address opens its call's stream and answer, in seconds.
+    pub address_ttl_secs: u64,
 }
 
 impl Default for LlmConfig {
@@ -35,6 +44,9 @@ impl Default for LlmConfig {
             max_streams: 10_000,
             public_url: String::new(),
             chunk_bytes: 64 * 1024,
+            signing_key: Secret::default(),
+            // Longer than any answer streams, shorter than a day of logs.
+            address_ttl_secs: 600,
         }
     }
 }
@@ -50,10 +62,27 @@ impl LlmConfig {
             format!("llm.public_url = {public:?}: must start with http:// or https:// (or be empty)"),
         );
         check(self.chunk_bytes >= 64, format!("llm.chunk_bytes = {}: must be at least 64", self.chunk_bytes));
+        let key = self.signing_key.expose();
+        check(
+            key.is_empty() || key.len() >= 32,
+            format!("llm.signing_key: {} bytes; a key shorter than 32 bytes is guessable", key.len()),
+        );
+        check(
+            (1..=86_400).contains(&self.address_ttl_secs),
+            format!("llm.address_ttl_secs = {}: must be 1..=86400", self.address_ttl_secs),
+        );
     }
 
-    /// The address of call `id`'s JSONSeq stream, as a client is given it.
-    pub(crate) fn stream_url(&self, id: &str) -> String {
+    /// The key addresses are signed with: the configured one, or one made now.
+    pub(crate) fn address_key(&self) -> Result<AddressKey, String> {
+        let key = self.signing_key.expose();
+        if key.is_empty() { AddressKey::random() } else { Ok(AddressKey::from_secret(key)) }
+    }
+
+    /// The address of call `id`'s JSONSeq stream, as a client is given it:
+    /// signed with `key`, opening the call's stream and answer until
+    /// `address_ttl_secs` from now.
+    pub(crate) fn stream_url(&self, id: &str, key: &AddressKey) -> String {
         let base = self.public_url.trim().trim_end_matches('/');
         let mut url = format!("{base}/llm/stream/");
         // A RequestId is any text: everything but the unreserved characters
@@ -65,6 +94,8 @@ impl LlmConfig {
                 url.push_str(&format!("%{byte:02X}"));
             }
         }
+        url.push('?');
+        url.push_str(&key.sign_for(id, self.address_ttl_secs));
         url
     }
 }

@@ -6,10 +6,16 @@
 //! - `GET /llm/schema`: the endpoints, their answers' JSON Schemas and how to
 //!   reassemble an answer served in parts.
 //!
+//! A call's stream and answer open only by the signed address
+//! `ShowStreamDirective` gave (`?exp=...&sig=...`, one signature for both
+//! routes and every part): a bare `RequestId` opens nothing (403).
+//! `/llm/skills` asks the server's authenticator, as a scenario call would;
+//! `/llm/schema` is public, it describes the API.
+//!
 //! JSON answers longer than `chunk_bytes` are served in parts
 //! ([`crate::parts`]). Errors are JSON, `{"error": {"code", "message"}}`:
-//! an unknown call 404, an expired one 410, a bad `Last-Event-ID` 400, past
-//! `max_streams` open streams 503. Resuming after the last event of an
+//! an unsigned or expired address 403, an unknown call 404, an expired one
+//! 410, a bad `Last-Event-ID` 400, past `max_streams` open streams 503. Resuming after the last event of an
 //! ended call answers 204, with no body. Every route follows a call and never
 //! starts one.
 
@@ -22,7 +28,11 @@ use axum::{
     routing::get,
 };
 use futures_util::StreamExt;
-use megamind_core::scenario::{Setup, Shutdown};
+use megamind_core::{
+    dispatch::{Gate, Refusal},
+    rules::auth::{AddressKey, signed::unix_now},
+    scenario::{Setup, Shutdown},
+};
 use prost_reflect::ReflectMessage;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -55,6 +65,7 @@ struct Api {
     sources: Sources,
     streams: Arc<Semaphore>,
     parts: Parts,
+    gate: Gate,
 }
 
 /// What the `/llm` routes read: the assistant's settings and metrics, its
@@ -69,13 +80,16 @@ pub(crate) struct Sources {
     pub(crate) calls: Calls,
     /// The skills policy, when it is the policy: for the catalog's route.
     pub(crate) skills: Option<Arc<SkillPolicy>>,
+    /// What the addresses the routes open by are signed with.
+    pub(crate) addresses: Arc<AddressKey>,
 }
 
 /// Registers the `/llm` routes over `sources`.
 pub(crate) fn routes(sources: Sources, setup: &mut Setup<'_>) {
     let config = &sources.config;
     let parts = Parts::new(PartsConfig { chunk_bytes: config.llm.chunk_bytes, ..PartsConfig::default() });
-    let api = Arc::new(Api { streams: Arc::new(Semaphore::new(config.llm.max_streams)), parts, sources });
+    let streams = Arc::new(Semaphore::new(config.llm.max_streams));
+    let api = Arc::new(Api { streams, parts, sources, gate: setup.gate() });
     setup.route_in_lane("/llm/stream/{request_id}", get(stream_route).with_state(api.clone()));
     setup.route("/llm/answers/{request_id}", get(answers_route).with_state(api.clone()));
     setup.route("/llm/skills", get(skills_route).with_state(api.clone()));
@@ -85,6 +99,14 @@ pub(crate) fn routes(sources: Sources, setup: &mut Setup<'_>) {
 /// The skills catalog: each skill's name, description, triggers,
 /// parameters and allowed tools (not its body: the model's instructions).
 async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
+    if let Err(refusal) = api.gate.admit(&headers).await {
+        let why = match refusal {
+            Refusal::Forbidden(why) => why,
+            other => other.error_type().to_owned(),
+        };
+        api.sources.metrics.llm_api.with_label_values(&["skills", "forbidden"]).inc();
+        return error(StatusCode::FORBIDDEN, "forbidden", &why);
+    }
     let catalog = api.sources.skills.as_ref().map(|skills| skills.catalog());
     let skills: Vec<serde_json::Value> = catalog
         .iter()
@@ -125,6 +147,9 @@ async fn stream_route(
             .find(|(key, _)| key == "after")
             .map(|(_, value)| value.into_owned())
     };
+    if let Err(refused) = api.signed(&id, &uri) {
+        return refuse(StatusCode::FORBIDDEN, "forbidden", refused);
+    }
     let after = match last.or_else(after_query).map(|n| n.trim().parse::<u64>()) {
         None => 0,
         Some(Ok(after)) => after,
@@ -178,7 +203,11 @@ async fn stream_route(
 
 async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
     let metrics = &api.sources.metrics;
-    let record = match api.lookup(&id) {
+    let record = match api.signed(&id, &uri).map_err(|why| (StatusCode::FORBIDDEN, "forbidden", why)) {
+        Ok(()) => api.lookup(&id),
+        Err(refused) => Err(refused),
+    };
+    let record = match record {
         Ok(record) => record,
         Err((status, code, message)) => {
             metrics.llm_api.with_label_values(&["answers", code]).inc();
@@ -195,6 +224,19 @@ async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap)
 }
 
 impl Api {
+    /// Whether the address asked (its query) is signed for call `id` and
+    /// not expired; why not, when not.
+    fn signed(&self, id: &str, uri: &Uri) -> Result<(), String> {
+        self.sources.addresses.verify(id, uri.query(), unix_now()).map_err(|error| {
+            let replicas = if self.sources.addresses.is_shared() {
+                ""
+            } else {
+                " (this server signs with a key of its own: an address from another replica or from before a restart opens nothing here)"
+            };
+            format!("{error}; open the address given in ShowStreamDirective{replicas}")
+        })
+    }
+
     /// The record of call `id`, or the error answer's status, code and message.
     fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
         if id.len() > MAX_ID_BYTES {
