@@ -166,7 +166,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let server = Server::start_default();
-        let warm = Settings { secs: 1, conns: 4, rate: 0, requests: 0, rounds: 1 };
+        let warm = Settings { secs: 1, conns: 4, rate: 0, requests: 0, rounds: 1, ticket: None };
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         let idle_rss = server.rss_mib();
         let quiet =

@@ -33,6 +33,10 @@
 //! `/demo/commit` replays, with Redis round trips per call and the ratio to
 //! the memory store's rows of the same rounds.
 //!
+//! The TVM rows (`support/tvm.rs`; `LOAD_TVM=0` skips them) drive two
+//! more servers with one service ticket, one checking it through a tvmtool
+//! stand-in in this process and one not, and print the ratio.
+//!
 //! The stream rows (`support/streams.rs`; `LOAD_STREAMS`, 10000 by default,
 //! 0 skips them) follow model calls streamed at 50 tokens/s on the JSONSeq
 //! stream: the delay from a token's write by the model to its event's read
@@ -45,6 +49,7 @@ use assistant::AssistantLoad;
 use drive::{Outcome, Settings, drive, drive_grpc, fresh_ids, replayed_ids};
 use process::{Server, env_or};
 use shared_store::SharedStoreLoad;
+use tvm::TvmLoad;
 
 #[path = "support/assistant.rs"]
 mod assistant;
@@ -67,6 +72,11 @@ mod redis_server;
 mod shared_store;
 #[path = "support/streams.rs"]
 mod streams;
+#[path = "support/tvm.rs"]
+mod tvm;
+#[path = "../tests/support/tvmtool.rs"]
+#[allow(dead_code)]
+mod tvmtool;
 
 /// Which process this is: the client (default) or a baseline server.
 const ROLE: &str = "MEGAMIND_BENCH_ROLE";
@@ -191,6 +201,7 @@ fn main() {
         rate: env_or("LOAD_RATE", 0),
         requests: env_or("LOAD_REQUESTS", 0),
         rounds: env_or("LOAD_ROUNDS", 3).max(1),
+        ticket: None,
     };
     let mode = if settings.rate > 0 { format!("open loop at {} req/s", settings.rate) } else { "closed loop".into() };
     println!(
@@ -204,6 +215,7 @@ fn main() {
         let base_grpc = grpc.then(|| baseline("baseline-grpc"));
         let server = ours(&[]);
         let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
+        let tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
             0 => None,
             _ => Some(AssistantLoad::start().await),
@@ -221,7 +233,10 @@ fn main() {
         if let Some(shared) = &shared {
             shared.warm_up(&warm).await;
         }
-        let mut rounds: [Vec<Outcome>; 7] = Default::default();
+        if let Some(tvm) = &tvm {
+            tvm.warm_up(&warm).await;
+        }
+        let mut rounds: [Vec<Outcome>; 9] = Default::default();
         let mut assistant_rounds = Vec::new();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
@@ -238,6 +253,11 @@ fn main() {
                 rounds[5].push(fresh);
                 rounds[6].push(replays);
             }
+            if let Some(tvm) = &tvm {
+                let [off, on] = tvm.round(&settings).await;
+                rounds[7].push(off);
+                rounds[8].push(on);
+            }
             if let Some(base_grpc) = &base_grpc {
                 let name = "baseline grpc Run (bare tonic)";
                 rounds[3].push(base_grpc.measure(drive_grpc(name, base_grpc.addr, &settings)).await);
@@ -248,8 +268,8 @@ fn main() {
                 assistant_rounds.push(assistant.run(&AssistantLoad::row(), &settings).await);
             }
         }
-        let [http_base, run, replay, grpc_base, run_grpc, shared_run, shared_replay] = rounds;
-        let mut rows = against(http_base, [run, replay, shared_run, shared_replay]);
+        let [http_base, run, replay, grpc_base, run_grpc, shared_run, shared_replay, tvm_off, tvm_on] = rounds;
+        let mut rows = against(http_base, [run, replay, shared_run, shared_replay, tvm_off, tvm_on]);
         rows.extend(against(grpc_base, [run_grpc]));
         let assistant_row = (!assistant_rounds.is_empty()).then(|| median(assistant_rounds));
         print(&rows);
@@ -262,6 +282,12 @@ fn main() {
             let redis = [row(shared_store::FRESH), row(shared_store::REPLAYS)];
             if let ([Some(m0), Some(m1)], [Some(r0), Some(r1)]) = (memory, redis) {
                 shared.report([r0, r1], [m0, m1]);
+            }
+        }
+        if let Some(tvm) = &tvm {
+            let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
+            if let (Some(off), Some(on)) = (row(tvm::OFF), row(tvm::ON)) {
+                tvm.report(off, on);
             }
         }
         match server.peak_rss_mib() {

@@ -42,6 +42,8 @@ pub struct Settings {
     pub rate: u64,
     pub requests: u64,
     pub rounds: usize,
+    /// Sent as `X-Ya-Service-Ticket` with every request, when set.
+    pub ticket: Option<&'static str>,
 }
 
 /// Sorts one OK answer body into a kind (`handover`, `declined`, ...).
@@ -187,7 +189,7 @@ pub async fn drive_classified(
     let mut tasks = Vec::new();
     for worker in 0..settings.conns {
         let (sent, body) = (sent.clone(), body.clone());
-        let limit = settings.requests;
+        let (limit, ticket) = (settings.requests, settings.ticket);
         let interval =
             (settings.rate > 0).then(|| Duration::from_secs_f64(settings.conns as f64 / settings.rate as f64));
         tasks.push(tokio::spawn(async move {
@@ -219,11 +221,12 @@ pub async fn drive_classified(
                     }
                     None => Instant::now(),
                 };
-                let request = Request::post(path)
-                    .header("host", "bench")
-                    .header("content-type", "application/protobuf")
-                    .body(Full::new(make(n)))
-                    .expect("request");
+                let mut request =
+                    Request::post(path).header("host", "bench").header("content-type", "application/protobuf");
+                if let Some(ticket) = ticket {
+                    request = request.header("x-ya-service-ticket", ticket);
+                }
+                let request = request.body(Full::new(make(n))).expect("request");
                 let ok = match sender.send_request(request).await {
                     Ok(response) => {
                         let status = response.status();

@@ -1,0 +1,67 @@
+//! The load benchmark's TVM row: a server checking every call's service
+//! ticket through a tvmtool stand-in in this process, driven with one
+//! ticket beside the same server with TVM off (the ticket sent to both):
+//! a kept verdict costs two hashes and a lookup, so the two should be
+//! within a few percent.
+
+use crate::{
+    drive::{Outcome, Settings, drive, fresh_ids},
+    ours,
+    process::Server,
+    tvmtool::{DST, TOKEN, Tickets, Tvmtool},
+};
+
+/// The ticket every call carries.
+pub const TICKET: &str = "3:serv:the-load-benchmark-ticket";
+/// The rows' names.
+pub const OFF: &str = "http /demo/run, fresh, TVM off";
+pub const ON: &str = "http /demo/run, fresh, TVM on";
+
+/// The servers with TVM off and on, and the stand-in the second asks.
+pub struct TvmLoad {
+    tvmtool: Tvmtool,
+    off: Server,
+    on: Server,
+}
+
+impl TvmLoad {
+    pub async fn start() -> TvmLoad {
+        let mut tickets = Tickets::default();
+        tickets.services.insert(TICKET.into(), megamind_core::config::MEGAMIND_TVM_IDS[0]);
+        let tvmtool = Tvmtool::start(tickets).await;
+        let url = tvmtool.url();
+        let on = ours(&["--tvmtool-url", &url, "--tvmtool-token", TOKEN, "--tvm-dst", DST]);
+        TvmLoad { tvmtool, off: ours(&[]), on }
+    }
+
+    pub async fn warm_up(&self, settings: &Settings) {
+        let settings = Settings { ticket: Some(TICKET), ..*settings };
+        for server in [&self.off, &self.on] {
+            drive("warm-up", server.addr, "/demo/run", &settings, fresh_ids("poi_run_request", "TScenarioRunRequest"))
+                .await;
+        }
+    }
+
+    /// One round of both rows, off then on.
+    pub async fn round(&self, settings: &Settings) -> [Outcome; 2] {
+        let settings = Settings { ticket: Some(TICKET), ..*settings };
+        let mut rows = Vec::with_capacity(2);
+        for (name, server) in [(OFF, &self.off), (ON, &self.on)] {
+            let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+            rows.push(server.measure(drive(name, server.addr, "/demo/run", &settings, run)).await);
+        }
+        [rows.remove(0), rows.remove(0)]
+    }
+
+    /// How TVM on compares with off, and what it cost tvmtool.
+    pub fn report(&self, off: &Outcome, on: &Outcome) {
+        println!(
+            "\nTVM (a tvmtool stand-in in this process, one ticket): {:.1} % of TVM off's req/s, p99 {:.2} ms (off {:.2} ms), {} tvmtool checks for {} calls",
+            100.0 * on.rps() / off.rps(),
+            on.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            off.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            self.tvmtool.service_checks(),
+            on.requests,
+        );
+    }
+}
