@@ -91,34 +91,35 @@ impl Authenticator for TvmAuthenticator {
         };
         let service_key = inner.services.key(service_ticket);
         let user_key = user_ticket.map(|ticket| inner.users.key(ticket));
-        let service = inner.services.kept(service_key);
-        let user = user_key.map(|key| inner.users.kept(key));
-        match (service, user) {
-            (Some(service), None) => Check::Done(inner.decide(service, None)),
-            (Some(service), Some(Some(user))) => Check::Done(inner.decide(service, Some(user))),
-            (service, user) => {
-                // Copied only here, on the way to tvmtool: a kept verdict
-                // costs two hashes and two lookups.
-                let inner = Arc::clone(inner);
-                let service_ticket = service_ticket.to_owned();
-                let user_ticket = user_ticket.map(str::to_owned);
-                Check::Pending(
-                    async move {
-                        let service = match service {
-                            Some(kept) => kept,
-                            None => inner.check_service(service_key, service_ticket).await,
-                        };
-                        let user = match (user.flatten(), user_key.zip(user_ticket)) {
-                            (Some(kept), _) => Some(kept),
-                            (None, Some((key, ticket))) => Some(inner.check_user(key, ticket).await),
-                            (None, None) => None,
-                        };
-                        inner.decide(service, user)
-                    }
-                    .boxed(),
-                )
+        // The common case, decided in place: every verdict needed is kept.
+        if let Some(service) = inner.services.kept(service_key) {
+            match user_key.map(|key| inner.users.kept(key)) {
+                None => return Check::Done(inner.decide(&service.1, None)),
+                Some(Some(user)) => return Check::Done(inner.decide(&service.1, Some(&user.1))),
+                Some(None) => {}
             }
         }
+        // Copied only here, on the way to tvmtool.
+        let inner = Arc::clone(inner);
+        let service_ticket = service_ticket.to_owned();
+        let user_ticket = user_ticket.map(str::to_owned);
+        Check::Pending(
+            async move {
+                let service = match inner.services.kept(service_key).map(|kept| kept.1.clone()) {
+                    Some(kept) => kept,
+                    None => inner.check_service(service_key, service_ticket).await,
+                };
+                let user = match user_key.zip(user_ticket) {
+                    None => None,
+                    Some((key, ticket)) => Some(match inner.users.kept(key).map(|kept| kept.1.clone()) {
+                        Some(kept) => kept,
+                        None => inner.check_user(key, ticket).await,
+                    }),
+                };
+                inner.decide(&service, user.as_ref())
+            }
+            .boxed(),
+        )
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<(), String>> {
@@ -195,7 +196,7 @@ impl Inner {
     }
 
     /// The call's verdict from tvmtool's, counted.
-    fn decide(&self, service: ServiceVerdict, user: Option<UserVerdict>) -> Result<Admitted, Refusal> {
+    fn decide(&self, service: &ServiceVerdict, user: Option<&UserVerdict>) -> Result<Admitted, Refusal> {
         let src = match service {
             Err(_) => {
                 let why = "the service ticket cannot be checked now (tvmtool unavailable)".into();

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use dashmap::DashMap;
+use dashmap::{DashMap, mapref::one::Ref};
 use futures_util::{
     FutureExt,
     future::{BoxFuture, Shared},
@@ -22,12 +22,19 @@ pub type TicketKey = u128;
 /// A check in flight, awaited by every call carrying the same ticket.
 pub type Pending<V> = Shared<BoxFuture<'static, V>>;
 
+/// The maps' hasher: their keys are keyed hashes already, so a fast one
+/// serves (nobody can aim keys at one shard without the keys' keys).
+type Fast = foldhash::fast::RandomState;
+
+/// A kept verdict, read in place.
+pub type Kept<'a, V> = Ref<'a, TicketKey, (Instant, V)>;
+
 /// Verdicts of type `V` by ticket.
 #[derive(Debug)]
 pub struct Verdicts<V> {
     hashers: [RandomState; 2],
-    kept: DashMap<TicketKey, (Instant, V)>,
-    in_flight: DashMap<TicketKey, Pending<V>>,
+    kept: DashMap<TicketKey, (Instant, V), Fast>,
+    in_flight: DashMap<TicketKey, Pending<V>, Fast>,
     ttl: Duration,
     max_entries: usize,
 }
@@ -37,8 +44,8 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
     pub fn new(ttl: Duration, max_entries: usize) -> Verdicts<V> {
         Verdicts {
             hashers: [RandomState::new(), RandomState::new()],
-            kept: DashMap::new(),
-            in_flight: DashMap::new(),
+            kept: DashMap::default(),
+            in_flight: DashMap::default(),
             ttl,
             max_entries: max_entries.max(1),
         }
@@ -50,11 +57,11 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
         (u128::from(a.hash_one(ticket)) << 64) | u128::from(b.hash_one(ticket))
     }
 
-    /// The verdict kept for `key`, while it is fresh.
-    pub fn kept(&self, key: TicketKey) -> Option<V> {
-        let entry = self.kept.get(&key)?;
-        let (expires, verdict) = &*entry;
-        (Instant::now() < *expires).then(|| verdict.clone())
+    /// The verdict kept for `key`, while it is fresh, read in place: a
+    /// kept verdict is what every call but one a minute finds, and it is
+    /// not copied.
+    pub fn kept(&self, key: TicketKey) -> Option<Kept<'_, V>> {
+        self.kept.get(&key).filter(|entry| Instant::now() < entry.0)
     }
 
     /// The check of `key` in flight, or `check` started now as that check.
@@ -136,7 +143,7 @@ mod tests {
             assert_eq!(pending.await, 7);
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(verdicts.kept(key), Some(7));
+        assert_eq!(verdicts.kept(key).map(|kept| kept.1), Some(7));
         assert!(verdicts.in_flight.is_empty());
     }
 
@@ -146,7 +153,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let key = verdicts.key("t");
         assert_eq!(verdicts.check(key, counted(&calls, 0), |v| *v != 0).await, 0);
-        assert_eq!(verdicts.kept(key), None);
+        assert!(verdicts.kept(key).is_none());
         assert_eq!(verdicts.check(key, counted(&calls, 1), |v| *v != 0).await, 1);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
@@ -161,9 +168,9 @@ mod tests {
             assert!(verdicts.len() <= 4, "{} kept", verdicts.len());
         }
         let last = verdicts.key("ticket 9");
-        assert_eq!(verdicts.kept(last), Some(9));
+        assert_eq!(verdicts.kept(last).map(|kept| kept.1), Some(9));
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(verdicts.kept(last), None);
+        assert!(verdicts.kept(last).is_none());
     }
 
     #[test]
