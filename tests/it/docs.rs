@@ -34,7 +34,7 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
     // the docs say; the tests run there.
     assert_eq!(std::env::current_dir().expect("cwd").canonicalize().unwrap(), root().canonicalize().unwrap());
     let mut checked = 0;
-    for doc in ["README.md", "docs/assistant.md", "docs/grpc.md", "docs/skills.md"] {
+    for doc in ["README.md", "docs/configuration.md", "docs/assistant.md", "docs/grpc.md", "docs/skills.md"] {
         for block in blocks(&read(doc), "toml") {
             let config = Config::from_toml(block).unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
             config.validate().unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
@@ -44,6 +44,35 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
         }
     }
     assert!(checked >= 2, "the README's and the assistant's TOML examples were found");
+}
+
+#[test]
+fn the_readme_leads_to_writing_a_scenario_and_links_the_rest() {
+    // A newcomer runs the server, tries it, then writes a scenario: that is
+    // the first screen. The reference (configuration, benchmarks, operating
+    // it) is a line and a link each, in docs/ and deploy/.
+    let readme = read("README.md");
+    let sections: Vec<&str> = readme.lines().filter_map(|line| line.strip_prefix("## ")).collect();
+    let first =
+        ["Try it", "Writing a scenario", "Dialogs: debugging and regression scripts", "Trying it with a real model"];
+    assert_eq!(sections.get(..first.len()), Some(&first[..]), "{sections:?}");
+    let scenario = readme.lines().position(|line| line == "## Writing a scenario").expect("the section");
+    assert!(scenario < 80, "writing a scenario starts on line {}, past the first screen", scenario + 1);
+    for page in [
+        "docs/configuration.md",
+        "docs/configuration.md#limits",
+        "docs/configuration.md#the-stream-lane",
+        "docs/grpc.md",
+        "docs/benchmarks.md",
+        "docs/benchmarks.md#hostile-clients",
+        "fuzz/README.md",
+        "docs/architecture.md",
+        "deploy/README.md",
+        "docs/production.md",
+        "docs/replicas.md",
+    ] {
+        assert!(readme.contains(&format!("]({page})")), "README links {page}");
+    }
 }
 
 #[test]
