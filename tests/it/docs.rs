@@ -34,7 +34,9 @@ fn every_toml_example_loads_and_sets_up_the_scenarios() {
     // the docs say; the tests run there.
     assert_eq!(std::env::current_dir().expect("cwd").canonicalize().unwrap(), root().canonicalize().unwrap());
     let mut checked = 0;
-    for doc in ["README.md", "docs/configuration.md", "docs/assistant.md", "docs/grpc.md", "docs/skills.md"] {
+    for doc in
+        ["README.md", "docs/auth.md", "docs/configuration.md", "docs/assistant.md", "docs/grpc.md", "docs/skills.md"]
+    {
         for block in blocks(&read(doc), "toml") {
             let config = Config::from_toml(block).unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
             config.validate().unwrap_or_else(|e| panic!("{doc}: {e}\n{block}"));
