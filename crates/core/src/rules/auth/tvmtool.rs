@@ -146,51 +146,63 @@ impl Tvmtool {
             url.push_str("?dst=");
             url.extend(url::form_urlencoded::byte_serialize(self.dst.as_bytes()));
         }
-        let request = self.client.get(url).header(SERVICE_TICKET, ticket);
-        let body = self.check(request, timeout).await?;
-        Ok(match body {
-            Ok(json) => {
-                let body: ServiceBody = parse(&json)?;
-                Checked::Valid(ServiceTicket { src: body.src, logging: body.logging_string })
-            }
-            Err(refused) => refused,
-        })
+        let (status, text) = self.check(self.client.get(url).header(SERVICE_TICKET, ticket), timeout).await?;
+        read_service_answer(status, &text)
     }
 
     /// `GET /tvm/checkusr`: tvmtool's verdict on a user ticket.
     pub async fn check_user(&self, ticket: &str, timeout: Duration) -> Result<Checked<UserTicket>, Unavailable> {
         let request = self.client.get(format!("{}/tvm/checkusr", self.base)).header(USER_TICKET, ticket);
-        Ok(match self.check(request, timeout).await? {
-            Ok(json) => {
-                let body: UserBody = parse(&json)?;
-                Checked::Valid(UserTicket { default_uid: body.default_uid, logging: body.logging_string })
-            }
-            Err(refused) => refused,
-        })
+        let (status, text) = self.check(request, timeout).await?;
+        read_user_answer(status, &text)
     }
 
-    /// One check: the 200 answer's body, tvmtool's refusal (403), or why
-    /// there is no verdict.
-    async fn check<T>(
-        &self,
-        request: reqwest::RequestBuilder,
-        timeout: Duration,
-    ) -> Result<Result<String, Checked<T>>, Unavailable> {
+    /// One check's status and body, with the local token sent.
+    async fn check(&self, request: reqwest::RequestBuilder, timeout: Duration) -> Result<(u16, String), Unavailable> {
         let response = send(request.header(reqwest::header::AUTHORIZATION, &self.token), timeout).await?;
-        let status = response.status();
-        let text = read_text(response, timeout).await?;
-        match status.as_u16() {
-            200 => Ok(Ok(text)),
-            403 => {
-                let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
-                let error = if body.error.is_empty() { "refused".to_owned() } else { shorten(&body.error) };
-                Ok(Err(Checked::Refused { error, logging: body.logging_string }))
-            }
-            status => {
-                let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
-                let error = if body.error.is_empty() { shorten(text.trim()) } else { shorten(&body.error) };
-                Err(Unavailable::Status { status, error })
-            }
+        let status = response.status().as_u16();
+        Ok((status, read_text(response, timeout).await?))
+    }
+}
+
+/// tvmtool's answer to `/tvm/checksrv` with `status` and `body`: its
+/// verdict, or why there is none.
+pub fn read_service_answer(status: u16, body: &str) -> Result<Checked<ServiceTicket>, Unavailable> {
+    read_answer(status, body, |body: ServiceBody| ServiceTicket {
+        src: body.src,
+        logging: shorten(&body.logging_string),
+    })
+}
+
+/// tvmtool's answer to `/tvm/checkusr` with `status` and `body`.
+pub fn read_user_answer(status: u16, body: &str) -> Result<Checked<UserTicket>, Unavailable> {
+    read_answer(status, body, |body: UserBody| UserTicket {
+        default_uid: body.default_uid,
+        logging: shorten(&body.logging_string),
+    })
+}
+
+/// 200: the good ticket's JSON, read by `valid`; 403: tvmtool's refusal;
+/// anything else: no verdict.
+fn read_answer<B: serde::de::DeserializeOwned, T>(
+    status: u16,
+    body: &str,
+    valid: impl FnOnce(B) -> T,
+) -> Result<Checked<T>, Unavailable> {
+    let error_body = || serde_json::from_str::<ErrorBody>(body).unwrap_or_default();
+    match status {
+        200 => serde_json::from_str(body)
+            .map(|b| Checked::Valid(valid(b)))
+            .map_err(|e| Unavailable::Unreadable(shorten(&e.to_string()))),
+        403 => {
+            let body = error_body();
+            let error = if body.error.is_empty() { "refused".to_owned() } else { shorten(&body.error) };
+            Ok(Checked::Refused { error, logging: shorten(&body.logging_string) })
+        }
+        status => {
+            let parsed = error_body();
+            let error = if parsed.error.is_empty() { shorten(body.trim()) } else { shorten(&parsed.error) };
+            Err(Unavailable::Status { status, error })
         }
     }
 }
@@ -225,10 +237,6 @@ fn causes(error: reqwest::Error) -> String {
     shorten(&line)
 }
 
-fn parse<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, Unavailable> {
-    serde_json::from_str(json).map_err(|e| Unavailable::Unreadable(e.to_string()))
-}
-
 /// `text` cut to a length fit for a log line or a refusal, control
 /// characters dropped.
 fn shorten(text: &str) -> String {
@@ -254,6 +262,24 @@ mod tests {
         let shown = format!("{tvmtool:?}");
         assert!(!shown.contains("s3cr3t"), "{shown}");
         assert!(shown.contains("http://localhost:1"), "{shown}");
+    }
+
+    #[test]
+    fn tvmtools_answers_are_read_as_verdicts() {
+        let good = r#"{"src":2000860,"dst":42,"scopes":null,"debug_string":"d","logging_string":"3:serv:CBAQ:","issuer_uid":null}"#;
+        assert_eq!(
+            read_service_answer(200, good),
+            Ok(Checked::Valid(ServiceTicket { src: 2_000_860, logging: "3:serv:CBAQ:".into() }))
+        );
+        let refused = read_service_answer(403, r#"{"error":"Expired ticket","logging_string":"3:serv:X:"}"#);
+        assert_eq!(refused, Ok(Checked::Refused { error: "Expired ticket".into(), logging: "3:serv:X:".into() }));
+        assert!(matches!(
+            read_service_answer(401, r#"{"error":"bad token"}"#),
+            Err(Unavailable::Status { status: 401, .. })
+        ));
+        assert!(matches!(read_service_answer(200, "OK"), Err(Unavailable::Unreadable(_))));
+        let user = read_user_answer(200, r#"{"default_uid":456,"uids":[456]}"#);
+        assert_eq!(user, Ok(Checked::Valid(UserTicket { default_uid: Some(456), logging: String::new() })));
     }
 
     #[test]
