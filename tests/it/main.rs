@@ -37,6 +37,8 @@ mod llm_api;
 mod metrics;
 mod modules;
 #[cfg(unix)]
+mod operating;
+#[cfg(unix)]
 mod python_tools;
 #[path = "../support/redis_server.rs"]
 #[allow(dead_code)]
