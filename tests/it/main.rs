@@ -22,6 +22,8 @@ mod client;
 mod connections;
 #[cfg(unix)]
 mod deploy;
+#[cfg(unix)]
+mod deploy_pods;
 mod dialog_cmd;
 mod dialogs;
 mod docs;

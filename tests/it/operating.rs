@@ -141,9 +141,9 @@ fn served(rendered: &str, name: &str) -> bool {
 }
 
 fn not_yet_served(name: &str) -> bool {
-    NOT_YET_SERVED.iter().any(|family| {
-        name.strip_prefix(family).is_some_and(|rest| ["", "_bucket", "_count", "_sum"].contains(&rest))
-    })
+    NOT_YET_SERVED
+        .iter()
+        .any(|family| name.strip_prefix(family).is_some_and(|rest| ["", "_bucket", "_count", "_sum"].contains(&rest)))
 }
 
 /// A scenario whose `/run` never answers: the server answers `timeout` for it.
@@ -219,7 +219,8 @@ async fn every_metric_the_alerts_the_dashboard_and_the_runbook_name_is_served() 
         assert!(names.len() >= 10, "{file} names metrics: {names:?}");
         named.extend(names);
     }
-    let dashboard: Value = serde_json::from_str(&read("grafana/megamind-scenario.json")).expect("the dashboard is JSON");
+    let dashboard: Value =
+        serde_json::from_str(&read("grafana/megamind-scenario.json")).expect("the dashboard is JSON");
     let panels = dashboard["panels"].as_array().expect("panels");
     assert!(panels.iter().filter(|p| p["type"] == "timeseries").all(|p| p["targets"][0]["expr"].is_string()));
 
