@@ -29,10 +29,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
 use ghz_config::{GhzConfig, Knobs};
 use ghz_report::Report;
 use hdrhistogram::Histogram;
+use megamind_core::transport::grpc::BytesCodec;
 use process::{Server, env_or};
 use tonic::transport::Channel;
 
@@ -43,46 +43,6 @@ mod ghz_report;
 #[path = "support/process.rs"]
 #[allow(dead_code)]
 mod process;
-
-/// Passes the bodies through as they are: they are encoded once, with
-/// their RequestIds stamped in per call.
-#[derive(Debug, Clone, Copy, Default)]
-struct Raw;
-
-impl tonic::codec::Codec for Raw {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
-
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl tonic::codec::Encoder for Raw {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        bytes::BufMut::put(dst, item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for Raw {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
-        let remaining = bytes::Buf::remaining(src);
-        Ok(Some(bytes::Buf::copy_to_bytes(src, remaining)))
-    }
-}
 
 /// One worker's tally.
 struct Tally {
@@ -130,7 +90,8 @@ async fn drive(config: &GhzConfig, addr: SocketAddr) -> Report {
                 let begun = Instant::now();
                 let answer = async {
                     grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                    grpc.unary(request, config.path.clone(), Raw).await
+                    // The body goes as it is: encoded once, its UUIDs stamped per call.
+                    grpc.unary(request, config.path.clone(), BytesCodec).await
                 };
                 let status = match tokio::time::timeout(config.timeout, answer).await {
                     Ok(Ok(_)) => None,
