@@ -35,7 +35,7 @@ fn validate(tools: &Tools, file: &Path) -> Result<(), String> {
 }
 
 /// Every document of every manifest, read by PyYAML.
-fn documents(tools: &Tools) -> Vec<Value> {
+pub fn documents(tools: &Tools) -> Vec<Value> {
     let script = "import json, sys, yaml\n\
                   docs = [d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f, encoding='utf-8')) if d]\n\
                   json.dump(docs, sys.stdout)";
@@ -44,7 +44,7 @@ fn documents(tools: &Tools) -> Vec<Value> {
     serde_json::from_slice::<Vec<Value>>(&output.stdout).expect("JSON from PyYAML")
 }
 
-fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
     documents.iter().filter(|d| d["kind"] == kind).collect()
 }
 

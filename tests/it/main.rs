@@ -22,6 +22,8 @@ mod client;
 mod connections;
 #[cfg(unix)]
 mod deploy;
+#[cfg(unix)]
+mod deploy_pods;
 mod dialog_cmd;
 mod dialogs;
 mod docs;
@@ -36,6 +38,8 @@ mod lifecycle;
 mod llm_api;
 mod metrics;
 mod modules;
+#[cfg(unix)]
+mod operating;
 #[cfg(unix)]
 mod python_tools;
 #[path = "../support/redis_server.rs"]

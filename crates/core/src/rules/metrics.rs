@@ -3,7 +3,9 @@
 //!
 //! Each [`ServerMetrics`] owns its own registry, so several servers in one process
 //! (tests, benches) never mix their numbers; scenarios register their own
-//! collectors into [`ServerMetrics::registry`].
+//! collectors into [`ServerMetrics::registry`]. On Linux the registry also
+//! holds the standard `process_*` metrics (CPU seconds, resident memory,
+//! file descriptors, threads), which dashboards and alerts expect by name.
 
 use std::time::Duration;
 
@@ -69,6 +71,10 @@ impl ServerMetrics {
         ] {
             registry.register(collector).expect("metric names are unique");
         }
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .expect("metric names are unique");
         ServerMetrics { registry, requests, latency, budget_overruns }
     }
 
@@ -239,5 +245,17 @@ mod tests {
             text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.0005"} 0"#),
             "{text}"
         );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_metrics_render_beside_the_server_metrics() {
+        let text = ServerMetrics::new().render();
+        let value = |name: &str| {
+            text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(0.0)
+        };
+        assert!(value("process_resident_memory_bytes") > 1e6, "{text}");
+        assert!(value("process_cpu_seconds_total") >= 0.0 && text.contains("process_cpu_seconds_total "), "{text}");
+        assert!(value("process_open_fds") >= 3.0, "{text}");
     }
 }

@@ -1,0 +1,99 @@
+//! ghz's summary of a run, in ghz's words and order: count, total, slowest,
+//! fastest, average, requests/sec; the response time histogram; the
+//! latency distribution; the status code and error distributions.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use hdrhistogram::Histogram;
+
+/// What a run measured, latencies in microseconds.
+pub struct Report {
+    name: String,
+    latency: Histogram<u64>,
+    codes: BTreeMap<String, u64>,
+    errors: BTreeMap<String, u64>,
+    /// Wall time of the whole run.
+    pub total: Duration,
+}
+
+/// A status code as ghz prints it (`OK`, `Unavailable`, `DeadlineExceeded`).
+pub fn code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Report {
+    pub fn new(name: &str) -> Report {
+        Report {
+            name: name.to_owned(),
+            latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
+            codes: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            total: Duration::ZERO,
+        }
+    }
+
+    /// Adds one worker's calls.
+    pub fn add(&mut self, latency: &Histogram<u64>, codes: BTreeMap<String, u64>, errors: BTreeMap<String, u64>) {
+        self.latency.add(latency).expect("same bounds");
+        for (code, n) in codes {
+            *self.codes.entry(code).or_default() += n;
+        }
+        for (error, n) in errors {
+            *self.errors.entry(error).or_default() += n;
+        }
+    }
+
+    pub fn print(&self) {
+        let ms = |us: f64| us / 1000.0;
+        let count = self.latency.len();
+        println!("{}\n\nSummary:", self.name);
+        println!("  Count:\t{count}");
+        println!("  Total:\t{:.2} ms", self.total.as_secs_f64() * 1000.0);
+        if count == 0 {
+            return;
+        }
+        println!("  Slowest:\t{:.2} ms", ms(self.latency.max() as f64));
+        println!("  Fastest:\t{:.2} ms", ms(self.latency.min() as f64));
+        println!("  Average:\t{:.2} ms", ms(self.latency.mean()));
+        println!("  Requests/sec:\t{:.2}", count as f64 / self.total.as_secs_f64());
+        println!("\nResponse time histogram:");
+        let buckets = self.buckets(10);
+        let most = buckets.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
+        for (upper, n) in &buckets {
+            let bar = "∎".repeat((40 * n / most) as usize);
+            println!("  {:.3} [{n}]\t|{bar}", ms(*upper as f64));
+        }
+        println!("\nLatency distribution:");
+        for percent in [10, 25, 50, 75, 90, 95, 99] {
+            let at = self.latency.value_at_quantile(f64::from(percent) / 100.0);
+            println!("  {percent} % in {:.2} ms ", ms(at as f64));
+        }
+        println!("\nStatus code distribution:");
+        for (code, n) in &self.codes {
+            println!("  [{code}]\t{n} responses");
+        }
+        if !self.errors.is_empty() {
+            println!("\nError distribution:");
+            for (error, n) in &self.errors {
+                println!("  [{n}]\t{error}");
+            }
+        }
+    }
+
+    /// Buckets of equal width from the fastest call to the slowest, as ghz
+    /// draws them: each its upper bound and how many calls fell in it since
+    /// the previous one (the first holds the fastest).
+    fn buckets(&self, n: u64) -> Vec<(u64, u64)> {
+        let (low, high) = (self.latency.min(), self.latency.max());
+        let width = ((high - low) / n).max(1);
+        let mut buckets: Vec<(u64, u64)> = (0..=n).map(|i| (low + i * width, 0)).collect();
+        for value in self.latency.iter_recorded() {
+            let at = (value.value_iterated_to() - low).div_ceil(width).min(n) as usize;
+            buckets[at].1 += value.count_at_value();
+        }
+        buckets
+    }
+}

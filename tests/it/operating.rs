@@ -1,0 +1,252 @@
+//! `deploy/prometheus`, `deploy/grafana` and `deploy/RUNBOOK.md`: promtool
+//! checks the alerts and runs their unit tests, every alert has a test that
+//! fires it and a runbook section, the PrometheusRule holds the rules file's
+//! groups, and every metric they name is on a real server's `/metrics`, so
+//! that renaming a metric breaks the build rather than the on-call.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use megamind_assistant::config::{AssistantConfig, Warmup};
+use megamind_core::{
+    codec::Format,
+    config::Config,
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest, TScenarioRunResponse},
+    scenario::{CallContext, Scenario, ScenarioModule, ScenarioResult, Setup, SetupError},
+};
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+
+use crate::{
+    assistant_harness::{client, run},
+    helpers::{TestApp, Transport, fixture_body, spawn_modules},
+    mock_llm::{MockLlm, Reply},
+    redis_server::RedisServer,
+};
+
+/// Metrics of caller authentication (TVM), which a server built without it
+/// does not serve yet: the alerts and the dashboard use them already. The
+/// test skips these names, and fails once the server serves one of them, so
+/// that this list is deleted as soon as it can be.
+const NOT_YET_SERVED: &[&str] = &["megamind_auth_total", "megamind_auth_tvmtool_seconds", "megamind_auth_tvmtool_up"];
+
+/// Words of the metrics' shape that name no metric: the gRPC package.
+const NOT_METRICS: &[&str] = &["megamind_scenario"];
+
+/// Set to `1` to fail, not skip, when promtool is not installed.
+const REQUIRE_ENV: &str = "MEGAMIND_REQUIRE_INTEROP";
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(deploy().join(path)).unwrap_or_else(|e| panic!("deploy/{path}: {e}"))
+}
+
+fn yaml(path: &str) -> Value {
+    serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("deploy/{path} is YAML: {e}"))
+}
+
+/// Every alerting rule of `groups`.
+fn alerts(groups: &Value) -> Vec<&Value> {
+    let groups = groups.as_array().expect("groups");
+    groups.iter().flat_map(|g| g["rules"].as_array().expect("rules")).filter(|r| r.get("alert").is_some()).collect()
+}
+
+/// `promtool`, or `None` after saying why the test checks nothing.
+fn promtool(test: &str) -> Option<&'static str> {
+    if Command::new("promtool").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Some("promtool");
+    }
+    let reason = "promtool is not installed (Debian: apt-get install prometheus)";
+    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+        panic!("{test}: {reason}, and {REQUIRE_ENV}=1");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+    None
+}
+
+#[test]
+fn promtool_checks_the_alerts_and_runs_their_unit_tests() {
+    let Some(promtool) = promtool("promtool_checks_the_alerts_and_runs_their_unit_tests") else { return };
+    for args in [["check", "rules", "alerts.yaml"], ["test", "rules", "alerts_test.yaml"]] {
+        let output = Command::new(promtool).args(args).current_dir(deploy().join("prometheus")).output();
+        let output = output.expect("promtool runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "promtool {}:\n{text}", args.join(" "));
+        assert!(text.contains("SUCCESS"), "promtool {}:\n{text}", args.join(" "));
+    }
+}
+
+#[test]
+fn every_alert_fires_in_a_test_stays_quiet_in_another_and_has_a_runbook() {
+    let rules = yaml("prometheus/alerts.yaml");
+    let tests = yaml("prometheus/alerts_test.yaml");
+    let runbook = read("RUNBOOK.md");
+    let cases: Vec<&Value> = tests["tests"]
+        .as_array()
+        .expect("tests")
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_array().expect("alert_rule_test"))
+        .collect();
+    let alerts = alerts(&rules["groups"]);
+    assert!(alerts.len() >= 16, "{} alerts", alerts.len());
+    for alert in alerts {
+        let name = alert["alert"].as_str().expect("alert name");
+        let fires = |case: &Value| case["exp_alerts"].as_array().is_some_and(|a| !a.is_empty());
+        let of_alert: Vec<&Value> = cases.iter().copied().filter(|c| c["alertname"] == name).collect();
+        assert!(of_alert.iter().any(|c| fires(c)), "{name}: a test where it fires");
+        assert!(of_alert.iter().any(|c| !fires(c)), "{name}: a test where it does not fire");
+
+        let annotations = &alert["annotations"];
+        for key in ["summary", "description"] {
+            assert!(annotations[key].as_str().is_some_and(|s| !s.is_empty()), "{name}: a {key}");
+        }
+        assert_eq!(annotations["runbook"], format!("deploy/RUNBOOK.md#{}", name.to_lowercase()), "{name}: runbook");
+        assert!(runbook.lines().any(|l| l == format!("### {name}")), "{name}: a section `### {name}` in the runbook");
+        assert!(["warning", "critical"].contains(&alert["labels"]["severity"].as_str().unwrap_or("")), "{name}");
+    }
+}
+
+#[test]
+fn the_prometheus_rule_holds_the_groups_of_the_rules_file() {
+    let rules = yaml("prometheus/alerts.yaml");
+    let wrapped = yaml("prometheus/prometheus-rule.yaml");
+    assert_eq!(wrapped["kind"], "PrometheusRule");
+    assert_eq!(wrapped["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(wrapped["metadata"]["namespace"], "megamind-scenario");
+    assert_eq!(wrapped["spec"]["groups"], rules["groups"], "prometheus-rule.yaml's spec.groups = alerts.yaml's groups");
+}
+
+/// The names of metrics `text` mentions: words `megamind_...` and `process_...`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let word = regex::Regex::new(r"\b(?:megamind|process)_[a-z0-9_]+\b").expect("regex");
+    word.find_iter(text).map(|m| m.as_str().to_owned()).filter(|n| !NOT_METRICS.contains(&n.as_str())).collect()
+}
+
+/// True when `/metrics` (`rendered`) holds `name`: a family of that name,
+/// or a histogram's sample series (`_bucket`, `_count`, `_sum`).
+fn served(rendered: &str, name: &str) -> bool {
+    rendered.lines().any(|line| {
+        line.strip_prefix("# TYPE ").is_some_and(|l| l.split(' ').next() == Some(name))
+            || line.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+    })
+}
+
+fn not_yet_served(name: &str) -> bool {
+    NOT_YET_SERVED
+        .iter()
+        .any(|family| name.strip_prefix(family).is_some_and(|rest| ["", "_bucket", "_count", "_sum"].contains(&rest)))
+}
+
+/// A scenario whose `/run` never answers: the server answers `timeout` for it.
+#[derive(Debug)]
+struct Stalled;
+
+#[async_trait]
+impl Scenario for Stalled {
+    async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        std::future::pending().await
+    }
+}
+
+impl ScenarioModule for Stalled {
+    fn name(&self) -> &'static str {
+        "stalled"
+    }
+
+    fn build(&self, _: toml::Table, _: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+        Ok(Arc::new(Stalled))
+    }
+}
+
+/// The built-in scenarios and a stalled one, the assistant's model a mock
+/// that streams, the idempotency answers in `redis`.
+async fn spawn_observed(redis: &RedisServer, mock: &MockLlm) -> TestApp {
+    let mut config = Config::default();
+    config.store.url = redis.url();
+    // Short, so that a silent connection is closed (and counted) at once.
+    config.header_timeout_ms = 200;
+    let mut assistant = AssistantConfig::with_base_url(mock.base_url());
+    assistant.backend.warmup = Warmup::Off;
+    config.scenarios.insert("assistant".into(), toml::Table::try_from(&assistant).expect("a table"));
+    let mut modules = megamind_scenario::scenarios::modules();
+    modules.push(Box::new(Stalled));
+    spawn_modules(config, &modules).await
+}
+
+/// A little of every kind of traffic: demo calls, a replay, a commit, a
+/// call past its budget, an assistant's turn and its stream, a connection
+/// closed for silence.
+async fn traffic(app: &TestApp) {
+    let poi = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    assert_eq!(app.post_binary("/demo/run", poi.clone()).await.0, 200);
+    assert_eq!(app.post_binary("/demo/run", poi.clone()).await.0, 200);
+    let commit = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+    assert_eq!(app.post_binary("/demo/commit", commit).await.0, 200);
+    assert_eq!(app.post_binary("/stalled/run", poi).await.0, 200);
+
+    let assistant = client(app, Transport::Http);
+    run(&assistant, "ops-1", "который час?").await;
+    let (status, _) = app.get("/llm/stream/ops-1").await;
+    assert_eq!(status, 200, "the stream of the assistant's call");
+
+    let mut silent = tokio::net::TcpStream::connect(app.addr).await.expect("connect");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the server closes a connection that sends no request");
+}
+
+#[tokio::test]
+async fn every_metric_the_alerts_the_dashboard_and_the_runbook_name_is_served() {
+    let Some(redis) = RedisServer::start("every_metric_the_alerts_the_dashboard_and_the_runbook_name_is_served") else {
+        return;
+    };
+    let mock = MockLlm::start(Reply::stream(&["Сейчас ", "ровно полдень."], Duration::ZERO)).await;
+    let app = spawn_observed(&redis, &mock).await;
+    traffic(&app).await;
+
+    let mut named = BTreeSet::new();
+    for file in ["prometheus/alerts.yaml", "grafana/megamind-scenario.json", "RUNBOOK.md"] {
+        let names = metric_names(&read(file));
+        assert!(names.len() >= 10, "{file} names metrics: {names:?}");
+        named.extend(names);
+    }
+    let dashboard: Value =
+        serde_json::from_str(&read("grafana/megamind-scenario.json")).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.iter().filter(|p| p["type"] == "timeseries").all(|p| p["targets"][0]["expr"].is_string()));
+
+    // Some series appear only as their call ends (the model's, the connection's): wait for them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let missing = loop {
+        let (status, rendered) = app.get("/metrics").await;
+        assert_eq!(status, 200);
+        for name in NOT_YET_SERVED {
+            assert!(!served(&rendered, name), "{name} is served now: delete it from NOT_YET_SERVED");
+        }
+        let missing: Vec<&String> = named.iter().filter(|n| !not_yet_served(n) && !served(&rendered, n)).collect();
+        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+            break missing;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(missing.is_empty(), "named in deploy/ but not on /metrics: {missing:?}");
+}
+
+#[test]
+fn names_are_read_from_expressions_and_histogram_series_count_as_served() {
+    let names = metric_names(r#"rate(megamind_requests_total{outcome="ok"}[5m]) megamind_scenario.v1 process_threads"#);
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), ["megamind_requests_total", "process_threads"]);
+    let rendered = "# TYPE megamind_x_seconds histogram\nmegamind_x_seconds_bucket{le=\"0.1\"} 1\nmegamind_y 2\n";
+    assert!(served(rendered, "megamind_x_seconds") && served(rendered, "megamind_x_seconds_bucket"));
+    assert!(served(rendered, "megamind_y") && !served(rendered, "megamind_x") && !served(rendered, "megamind_y_total"));
+    assert!(not_yet_served("megamind_auth_tvmtool_seconds_bucket") && !not_yet_served("megamind_auth_totally"));
+}
