@@ -93,6 +93,21 @@ fn the_assistant_reads_its_model_url_and_its_key_from_a_secret() {
 }
 
 #[test]
+fn callers_are_checked_by_the_tvmtool_beside_the_server_and_addresses_signed_with_a_shared_key() {
+    let name = "callers_are_checked_by_the_tvmtool_beside_the_server_and_addresses_signed_with_a_shared_key";
+    let Some(tools) = python_tools::tools_blocking(name) else { return };
+    let documents = documents(tools);
+    let pod = pod(&documents);
+    let url = env(pod, "DEPLOY_TVM_TOOL_URL").expect("tvmtool's address: without it every caller is let in");
+    assert!(url["value"].as_str().is_some_and(|url| url.starts_with("http://localhost:")), "{url}");
+    assert!(env(pod, "MEGAMIND_TVM_DST").is_some_and(|dst| dst["value"].is_string()));
+    for (variable, key) in [("TVMTOOL_LOCAL_AUTHTOKEN", "local-token"), ("MEGAMIND_LLM_SIGNING_KEY", "signing-key")] {
+        let secret = &env(pod, variable).unwrap_or_else(|| panic!("{variable}"))["valueFrom"]["secretKeyRef"];
+        assert_eq!((secret["name"].as_str(), secret["key"].as_str()), (Some("megamind-tvm"), Some(key)), "{variable}");
+    }
+}
+
+#[test]
 fn the_autoscaler_owns_the_replicas_and_one_at_a_time_may_go() {
     let Some(tools) = python_tools::tools_blocking("the_autoscaler_owns_the_replicas_and_one_at_a_time_may_go") else {
         return;

@@ -144,6 +144,13 @@ impl Client {
         self
     }
 
+    /// Sends `ticket` as the caller's TVM service ticket
+    /// (`X-Ya-Service-Ticket`), for a server that checks who calls.
+    pub fn with_service_ticket(mut self, ticket: &str) -> Client {
+        self.route.service_ticket = Some(ticket.to_owned());
+        self
+    }
+
     /// Sends `ticket` as the user's TVM ticket (`X-Ya-User-Ticket`).
     pub fn with_user_ticket(mut self, ticket: &str) -> Client {
         self.route.user_ticket = Some(ticket.to_owned());

@@ -14,7 +14,7 @@ use megamind_core::{
     },
     scenario::{
         Handler,
-        meta::{SCENARIO_KEY, USER_TICKET},
+        meta::{SCENARIO_KEY, SERVICE_TICKET, USER_TICKET},
     },
 };
 use prost::Message;
@@ -45,10 +45,21 @@ pub(super) enum Wire {
 pub(super) struct Route {
     /// The scenario; `None` for the server's default one.
     pub(super) scenario: Option<String>,
+    /// `X-Ya-Service-Ticket`, for a server that checks who calls.
+    pub(super) service_ticket: Option<String>,
     /// `X-Ya-User-Ticket`, when the user is logged in.
     pub(super) user_ticket: Option<String>,
     /// How long to wait for one answer.
     pub(super) timeout: Option<Duration>,
+}
+
+impl Route {
+    /// The tickets to send: their header, their name for errors, their value.
+    fn tickets(&self) -> impl Iterator<Item = (&'static str, &'static str, &str)> {
+        let service = self.service_ticket.as_deref().map(|t| (SERVICE_TICKET, "service ticket", t));
+        let user = self.user_ticket.as_deref().map(|t| (USER_TICKET, "user ticket", t));
+        service.into_iter().chain(user)
+    }
 }
 
 impl Wire {
@@ -87,12 +98,10 @@ async fn http_call(
         Request::Continue(message) | Request::Commit(message) | Request::Apply(message) => message.encode_to_vec(),
     };
     let mut post = http.post(url).header(http::header::CONTENT_TYPE, "application/protobuf").body(body);
-    if let Some(ticket) = &route.user_ticket {
-        let ticket = http::HeaderValue::from_str(ticket).map_err(|_| ClientError::Setting {
-            name: "user ticket",
-            reason: format!("{ticket:?} is not a header value"),
-        })?;
-        post = post.header(USER_TICKET, ticket);
+    for (header, name, ticket) in route.tickets() {
+        let ticket = http::HeaderValue::from_str(ticket)
+            .map_err(|_| ClientError::Setting { name, reason: format!("{ticket:?} is not a header value") })?;
+        post = post.header(header, ticket);
     }
     let unreachable = |source| ClientError::Unreachable { handler, source };
     let started = Instant::now();
@@ -164,8 +173,8 @@ fn metadata(route: &Route) -> Result<MetadataMap, ClientError> {
     if let Some(scenario) = &route.scenario {
         metadata.insert(SCENARIO_KEY, value("scenario name", scenario)?);
     }
-    if let Some(ticket) = &route.user_ticket {
-        metadata.insert(USER_TICKET, value("user ticket", ticket)?);
+    for (key, name, ticket) in route.tickets() {
+        metadata.insert(key, value(name, ticket)?);
     }
     Ok(metadata)
 }
