@@ -4,6 +4,7 @@
 //! ticket that cannot be checked is refused (checks fail closed).
 
 use std::{
+    future::Future,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -155,27 +156,38 @@ impl Authenticator for TvmAuthenticator {
 
 impl Inner {
     async fn check_service(self: &Arc<Self>, key: u128, ticket: String) -> ServiceVerdict {
-        let inner = Arc::clone(self);
-        let check = async move {
-            let started = Instant::now();
-            let verdict = inner.tvmtool.check_service(&ticket, inner.timeout).await;
-            inner.metrics.timed(TvmtoolOp::CheckService, started.elapsed());
-            inner.answered(verdict.as_ref().err());
-            verdict
-        };
-        self.services.check(key, check.boxed(), answered).await
+        let ask = |inner: Arc<Inner>| async move { inner.tvmtool.check_service(&ticket, inner.timeout).await };
+        self.ask(&self.services, key, TvmtoolOp::CheckService, ask).await
     }
 
     async fn check_user(self: &Arc<Self>, key: u128, ticket: String) -> UserVerdict {
+        let ask = |inner: Arc<Inner>| async move { inner.tvmtool.check_user(&ticket, inner.timeout).await };
+        self.ask(&self.users, key, TvmtoolOp::CheckUser, ask).await
+    }
+
+    /// tvmtool's verdict on the ticket of `key` by `ask`, timed, noted and
+    /// kept in `verdicts`; one check in flight per ticket.
+    async fn ask<T, F>(
+        self: &Arc<Self>,
+        verdicts: &Arc<Verdicts<Result<T, Unavailable>>>,
+        key: u128,
+        op: TvmtoolOp,
+        ask: impl FnOnce(Arc<Inner>) -> F,
+    ) -> Result<T, Unavailable>
+    where
+        T: Clone + Send + Sync + 'static,
+        F: Future<Output = Result<T, Unavailable>> + Send + 'static,
+    {
         let inner = Arc::clone(self);
+        let asked = ask(Arc::clone(self));
         let check = async move {
             let started = Instant::now();
-            let verdict = inner.tvmtool.check_user(&ticket, inner.timeout).await;
-            inner.metrics.timed(TvmtoolOp::CheckUser, started.elapsed());
+            let verdict = asked.await;
+            inner.metrics.timed(op, started.elapsed());
             inner.answered(verdict.as_ref().err());
             verdict
         };
-        self.users.check(key, check.boxed(), answered).await
+        verdicts.check(key, check.boxed(), answered).await
     }
 
     /// Notes whether tvmtool answered (`failure` is `None`), logging the
