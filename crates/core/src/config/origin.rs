@@ -50,19 +50,28 @@ impl Origins {
         self.set_by.insert(key.to_owned(), origin);
     }
 
-    /// Where `key` (or the nearest table holding it) was set: the override
-    /// that set it last, else the file and the line; none for a default.
+    /// Where `key` (or the nearest table holding it, or a key in it) was
+    /// set: the override that set it last, else the file and the line; none
+    /// for a default.
     pub fn source_of(&self, key: &str) -> Option<String> {
+        let in_file = |line: &usize| format!("{}:{line}", self.file);
         let mut at = key;
         loop {
             if let Some(origin) = self.set_by.get(at) {
                 return Some(origin.clone());
             }
             if let Some(line) = self.lines.get(at) {
-                return Some(format!("{}:{line}", self.file));
+                return Some(in_file(line));
             }
-            at = at.rsplit_once('.')?.0;
+            match at.rsplit_once('.') {
+                Some((table, _)) => at = table,
+                None => break,
+            }
         }
+        let under = format!("{key}.");
+        let inside = |dotted: &&String| !key.is_empty() && dotted.starts_with(&under);
+        let set = self.set_by.iter().find(|(dotted, _)| inside(dotted)).map(|(_, origin)| origin.clone());
+        set.or_else(|| self.lines.iter().find(|(dotted, _)| inside(dotted)).map(|(_, line)| in_file(line)))
     }
 
     /// Each problem as one line with its source in front; one override
@@ -118,6 +127,8 @@ mod tests {
         assert_eq!(origins.source_of("assistant.backend.model").as_deref(), Some("app.toml:6"));
         assert_eq!(origins.source_of("assistant.backend.kind").as_deref(), Some("app.toml:7"));
         assert_eq!(origins.source_of("body_limit"), None, "a default");
+        origins.set("nosuch.key", "--set");
+        assert_eq!(origins.source_of("nosuch").as_deref(), Some("--set nosuch.key"), "a table by its key");
         origins.set("budget.run_ms", "--budget-ms");
         origins.set("addr", "--set");
         assert_eq!(origins.source_of("budget.run_ms").as_deref(), Some("--budget-ms"));

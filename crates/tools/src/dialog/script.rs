@@ -236,6 +236,22 @@ dialogs:
         let unknown = "dialogs:\n  - name: x\n    turns:\n      - sya: hi\n";
         let error = parse("typo.yaml", unknown).unwrap_err().to_string();
         assert!(error.starts_with("typo.yaml:4:") && error.contains("sya"), "{error}");
+        assert!(error.ends_with("; did you mean `say`?"), "{error}");
+    }
+
+    #[test]
+    fn every_turn_s_mistake_is_told_at_once_with_the_field_it_meant() {
+        let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
+                      expect: {Layout.OutputSpeach: x}\n";
+        let error = parse("f.yaml", script).unwrap_err().to_string();
+        assert!(error.starts_with("f.yaml: 2 problems:\n"), "{error}");
+        assert!(error.contains("turn 1: write exactly one"), "{error}");
+        assert!(
+            error.contains(
+                "turn 2: Layout.OutputSpeach: TLayout has no field \"OutputSpeach\"; did you mean `OutputSpeech`?"
+            ),
+            "{error}"
+        );
     }
 
     #[test]
