@@ -158,7 +158,7 @@ struct Added;
 
 impl ScenarioModule for Added {
     fn name(&self) -> &'static str {
-        "coin"
+        "added"
     }
 
     fn defaults(&self) -> toml::Table {
@@ -166,12 +166,12 @@ impl ScenarioModule for Added {
     }
 
     fn flags(&self) -> Vec<module::Flag> {
-        vec![module::Flag::new("coin-sides", "sides", "Sides of the coin").env("MEGAMIND_COIN_SIDES")]
+        vec![module::Flag::new("added-sides", "sides", "Sides of the added die").env("MEGAMIND_ADDED_SIDES")]
     }
 
     fn check(&self, table: &toml::Table) -> Vec<megamind_core::config::Problem> {
         let sides = table.get("sides").and_then(toml::Value::as_integer);
-        let wrong = (sides < Some(2)).then(|| megamind_core::config::Problem::from_message("coin.sides: at least 2"));
+        let wrong = (sides < Some(2)).then(|| megamind_core::config::Problem::from_message("added.sides: at least 2"));
         wrong.into_iter().collect()
     }
 
@@ -196,17 +196,17 @@ fn a_scenario_added_to_the_list_is_served_configured_and_helped_like_the_others(
         Err(ParseError::Usage(help)) => help.to_string(),
         other => panic!("--help prints help, got {other:?}"),
     };
-    assert!(help.contains("Scenario coin") && help.contains("Sides of the coin [default: 2]"), "{help}");
-    let loaded = serve_hosting(&["--coin-sides", "6", "--default-scenario", "coin"], &[], hosting()).unwrap();
-    assert_eq!(loaded.config.scenarios["coin"]["sides"].as_integer(), Some(6));
-    assert!(loaded.to_toml().contains("[coin]\nsides = 6"), "{}", loaded.to_toml());
+    assert!(help.contains("Scenario added") && help.contains("Sides of the added die [default: 2]"), "{help}");
+    let loaded = serve_hosting(&["--added-sides", "6", "--default-scenario", "added"], &[], hosting()).unwrap();
+    assert_eq!(loaded.config.scenarios["added"]["sides"].as_integer(), Some(6));
+    assert!(loaded.to_toml().contains("[added]\nsides = 6"), "{}", loaded.to_toml());
     let built = module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).unwrap();
     assert_eq!(built.registry.names().count(), names.len(), "every scenario built");
-    let error = serve_hosting(&["--set", "cion.sides=3"], &[("MEGAMIND_COIN_SIDES", "1")], hosting()).unwrap_err();
+    let error = serve_hosting(&["--set", "aded.sides=3"], &[("MEGAMIND_ADDED_SIDES", "1")], hosting()).unwrap_err();
     let error = error.to_string();
-    let expected = format!("[cion]: no scenario of that name; did you mean `coin`? (scenarios: {})", names.join(", "));
+    let expected = format!("[aded]: no scenario of that name; did you mean `added`? (scenarios: {})", names.join(", "));
     assert!(error.contains(&expected), "{error}");
-    assert!(error.contains("MEGAMIND_COIN_SIDES: coin.sides: at least 2"), "{error}");
+    assert!(error.contains("MEGAMIND_ADDED_SIDES: added.sides: at least 2"), "{error}");
 }
 
 #[test]
