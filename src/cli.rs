@@ -223,7 +223,10 @@ pub fn parse(
     let config = Sources { file, overrides, aliases }.load_with(&defaults, &|config| {
         let mut auth = config.auth.clone();
         deployment_fallbacks(&mut auth, env);
-        let mut found: Vec<Problem> = auth.problems().into_iter().map(Problem::from_message).collect();
+        // The table's own problems are the core's already; these are the variables'.
+        let own = config.auth.problems();
+        let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
+        let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
         found
     });
