@@ -6,7 +6,7 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use megamind_core::{
-    config::{AuthConfig, Config, ConfigError, ListenAddr, Override, Sources},
+    config::{AuthConfig, Config, ConfigError, ListenAddr, Override, Problem, Sources},
     rules::{logging, metrics::ServerMetrics},
     scenario::{ScenarioModule, module},
     server::{self, App},
@@ -200,11 +200,14 @@ pub fn parse(
         Command::Serve(args) => args,
     };
     let mut overrides = flags::overrides(&flags, matches.subcommand_matches("serve"), env);
+    let mut problems = Vec::new();
     for pair in &args.set {
-        let (key, value) = pair.split_once('=').ok_or_else(|| {
-            ConfigError(vec![format!("--set {pair:?}: write KEY=VALUE, e.g. --set cache.ttl_secs=60")])
-        })?;
-        overrides.push(Override { key: key.trim().to_owned(), value: value.to_owned(), origin: "--set".into() });
+        match pair.split_once('=') {
+            Some((key, value)) => {
+                overrides.push(Override { key: key.trim().to_owned(), value: value.to_owned(), origin: "--set".into() })
+            }
+            None => problems.push(format!("--set {pair:?}: write KEY=VALUE, e.g. --set cache.ttl_secs=60")),
+        }
     }
     let file = args.config.clone().or_else(|| env("MEGAMIND_CONFIG").map(PathBuf::from));
     let aliases = modules
@@ -214,12 +217,25 @@ pub fn parse(
             module.aliases().iter().map(move |(old, new)| (format!("{name}.{old}"), format!("{name}.{new}")))
         })
         .collect();
-    let mut config = Sources { file, overrides, aliases }.load(&defaults)?;
+    // Every problem in one report, before the server logs a line: the
+    // core's keys, the auth table as the deployment's variables complete
+    // it, and the scenarios' tables.
+    let config = Sources { file, overrides, aliases }.load_with(&defaults, &|config| {
+        let mut auth = config.auth.clone();
+        deployment_fallbacks(&mut auth, env);
+        // The table's own problems are the core's already; these are the variables'.
+        let own = config.auth.problems();
+        let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
+        let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
+        found.extend(module::problems(&modules, config));
+        found
+    });
+    let mut config = match config {
+        Ok(config) if problems.is_empty() => config,
+        Ok(_) => return Err(ConfigError(problems).into()),
+        Err(ConfigError(more)) => return Err(ConfigError(problems.into_iter().chain(more).collect()).into()),
+    };
     deployment_fallbacks(&mut config.auth, env);
-    let auth_problems = config.auth.problems();
-    if !auth_problems.is_empty() {
-        return Err(ConfigError(auth_problems).into());
-    }
     let loaded = Loaded { config, modules, secret_keys: flags::secret_keys(&flags) };
     Ok(Parsed::Serve(Box::new(ServeCommand { loaded, print_config: args.print_config })))
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use megamind_core::{
+    config::{Problem, problem},
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse, t_card,
         t_input, t_scenario_run_response,
@@ -82,6 +83,11 @@ impl ScenarioModule for EchoModule {
 
     fn flags(&self) -> Vec<Flag> {
         vec![Flag::new("echo-prefix", "prefix", "Said before the user's words").env("ECHO_PREFIX")]
+    }
+
+    fn check(&self, table: &toml::Table) -> Vec<Problem> {
+        // Told before the server starts, each with its line or flag.
+        problem::read::<EchoConfig>(table, &self.defaults(), "echo").err().unwrap_or_default()
     }
 
     fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {

@@ -239,7 +239,8 @@ pub(super) fn add_to(serve: Command, flags: &[Bound], defaults: &toml::Table) ->
         };
         let env = env.as_ref().map(|env| format!(" [env: {env}]")).unwrap_or_default();
         let long = long.to_string();
-        let arg = Arg::new(long.clone()).long(long).value_name("VALUE");
+        // `--budget-ms -5` is a value, for the configuration to refuse with its reason.
+        let arg = Arg::new(long.clone()).long(long).value_name("VALUE").allow_negative_numbers(true);
         let mut arg = arg.help(format!("{help} [default: {default}]{env}"));
         if let Some(heading) = &bound.heading {
             arg = arg.help_heading(heading.clone());

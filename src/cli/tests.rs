@@ -7,12 +7,26 @@ use super::*;
 
 /// `serve ARGS` read with `env` as the environment.
 fn serve_with(args: &[&str], env: &[(&str, &str)]) -> Result<Loaded, ParseError> {
+    serve_hosting(args, env, scenarios::modules())
+}
+
+/// `serve ARGS` of a server hosting `modules`.
+fn serve_hosting(
+    args: &[&str],
+    env: &[(&str, &str)],
+    modules: Vec<Box<dyn ScenarioModule>>,
+) -> Result<Loaded, ParseError> {
     let argv = ["megamind-scenario", "serve"].iter().chain(args).copied();
     let env = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| (*value).to_owned());
-    match parse(argv, scenarios::modules(), &env)? {
+    match parse(argv, modules, &env)? {
         Parsed::Serve(command) => Ok(command.loaded),
         _ => unreachable!("serve parses as serve"),
     }
+}
+
+/// The built-in scenarios' names as a problem lists them.
+fn listed() -> String {
+    scenarios::modules().iter().map(|module| module.name()).collect::<Vec<_>>().join(", ")
 }
 
 fn serve(args: &[&str]) -> Config {
@@ -86,11 +100,113 @@ fn set_reaches_a_scenario_table_and_unknown_tables_are_refused() {
     // `model` moved into `[assistant.backend]`: set where it was, it is read there.
     assert_eq!(config.scenarios["assistant"]["backend"]["model"].as_str(), Some("qwen"));
     assert_eq!(config.scenarios["assistant"]["run_wait_ms"].as_integer(), Some(120));
-    let loaded = serve_with(&["--set", "nosuch.key=1"], &[]).unwrap();
-    let error = module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new())
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("[nosuch]: no scenario of that name (scenarios: demo, assistant)"), "{error}");
+    let error = serve_with(&["--set", "nosuch.key=1"], &[]).unwrap_err().to_string();
+    let expected = format!("--set nosuch.key: [nosuch]: no scenario of that name (scenarios: {})", listed());
+    assert!(error.contains(&expected), "{error}");
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported_in_one_pass_with_its_line_and_the_key_it_meant() {
+    let dir = std::env::temp_dir().join(format!("megamind-cli-typos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("typos.toml");
+    let text = "defualt_scenario = \"demo\"\n\n[budget]\ncomit_ms = 500\n\n[cache]\nmax_bytes = \"64MB\"\n\n\
+                [assitant]\nmodel = \"qwen\"\n\n[demo]\ncolour = 1\n[assistant.calls]\nmax_in_flite = 4\n";
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap();
+    let error = serve_with(&["--config", path, "--max-in-flight", "0"], &[]).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    for line in [
+        format!("{path}:1: defualt_scenario: unknown key; did you mean `default_scenario`?"),
+        format!("{path}:4: budget.comit_ms: unknown key; did you mean `commit_ms`?"),
+        format!("{path}:7: cache.max_bytes: invalid type: string \"64MB\", expected a whole number, 0 or more"),
+        format!("{path}:9: [assitant]: no scenario of that name; did you mean `assistant`?"),
+        format!("{path}:13: demo.colour: unknown key ([demo] has no settings)"),
+        format!("{path}:15: assistant.calls.max_in_flite: unknown key; did you mean `max_in_flight`?"),
+        "--max-in-flight: max_in_flight must be above 0".to_owned(),
+    ] {
+        assert!(error.contains(&line), "missing {line:?} in:\n{error}");
+    }
+    assert_eq!(error.lines().count(), 8, "a heading and one line per problem:\n{error}");
+}
+
+#[test]
+fn a_negative_number_is_a_value_refused_once_with_its_reason() {
+    let error = serve_with(&["--budget-ms", "-5"], &[]).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "invalid configuration:\n  - --budget-ms: budget.run_ms: invalid value: integer `-5`, expected a whole number, 0 \
+         or more"
+    );
+    let error = serve_with(&["--budget-ms", "abc"], &[]).unwrap_err().to_string();
+    assert_eq!(error.matches("is not a whole number").count(), 1, "one flag, one problem: {error}");
+    let error = serve_with(&[], &[("MEGAMIND_BUDGET_MS", "0")]).unwrap_err().to_string();
+    assert_eq!(error, "invalid configuration:\n  - MEGAMIND_BUDGET_MS: budget.run_ms = 0: must be 1..=60000 ms");
+}
+
+#[test]
+fn a_default_scenario_that_is_none_is_refused_before_the_server_starts() {
+    let error = serve_with(&["--default-scenario", "dmeo"], &[]).unwrap_err().to_string();
+    let expected =
+        format!("default_scenario \"dmeo\" is not registered; did you mean `demo`? (scenarios: {})", listed());
+    assert!(error.contains(&expected), "{error}");
+}
+
+/// A scenario added to the built-in ones, with a table and a flag of its own.
+#[derive(Debug)]
+struct Added;
+
+impl ScenarioModule for Added {
+    fn name(&self) -> &'static str {
+        "added"
+    }
+
+    fn defaults(&self) -> toml::Table {
+        toml::toml! { sides = 2 }
+    }
+
+    fn flags(&self) -> Vec<module::Flag> {
+        vec![module::Flag::new("added-sides", "sides", "Sides of the added die").env("MEGAMIND_ADDED_SIDES")]
+    }
+
+    fn check(&self, table: &toml::Table) -> Vec<megamind_core::config::Problem> {
+        let sides = table.get("sides").and_then(toml::Value::as_integer);
+        let wrong = (sides < Some(2)).then(|| megamind_core::config::Problem::from_message("added.sides: at least 2"));
+        wrong.into_iter().collect()
+    }
+
+    fn build(
+        &self,
+        _: toml::Table,
+        _: &mut module::Setup<'_>,
+    ) -> Result<std::sync::Arc<dyn megamind_core::scenario::Scenario>, module::SetupError> {
+        Ok(std::sync::Arc::new(scenarios::demo::Demo::new()))
+    }
+}
+
+#[test]
+fn a_scenario_added_to_the_list_is_served_configured_and_helped_like_the_others() {
+    let hosting = || {
+        let mut modules = scenarios::modules();
+        modules.push(Box::new(Added));
+        modules
+    };
+    let names: Vec<&str> = hosting().iter().map(|module| module.name()).collect();
+    let help = match parse(["megamind-scenario", "serve", "--help"], hosting(), &|_| None) {
+        Err(ParseError::Usage(help)) => help.to_string(),
+        other => panic!("--help prints help, got {other:?}"),
+    };
+    assert!(help.contains("Scenario added") && help.contains("Sides of the added die [default: 2]"), "{help}");
+    let loaded = serve_hosting(&["--added-sides", "6", "--default-scenario", "added"], &[], hosting()).unwrap();
+    assert_eq!(loaded.config.scenarios["added"]["sides"].as_integer(), Some(6));
+    assert!(loaded.to_toml().contains("[added]\nsides = 6"), "{}", loaded.to_toml());
+    let built = module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).unwrap();
+    assert_eq!(built.registry.names().count(), names.len(), "every scenario built");
+    let error = serve_hosting(&["--set", "aded.sides=3"], &[("MEGAMIND_ADDED_SIDES", "1")], hosting()).unwrap_err();
+    let error = error.to_string();
+    let expected = format!("[aded]: no scenario of that name; did you mean `added`? (scenarios: {})", names.join(", "));
+    assert!(error.contains(&expected), "{error}");
+    assert!(error.contains("MEGAMIND_ADDED_SIDES: added.sides: at least 2"), "{error}");
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use megamind_core::{
+    config::Problem,
     proto::n_alice::n_scenarios::{
         TCard, TLayout, TScenarioApplyRequest, TScenarioApplyResponse, TScenarioCommitResponse,
         TScenarioContinueResponse, TScenarioFeatures, TScenarioResponseBody, TScenarioRunRequest, TScenarioRunResponse,
@@ -197,9 +198,15 @@ impl ScenarioModule for DemoModule {
         "demo"
     }
 
+    fn check(&self, table: &toml::Table) -> Vec<Problem> {
+        let unknown =
+            |key| Problem::new(format!("demo.{key}"), format!("demo.{key}: unknown key ([demo] has no settings)"));
+        table.keys().map(unknown).collect()
+    }
+
     fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
-        if let Some(key) = table.keys().next() {
-            return Err(SetupError::new("demo", format!("[demo] has no settings; {key:?} is unknown")));
+        if let Some(problem) = self.check(&table).into_iter().next() {
+            return Err(SetupError::new("demo", problem.message));
         }
         let demo = Demo::new();
         setup

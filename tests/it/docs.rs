@@ -78,6 +78,27 @@ fn the_readme_leads_to_writing_a_scenario_and_links_the_rest() {
 }
 
 #[test]
+fn the_readme_s_scenario_code_is_the_example_s_as_it_is() {
+    // The example and its test compile with the crate: README's copies of
+    // them cannot drift from code that builds.
+    let module = read("examples/echo_scenario/echo.rs");
+    let test = read("tests/it/example_scenario.rs");
+    let readme = read("README.md");
+    let (mut modules, mut tests) = (0, 0);
+    for block in blocks(&readme, "rust") {
+        if block.starts_with("#[tokio::test]") {
+            assert!(test.contains(block), "README's test is not in tests/it/example_scenario.rs:\n{block}");
+            tests += 1;
+        } else {
+            assert!(module.contains(block), "README's block is not in examples/echo_scenario/echo.rs:\n{block}");
+            modules += 1;
+        }
+    }
+    assert!(modules >= 1 && tests == 1, "README shows the example's module and its test");
+    assert!(readme.contains("tests/it/example_scenario.rs"), "README names the test's file");
+}
+
+#[test]
 fn the_real_model_configuration_reads_every_key_in_its_section() {
     let config = Config::from_toml(&read("scripts/real-model.toml")).expect("scripts/real-model.toml");
     config.validate().expect("valid");

@@ -74,7 +74,8 @@ async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &
 #[tokio::test]
 async fn nesting_past_the_limit_is_a_bad_request_on_every_handler_and_format() {
     let app = spawn_builtin(megamind_core::config::Config::default()).await;
-    for scenario in ["demo", "assistant"] {
+    for module in megamind_scenario::scenarios::modules() {
+        let scenario = module.name();
         for handler in ["run", "continue", "commit", "apply"] {
             let path = format!("/{scenario}/{handler}");
             let deep = nested_struct_text(500).into_bytes();

@@ -139,19 +139,20 @@ impl Assistant {
         let metrics = AssistantMetrics::new(registry)?;
         let backend_config = &config.backend;
         let kind = backend_config.kind();
-        if kind == "offline" {
-            tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
-        } else if backend_config.base_url.contains('@') {
-            tracing::info!(kind, model = %backend_config.model, "assistant: backend (URL with credentials not logged)");
-        } else {
-            tracing::info!(kind, base_url = %backend_config.base_url, model = %backend_config.model, "assistant: backend");
-        }
         let factory = crate::backend::factory_of(kind, factories)?;
         let backend = factory(backend_config, &metrics.retries)?;
         let warm = backend.wants_warm_up();
         let assistant = Assistant::with_backend(config, backend, metrics)?;
         if warm {
             assistant.keep_warm(factory)?;
+        }
+        // Said once it is built: a configuration refused is never preceded by it.
+        if kind == "offline" {
+            tracing::info!("assistant: no llm base_url; the embedded offline backend answers");
+        } else if backend_config.base_url.contains('@') {
+            tracing::info!(kind, model = %backend_config.model, "assistant: backend (URL with credentials not logged)");
+        } else {
+            tracing::info!(kind, base_url = %backend_config.base_url, model = %backend_config.model, "assistant: backend");
         }
         Ok(assistant)
     }

@@ -6,15 +6,18 @@
 
 use std::sync::Arc;
 
-use megamind_core::scenario::{
-    Scenario,
-    module::{Flag, ScenarioModule, Setup, SetupError, parse_table},
+use megamind_core::{
+    config::{Problem, problem, sources::with_aliases},
+    scenario::{
+        Scenario,
+        module::{Flag, ScenarioModule, Setup, SetupError, parse_table},
+    },
 };
 use serde_json::Value;
 
 use crate::{
     assistant::Assistant,
-    backend::{BUILT_IN, Factory},
+    backend::{BUILT_IN, Factory, factory_of},
     config::{ALIASES, AssistantConfig, NAME},
     error::AssistantError,
     llm::routes,
@@ -46,7 +49,7 @@ impl AssistantModule {
 /// Reads `[assistant]`: keys written where they once were (`model`, ...)
 /// read as their section's ([`ALIASES`]).
 pub fn config_of(table: toml::Table) -> Result<AssistantConfig, SetupError> {
-    parse_table(NAME, megamind_core::config::sources::with_aliases(table, ALIASES))
+    parse_table(NAME, with_aliases(table, ALIASES))
 }
 
 impl ScenarioModule for AssistantModule {
@@ -66,6 +69,20 @@ impl ScenarioModule for AssistantModule {
 
     fn flags(&self) -> Vec<Flag> {
         flags()
+    }
+
+    fn check(&self, table: &toml::Table) -> Vec<Problem> {
+        let table = with_aliases(table.clone(), ALIASES);
+        let config = match problem::read::<AssistantConfig>(&table, &self.defaults(), NAME) {
+            Ok(config) => config,
+            Err(problems) => return problems,
+        };
+        let mut problems: Vec<Problem> =
+            config.validate().err().unwrap_or_default().into_iter().map(Problem::from_message).collect();
+        if let Err(AssistantError::Setup(problem)) = factory_of(config.backend.kind(), &self.backends) {
+            problems.push(Problem::from_message(format!("{NAME}.{problem}")));
+        }
+        problems
     }
 
     fn build(&self, table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {

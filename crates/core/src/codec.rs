@@ -118,8 +118,26 @@ pub enum CodecError {
         reason: String,
     },
     /// No message of that name in the schema.
-    #[error("unknown message type {0:?}")]
+    #[error("unknown message type {:?}{}", .0, known_types(.0))]
     UnknownType(String),
+}
+
+/// What an unknown type name was likely meant to be, and the requests and
+/// answers of the protocol a `convert` or a script names most.
+fn known_types(name: &str) -> String {
+    let short = |full: &str| full.rsplit('.').next().unwrap_or(full).to_owned();
+    let messages: Vec<String> =
+        DESCRIPTOR_POOL.all_messages().filter(|m| !m.is_map_entry()).map(|m| m.full_name().to_owned()).collect();
+    let shorts: Vec<String> = messages.iter().map(|full| short(full)).collect();
+    let near = crate::text::did_you_mean(name.rsplit('.').next().unwrap_or(name), shorts.iter().map(String::as_str));
+    let mut calls: Vec<&str> = shorts
+        .iter()
+        .map(String::as_str)
+        .filter(|short| short.starts_with("TScenario") && (short.ends_with("Request") || short.ends_with("Response")))
+        .collect();
+    calls.sort_unstable();
+    calls.dedup();
+    format!("{near} (the handlers' requests and answers: {}; any other message by name)", calls.join(", "))
 }
 
 /// Looks a message type up by full name (`NAlice.NScenarios.TScenarioRunRequest`)
@@ -239,6 +257,15 @@ mod tests {
         );
         assert!(message_descriptor("NAlice.NScenarios.TScenarioApplyRequest").is_ok());
         assert!(matches!(message_descriptor("TNoSuchThing"), Err(CodecError::UnknownType(_))));
+    }
+
+    #[test]
+    fn an_unknown_type_names_the_nearest_and_the_known_ones() {
+        let error = message_descriptor("TScenarioRunRequst").unwrap_err().to_string();
+        assert!(error.starts_with("unknown message type \"TScenarioRunRequst\"; did you mean `TScenarioRunRequest`?"));
+        assert!(error.contains("TScenarioApplyRequest, ") && error.contains("TScenarioRunResponse"), "{error}");
+        let error = message_descriptor("Nothing.Like.It").unwrap_err().to_string();
+        assert!(!error.contains("did you mean") && error.contains("TScenarioRunRequest"), "{error}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Server configuration: embedded defaults, then a TOML file, then
 //! environment variables, flags and `--set key=value` (see `serve --help`).
 //! Loaded once and validated as a whole: every problem is reported together
-//! before the server starts.
+//! before the server starts, each with where it was set ([`Origins`]) and, for
+//! a misspelt key, the key it was meant to be ([`problem::read`]).
 //!
 //! The core reads its own keys; each top-level table that is not the core's
 //! (`[demo]`, ...) belongs to the scenario of that name, which reads and
@@ -19,16 +20,20 @@ use crate::{
 mod auth;
 mod listen;
 mod log_filter;
+pub mod origin;
+pub mod problem;
 pub mod sources;
 mod store;
 
 pub use auth::{AuthConfig, MEGAMIND_TVM_IDS, UserTicketPolicy};
 pub use listen::ListenAddr;
+pub use origin::Origins;
+pub use problem::Problem;
 pub use sources::{Override, Sources};
 pub use store::StoreConfig;
 
 /// Top-level tables that are the core's own, not a scenario's.
-const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
+pub const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
 
 /// The smallest HTTP/1.1 read buffer hyper accepts.
 pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
@@ -224,7 +229,17 @@ impl Config {
 
     /// Reads a whole configuration table: the core's keys, and any other
     /// top-level table as a scenario's.
-    pub fn from_table(mut table: toml::Table) -> Result<Config, ConfigError> {
+    pub fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+        match Config::read(table) {
+            (config, problems) if problems.is_empty() => Ok(config),
+            (_, problems) => Err(ConfigError(problems.into_iter().map(|problem| problem.message).collect())),
+        }
+    }
+
+    /// Reads a whole configuration table as [`Config::from_table`] does, and
+    /// every problem with the core's keys: the defaults stand in for the keys
+    /// at fault, so that the others can still be checked.
+    pub fn read(mut table: toml::Table) -> (Config, Vec<Problem>) {
         let scenario_names: Vec<String> = table
             .iter()
             .filter(|(key, value)| value.is_table() && !CORE_TABLES.contains(&key.as_str()))
@@ -236,10 +251,18 @@ impl Config {
                 scenarios.insert(name, own);
             }
         }
-        let mut config = Config::deserialize(toml::Value::Table(table))
-            .map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))?;
+        let defaults = Config::defaults_table();
+        let (mut config, problems) = match problem::read::<Config>(&table, &defaults, "") {
+            Ok(config) => (config, Vec::new()),
+            Err(problems) => {
+                for problem in &problems {
+                    sources::remove(&mut table, &problem.key);
+                }
+                (problem::read::<Config>(&table, &defaults, "").unwrap_or_default(), problems)
+            }
+        };
         config.scenarios = scenarios;
-        Ok(config)
+        (config, problems)
     }
 
     /// The core's keys with their defaults, as a TOML table: the base that
@@ -259,6 +282,12 @@ impl Config {
 
     /// Checks every value, reporting all problems at once.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = self.problems();
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError(problems)) }
+    }
+
+    /// Every value out of bounds, each message opening with its key.
+    pub fn problems(&self) -> Vec<String> {
         let mut errors = Vec::new();
         let mut check = |ok: bool, message: String| {
             if !ok {
@@ -270,8 +299,9 @@ impl Config {
             [("run_ms", b.run_ms), ("continue_ms", b.continue_ms), ("commit_ms", b.commit_ms), ("apply_ms", b.apply_ms)]
         {
             check((1..=60_000).contains(&ms), format!("budget.{name} = {ms}: must be 1..=60000 ms"));
+            // A budget out of bounds is one problem, not one more per reserve.
             check(
-                b.reserve_ms < ms,
+                b.reserve_ms < ms || !(1..=60_000).contains(&ms),
                 format!("budget.reserve_ms = {}: must be below budget.{name} ({ms})", b.reserve_ms),
             );
         }
@@ -319,7 +349,7 @@ impl Config {
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
-        if errors.is_empty() { Ok(()) } else { Err(ConfigError(errors)) }
+        errors
     }
 
     /// The per-handler budgets.

@@ -1,5 +1,5 @@
 //! Text helpers the modules share: cutting text to a byte bound without
-//! splitting a character.
+//! splitting a character, and the "did you mean" of a misspelt name.
 
 /// The longest prefix of `text` of at most `max_bytes` that ends on a
 /// character boundary.
@@ -14,9 +14,45 @@ pub fn clip(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
+/// The candidate `word` is most likely a misspelling of (a letter or two
+/// off, case aside, in proportion to its length), if any: what a "did you
+/// mean" names. On a tie the first candidate wins.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = word.to_lowercase();
+    let bound = 1 + word.chars().count() / 4;
+    candidates
+        .into_iter()
+        .filter(|candidate| *candidate != word)
+        .map(|candidate| (strsim::osa_distance(&lower, &candidate.to_lowercase()), candidate))
+        .filter(|(distance, _)| *distance <= bound)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// `; did you mean `nearest`?` when `word` looks like a misspelling of one
+/// of `candidates`, else nothing: the tail of an "unknown name" message.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    nearest(word, candidates).map(|near| format!("; did you mean `{near}`?")).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::clip;
+    use super::{clip, nearest};
+
+    #[test]
+    fn a_near_miss_finds_the_name_it_missed_and_a_stranger_finds_none() {
+        let keys = ["addr", "default_scenario", "body_limit", "commit_ms", "commit_ttl_secs"];
+        assert_eq!(nearest("defualt_scenario", keys), Some("default_scenario"), "two letters swapped");
+        assert_eq!(nearest("comit_ms", keys), Some("commit_ms"), "a letter left out");
+        assert_eq!(nearest("ADDR", keys), Some("addr"), "case aside");
+        assert_eq!(
+            nearest("TScenarioRunRequst", ["TScenarioRunRequest", "TScenarioRunResponse"]),
+            Some("TScenarioRunRequest")
+        );
+        assert_eq!(nearest("foo", keys), None);
+        assert_eq!(nearest("max_bytes", keys), None, "far from every one");
+        assert_eq!(nearest("addr", keys), None, "a known name is no misspelling");
+    }
 
     #[test]
     fn clips_never_split_a_character() {

@@ -58,7 +58,7 @@ pub struct DialogArgs {
     #[arg(long = "ignore", value_name = "FIELD")]
     pub ignore: Vec<String>,
     /// Each handler's budget: a slower answer is flagged.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, allow_negative_numbers = true)]
     pub budget_ms: u64,
     /// Print whole answers in text format, not only speech, cards, directives and state size.
     #[arg(short, long)]

@@ -3,10 +3,14 @@
 //! dotted key and a raw value. A raw value takes the type of the default it
 //! replaces (`--echo-prefix 7` stays the string `"7"`); a key without a default
 //! is read as a TOML value if it is one, else as a string.
+//!
+//! Every problem is found in one pass: the overrides' values, the core's
+//! keys, their bounds and the scenarios' tables, each reported with where it
+//! was set ([`Origins`]).
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Origins, Problem};
 
 /// One value set from outside the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,38 +39,62 @@ pub struct Sources {
 
 impl Sources {
     /// The whole configuration table: the file with the overrides applied
-    /// (defaults not merged in; `defaults` only gives the overrides their types).
-    pub fn table(&self, defaults: &toml::Table) -> Result<toml::Table, ConfigError> {
-        let mut table = match &self.file {
-            None => toml::Table::new(),
+    /// (defaults not merged in; `defaults` only gives the overrides their
+    /// types), where each key was set, and the overrides whose values are
+    /// refused. A file that cannot be read or parsed is the only problem.
+    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<String>), ConfigError> {
+        let (table, mut origins) = match &self.file {
+            None => (toml::Table::new(), Origins::default()),
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
-                toml::from_str(&text)
-                    .map_err(|e| ConfigError(vec![format!("{}: {}", path.display(), e.to_string().trim_end())]))?
+                let table = toml::from_str(&text)
+                    .map_err(|e| ConfigError(vec![format!("{}: {}", path.display(), e.to_string().trim_end())]))?;
+                (table, Origins::of_file(path, &text))
             }
         };
         let aliases: Vec<(&str, &str)> = self.aliases.iter().map(|(old, new)| (old.as_str(), new.as_str())).collect();
-        table = with_aliases(table, &aliases);
+        let mut table = with_aliases(table, &aliases);
+        origins.moved(&aliases);
         let mut errors = Vec::new();
         for Override { key, value, origin } in &self.overrides {
             let key = &moved(key, &aliases);
             let result = typed(lookup(defaults, key), value).and_then(|value| set(&mut table, key, value));
-            if let Err(error) = result {
-                errors.push(format!("{origin} {key}={value:?}: {error}"));
+            match result {
+                Ok(()) => origins.set(key, origin),
+                // One flag that sets several keys (`--budget-ms`) says it once.
+                Err(error)
+                    if origin != "--set"
+                        && errors.iter().any(|((o, v, e), _)| (*o, *v, e) == (origin, value, &error)) => {}
+                Err(error) => {
+                    let line = format!("{origin} {key}={value:?}: {error}");
+                    errors.push(((origin, value, error), line));
+                }
             }
         }
-        if errors.is_empty() { Ok(table) } else { Err(ConfigError(errors)) }
+        Ok((table, origins, errors.into_iter().map(|(_, line)| line).collect()))
     }
 
     /// The core configuration, validated; scenario tables kept for their scenarios.
     pub fn load(&self, defaults: &toml::Table) -> Result<Config, ConfigError> {
-        let config = Config::from_table(self.table(defaults)?).map_err(|ConfigError(errors)| match &self.file {
-            Some(path) => ConfigError(errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect()),
-            None => ConfigError(errors),
-        })?;
-        config.validate()?;
-        Ok(config)
+        self.load_with(defaults, &|_| Vec::new())
+    }
+
+    /// The core configuration, validated, and checked further by
+    /// `scenarios` (the scenarios' tables in [`Config::scenarios`], as the
+    /// file and the overrides set them; the scenario names the core's keys
+    /// give): every problem reported together, each with where it was set.
+    pub fn load_with(
+        &self,
+        defaults: &toml::Table,
+        scenarios: &dyn Fn(&Config) -> Vec<Problem>,
+    ) -> Result<Config, ConfigError> {
+        let (table, origins, mut errors) = self.table(defaults)?;
+        let (config, mut problems) = Config::read(table);
+        problems.extend(config.problems().into_iter().map(Problem::from_message));
+        problems.extend(scenarios(&config));
+        errors.extend(origins.render(problems));
+        if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
     }
 }
 
@@ -99,6 +127,11 @@ fn section_mut<'a>(table: &'a mut toml::Table, path: &str) -> Option<&'a mut tom
         at = at.entry(part).or_insert_with(|| toml::Value::Table(toml::Table::new())).as_table_mut()?;
     }
     Some(at)
+}
+
+/// Removes the value at the dotted `key`, if there is one.
+pub(super) fn remove(table: &mut toml::Table, key: &str) {
+    take(table, key);
 }
 
 /// Removes the value at the dotted `key`.

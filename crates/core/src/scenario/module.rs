@@ -10,6 +10,7 @@
 use std::{borrow::Cow, fmt, sync::Arc};
 
 use super::Scenario;
+use crate::config::{CORE_TABLES, Problem};
 use crate::dispatch::Gate;
 
 /// A scenario as `serve` builds it.
@@ -35,6 +36,17 @@ pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
     /// that writes one where it was is read as if it wrote it where it is.
     fn aliases(&self) -> &'static [(&'static str, &'static str)] {
         &[]
+    }
+
+    /// Every problem with its table (defaults, file, flags and `--set`
+    /// merged, as [`build`](Self::build) gets it), found without building
+    /// anything: `serve` reports them with the core's, each with the line or
+    /// flag that set it, before the server logs a line. Keys are whole
+    /// (`name.key`); [`crate::config::problem::read`] reads a typed table so.
+    /// None by default: `build` still refuses a bad table, only later.
+    fn check(&self, table: &toml::Table) -> Vec<Problem> {
+        let _ = table;
+        Vec::new()
     }
 
     /// Builds the scenario from its table (defaults, file, flags and `--set`
@@ -223,11 +235,7 @@ pub fn build_all(
     tables: &std::collections::BTreeMap<String, toml::Table>,
     metrics: &prometheus::Registry,
 ) -> Result<Built, BuildError> {
-    let mut errors = Vec::new();
-    let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
-    for name in tables.keys().filter(|name| !names.contains(&name.as_str())) {
-        errors.push(format!("[{name}]: no scenario of that name (scenarios: {})", names.join(", ")));
-    }
+    let mut errors: Vec<String> = unknown_tables(modules, tables).into_iter().map(|problem| problem.message).collect();
     let mut built = Built::default();
     for module in modules {
         let mut setup = Setup::new(metrics);
@@ -256,6 +264,42 @@ pub fn build_all(
         }
     }
     if errors.is_empty() { Ok(built) } else { Err(BuildError(errors)) }
+}
+
+/// Every problem with the scenarios `config` names found without building
+/// them: a table no scenario owns, each scenario's
+/// [`ScenarioModule::check`], a `default_scenario` none of them is.
+pub fn problems(modules: &[Box<dyn ScenarioModule>], config: &crate::config::Config) -> Vec<Problem> {
+    let tables = &config.scenarios;
+    let mut problems = unknown_tables(modules, tables);
+    for module in modules {
+        problems.extend(module.check(&table_of(&**module, tables.get(module.name()))));
+    }
+    let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
+    let default = config.default_scenario.as_str();
+    if !default.is_empty() && !names.contains(&default) {
+        let near = crate::text::did_you_mean(default, names.iter().copied());
+        let message = format!("default_scenario {default:?} is not registered{near} (scenarios: {})", names.join(", "));
+        problems.push(Problem::new("default_scenario", message));
+    }
+    problems
+}
+
+/// A table no scenario owns, with the table it was likely meant to be.
+fn unknown_tables(
+    modules: &[Box<dyn ScenarioModule>],
+    tables: &std::collections::BTreeMap<String, toml::Table>,
+) -> Vec<Problem> {
+    let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
+    let known = names.iter().chain(CORE_TABLES).copied();
+    let unknown = tables.keys().filter(|name| !names.contains(&name.as_str()));
+    unknown
+        .map(|name| {
+            let near = crate::text::did_you_mean(name, known.clone());
+            let message = format!("[{name}]: no scenario of that name{near} (scenarios: {})", names.join(", "));
+            Problem::new(name.clone(), message)
+        })
+        .collect()
 }
 
 /// Why the scenarios could not be built: every problem found, one per line.

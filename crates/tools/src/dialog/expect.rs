@@ -198,7 +198,13 @@ fn check_schema(root: &MessageDescriptor, segments: &[Segment]) -> Result<(), St
     for (i, segment) in segments.iter().enumerate() {
         let Some(field) = message.get_field_by_name(&segment.field) else {
             let known: Vec<String> = message.fields().map(|f| f.name().to_owned()).collect();
-            return Err(format!("{} has no field {:?} (it has: {})", message.name(), segment.field, known.join(", ")));
+            let near = megamind_core::text::did_you_mean(&segment.field, known.iter().map(String::as_str));
+            return Err(format!(
+                "{} has no field {:?}{near} (it has: {})",
+                message.name(),
+                segment.field,
+                known.join(", ")
+            ));
         };
         if segment.index.is_some() && !field.is_list() {
             return Err(format!("{}.{} is not a list", message.name(), field.name()));

@@ -128,12 +128,15 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         // The crate's message may carry its own position and a snippet:
         // the first line says what is wrong.
         let message = error.to_string();
-        ScriptError(format!("{file}{at}: {}", message.lines().next().unwrap_or("invalid YAML")))
+        let first = message.lines().next().unwrap_or("invalid YAML");
+        ScriptError(format!("{file}{at}: {first}{}", near_field(first)))
     })?;
     if script.dialogs.is_empty() || script.dialogs.len() > MAX_DIALOGS {
         return Err(ScriptError(format!("{file}: write 1 to {MAX_DIALOGS} dialogs under `dialogs:`")));
     }
     let mut dialogs = Vec::with_capacity(script.dialogs.len());
+    // Every turn is checked: all of a file's mistakes are told at once.
+    let mut problems = Vec::new();
     for dialog in script.dialogs {
         let name = &dialog.name;
         if dialog.turns.is_empty() || dialog.turns.len() > MAX_TURNS {
@@ -150,21 +153,37 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
                 turn.request.is_some(),
             ];
             if inputs.iter().filter(|set| **set).count() != 1 {
-                return Err(ScriptError(format!(
-                    "{at}: write exactly one of say, voice, callback, command_result, request"
-                )));
+                problems.push(format!("{at}: write exactly one of say, voice, callback, command_result, request"));
             }
-            if let Some(text) = &turn.request {
-                codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text).map_err(|e| {
-                    ScriptError(format!("{at}: request: not a TScenarioRunRequest in text format: {e}"))
-                })?;
+            if let Some(text) = &turn.request
+                && let Err(e) = codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text)
+            {
+                problems.push(format!("{at}: request: not a TScenarioRunRequest in text format: {e}"));
             }
-            let expectation = Expectation::compile(&turn.expect).map_err(|e| ScriptError(format!("{at}: {e}")))?;
-            expectations.push(expectation);
+            match Expectation::compile(&turn.expect) {
+                Ok(expectation) => expectations.push(expectation),
+                Err(e) => problems.push(format!("{at}: {e}")),
+            }
         }
         dialogs.push((dialog, expectations));
     }
-    Ok(Loaded { file: file.to_owned(), dialogs })
+    match problems.len() {
+        0 => Ok(Loaded { file: file.to_owned(), dialogs }),
+        1 => Err(ScriptError(problems.remove(0))),
+        n => Err(ScriptError(format!("{file}: {n} problems:\n  - {}", problems.join("\n  - ")))),
+    }
+}
+
+/// `; did you mean `say`?` after the YAML reader's "unknown field `sya`,
+/// expected one of say, voice, ..." when a field it lists is near.
+fn near_field(message: &str) -> String {
+    let Some(rest) = message.split_once("unknown field `").map(|(_, rest)| rest) else { return String::new() };
+    let Some((field, expected)) = rest.split_once('`') else { return String::new() };
+    let expected = expected.split_once("expected ").map_or("", |(_, list)| list);
+    let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+    let known =
+        expected.split([',', ' ']).map(|name| name.trim_matches('`')).filter(|name| !name.is_empty() && *name != "or");
+    megamind_core::text::did_you_mean(field, known)
 }
 
 #[cfg(test)]
@@ -217,6 +236,22 @@ dialogs:
         let unknown = "dialogs:\n  - name: x\n    turns:\n      - sya: hi\n";
         let error = parse("typo.yaml", unknown).unwrap_err().to_string();
         assert!(error.starts_with("typo.yaml:4:") && error.contains("sya"), "{error}");
+        assert!(error.ends_with("; did you mean `say`?"), "{error}");
+    }
+
+    #[test]
+    fn every_turn_s_mistake_is_told_at_once_with_the_field_it_meant() {
+        let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
+                      expect: {Layout.OutputSpeach: x}\n";
+        let error = parse("f.yaml", script).unwrap_err().to_string();
+        assert!(error.starts_with("f.yaml: 2 problems:\n"), "{error}");
+        assert!(error.contains("turn 1: write exactly one"), "{error}");
+        assert!(
+            error.contains(
+                "turn 2: Layout.OutputSpeach: TLayout has no field \"OutputSpeach\"; did you mean `OutputSpeech`?"
+            ),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! What the real binary says about a wrong configuration, flag, type name or
+//! script: every problem in one run, each once, with where it was written and
+//! the name it was likely meant to be; nothing logged before it.
+
+use std::process::Output;
+
+use crate::helpers::run_binary;
+
+/// The binary run with `args`, failing; its standard error and output.
+fn refused(args: &[&str]) -> (String, String) {
+    let Output { status, stdout, stderr } = run_binary(args, b"");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr).into_owned());
+    assert!(!status.success(), "{args:?} was accepted: {stdout}{stderr}");
+    (stderr, stdout)
+}
+
+/// A folder of its own for one test's files.
+fn folder(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("megamind-config-errors-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn four_typos_in_a_file_are_four_lines_of_one_run() {
+    let dir = folder("typos");
+    let file = dir.join("typos.toml");
+    let text = "defualt_scenario = \"demo\"\n[budget]\ncomit_ms = 500\n[cache]\nmax_bytes = \"64MB\"\n[assitant]\n";
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap();
+    let (stderr, stdout) = refused(&["serve", "--addr", "127.0.0.1:0", "--config", path]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    for line in [
+        format!("{path}:1: defualt_scenario: unknown key; did you mean `default_scenario`?"),
+        format!("{path}:3: budget.comit_ms: unknown key; did you mean `commit_ms`?"),
+        format!("{path}:5: cache.max_bytes: invalid type: string \"64MB\""),
+        format!("{path}:6: [assitant]: no scenario of that name; did you mean `assistant`?"),
+    ] {
+        assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 5, "a heading and four problems:\n{stderr}");
+    assert!(stdout.is_empty(), "nothing logged: {stdout}");
+}
+
+#[test]
+fn a_budget_that_is_not_a_number_is_said_once() {
+    let (stderr, _) = refused(&["serve", "--budget-ms", "abc"]);
+    assert_eq!(stderr.matches("\"abc\" is not a whole number").count(), 1, "{stderr}");
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+}
+
+#[test]
+fn a_negative_budget_is_read_as_a_value_and_refused_with_why() {
+    let (stderr, _) = refused(&["serve", "--budget-ms", "-5"]);
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+    assert!(
+        stderr.contains("--budget-ms: budget.run_ms: invalid value: integer `-5`, expected a whole number, 0 or more")
+    );
+    assert_eq!(stderr.lines().count(), 2, "said once for the four handlers' budgets: {stderr}");
+    let (stderr, _) = refused(&["dialog", "--budget-ms", "-5", "--script", "none.yaml"]);
+    assert!(stderr.contains("invalid value '-5' for '--budget-ms"), "{stderr}");
+}
+
+#[test]
+fn convert_names_the_type_a_misspelt_one_meant_and_the_known_ones() {
+    let (stderr, _) = refused(&["convert", "--type", "TScenarioRunRequst", "--from", "text", "--to", "json"]);
+    assert!(stderr.contains("unknown message type \"TScenarioRunRequst\"; did you mean `TScenarioRunRequest`?"));
+    assert!(stderr.contains("TScenarioApplyRequest") && stderr.contains("TScenarioContinueResponse"), "{stderr}");
+}
+
+#[test]
+fn a_configuration_refused_is_never_preceded_by_a_log_line() {
+    let (stderr, stdout) = refused(&["serve", "--addr", "127.0.0.1:0", "--set", "foo.bar=1"]);
+    assert!(stderr.contains("--set foo.bar: [foo]: no scenario of that name"), "{stderr}");
+    assert!(stdout.is_empty(), "logged before the error: {stdout}");
+    let (stderr, stdout) = refused(&["serve", "--addr", "127.0.0.1:0", "--default-scenario", "dmeo"]);
+    assert!(stderr.contains("default_scenario \"dmeo\" is not registered; did you mean `demo`?"), "{stderr}");
+    assert!(stdout.is_empty(), "logged before the error: {stdout}");
+}
+
+#[test]
+fn a_script_s_mistakes_are_told_together_with_the_names_they_meant() {
+    let dir = folder("script");
+    let file = dir.join("typos.yaml");
+    let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
+                  expect: {Layout.OutputSpeach: x}\n";
+    std::fs::write(&file, script).unwrap();
+    let (stderr, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    std::fs::write(&file, "dialogs:\n  - name: x\n    turns:\n      - sya: a\n").unwrap();
+    let (typo, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(stderr.contains("2 problems") && stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
+    assert!(typo.contains("unknown field `sya`") && typo.contains("did you mean `say`?"), "{typo}");
+}
