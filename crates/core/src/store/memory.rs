@@ -29,9 +29,13 @@ use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
 // tokio's clock, so that tests can move time on instead of sleeping through a TTL.
 use tokio::{sync::Notify, time::Instant};
 
-use self::pool::{Completed, Pool, Stale, WhenFull};
+use self::{
+    journal::Log,
+    pool::{Completed, Pool, Stale, WhenFull},
+};
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
+mod journal;
 mod pool;
 
 /// Bounds of a memory store.
@@ -101,6 +105,9 @@ struct Slot {
     /// Whether the value is counted in its pool's totals: whoever counts it
     /// out clears it, so that it is counted out once.
     counted: AtomicBool,
+    /// The entry's journal, made by its first append or read: an entry
+    /// nobody journals pays a pointer.
+    journal: OnceLock<Box<Log>>,
 }
 
 impl Slot {
@@ -112,7 +119,17 @@ impl Slot {
             expires: OnceLock::new(),
             ready: Notify::new(),
             counted: AtomicBool::new(false),
+            journal: OnceLock::new(),
         }
+    }
+
+    /// What the journal costs, once sealed with the value.
+    fn journal_bytes(&self) -> usize {
+        self.journal.get().map_or(0, |journal| journal.bytes())
+    }
+
+    fn journal(&self) -> &Log {
+        self.journal.get_or_init(Box::default)
     }
 
     /// Takes the right to end the lease; `false` if someone else has.
@@ -161,7 +178,8 @@ impl MemoryStore {
     /// Stores the value of a lease that is still running and was not ended.
     fn store_value(&self, key: Key, slot: Arc<Slot>, value: Bytes, now: Instant) {
         let expires = now + if is_reserved(key.handler) { self.commit_ttl } else { self.ttl };
-        let cost = key.cost(&value);
+        // The journal is sealed and goes with the value: one bound for both.
+        let cost = key.cost(&value) + slot.journal.get().map_or(0, |journal| journal.seal());
         let _ = slot.expires.set(expires);
         let pool = self.pool(&key);
         // Counted in before it is published, so that a lead replacing it once
@@ -257,7 +275,7 @@ impl MemoryStore {
                             // Expired, not yet purged: counted out now so that its room
                             // is free; its FIFO record no longer matches the new slot, so
                             // the purge will leave the new entry alone.
-                            Some(Some(value)) => pool.count_out(old, key.cost(value)),
+                            Some(Some(value)) => pool.count_out(old, key.cost(value) + old.journal_bytes()),
                             Some(None) => {}
                         }
                         match admit() {
