@@ -1,36 +1,43 @@
 //! Model calls in flight and recently finished, by call id (the `RequestId`
 //! that started them): one call per id however often `/run`, `/continue` or
-//! the user's repeated question ask for it.
+//! the user's repeated question ask for it, on whichever replica.
 //!
 //! Single flight is a [`FlightStore`]'s, keyed (`assistant`, `/run`, call
-//! id). The first asker leads and runs the call in a task of its own, so that
-//! it outlives the handler that started it (the server may drop a handler at
-//! its budget); the others wait for it. The task completes the lease with the
-//! call's [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
+//! id): the server's `[store]` (`Setup::stores`), shared by replicas when
+//! it is Redis. The first asker leads and runs the call in a task of its
+//! own, so that it outlives the handler that started it (the server may
+//! drop a handler at its budget); the others, on any replica, wait for it.
+//! The task completes the lease with the call's
+//! [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
 //! within its bounds (oldest evicted first), or abandons it if the call
 //! panicked. A task dropped with neither (the runtime shutting down) leaves
 //! its lease to run out after the call timeout and a margin; a retry then
-//! calls again. New calls are capped through `may_lead` by a count of running
-//! calls that a guard in the task gives back however the task ends.
+//! calls again. New calls are capped through `may_lead` by a count of
+//! running calls that a guard in the task gives back however the task ends.
 //!
-//! The store holds bytes only: each call's [`CallRecord`] (its events, for
-//! followers) is kept in memory beside it, from the call's start to the TTL
-//! after its end, within the retention's bounds of its own (the store evicts
-//! without telling). A call that ends without an outcome drops its record. A
-//! std mutex guards the records, held for a few map operations and never
-//! across an await.
+//! The call's events go to its [`CallRecord`], which the runner's readers
+//! follow, and from it to the entry's [journal](journal) in the same store,
+//! which every other reader follows: another replica (or this one, once
+//! the runner's record is let go) makes a mirror record from the journal.
+//! The journal expires and is evicted with the outcome: one bound, one
+//! TTL. This replica keeps only weak references to the records it holds
+//! (a record lives while its runner or a reader holds it), and the ids of
+//! the calls it knew lately, so that an expired one is told from one that
+//! never was. A std mutex guards them, held for a few map operations and
+//! never across an await.
 
 pub mod config;
+pub(crate) mod journal;
 pub(crate) mod outcome;
 pub mod record;
 pub(crate) mod thinking;
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     panic::AssertUnwindSafe,
     sync::{
-        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
+        Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError, Weak,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -39,31 +46,26 @@ use std::{
 use futures_util::FutureExt;
 use megamind_core::{
     scenario::Handler,
-    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},
+    store::{
+        Begin, FlightStore, Journal, Key, Lease, ScenarioStore, StoreError, Stores, Waited, Waiter,
+        memory::{Evictions, Limits},
+    },
 };
 use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
-    calls::{
-        outcome::ModelOutcome,
-        record::{CallRecord, Follower},
-    },
+    calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord},
     config::NAME,
 };
 
 /// How long a lease outlasts the model call timeout: the task starts a
 /// little after its lease and stores the outcome after the call.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
-/// What keeping a record costs besides its id and events.
-const RECORD_COST: usize = 128;
-
-/// The calls, shared by the handlers of one scenario.
-#[derive(Debug, Clone)]
-pub(crate) struct Calls {
-    shared: Arc<Shared>,
-}
+/// Where the calls' keys go in a shared store, apart from the answers the
+/// idempotency cache keeps under the same `RequestId`s.
+const NAMESPACE: &str = "calls";
 
 /// How finished calls are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,37 +74,56 @@ pub(crate) struct Retention {
     pub(crate) ttl: Duration,
     /// Finished calls kept at most.
     pub(crate) max_entries: usize,
-    /// Bytes of outcomes kept at most, and as many of records.
+    /// Bytes of outcomes and their journals kept at most.
     pub(crate) max_bytes: usize,
+}
+
+impl Retention {
+    /// The bounds of the calls' store in memory (alone, or behind Redis).
+    fn limits(self) -> Limits {
+        Limits {
+            ttl: self.ttl,
+            max_entries: self.max_entries,
+            max_bytes: self.max_bytes,
+            // No `/commit` or `/apply` keys here: the reserve stays empty.
+            ..Limits::default()
+        }
+    }
+}
+
+/// The calls, shared by the handlers of one scenario.
+#[derive(Debug, Clone)]
+pub(crate) struct Calls {
+    shared: Arc<Shared>,
 }
 
 #[derive(Debug)]
 struct Shared {
     store: Arc<dyn FlightStore>,
+    journal: Arc<dyn Journal>,
+    started: Once,
     lease_ttl: Duration,
+    kept_ttl: Duration,
     max_in_flight: usize,
     in_flight: AtomicUsize,
     in_flight_gauge: IntGauge,
     records: Mutex<Records>,
 }
 
-/// The records of running and kept calls.
-#[derive(Debug)]
+/// The records this replica holds now, and the calls it knew lately.
+#[derive(Debug, Default)]
 struct Records {
-    retention: Retention,
-    by_id: HashMap<Box<str>, Kept>,
-    /// Records of finished calls in finishing order, which with one TTL is
-    /// also expiry order.
-    finished: VecDeque<Finished>,
-    finished_bytes: usize,
-    generation: u64,
-    /// Ids of calls whose records went lately, oldest first, so that a
+    live: HashMap<Box<str>, Weak<CallRecord>>,
+    /// When `live` is next swept of records gone.
+    sweep_at: usize,
+    /// Ids of calls this replica ran or followed, oldest first, so that a
     /// reader is told "expired" rather than "never was"; bounded by count.
-    gone: VecDeque<Box<str>>,
+    known: VecDeque<Box<str>>,
+    known_set: HashSet<Box<str>>,
 }
 
-/// Ids of forgotten calls remembered at most.
-const MAX_GONE: usize = 4096;
+/// Ids of calls remembered at most.
+const MAX_KNOWN: usize = 4096;
 
 /// What is known of a call id.
 #[derive(Debug)]
@@ -113,21 +134,6 @@ pub(crate) enum Lookup {
     Gone,
     /// No such call, as far as anyone remembers.
     Unknown,
-}
-
-#[derive(Debug)]
-struct Kept {
-    record: Arc<CallRecord>,
-    // Tells a newer call under a reused id from the one a FIFO entry names.
-    generation: u64,
-}
-
-#[derive(Debug)]
-struct Finished {
-    expiry: Instant,
-    id: Box<str>,
-    generation: u64,
-    bytes: usize,
 }
 
 /// A call to wait for.
@@ -191,6 +197,7 @@ impl Calls {
     /// At most `max_in_flight` calls at once, each over by `call_timeout`;
     /// finished ones kept in a memory store of their own as `retention` says,
     /// its evictions counted in `evicted`.
+    #[cfg(test)]
     pub(crate) fn new(
         max_in_flight: usize,
         call_timeout: Duration,
@@ -198,48 +205,59 @@ impl Calls {
         in_flight_gauge: IntGauge,
         evicted: IntCounter,
     ) -> Calls {
-        let limits = Limits {
-            ttl: retention.ttl,
-            max_entries: retention.max_entries,
-            max_bytes: retention.max_bytes,
-            // No `/commit` or `/apply` keys here: the reserve stays empty.
-            ..Limits::default()
-        };
-        let store = MemoryStore::new(limits, std::array::from_fn(|_| evicted.clone()));
-        Calls::with_store(Arc::new(store), max_in_flight, call_timeout, retention, in_flight_gauge)
+        let store = Arc::new(megamind_core::store::MemoryStore::new(retention.limits(), evictions(&evicted)));
+        let store = ScenarioStore { flights: store.clone(), journal: store, shared: false };
+        Calls::with_store(store, max_in_flight, call_timeout, retention, in_flight_gauge)
     }
 
-    /// As [`Calls::new`], over any store, which keeps the outcomes by its own
-    /// bounds (`retention` bounds the records).
+    /// As [`Calls::new`], over the server's stores: shared by replicas when
+    /// the server's `[store]` is.
+    pub(crate) fn over(
+        stores: &Stores,
+        max_in_flight: usize,
+        call_timeout: Duration,
+        retention: Retention,
+        in_flight_gauge: IntGauge,
+        evicted: IntCounter,
+    ) -> Result<Calls, StoreError> {
+        let store = stores.build(NAMESPACE, retention.limits(), evictions(&evicted))?;
+        Ok(Calls::with_store(store, max_in_flight, call_timeout, retention, in_flight_gauge))
+    }
+
+    /// As [`Calls::new`], over any store, which keeps the outcomes and
+    /// journals by its own bounds.
     pub(crate) fn with_store(
-        store: Arc<dyn FlightStore>,
+        store: ScenarioStore,
         max_in_flight: usize,
         call_timeout: Duration,
         retention: Retention,
         in_flight_gauge: IntGauge,
     ) -> Calls {
         let shared = Shared {
-            store,
+            store: store.flights,
+            journal: store.journal,
+            started: Once::new(),
             lease_ttl: call_timeout + LEASE_MARGIN,
+            kept_ttl: retention.ttl,
             max_in_flight,
             in_flight: AtomicUsize::new(0),
             in_flight_gauge,
-            records: Mutex::new(Records {
-                retention,
-                by_id: HashMap::new(),
-                finished: VecDeque::new(),
-                finished_bytes: 0,
-                generation: 0,
-                gone: VecDeque::new(),
-            }),
+            records: Mutex::new(Records::default()),
         };
         Calls { shared: Arc::new(shared) }
+    }
+
+    /// The store, its background work started once a runtime runs.
+    fn store(&self) -> &Arc<dyn FlightStore> {
+        let store = &self.shared.store;
+        self.shared.started.call_once(|| store.start());
+        store
     }
 
     /// The call `id`, if it is running or finished recently.
     #[cfg(test)]
     pub(crate) async fn get(&self, id: &str) -> Option<Handle> {
-        let store = &self.shared.store;
+        let store = self.store();
         match store.begin(key(id), self.shared.lease_ttl, soon(), &mut || false).await {
             Ok(Begin::Hit(bytes)) => Some(Handle::done(store.clone(), outcome::decode(&bytes))),
             Ok(Begin::Wait(waiter)) => Some(Handle::waiting(store.clone(), waiter)),
@@ -273,8 +291,8 @@ impl Calls {
             claimed = InFlight::claim(shared);
             claimed.is_some()
         };
-        let begun = shared.store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
-        let store = shared.store.clone();
+        let store = self.store().clone();
+        let begun = store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
         let lease = match begun {
             Ok(Begin::Hit(bytes)) => return Ok((Handle::done(store, outcome::decode(&bytes)), false)),
             Ok(Begin::Wait(waiter)) => return Ok((Handle::waiting(store, waiter), false)),
@@ -288,33 +306,67 @@ impl Calls {
             let _ = store.abandon(lease).await;
             return Err(AtCapacity);
         };
-        let (record, generation) = shared.records().start(id);
-        let running =
-            Running { shared: shared.clone(), id: id.into(), generation, record: record.clone(), kept: false };
+        let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
+        let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
+        shared.records().hold(id, &record);
+        let writing =
+            Writing { journal: shared.journal.clone(), running_ttl: shared.lease_ttl, kept_ttl: shared.kept_ttl };
+        let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
+        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
         let handle = Handle::waiting(store, lease.waiter());
-        tokio::spawn(running.run(call(record), lease, in_flight));
+        tokio::spawn(running.run(call(record), lease, in_flight, writer));
         Ok((handle, true))
     }
 
     /// A reader of the events of call `id` from the first, if it is
     /// running or kept.
-    pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
-        self.shared.records().get(id, Instant::now()).map(|record| record.follow())
-    }
-
-    /// The record of call `id`, or what is known of it.
-    pub(crate) fn lookup(&self, id: &str) -> Lookup {
-        let mut records = self.shared.records();
-        match records.get(id, Instant::now()) {
-            Some(record) => Lookup::Kept(record),
-            None if records.gone.iter().any(|gone| &**gone == id) => Lookup::Gone,
-            None => Lookup::Unknown,
+    pub(crate) async fn follow(&self, id: &str) -> Option<record::Follower> {
+        match self.lookup(id).await {
+            Lookup::Kept(record) => Some(record.follow()),
+            Lookup::Gone | Lookup::Unknown => None,
         }
     }
 
+    /// The record of call `id` (this replica's, or a mirror of its
+    /// journal), or what is known of it.
+    pub(crate) async fn lookup(&self, id: &str) -> Lookup {
+        let shared = &self.shared;
+        if let Some(record) = shared.records().get(id) {
+            return Lookup::Kept(record);
+        }
+        let key = key(id);
+        let _ = self.store();
+        let read = match shared.journal.read(&key, 0, soon()).await {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
+                None
+            }
+        };
+        let Some(read) = read else {
+            return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
+        };
+        let mut records = shared.records();
+        // Another reader may have made one meanwhile: one mirror per call.
+        if let Some(record) = records.get(id) {
+            return Lookup::Kept(record);
+        }
+        let record = Arc::new(journal::mirror_of(&read.entries, MAX_ANSWER_BYTES));
+        records.hold(id, &record);
+        drop(records);
+        let ended = record.timings().ended.is_some() || read.ended;
+        if !ended {
+            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0)));
+        }
+        Lookup::Kept(record)
+    }
+
     /// The text call `id` has streamed so far, if it is running or kept.
-    pub(crate) fn partial_text(&self, id: &str) -> Option<String> {
-        self.shared.records().get(id, Instant::now()).map(|record| record.text())
+    pub(crate) async fn partial_text(&self, id: &str) -> Option<String> {
+        match self.lookup(id).await {
+            Lookup::Kept(record) => Some(record.text()),
+            Lookup::Gone | Lookup::Unknown => None,
+        }
     }
 
     /// Calls running now.
@@ -325,6 +377,10 @@ impl Calls {
 
 fn key(id: &str) -> Key {
     Key::new(NAME, Handler::Run, id)
+}
+
+fn evictions(evicted: &IntCounter) -> Evictions {
+    std::array::from_fn(|_| evicted.clone())
 }
 
 fn unavailable(error: &StoreError) -> BackendError {
@@ -338,50 +394,29 @@ impl Shared {
 }
 
 impl Records {
-    /// A new record for call `id`, in place of any older one.
-    fn start(&mut self, id: &str) -> (Arc<CallRecord>, u64) {
-        let record = Arc::new(CallRecord::new(MAX_ANSWER_BYTES));
-        self.generation += 1;
-        self.by_id.insert(id.into(), Kept { record: record.clone(), generation: self.generation });
-        (record, self.generation)
+    fn get(&self, id: &str) -> Option<Arc<CallRecord>> {
+        self.live.get(id)?.upgrade()
     }
 
-    fn get(&mut self, id: &str, now: Instant) -> Option<Arc<CallRecord>> {
-        self.purge(now);
-        self.by_id.get(id).map(|kept| kept.record.clone())
-    }
-
-    /// Keeps the record of a call that ended with an outcome for the TTL.
-    fn keep(&mut self, id: Box<str>, generation: u64, bytes: usize, now: Instant) {
-        let expiry = now + self.retention.ttl;
-        self.finished_bytes += bytes;
-        self.finished.push_back(Finished { expiry, id, generation, bytes });
-        self.purge(now);
-    }
-
-    /// Drops the record of a call that ended without an outcome.
-    fn forget(&mut self, id: &str, generation: u64) {
-        if self.by_id.get(id).is_some_and(|kept| kept.generation == generation) {
-            self.by_id.remove(id);
-            if self.gone.len() == MAX_GONE {
-                self.gone.pop_front();
+    /// Holds `record` as call `id`'s (weakly), in place of any older one.
+    fn hold(&mut self, id: &str, record: &Arc<CallRecord>) {
+        if self.live.len() >= self.sweep_at {
+            self.live.retain(|_, record| record.strong_count() > 0);
+            self.sweep_at = (2 * self.live.len()).max(64);
+        }
+        self.live.insert(id.into(), Arc::downgrade(record));
+        if self.known_set.insert(id.into()) {
+            if self.known.len() == MAX_KNOWN {
+                if let Some(oldest) = self.known.pop_front() {
+                    self.known_set.remove(&oldest);
+                }
             }
-            self.gone.push_back(id.into());
+            self.known.push_back(id.into());
         }
     }
 
-    fn purge(&mut self, now: Instant) {
-        let Retention { max_entries, max_bytes, .. } = self.retention;
-        while let Some(oldest) = self.finished.front() {
-            let over = self.finished.len() > max_entries || self.finished_bytes > max_bytes;
-            if oldest.expiry > now && !over {
-                break;
-            }
-            if let Some(Finished { id, generation, bytes, .. }) = self.finished.pop_front() {
-                self.finished_bytes -= bytes;
-                self.forget(&id, generation);
-            }
-        }
+    fn knows(&self, id: &str) -> bool {
+        self.known_set.contains(id)
     }
 }
 
@@ -406,19 +441,22 @@ impl Drop for InFlight {
     }
 }
 
-/// The task of one call: ends its record however the task ends, kept for
-/// the TTL with an outcome, dropped without one.
+/// The task of one call: ends its record however the task ends.
 #[derive(Debug)]
 struct Running {
     shared: Arc<Shared>,
     id: Box<str>,
-    generation: u64,
     record: Arc<CallRecord>,
-    kept: bool,
 }
 
 impl Running {
-    async fn run(mut self, call: impl Future<Output = ModelOutcome>, lease: Lease, in_flight: InFlight) {
+    async fn run(
+        self,
+        call: impl Future<Output = ModelOutcome>,
+        lease: Lease,
+        in_flight: InFlight,
+        writer: tokio::task::JoinHandle<()>,
+    ) {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
         let outcome = AssertUnwindSafe(call).catch_unwind().await;
@@ -428,13 +466,13 @@ impl Running {
             Err(_) => self.record.fail("the model call failed"),
             Ok(Ok(_)) => self.record.finish(),
         }
+        // The journal ends before the outcome is stored: a replica that
+        // sees the outcome finds the whole journal. Its appends are bounded
+        // by the store's timeouts.
+        let _ = writer.await;
         let store = &self.shared.store;
         let ended = match outcome {
-            Ok(outcome) => {
-                let ended = store.complete(lease, outcome::encode(&outcome)).await;
-                self.kept = ended.is_ok();
-                ended
-            }
+            Ok(outcome) => store.complete(lease, outcome::encode(&outcome)).await,
             // Abandoned at once, so that a retry calls again without waiting
             // for the lease to run out.
             Err(_) => {
@@ -450,14 +488,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.record.finish();
-        let mut records = self.shared.records();
-        if self.kept {
-            let bytes = RECORD_COST + self.id.len() + self.record.bytes();
-            records.keep(std::mem::take(&mut self.id), self.generation, bytes, Instant::now());
-        } else {
-            records.forget(&self.id, self.generation);
-        }
+        // Nothing if the call ended; a task dropped before (the runtime
+        // shutting down) ended without an answer.
+        self.record.fail("the model call was dropped before it ended");
     }
 }
 

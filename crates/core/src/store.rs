@@ -40,12 +40,14 @@ pub mod memory;
 pub mod metrics;
 pub mod redis;
 pub mod shared;
+mod stores;
 
 pub use journal::{Appending, Entries, Journal};
 pub use key::{Key, RequestId, ScenarioName};
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore, StoreUrl};
 pub use shared::{CommitFallback, SharedStore};
+pub use stores::{ScenarioStore, Stores};
 
 /// What a caller of [`FlightStore::begin`] does next.
 #[derive(Debug)]

@@ -1,0 +1,305 @@
+//! A model call's journal: its events as the store's [`Journal`] keeps
+//! them, written by the replica that runs the call and read by every other
+//! one that needs it (`/continue`, `/llm/stream`, `/llm/answers`).
+//!
+//! Each entry is one [`Entry`] in a small binary form: a kind byte, then
+//! (but for the start) the µs into the call it came at as a little-endian
+//! u32, then its payload: the text of a piece, the reason of a finish or a
+//! failure, two u64 of usage. The first entry is the call's start on the
+//! runner's wall clock, so that a mirror's timings say what the runner's
+//! do. The runner's record sends what it keeps through a [`Tap`]; [`write`]
+//! drains it in batches, one append per batch, the last one ending the
+//! journal. [`mirror`] feeds a record on another replica from it.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use megamind_core::store::{Appending, Journal, Key, Lease};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::record::CallRecord;
+use crate::backend::ModelEvent;
+
+/// What the runner's record sends: an entry, and whether it is the last.
+pub(crate) type Tap = mpsc::UnboundedSender<(Bytes, bool)>;
+
+/// Entries a journal keeps at most: more than a record within its bound
+/// ever holds, so that nothing is cut from its start.
+pub(crate) const MAX_ENTRIES: usize = 1 << 16;
+/// How long a mirror waits for the next entry before it looks again.
+const MIRROR_WAIT: Duration = Duration::from_secs(1);
+/// Failed reads in a row after which a mirror gives up.
+const MAX_READ_FAILURES: u32 = 20;
+
+/// One entry of a call's journal.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Entry {
+    /// The call started, at this many µs past the Unix epoch.
+    Started { unix_us: u64 },
+    /// The backend reported `event`, `at` into the call.
+    Event { event: ModelEvent, at: Duration },
+    /// The record stopped keeping text at its bound.
+    Cut,
+    /// The call answered, `at` into it.
+    Completed { at: Duration },
+    /// The call failed for `reason`, `at` into it.
+    Failed { reason: String, at: Duration },
+}
+
+impl Entry {
+    /// The start of a call beginning now.
+    pub(crate) fn started_now() -> Bytes {
+        let unix_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, micros);
+        Entry::Started { unix_us }.encode()
+    }
+
+    pub(crate) fn encode(&self) -> Bytes {
+        let mut buf = BytesMut::with_capacity(16);
+        let at = |buf: &mut BytesMut, kind: u8, at: &Duration| {
+            buf.put_u8(kind);
+            buf.put_u32_le(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
+        };
+        match self {
+            Entry::Started { unix_us } => {
+                buf.put_u8(b'S');
+                buf.put_u64_le(*unix_us);
+            }
+            Entry::Event { event, at: when } => match event {
+                ModelEvent::TextDelta(text) => {
+                    at(&mut buf, b'T', when);
+                    buf.put_slice(text.as_bytes());
+                }
+                ModelEvent::ReasoningDelta(text) => {
+                    at(&mut buf, b'R', when);
+                    buf.put_slice(text.as_bytes());
+                }
+                ModelEvent::Finish { reason } => {
+                    at(&mut buf, b'F', when);
+                    buf.put_slice(reason.as_bytes());
+                }
+                ModelEvent::Usage { prompt_tokens, completion_tokens } => {
+                    at(&mut buf, b'U', when);
+                    buf.put_u64_le(*prompt_tokens);
+                    buf.put_u64_le(*completion_tokens);
+                }
+            },
+            Entry::Cut => buf.put_u8(b'C'),
+            Entry::Completed { at: when } => at(&mut buf, b'E', when),
+            Entry::Failed { reason, at: when } => {
+                at(&mut buf, b'X', when);
+                buf.put_slice(reason.as_bytes());
+            }
+        }
+        buf.freeze()
+    }
+
+    /// The entry `bytes` hold; `None` for bytes this version did not write.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Entry> {
+        let (&kind, rest) = bytes.split_first()?;
+        match kind {
+            b'S' => Some(Entry::Started { unix_us: u64::from_le_bytes(rest.try_into().ok()?) }),
+            b'C' => Some(Entry::Cut),
+            _ => {
+                let (at, payload) = rest.split_at_checked(4)?;
+                let at = Duration::from_micros(u64::from(u32::from_le_bytes(at.try_into().ok()?)));
+                let text = || std::str::from_utf8(payload).ok().map(str::to_owned);
+                let event = |event| Some(Entry::Event { event, at });
+                match kind {
+                    b'T' => event(ModelEvent::TextDelta(text()?)),
+                    b'R' => event(ModelEvent::ReasoningDelta(text()?)),
+                    b'F' => event(ModelEvent::Finish { reason: text()? }),
+                    b'U' => {
+                        let (prompt, completion) = payload.split_at_checked(8)?;
+                        event(ModelEvent::Usage {
+                            prompt_tokens: u64::from_le_bytes(prompt.try_into().ok()?),
+                            completion_tokens: u64::from_le_bytes(completion.try_into().ok()?),
+                        })
+                    }
+                    b'E' => Some(Entry::Completed { at }),
+                    b'X' => Some(Entry::Failed { reason: text()?, at }),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// How the runner's task writes its call's journal.
+#[derive(Debug, Clone)]
+pub(crate) struct Writing {
+    pub(crate) journal: Arc<dyn Journal>,
+    /// The journal's TTL while the call runs: its lease's.
+    pub(crate) running_ttl: Duration,
+    /// Its TTL once ended: the answer's.
+    pub(crate) kept_ttl: Duration,
+}
+
+/// Writes what `entries` brings to the journal of `lease`'s key, in
+/// batches, until the last entry; gives up on a lease that no longer
+/// holds the key. A failed append is tried again with the next batch.
+pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>) {
+    let mut batch = Vec::new();
+    let mut end = false;
+    while !end {
+        match entries.recv().await {
+            Some((entry, last)) => {
+                batch.push(entry);
+                end = last;
+            }
+            // The record went without ending (its task was dropped).
+            None => return,
+        }
+        while !end {
+            let Ok((entry, last)) = entries.try_recv() else { break };
+            batch.push(entry);
+            end = last;
+        }
+        let ttl = if end { writing.kept_ttl } else { writing.running_ttl };
+        let appending = Appending { entries: &batch, end, max_len: MAX_ENTRIES, ttl };
+        match writing.journal.append(&lease, appending).await {
+            Ok(true) => batch.clear(),
+            Ok(false) => {
+                tracing::debug!(key = %lease.key, "assistant: a model call's lease no longer holds; its journal stops");
+                return;
+            }
+            Err(error) if end => {
+                tracing::warn!(%error, key = %lease.key, "assistant: the end of a model call's journal was not written");
+            }
+            Err(error) => tracing::debug!(%error, key = %lease.key, "assistant: a journal append failed; tried again"),
+        }
+    }
+}
+
+/// A mirror of the call whose journal begins with `entries` (read from
+/// its first).
+pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
+    let started = match entries.first().and_then(|first| Entry::decode(first)) {
+        Some(Entry::Started { unix_us }) => {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, micros);
+            let ago = Duration::from_micros(now.saturating_sub(unix_us));
+            Instant::now().checked_sub(ago).unwrap_or_else(Instant::now)
+        }
+        _ => Instant::now(),
+    };
+    let record = CallRecord::mirror(max_bytes, started);
+    apply(&record, entries);
+    record
+}
+
+/// Feeds `record` what `entries` say; `true` once the call has ended.
+pub(crate) fn apply(record: &CallRecord, entries: &[Bytes]) -> bool {
+    for bytes in entries {
+        match Entry::decode(bytes) {
+            Some(Entry::Started { .. }) => {}
+            Some(Entry::Event { event, at }) => record.push_at(event, at),
+            Some(Entry::Cut) => record.cut(),
+            Some(Entry::Completed { at }) => {
+                record.finish_at(at);
+                return true;
+            }
+            Some(Entry::Failed { reason, at }) => {
+                record.fail_at(&reason, at);
+                return true;
+            }
+            None => {
+                record.fail("the model call's journal holds what this server cannot read");
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Follows the journal of `key` after entry `after` into `record` until
+/// the call ends, its journal goes (a runner that died: its lease and the
+/// journal's TTL ran out), or the store stays out of reach.
+pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<CallRecord>, mut after: u64) {
+    let mut failures = 0;
+    loop {
+        match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
+            Ok(Some(read)) => {
+                failures = 0;
+                if read.first > after + 1 && !read.entries.is_empty() {
+                    record.fail("the model call's journal lost events");
+                    return;
+                }
+                after = read.last(after);
+                if apply(&record, &read.entries) || read.ended {
+                    record.finish();
+                    return;
+                }
+            }
+            Ok(None) => {
+                record.fail("the model call ended without an answer (its replica went away)");
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                if failures >= MAX_READ_FAILURES {
+                    record.fail(&format!("the model call is out of reach: {error}"));
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_reads_back_as_written() {
+        let at = Duration::from_micros(1_234_567);
+        let entries = [
+            Entry::Started { unix_us: 1_700_000_000_000_000 },
+            Entry::Event { event: ModelEvent::TextDelta("Сейчас ".into()), at },
+            Entry::Event { event: ModelEvent::ReasoningDelta("думаю".into()), at },
+            Entry::Event { event: ModelEvent::Finish { reason: "stop".into() }, at },
+            Entry::Event { event: ModelEvent::Usage { prompt_tokens: 12, completion_tokens: u64::MAX }, at },
+            Entry::Cut,
+            Entry::Completed { at },
+            Entry::Failed { reason: "HTTP 503".into(), at },
+        ];
+        for entry in entries {
+            assert_eq!(Entry::decode(&entry.encode()), Some(entry.clone()), "{entry:?}");
+        }
+        assert_eq!(Entry::Event { event: ModelEvent::TextDelta("ab".into()), at }.encode().len(), 7, "compact");
+    }
+
+    #[test]
+    fn bytes_it_did_not_write_read_as_nothing() {
+        for bytes in [&b""[..], b"S123", b"T\x01", b"Q\0\0\0\0", b"T\0\0\0\0\xff", b"U\0\0\0\0\x01"] {
+            assert_eq!(Entry::decode(bytes), None, "{bytes:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mirror_says_what_the_runners_record_says() {
+        let (tap, mut entries) = mpsc::unbounded_channel();
+        let runner = CallRecord::journaled(1 << 20, tap);
+        tokio::time::advance(Duration::from_millis(40)).await;
+        runner.push(ModelEvent::TextDelta("Сей".into()));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        runner.push(ModelEvent::TextDelta("час.".into()));
+        runner.push(ModelEvent::Finish { reason: "stop".into() });
+        runner.finish();
+        let mut written = Vec::new();
+        while let Ok((entry, last)) = entries.try_recv() {
+            written.push(entry);
+            assert_eq!(last, written.len() == 5, "only the end is last");
+        }
+        let mirror = mirror_of(&written, 1 << 20);
+        assert_eq!(mirror.snapshot(), runner.snapshot());
+        assert_eq!(mirror.timings().first_event, runner.timings().first_event);
+        assert_eq!(mirror.timings().ended, runner.timings().ended);
+    }
+}
