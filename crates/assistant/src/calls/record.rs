@@ -142,6 +142,7 @@ impl CallRecord {
 
     /// Appends `event`, which came `at` into the call.
     pub(crate) fn push_at(&self, event: ModelEvent, at: Duration) {
+        let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
             let was_cut = recording.truncated;
             let kept = recording.push(event, self.max_bytes);
@@ -175,6 +176,7 @@ impl CallRecord {
 
     /// The call ended `at` into it.
     pub(crate) fn finish_at(&self, at: Duration) {
+        let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
             let first = !std::mem::replace(&mut recording.finished, true);
             if first {
@@ -265,6 +267,12 @@ impl CallRecord {
             })
             .collect()
     }
+}
+
+/// `at` in whole µs, as a journal keeps it: a mirror's times are then the
+/// runner's to the digit.
+fn whole_micros(at: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(at.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl EventSink for CallRecord {

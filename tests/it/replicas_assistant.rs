@@ -1,0 +1,215 @@
+//! The assistant on three server processes sharing one `redis-server`,
+//! every request of an exchange on another replica, as a round-robin
+//! balancer sends them: one model call per answer, and its stream and
+//! whole answer the same from every replica.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use megamind_assistant::jsonseq::{Event, parse_transcript, validate};
+use megamind_core::proto::n_alice::n_scenarios::{
+    TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest, TTextInput,
+    t_directive, t_input, t_scenario_run_response,
+};
+use megamind_tools::client::{Client, Hop, Request};
+use reqwest::StatusCode;
+
+use crate::{
+    assistant_harness::{BUDGET, MARGIN, SIGNING_KEY, signed, speech, state_of},
+    mock_llm::{MockLlm, Reply},
+    redis_server::RedisServer,
+    replicas::Replica,
+};
+
+/// The model's answer, word by word over about 1.5 s.
+const PIECES: [&str; 10] =
+    ["Сейчас ", "ровно ", "полдень ", "по ", "Москве. ", "Хорошего ", "вам ", "дня ", "и ", "до встречи!"];
+const GAP: Duration = Duration::from_millis(150);
+
+/// Three replicas of the assistant over `redis`, its model `mock`.
+fn replicas(redis: &RedisServer, mock: &MockLlm) -> Vec<Replica> {
+    let base_url = mock.base_url();
+    let args = [
+        "--llm-base-url",
+        base_url.as_str(),
+        "--llm-api-key",
+        "sk-test",
+        "--llm-warmup",
+        "off",
+        "--llm-signing-key",
+        SIGNING_KEY,
+    ];
+    (0..3).map(|_| Replica::start_with(&redis.url(), &args)).collect()
+}
+
+fn base(request_id: &str, state: Option<prost_types::Any>) -> TScenarioBaseRequest {
+    TScenarioBaseRequest {
+        request_id: request_id.into(),
+        server_time_ms: 1_764_210_832_530,
+        state,
+        ..Default::default()
+    }
+}
+
+fn callback_of(body: &TScenarioResponseBody) -> Option<TInput> {
+    let directives = &body.layout.as_ref()?.directives;
+    directives.iter().find_map(|directive| match &directive.directive {
+        Some(t_directive::Directive::CallbackDirective(callback)) => {
+            Some(TInput { event: Some(t_input::Event::Callback(callback.clone())), ..Default::default() })
+        }
+        _ => None,
+    })
+}
+
+/// One turn of `words`, each request on the next replica in turn (the
+/// first on `first`): `/run`, the `/continue` it hands over to, each
+/// callback's `/run` and its `/continue`. Every hop within the budget.
+async fn turn_round_robin(clients: &[Client], first: usize, call_id: &str, words: &str) -> Vec<Hop> {
+    let text = TTextInput { utterance: words.into(), raw_utterance: words.into() };
+    let mut input = TInput { event: Some(t_input::Event::Text(text)), ..Default::default() };
+    let (mut at, mut state, mut hops) = (first, None, Vec::new());
+    for n in 0..40 {
+        let request_id = if n == 0 { call_id.to_owned() } else { format!("{call_id}-cb{n}") };
+        let run =
+            TScenarioRunRequest { base_request: Some(base(&request_id, state.clone())), input: Some(input.clone()) };
+        let hop = clients[at % 3].call(Request::Run(run)).await.expect("/run answers");
+        at += 1;
+        let body = match hop.response.as_run().and_then(|run| run.response.clone()) {
+            Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
+                hops.push(hop);
+                let apply = TScenarioApplyRequest {
+                    arguments: Some(arguments),
+                    base_request: Some(base(&request_id, state.clone())),
+                    input: Some(input.clone()),
+                };
+                let hop = clients[at % 3].call(Request::Continue(apply)).await.expect("/continue answers");
+                at += 1;
+                let body = hop.response.body().cloned().expect("an answer");
+                hops.push(hop);
+                body
+            }
+            Some(t_scenario_run_response::Response::ResponseBody(body)) => {
+                hops.push(hop);
+                body
+            }
+            other => panic!("/run answered {other:?}"),
+        };
+        state = body.state.clone();
+        match callback_of(&body) {
+            Some(callback) => input = callback,
+            None => return hops,
+        }
+    }
+    panic!("the turn did not end in 40 callbacks");
+}
+
+/// The whole body at `path` of `replica`, with `headers`.
+async fn get(http: &reqwest::Client, replica: &Replica, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut request = http.get(format!("{}{}", replica.base, signed(path)));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("the replica answers");
+    let status = response.status();
+    (status, response.text().await.expect("a body"))
+}
+
+fn valid(transcript: &str) -> Vec<Event> {
+    let (events, _) = parse_transcript(transcript);
+    let violations = validate(&events);
+    assert!(violations.is_empty(), "{violations:#?}\n{transcript}");
+    events
+}
+
+#[tokio::test]
+async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhere() {
+    let Some(redis) = RedisServer::start("the assistant over replicas") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
+    let replicas = replicas(&redis, &mock);
+    let clients: Vec<Client> = replicas
+        .iter()
+        .map(|replica| Client::http(&replica.base).expect("a client").with_scenario("assistant"))
+        .collect();
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let whole: String = PIECES.concat();
+
+    // A screen opens the stream on replica 1 while the turn plays from
+    // replica 0 on, reads a few events and drops the connection.
+    let call_id = "rr-1";
+    let turn = {
+        let clients = &clients;
+        async move { turn_round_robin(clients, 0, call_id, "который час?").await }
+    };
+    let early = async {
+        // The stream opens once /run has claimed the call: it is unknown before.
+        let path = format!("/llm/stream/{call_id}");
+        let response = loop {
+            let response = http.get(format!("{}{}", replicas[1].base, signed(&path))).send().await.unwrap();
+            if response.status() == StatusCode::OK {
+                break response;
+            }
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "not yet started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let mut body = response.bytes_stream();
+        let mut seen = String::new();
+        while parse_transcript(&seen).0.iter().filter(|e| e.name == "final_delta").count() < 2 {
+            seen.push_str(std::str::from_utf8(&body.next().await.expect("more events").unwrap()).unwrap());
+        }
+        // Dropped mid-answer; only whole events count.
+        let (events, _) = parse_transcript(&seen);
+        assert!(!events.iter().any(|e| e.name == "completed"), "read while the model speaks:\n{seen}");
+        events
+    };
+    let (hops, early) = tokio::join!(turn, early);
+
+    for hop in &hops {
+        assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
+    }
+    assert!(hops.len() >= 4, "the answer came through callback hops: {} hops", hops.len());
+    assert_eq!(mock.calls(), 1, "every hop, on every replica, joined the one model call");
+    let spoken: Vec<&str> =
+        hops.iter().filter_map(|hop| hop.response.body()).map(speech).filter(|s| !s.is_empty()).collect();
+    let said = spoken.join(" ");
+    assert_eq!(said.matches("Сейчас ровно полдень").count(), 1, "said once: {spoken:?}");
+    assert!(said.contains("до встречи!"), "the whole answer reached the user: {spoken:?}");
+    let last = hops.last().and_then(|hop| hop.response.body()).expect("the last answer");
+    assert!(state_of(last).pending.is_none(), "nothing left pending");
+
+    // The whole stream from replica 0, resumed on replica 2 after what
+    // replica 1 sent: the same events under the same ids.
+    let path = format!("/llm/stream/{call_id}");
+    let (status, full) = get(&http, &replicas[0], &path, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{full}");
+    let events = valid(&full);
+    let text: String = events
+        .iter()
+        .filter(|e| e.name == "final_delta")
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, whole);
+    assert_eq!(early, events[..early.len()], "replica 1 streamed the same events as replica 0");
+    let last_id = early.last().and_then(|e| e.id.clone()).expect("an id");
+    let (status, rest) = get(&http, &replicas[2], &path, &[("last-event-id", &last_id)]).await;
+    assert_eq!(status, StatusCode::OK, "{rest}");
+    let mut resumed = early.clone();
+    resumed.extend(parse_transcript(&rest).0);
+    assert_eq!(resumed, events, "resumed on replica 2 where replica 1 left off");
+    assert!(validate(&resumed).is_empty(), "and valid JSONSeq as a whole");
+
+    // The whole answer, and its ETag, alike on every replica.
+    let answers = format!("/llm/answers/{call_id}");
+    let mut bodies = Vec::new();
+    for replica in &replicas {
+        let response = http.get(format!("{}{}", replica.base, signed(&answers))).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let etag = response.headers().get("etag").map(|v| v.to_str().unwrap().to_owned());
+        bodies.push((etag, response.text().await.unwrap()));
+    }
+    assert!(bodies.windows(2).all(|pair| pair[0] == pair[1]), "{bodies:#?}");
+    let whole_part: serde_json::Value = serde_json::from_str(&bodies[0].1).unwrap();
+    assert!(bodies[0].0.is_some(), "an ETag");
+    let answer = &whole_part["content"];
+    assert_eq!((answer["status"].as_str(), answer["raw_text"].as_str()), (Some("completed"), Some(whole.as_str())));
+    assert_eq!(mock.calls(), 1, "reading never calls the model");
+}
