@@ -77,6 +77,12 @@ impl Replica {
         count()
     }
 
+    /// Kills it (SIGKILL), as a lost node or the OOM killer would.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

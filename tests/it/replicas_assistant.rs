@@ -3,7 +3,7 @@
 //! balancer sends them: one model call per answer, and its stream and
 //! whole answer the same from every replica.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use megamind_assistant::jsonseq::{Event, parse_transcript, validate};
@@ -61,18 +61,18 @@ fn callback_of(body: &TScenarioResponseBody) -> Option<TInput> {
     })
 }
 
-/// One turn of `words`, each request on the next replica in turn (the
-/// first on `first`): `/run`, the `/continue` it hands over to, each
-/// callback's `/run` and its `/continue`. Every hop within the budget.
-async fn turn_round_robin(clients: &[Client], first: usize, call_id: &str, words: &str) -> Vec<Hop> {
+/// One turn of `words`, request `n` of it (`/run`, the `/continue` it
+/// hands over to, each callback's `/run` and its `/continue`) sent to
+/// replica `route(n)`.
+async fn turn(clients: &[Client], call_id: &str, words: &str, mut route: impl FnMut(usize) -> usize) -> Vec<Hop> {
     let text = TTextInput { utterance: words.into(), raw_utterance: words.into() };
     let mut input = TInput { event: Some(t_input::Event::Text(text)), ..Default::default() };
-    let (mut at, mut state, mut hops) = (first, None, Vec::new());
+    let (mut at, mut state, mut hops) = (0, None, Vec::new());
     for n in 0..40 {
         let request_id = if n == 0 { call_id.to_owned() } else { format!("{call_id}-cb{n}") };
         let run =
             TScenarioRunRequest { base_request: Some(base(&request_id, state.clone())), input: Some(input.clone()) };
-        let hop = clients[at % 3].call(Request::Run(run)).await.expect("/run answers");
+        let hop = clients[route(at)].call(Request::Run(run)).await.expect("/run answers");
         at += 1;
         let body = match hop.response.as_run().and_then(|run| run.response.clone()) {
             Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
@@ -82,7 +82,7 @@ async fn turn_round_robin(clients: &[Client], first: usize, call_id: &str, words
                     base_request: Some(base(&request_id, state.clone())),
                     input: Some(input.clone()),
                 };
-                let hop = clients[at % 3].call(Request::Continue(apply)).await.expect("/continue answers");
+                let hop = clients[route(at)].call(Request::Continue(apply)).await.expect("/continue answers");
                 at += 1;
                 let body = hop.response.body().cloned().expect("an answer");
                 hops.push(hop);
@@ -101,6 +101,22 @@ async fn turn_round_robin(clients: &[Client], first: usize, call_id: &str, words
         }
     }
     panic!("the turn did not end in 40 callbacks");
+}
+
+/// Every hop answered within the budget, and the answer reached the user
+/// through callback hops, its start said once, its end said.
+fn assert_said_once_and_whole(hops: &[Hop]) {
+    for hop in hops {
+        assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
+    }
+    assert!(hops.len() >= 4, "the answer came through callback hops: {} hops", hops.len());
+    let spoken: Vec<&str> =
+        hops.iter().filter_map(|hop| hop.response.body()).map(speech).filter(|s| !s.is_empty()).collect();
+    let said = spoken.join(" ");
+    assert_eq!(said.matches("Сейчас ровно полдень").count(), 1, "said once: {spoken:?}");
+    assert!(said.contains("до встречи!"), "the whole answer reached the user: {spoken:?}");
+    let last = hops.last().and_then(|hop| hop.response.body()).expect("the last answer");
+    assert!(state_of(last).pending.is_none(), "nothing left pending");
 }
 
 /// The whole body at `path` of `replica`, with `headers`.
@@ -138,7 +154,7 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     let call_id = "rr-1";
     let turn = {
         let clients = &clients;
-        async move { turn_round_robin(clients, 0, call_id, "который час?").await }
+        async move { turn(clients, call_id, "который час?", |n| n % 3).await }
     };
     let early = async {
         // The stream opens once /run has claimed the call: it is unknown before.
@@ -163,18 +179,8 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     };
     let (hops, early) = tokio::join!(turn, early);
 
-    for hop in &hops {
-        assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
-    }
-    assert!(hops.len() >= 4, "the answer came through callback hops: {} hops", hops.len());
+    assert_said_once_and_whole(&hops);
     assert_eq!(mock.calls(), 1, "every hop, on every replica, joined the one model call");
-    let spoken: Vec<&str> =
-        hops.iter().filter_map(|hop| hop.response.body()).map(speech).filter(|s| !s.is_empty()).collect();
-    let said = spoken.join(" ");
-    assert_eq!(said.matches("Сейчас ровно полдень").count(), 1, "said once: {spoken:?}");
-    assert!(said.contains("до встречи!"), "the whole answer reached the user: {spoken:?}");
-    let last = hops.last().and_then(|hop| hop.response.body()).expect("the last answer");
-    assert!(state_of(last).pending.is_none(), "nothing left pending");
 
     // The whole stream from replica 0, resumed on replica 2 after what
     // replica 1 sent: the same events under the same ids.
@@ -212,4 +218,53 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     let answer = &whole_part["content"];
     assert_eq!((answer["status"].as_str(), answer["raw_text"].as_str()), (Some("completed"), Some(whole.as_str())));
     assert_eq!(mock.calls(), 1, "reading never calls the model");
+}
+
+/// The replica running a call is killed (SIGKILL) mid-answer: its lease
+/// runs out within 3 s of its last renewal, the next hop that needs the
+/// call begins it again on another replica, and the user hears the whole
+/// answer once, through the hops.
+#[tokio::test]
+async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_it() {
+    let Some(redis) = RedisServer::start("a replica killed mid-answer") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
+    let mut replicas = replicas(&redis, &mock);
+    let clients: Vec<Client> = replicas
+        .iter()
+        .map(|replica| Client::http(&replica.base).expect("a client").with_scenario("assistant"))
+        .collect();
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "killed-1";
+    let mut killed_at = None;
+    // /run on replica 0 claims and runs the call; replica 0 dies right
+    // after it answered; the rest of the exchange alternates between 1 and 2.
+    let turn = turn(&clients, call_id, "который час?", |n| {
+        if n == 1 {
+            replicas[0].kill();
+            killed_at = Some(Instant::now());
+        }
+        if n == 0 { 0 } else { 1 + n % 2 }
+    });
+    let taken_over = async {
+        mock.wait_for_calls(2).await;
+        Instant::now()
+    };
+    let (hops, taken_over) = tokio::join!(turn, taken_over);
+    let killed_at = killed_at.expect("killed after /run");
+
+    assert_said_once_and_whole(&hops);
+    assert_eq!(mock.calls(), 2, "the dead replica's call, and one more: the takeover");
+    let takeover = taken_over.duration_since(killed_at);
+    assert!(takeover < Duration::from_millis(4_500), "taken over {takeover:?} after the kill (lease 3 s and a hop)");
+
+    // A reader on a live replica reads the new run whole, as valid JSONSeq.
+    let (status, stream) = get(&http, &replicas[2], &format!("/llm/stream/{call_id}"), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{stream}");
+    let events = valid(&stream);
+    assert_eq!(events.last().map(|e| e.name.as_str()), Some("completed"));
+    assert!(stream.contains("встречи!") && !stream.contains("model_failed"), "{stream}");
+    let (status, answer) = get(&http, &replicas[1], &format!("/llm/answers/{call_id}"), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["content"]["status"], "completed", "{answer}");
 }

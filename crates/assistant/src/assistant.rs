@@ -299,6 +299,25 @@ impl Assistant {
         Ok(handle)
     }
 
+    /// The outcome of the call `handle` follows, by `stop_by`. A call
+    /// whose lease ended without an outcome (its replica died mid-call, or
+    /// it panicked) is begun again, once: this replica runs it, unless
+    /// another one claimed it first.
+    async fn outcome(
+        &self,
+        args: &TAssistantContinueArguments,
+        handle: Handle,
+        stop_by: Instant,
+    ) -> Option<Arc<ModelOutcome>> {
+        let outcome = handle.wait_until(stop_by).await;
+        if !handle.abandoned() {
+            return outcome;
+        }
+        let Ok(again) = self.start(args).await else { return outcome };
+        tracing::warn!(call_id = %args.call_id, "assistant: a model call was left without an answer; begun again");
+        again.wait_until(stop_by).await
+    }
+
     /// The answer body of a finished call; the call the policy goes on
     /// with by itself, if any, is started now, so that it is often done
     /// when its callback comes.
@@ -489,7 +508,7 @@ impl Scenario for Assistant {
             self.metrics.answer("run", "refused");
             return Ok(reply::irrelevant(BUSY).into());
         };
-        let response = match handle.wait_until(stop_by).await {
+        let response = match self.outcome(&args, handle, stop_by).await {
             Some(outcome) => {
                 let mut body = self.finish(Handler::Run, &args, &outcome).await;
                 self.on_screen(&mut body, &args.call_id, screen);
@@ -521,7 +540,7 @@ impl Scenario for Assistant {
                 self.metrics.answer("continue", "refused");
                 reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
             }
-            Ok(handle) => match handle.wait_until(stop_by).await {
+            Ok(handle) => match self.outcome(&args, handle, stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
                 None => {
                     let body = self.hold(&args).await;

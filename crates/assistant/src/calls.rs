@@ -47,7 +47,8 @@ use futures_util::FutureExt;
 use megamind_core::{
     scenario::Handler,
     store::{
-        Begin, FlightStore, Journal, Key, Lease, ScenarioStore, StoreError, Stores, Waited, Waiter,
+        Begin, Entries, FlightStore, Journal, Key, Lease, ScenarioStore, StoreError, Stores, Waited, Waiter,
+        journal::READ_BATCH,
         memory::{Evictions, Limits},
     },
 };
@@ -63,6 +64,11 @@ use crate::{
 /// How long a lease outlasts the model call timeout: the task starts a
 /// little after its lease and stores the outcome after the call.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
+/// A call's lease in a store replicas share, renewed every
+/// [`journal::HEARTBEAT`] while the call runs: a replica that dies
+/// mid-call loses it this long after its last renewal, and the next replica
+/// that needs the call begins it again.
+pub(crate) const SHARED_LEASE: Duration = Duration::from_secs(3);
 /// Where the calls' keys go in a shared store, apart from the answers the
 /// idempotency cache keeps under the same `RequestId`s.
 const NAMESPACE: &str = "calls";
@@ -144,6 +150,8 @@ pub(crate) struct Handle {
     waiter: Option<Waiter>,
     /// Decoded once per handle.
     outcome: OnceLock<Arc<ModelOutcome>>,
+    /// Set when the lease ended without an outcome.
+    abandoned: OnceLock<()>,
 }
 
 /// The in-flight cap is reached: no new call was started.
@@ -152,11 +160,11 @@ pub(crate) struct AtCapacity;
 
 impl Handle {
     fn waiting(store: Arc<dyn FlightStore>, waiter: Waiter) -> Handle {
-        Handle { store, waiter: Some(waiter), outcome: OnceLock::new() }
+        Handle { store, waiter: Some(waiter), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
     fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
-        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)) }
+        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)), abandoned: OnceLock::new() }
     }
 
     /// The outcome if the call has finished, as far as the store knows
@@ -180,13 +188,22 @@ impl Handle {
         self.settle(waited)
     }
 
+    /// Whether the call's lease ended without an outcome: its runner
+    /// panicked, or went away (its replica died) and its lease ran out.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.abandoned.get().is_some()
+    }
+
     fn settle(&self, waited: Result<Waited, StoreError>) -> Option<Arc<ModelOutcome>> {
         let outcome = match waited {
             Ok(Waited::TimedOut) => return None,
             Ok(Waited::Done(bytes)) => outcome::decode(&bytes),
             // The task went away without an outcome (a panic, or a runtime
             // shutting down and its lease run out).
-            Ok(Waited::Abandoned) => Err(BackendError::Connect("the model call was abandoned".into())),
+            Ok(Waited::Abandoned) => {
+                let _ = self.abandoned.set(());
+                Err(BackendError::Connect("the model call was abandoned".into()))
+            }
             Err(error) => Err(unavailable(&error)),
         };
         Some(self.outcome.get_or_init(|| Arc::new(outcome)).clone())
@@ -233,11 +250,14 @@ impl Calls {
         retention: Retention,
         in_flight_gauge: IntGauge,
     ) -> Calls {
+        // In memory, only this process runs the call: it holds its lease for
+        // the whole call. Shared, the lease is short and renewed.
+        let lease_ttl = if store.shared { SHARED_LEASE } else { call_timeout + LEASE_MARGIN };
         let shared = Shared {
             store: store.flights,
             journal: store.journal,
             started: Once::new(),
-            lease_ttl: call_timeout + LEASE_MARGIN,
+            lease_ttl,
             kept_ttl: retention.ttl,
             max_in_flight,
             in_flight: AtomicUsize::new(0),
@@ -309,8 +329,7 @@ impl Calls {
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
         shared.records().hold(id, &record);
-        let writing =
-            Writing { journal: shared.journal.clone(), running_ttl: shared.lease_ttl, kept_ttl: shared.kept_ttl };
+        let writing = Writing { journal: shared.journal.clone(), lease: shared.lease_ttl, kept_ttl: shared.kept_ttl };
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
         let handle = Handle::waiting(store, lease.waiter());
@@ -336,7 +355,7 @@ impl Calls {
         }
         let key = key(id);
         let _ = self.store();
-        let read = match shared.journal.read(&key, 0, soon()).await {
+        let read = match self.read_all(&key).await {
             Ok(read) => read,
             Err(error) => {
                 tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
@@ -351,7 +370,7 @@ impl Calls {
         if let Some(record) = records.get(id) {
             return Lookup::Kept(record);
         }
-        let record = Arc::new(journal::mirror_of(&read.entries, MAX_ANSWER_BYTES));
+        let record = Arc::new(journal::mirror_of(journal::latest_run(&read.entries), MAX_ANSWER_BYTES));
         records.hold(id, &record);
         drop(records);
         let ended = record.timings().ended.is_some() || read.ended;
@@ -359,6 +378,23 @@ impl Calls {
             tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0)));
         }
         Lookup::Kept(record)
+    }
+
+    /// Everything the journal of `key` holds now, from its first entry.
+    async fn read_all(&self, key: &Key) -> Result<Option<Entries>, StoreError> {
+        let journal = &self.shared.journal;
+        let Some(mut all) = journal.read(key, 0, soon()).await? else { return Ok(None) };
+        while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
+            let after = all.last(0);
+            match journal.read(key, after, Instant::now()).await? {
+                Some(more) if !more.entries.is_empty() || more.ended => {
+                    all.ended = more.ended;
+                    all.entries.extend(more.entries);
+                }
+                _ => break,
+            }
+        }
+        Ok(Some(all))
     }
 
     /// The text call `id` has streamed so far, if it is running or kept.

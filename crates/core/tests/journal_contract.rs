@@ -73,6 +73,7 @@ against_every_store!(
     no_journal_is_none_and_a_fresh_lease_is_an_empty_one,
     the_length_cap_keeps_the_last_entries,
     a_journal_goes_with_its_entry,
+    an_append_renews_the_lease_and_a_silent_holder_loses_it,
 );
 
 fn key(id: &str) -> Key {
@@ -96,7 +97,7 @@ fn bytes(entries: &[&'static str]) -> Vec<Bytes> {
 
 async fn append(store: &dyn Store, lease: &Lease, entries: &[&'static str], end: bool) -> bool {
     let entries = bytes(entries);
-    let appending = Appending { entries: &entries, end, max_len: 1000, ttl: TTL };
+    let appending = Appending { entries: &entries, end, max_len: 1000, ttl: TTL, lease: None };
     store.append(lease, appending).await.expect("the store serves")
 }
 
@@ -105,7 +106,7 @@ async fn read(store: &dyn Store, id: &str, after: u64) -> Option<Entries> {
 }
 
 fn read_as(first: u64, entries: &[&'static str], ended: bool) -> Option<Entries> {
-    Some(Entries { first, entries: bytes(entries), ended })
+    Some(Entries { first, entries: bytes(entries), ended, abandoned: false })
 }
 
 async fn entries_read_from_any_offset_in_order(store: Arc<dyn Store>) {
@@ -146,6 +147,9 @@ async fn only_the_lease_holder_appends_and_a_successor_goes_on(store: Arc<dyn St
     let lost = lead(&*store, "c", SHORT).await;
     assert!(append(&*store, &lost, &["first"], false).await);
     tokio::time::sleep(SHORT + Duration::from_millis(20)).await;
+    // Redis keeps the journal for its own TTL and says nobody holds it; memory's went with the lease.
+    let orphaned = read(&*store, "c", 0).await;
+    assert!(orphaned.as_ref().is_none_or(|read| read.abandoned && read.entries == bytes(&["first"])), "{orphaned:?}");
     assert!(!append(&*store, &lost, &["late"], false).await, "a lease that ran out appends nothing");
     let successor = lead(&*store, "c", LONG).await;
     assert!(!append(&*store, &lost, &["late"], false).await, "nor after the key was taken over");
@@ -171,7 +175,7 @@ async fn the_length_cap_keeps_the_last_entries(store: Arc<dyn Store>) {
     let lease = lead(&*store, "e", LONG).await;
     let entries: Vec<Bytes> = (1..=50).map(|n| Bytes::from(n.to_string())).collect();
     for chunk in entries.chunks(7) {
-        let appending = Appending { entries: chunk, end: false, max_len: 10, ttl: TTL };
+        let appending = Appending { entries: chunk, end: false, max_len: 10, ttl: TTL, lease: None };
         assert!(store.append(&lease, appending).await.unwrap());
     }
     let read = read(&*store, "e", 0).await.expect("a journal");
@@ -206,4 +210,30 @@ async fn redis_journals_sit_beside_their_entry() {
     assert!(ttl > 0 && ttl <= TTL.as_millis() as i64, "the journal's TTL: {ttl} ms");
     let kind: String = server.query(redis::cmd("TYPE").arg(&keys[1]));
     assert_eq!(kind, "stream");
+}
+
+async fn an_append_renews_the_lease_and_a_silent_holder_loses_it(store: Arc<dyn Store>) {
+    let started = Instant::now();
+    let lease = lead(&*store, "g", SHORT).await;
+    let renew = |lease: &Lease| {
+        let store = store.clone();
+        let lease = lease.clone();
+        async move {
+            let appending = Appending { entries: &[], end: false, max_len: 10, ttl: TTL, lease: Some(2 * SHORT) };
+            store.append(&lease, appending).await.unwrap()
+        }
+    };
+    // Renewed twice within each TTL, the lease outlives its first one by far.
+    while started.elapsed() < 3 * SHORT {
+        assert!(renew(&lease).await, "renewed while held");
+        tokio::time::sleep(SHORT / 2).await;
+    }
+    let repeat = store.begin(key("g"), LONG, in_a_while(), &mut || true).await.unwrap();
+    assert!(matches!(repeat, Begin::Wait(_)), "still held: {repeat:?}");
+    let Begin::Wait(waiter) = repeat else { unreachable!() };
+    // Silent now: the lease runs out a TTL after the last renewal, and its waiters learn it.
+    let waited = store.wait(&waiter, in_a_while()).await.unwrap();
+    assert_eq!(waited, megamind_core::store::Waited::Abandoned);
+    assert!(started.elapsed() < 3 * SHORT + 4 * SHORT, "ended by the last renewal's TTL: {:?}", started.elapsed());
+    assert!(matches!(store.begin(key("g"), LONG, in_a_while(), &mut || true).await.unwrap(), Begin::Lead(_)));
 }

@@ -155,7 +155,7 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     store.start();
     let (Ok(Begin::Lead(lease)), _) = begin(&store, Handler::Run, "j1").await else { panic!("leads in Redis") };
     let entries = [Bytes::from_static(b"one")];
-    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE };
+    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE, lease: None };
     assert!(store.append(&lease, appending).await.unwrap());
     let key = Key::new("demo", Handler::Run, "j1");
     server.freeze();

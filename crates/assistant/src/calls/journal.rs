@@ -31,6 +31,12 @@ pub(crate) type Tap = mpsc::UnboundedSender<(Bytes, bool)>;
 pub(crate) const MAX_ENTRIES: usize = 1 << 16;
 /// How long a mirror waits for the next entry before it looks again.
 const MIRROR_WAIT: Duration = Duration::from_secs(1);
+/// How often a runner with nothing new to write renews its lease with an
+/// empty append: a third of the shortest lease (a shared store's).
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Why a mirror of a call that another replica began again ends.
+pub(crate) const RESTARTED: &str = "the replica running the model call went away; another replica started the call \
+                                    again: open the stream anew, without Last-Event-ID";
 /// Failed reads in a row after which a mirror gives up.
 const MAX_READ_FAILURES: u32 = 20;
 
@@ -135,34 +141,40 @@ fn micros(duration: Duration) -> u64 {
 #[derive(Debug, Clone)]
 pub(crate) struct Writing {
     pub(crate) journal: Arc<dyn Journal>,
-    /// The journal's TTL while the call runs: its lease's.
-    pub(crate) running_ttl: Duration,
-    /// Its TTL once ended: the answer's.
+    /// The call's lease, renewed by every append but the last.
+    pub(crate) lease: Duration,
+    /// The journal's TTL: the answer's.
     pub(crate) kept_ttl: Duration,
 }
 
 /// Writes what `entries` brings to the journal of `lease`'s key, in
-/// batches, until the last entry; gives up on a lease that no longer
-/// holds the key. A failed append is tried again with the next batch.
+/// batches, until the last entry, renewing the lease every [`HEARTBEAT`]
+/// while the model is silent; gives up on a lease that no longer holds the
+/// key. A failed append is tried again with the next batch.
 pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>) {
     let mut batch = Vec::new();
     let mut end = false;
     while !end {
-        match entries.recv().await {
-            Some((entry, last)) => {
+        match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
+            Ok(Some((entry, last))) => {
                 batch.push(entry);
                 end = last;
             }
             // The record went without ending (its task was dropped).
-            None => return,
+            Ok(None) => return,
+            // Nothing new: an empty append renews the lease.
+            Err(_) => {}
         }
         while !end {
             let Ok((entry, last)) = entries.try_recv() else { break };
             batch.push(entry);
             end = last;
         }
-        let ttl = if end { writing.kept_ttl } else { writing.running_ttl };
-        let appending = Appending { entries: &batch, end, max_len: MAX_ENTRIES, ttl };
+        // The journal outlives the lease, so that a replica taking the call
+        // over goes on after its entries; the ending append leaves the lease
+        // to the outcome's completion.
+        let renewal = (!end).then_some(writing.lease);
+        let appending = Appending { entries: &batch, end, max_len: MAX_ENTRIES, ttl: writing.kept_ttl, lease: renewal };
         match writing.journal.append(&lease, appending).await {
             Ok(true) => batch.clear(),
             Ok(false) => {
@@ -189,15 +201,28 @@ pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
         _ => Instant::now(),
     };
     let record = CallRecord::mirror(max_bytes, started);
-    apply(&record, entries);
+    apply(&record, entries, false);
     record
 }
 
-/// Feeds `record` what `entries` say; `true` once the call has ended.
-pub(crate) fn apply(record: &CallRecord, entries: &[Bytes]) -> bool {
+/// Where the latest run of a call begins in `entries` (read from the
+/// journal's first): after a runner died and another replica began the call
+/// again, a new reader follows the new run alone.
+pub(crate) fn latest_run(entries: &[Bytes]) -> &[Bytes] {
+    let start = entries.iter().rposition(|bytes| bytes.first() == Some(&b'S')).unwrap_or(0);
+    &entries[start..]
+}
+
+/// Feeds `record` what `entries` say, `started` when its run's start was
+/// read before; `true` once the call has ended (or was begun again).
+pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], mut started: bool) -> bool {
     for bytes in entries {
         match Entry::decode(bytes) {
-            Some(Entry::Started { .. }) => {}
+            Some(Entry::Started { .. }) if started => {
+                record.fail(RESTARTED);
+                return true;
+            }
+            Some(Entry::Started { .. }) => started = true,
             Some(Entry::Event { event, at }) => record.push_at(event, at),
             Some(Entry::Cut) => record.cut(),
             Some(Entry::Completed { at }) => {
@@ -224,6 +249,10 @@ pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<Call
     let mut failures = 0;
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
+            Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
+                record.fail("the model call ended without an answer (its replica went away)");
+                return;
+            }
             Ok(Some(read)) => {
                 failures = 0;
                 if read.first > after + 1 && !read.entries.is_empty() {
@@ -231,7 +260,7 @@ pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<Call
                     return;
                 }
                 after = read.last(after);
-                if apply(&record, &read.entries) || read.ended {
+                if apply(&record, &read.entries, true) || read.ended {
                     record.finish();
                     return;
                 }
@@ -282,6 +311,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let first_run = [Entry::started_now(), text("Сей")];
+        let mirror = mirror_of(latest_run(&first_run), 1024);
+        let second_run = [Entry::started_now(), text("Сейчас."), Entry::Completed { at }.encode()];
+        assert!(apply(&mirror, &second_run, true), "the new start ends the mirror");
+        assert_eq!(mirror.snapshot().2, super::super::record::Ending::Failed(RESTARTED.into()));
+        let journal: Vec<Bytes> = first_run.iter().chain(&second_run).cloned().collect();
+        let fresh = mirror_of(latest_run(&journal), 1024);
+        assert_eq!(fresh.text(), "Сейчас.", "a new reader reads the new run alone");
+        assert_eq!(fresh.snapshot().2, super::super::record::Ending::Completed);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_mirror_says_what_the_runners_record_says() {
         let (tap, mut entries) = mpsc::unbounded_channel();
@@ -297,7 +341,7 @@ mod tests {
             written.push(entry);
             assert_eq!(last, written.len() == 5, "only the end is last");
         }
-        let mirror = mirror_of(&written, 1 << 20);
+        let mirror = mirror_of(latest_run(&written), 1 << 20);
         assert_eq!(mirror.snapshot(), runner.snapshot());
         assert_eq!(mirror.timings().first_event, runner.timings().first_event);
         assert_eq!(mirror.timings().ended, runner.timings().ended);

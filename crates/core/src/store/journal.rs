@@ -7,7 +7,11 @@
 //! the value was stored) appends nothing. Entries are numbered from 1 in
 //! the order they were appended, across leases: a caller that takes a key
 //! over goes on after the entries its predecessor left. The last append
-//! may end the journal; nothing is appended after that.
+//! may end the journal; nothing is appended after that. An append (an
+//! empty one too) may also renew the lease: a holder that appends now and
+//! then keeps its key however long its work takes, and one that died loses
+//! it a lease after its last append, while its journal stays for its own
+//! TTL, so that whoever takes the key over goes on after it.
 //!
 //! - In memory, the journal lives in the entry itself: it goes when the
 //!   entry expires or is evicted, and its bytes count in the entry's cost.
@@ -37,6 +41,8 @@ pub struct Appending<'a> {
     /// How long the journal is kept from this append on (a shared store's;
     /// in memory, the entry's own TTL governs).
     pub ttl: Duration,
+    /// How long the lease lasts from now on, when the append renews it.
+    pub lease: Option<Duration>,
 }
 
 /// Entries read from a journal.
@@ -49,6 +55,10 @@ pub struct Entries {
     pub entries: Vec<Bytes>,
     /// The journal has ended: nothing will follow these.
     pub ended: bool,
+    /// Neither a lease nor a value holds the journal's key (its holder
+    /// went away and its lease ran out): nothing will follow these until a
+    /// caller takes the key over. (In memory, such a journal is gone.)
+    pub abandoned: bool,
 }
 
 impl Entries {

@@ -86,7 +86,7 @@ impl Log {
         let entries: Vec<_> = list.entries.iter().skip(from).take(READ_BATCH).cloned().collect();
         let first = list.base + from as u64 + 1;
         let ended = list.ended && from + entries.len() == list.entries.len();
-        (!entries.is_empty() || ended).then_some(Entries { first, entries, ended })
+        (!entries.is_empty() || ended).then_some(Entries { first, entries, ended, abandoned: false })
     }
 }
 
@@ -95,7 +95,7 @@ impl MemoryStore {
     fn live_slot(&self, key: &Key, now: Instant) -> Option<Arc<Slot>> {
         let slot = self.map.get(key)?.clone();
         let expired = slot.expires.get().is_some_and(|expires| *expires <= now);
-        let lapsed = slot.outcome.get().is_none() && slot.lease_until <= now;
+        let lapsed = slot.outcome.get().is_none() && slot.lease_until() <= now;
         (!expired && !lapsed && !matches!(slot.outcome.get(), Some(None))).then_some(slot)
     }
 }
@@ -104,10 +104,15 @@ impl MemoryStore {
 impl Journal for MemoryStore {
     async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
         let slot = Self::slot(&lease.token)?;
-        if Instant::now() >= slot.lease_until || slot.outcome.get().is_some() {
+        let now = Instant::now();
+        if now >= slot.lease_until() || slot.outcome.get().is_some() {
             return Ok(false);
         }
-        Ok(slot.journal().append(appending))
+        let appended = slot.journal().append(appending);
+        if let (true, Some(lease)) = (appended, appending.lease) {
+            slot.renew(now + lease);
+        }
+        Ok(appended)
     }
 
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
@@ -121,12 +126,13 @@ impl Journal for MemoryStore {
             if let Some(entries) = log.read(after) {
                 return Ok(Some(entries));
             }
-            // A lease that runs out appends no more: no point waiting past it.
-            let until = if slot.outcome.get().is_none() { deadline.min(slot.lease_until) } else { deadline };
-            if tokio::time::timeout_at(until, grew).await.is_err() {
-                let first = after + 1;
-                return Ok(Some(log.read(after).unwrap_or(Entries { first, ..Entries::default() })));
+            // A lease that runs out appends no more: no point waiting past it
+            // (read anew each time round: its holder may have renewed it).
+            let until = if slot.outcome.get().is_none() { deadline.min(slot.lease_until()) } else { deadline };
+            if Instant::now() >= until {
+                return Ok(Some(Entries { first: after + 1, ..Entries::default() }));
             }
+            let _ = tokio::time::timeout_at(until, grew).await;
         }
     }
 }

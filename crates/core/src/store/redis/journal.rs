@@ -4,10 +4,12 @@
 //! - `append`, one round trip: a script that checks the entry still holds
 //!   the lease's claim, numbers on from the stream's last id, `XADD`s each
 //!   entry (`d` and its bytes; `e` and nothing for the end) with an exact
-//!   `MAXLEN`, and `PEXPIRE`s the stream.
-//! - `read`: a script answers the entries after the one given (`XRANGE`)
-//!   and whether there is a journal at all (the stream, or a claim on the
-//!   entry, whose leader has not appended yet). With nothing new, an
+//!   `MAXLEN`, `PEXPIRE`s the stream, and the claim too when the append
+//!   renews the lease.
+//! - `read`: a script answers the entries after the one given (`XRANGE`),
+//!   whether there is a journal at all (the stream, or a claim on the
+//!   entry, whose leader has not appended yet) and whether anything holds
+//!   its entry (a journal whose holder died is not waited on). With nothing new, an
 //!   `XREAD BLOCK` bounded by the reader's deadline waits for the next, on
 //!   a connection of its own: a blocked command holds up every command
 //!   queued behind it on its connection, so blocking reads never share the
@@ -27,7 +29,7 @@ use crate::store::{
 };
 
 /// `KEYS`: the entry, its stream. `ARGV`: the claim, the length cap, the
-/// TTL in ms, `1` to end, then the entries.
+/// TTL in ms, `1` to end, the lease in ms (0: not renewed), then the entries.
 const APPEND: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
@@ -36,7 +38,7 @@ if top[1] then
   if top[1][2][1] == 'e' then return -1 end
   seq = tonumber(string.sub(top[1][1], 3))
 end
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   seq = seq + 1
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'd', ARGV[i])
 end
@@ -44,17 +46,19 @@ if ARGV[4] == '1' then
   seq = seq + 1
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'e', '')
 end
+if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return seq
 ";
 
 /// `KEYS`: the entry, its stream. `ARGV`: the exclusive start, the count.
-/// Answers whether there is a journal, and the entries.
+/// Answers whether there is a journal, the entries, and what holds the
+/// entry (`c` a claim, `v` a value, empty: nothing).
 const READ: &str = r"
 local entries = redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
-if #entries > 0 or redis.call('EXISTS', KEYS[2]) == 1 then return {1, entries} end
-if redis.call('GETRANGE', KEYS[1], 0, 0) == 'c' then return {1, entries} end
-return {0, entries}
+local holder = redis.call('GETRANGE', KEYS[1], 0, 0)
+if #entries > 0 or redis.call('EXISTS', KEYS[2]) == 1 or holder == 'c' then return {1, entries, holder} end
+return {0, entries, holder}
 ";
 
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
@@ -122,6 +126,7 @@ impl Journal for RedisStore {
         invocation.key(Self::journal_key(&claim.key));
         invocation.arg(&claim.claim[..]).arg(appending.max_len.max(1)).arg(millis(appending.ttl).max(1));
         invocation.arg(if appending.end { "1" } else { "0" });
+        invocation.arg(appending.lease.map_or(0, |lease| millis(lease).max(1)));
         for entry in appending.entries {
             invocation.arg(&entry[..]);
         }
@@ -136,13 +141,18 @@ impl Journal for RedisStore {
         let mut invocation = READ_SCRIPT.key(&entry);
         invocation.key(&stream).arg(format!("(0-{after}")).arg(READ_BATCH);
         let mut connection = self.connection()?;
-        let (exists, read): (i64, Vec<Value>) =
+        let (exists, read, holder): (i64, Vec<Value>, Vec<u8>) =
             self.command(Some(deadline), invocation.invoke_async(&mut connection)).await?;
         if exists == 0 {
             return Ok(None);
         }
-        let read = if read.is_empty() { self.block(&stream, after, deadline).await? } else { read };
-        entries(read, after).map(Some)
+        let abandoned = holder.is_empty();
+        if !read.is_empty() || abandoned {
+            let mut read = entries(read, after)?;
+            read.abandoned = abandoned && !read.ended;
+            return Ok(Some(read));
+        }
+        entries(self.block(&stream, after, deadline).await?, after).map(Some)
     }
 }
 
