@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use megamind_assistant::jsonseq::{Event, parse_transcript, validate};
 use megamind_core::proto::n_alice::n_scenarios::{
-    TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest, TTextInput,
-    t_directive, t_input, t_scenario_run_response,
+    TInput, TRunCommandDirective, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody,
+    TScenarioRunRequest, TTextInput, t_directive, t_input, t_scenario_run_response,
 };
 use megamind_tools::client::{Client, Hop, Request};
+use prost_types::value::Kind;
 use reqwest::StatusCode;
 
 use crate::{
@@ -28,8 +29,13 @@ const GAP: Duration = Duration::from_millis(150);
 
 /// Three replicas of the assistant over `redis`, its model `mock`.
 fn replicas(redis: &RedisServer, mock: &MockLlm) -> Vec<Replica> {
+    replicas_with(redis, mock, &[])
+}
+
+/// As [`replicas`], with `extra` arguments.
+fn replicas_with(redis: &RedisServer, mock: &MockLlm, extra: &[&str]) -> Vec<Replica> {
     let base_url = mock.base_url();
-    let args = [
+    let mut args = vec![
         "--llm-base-url",
         base_url.as_str(),
         "--llm-api-key",
@@ -39,6 +45,7 @@ fn replicas(redis: &RedisServer, mock: &MockLlm) -> Vec<Replica> {
         "--llm-signing-key",
         SIGNING_KEY,
     ];
+    args.extend_from_slice(extra);
     (0..3).map(|_| Replica::start_with(&redis.url(), &args)).collect()
 }
 
@@ -61,46 +68,74 @@ fn callback_of(body: &TScenarioResponseBody) -> Option<TInput> {
     })
 }
 
-/// One turn of `words`, request `n` of it (`/run`, the `/continue` it
-/// hands over to, each callback's `/run` and its `/continue`) sent to
+/// One turn of `words` in a new dialog, request `n` of it sent to
 /// replica `route(n)`.
-async fn turn(clients: &[Client], call_id: &str, words: &str, mut route: impl FnMut(usize) -> usize) -> Vec<Hop> {
+async fn turn(clients: &[Client], call_id: &str, words: &str, route: impl FnMut(usize) -> usize) -> Vec<Hop> {
+    Dialog::default().send(clients, call_id, text(words), route).await
+}
+
+fn text(words: &str) -> TInput {
     let text = TTextInput { utterance: words.into(), raw_utterance: words.into() };
-    let mut input = TInput { event: Some(t_input::Event::Text(text)), ..Default::default() };
-    let (mut at, mut state, mut hops) = (0, None, Vec::new());
-    for n in 0..40 {
-        let request_id = if n == 0 { call_id.to_owned() } else { format!("{call_id}-cb{n}") };
-        let run =
-            TScenarioRunRequest { base_request: Some(base(&request_id, state.clone())), input: Some(input.clone()) };
-        let hop = clients[route(at)].call(Request::Run(run)).await.expect("/run answers");
-        at += 1;
-        let body = match hop.response.as_run().and_then(|run| run.response.clone()) {
-            Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
-                hops.push(hop);
-                let apply = TScenarioApplyRequest {
-                    arguments: Some(arguments),
-                    base_request: Some(base(&request_id, state.clone())),
-                    input: Some(input.clone()),
-                };
-                let hop = clients[route(at)].call(Request::Continue(apply)).await.expect("/continue answers");
-                at += 1;
-                let body = hop.response.body().cloned().expect("an answer");
-                hops.push(hop);
-                body
+    TInput { event: Some(t_input::Event::Text(text)), ..Default::default() }
+}
+
+/// A dialog played over replicas as Megamind plays it: the state it keeps
+/// between turns, and the requests sent so far.
+#[derive(Default)]
+struct Dialog {
+    state: Option<prost_types::Any>,
+    sent: usize,
+}
+
+impl Dialog {
+    /// One turn of `input`: `/run`, the `/continue` it hands over to, each
+    /// callback's `/run` and its `/continue`, request `n` of the dialog sent
+    /// to replica `route(n)`.
+    async fn send(
+        &mut self,
+        clients: &[Client],
+        call_id: &str,
+        mut input: TInput,
+        mut route: impl FnMut(usize) -> usize,
+    ) -> Vec<Hop> {
+        let mut hops = Vec::new();
+        for n in 0..40 {
+            let request_id = if n == 0 { call_id.to_owned() } else { format!("{call_id}-cb{n}") };
+            let base_request = Some(base(&request_id, self.state.clone()));
+            let run = TScenarioRunRequest { base_request: base_request.clone(), input: Some(input.clone()) };
+            let hop = clients[route(self.sent)].call(Request::Run(run)).await.expect("/run answers");
+            self.sent += 1;
+            let irrelevant =
+                hop.response.as_run().and_then(|run| run.features.as_ref()).is_some_and(|f| f.is_irrelevant);
+            let body = match hop.response.as_run().and_then(|run| run.response.clone()) {
+                Some(t_scenario_run_response::Response::ContinueArguments(arguments)) => {
+                    hops.push(hop);
+                    let apply =
+                        TScenarioApplyRequest { arguments: Some(arguments), base_request, input: Some(input.clone()) };
+                    let hop =
+                        clients[route(self.sent)].call(Request::Continue(apply)).await.expect("/continue answers");
+                    self.sent += 1;
+                    let body = hop.response.body().cloned().expect("an answer");
+                    hops.push(hop);
+                    body
+                }
+                Some(t_scenario_run_response::Response::ResponseBody(body)) => {
+                    hops.push(hop);
+                    body
+                }
+                other => panic!("/run answered {other:?}"),
+            };
+            // Megamind keeps the state of a scenario that answered.
+            if !irrelevant {
+                self.state = body.state.clone();
             }
-            Some(t_scenario_run_response::Response::ResponseBody(body)) => {
-                hops.push(hop);
-                body
+            match callback_of(&body) {
+                Some(callback) => input = callback,
+                None => return hops,
             }
-            other => panic!("/run answered {other:?}"),
-        };
-        state = body.state.clone();
-        match callback_of(&body) {
-            Some(callback) => input = callback,
-            None => return hops,
         }
+        panic!("the turn did not end in 40 callbacks");
     }
-    panic!("the turn did not end in 40 callbacks");
 }
 
 /// Every hop answered within the budget, and the answer reached the user
@@ -267,4 +302,108 @@ async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_i
     assert_eq!(status, StatusCode::OK);
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["content"]["status"], "completed", "{answer}");
+}
+
+/// With Redis gone, a replica answers from its own memory, in time, and
+/// counts the call another replica may run too.
+#[tokio::test]
+async fn with_redis_gone_calls_run_locally_and_are_counted_as_possibly_twice() {
+    let Some(mut redis) = RedisServer::start("the assistant without Redis") else { return };
+    let mock = MockLlm::start(Reply::content("Сейчас полдень.")).await;
+    let replicas = replicas(&redis, &mock);
+    redis.kill();
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    let hops = turn(std::slice::from_ref(&client), "alone-1", "который час?", |_| 0).await;
+    let said: Vec<&str> = hops.iter().filter_map(|hop| hop.response.body()).map(speech).collect();
+    assert_eq!(said.last().copied(), Some("Сейчас полдень."), "{said:?}");
+    for hop in &hops {
+        assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
+    }
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let metrics = http.get(format!("{}/metrics", replicas[0].base)).send().await.unwrap().text().await.unwrap();
+    let counted = r#"megamind_assistant_calls_duplicated_total{reason="store_down"} 1"#;
+    assert!(
+        metrics.contains(counted),
+        "{}",
+        metrics.lines().filter(|l| l.contains("duplicated")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The command a skill's step asked the client to run.
+fn run_command_of(hops: &[Hop]) -> TRunCommandDirective {
+    let body = hops.last().and_then(|hop| hop.response.body()).expect("an answer");
+    let directives = &body.layout.as_ref().expect("a layout").directives;
+    directives
+        .iter()
+        .find_map(|directive| match &directive.directive {
+            Some(t_directive::Directive::RunCommandDirective(run)) => Some(run.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a RunCommandDirective in {body:?}"))
+}
+
+/// The result of `run` as the client sends it: its callback, completed.
+fn command_result(run: &TRunCommandDirective, output: &str) -> TInput {
+    let mut callback = run.callback.clone().expect("a callback");
+    let fields = &mut callback.payload.get_or_insert_with(Default::default).fields;
+    let value = |kind| prost_types::Value { kind: Some(kind) };
+    fields.insert("output".into(), value(Kind::StringValue(output.into())));
+    fields.insert("exit_code".into(), value(Kind::NumberValue(0.0)));
+    fields.insert("skipped".into(), value(Kind::BoolValue(false)));
+    TInput { event: Some(t_input::Event::Callback(callback)), ..Default::default() }
+}
+
+fn last_speech(hops: &[Hop]) -> &str {
+    hops.last().and_then(|hop| hop.response.body()).map(speech).expect("an answer")
+}
+
+/// The shipped `git-quick-commit` skill, every request of every turn on
+/// the next replica: one model call per step (a `[MESSAGE]`'s next step
+/// too, started by one replica and fetched by another), and the step's
+/// result sent again (to yet another replica) declined as stale.
+#[tokio::test]
+async fn the_git_quick_commit_skill_plays_with_every_request_on_another_replica() {
+    let Some(redis) = RedisServer::start("a skill over replicas") else { return };
+    let mock = MockLlm::start(Reply::status(500)).await;
+    for answer in [
+        "[CMD] git status --porcelain",
+        "[MESSAGE] Вижу одно изменение.",
+        "[ASK] Введи сообщение коммита:",
+        "[CMD] git add . && git commit -m \"fix: update skills API\"",
+        "[DONE] Коммит успешно создан: abc1234. Изменён 1 файл.",
+    ] {
+        mock.push(Reply::content(answer));
+    }
+    let skills = format!("{}/skills", env!("CARGO_MANIFEST_DIR"));
+    let replicas = replicas_with(&redis, &mock, &["--skills-dir", &skills]);
+    let clients: Vec<Client> = replicas
+        .iter()
+        .map(|replica| Client::http(&replica.base).expect("a client").with_scenario("assistant"))
+        .collect();
+    let (mut dialog, mut route) = (Dialog::default(), |n: usize| n % 3);
+
+    let started = dialog.send(&clients, "skill-1", text("Запусти навык git-quick-commit"), &mut route).await;
+    let run = run_command_of(&started);
+    assert_eq!(run.command, "git status --porcelain");
+    // The [MESSAGE] is said by one replica, which starts the next step at
+    // once; its callback lands on another, which joins that call.
+    let asked = dialog.send(&clients, "skill-2", command_result(&run, " M server/skills.js\n"), &mut route).await;
+    let said: Vec<&str> = asked.iter().filter_map(|hop| hop.response.body()).map(speech).collect();
+    assert_eq!(said.first().copied(), Some("Вижу одно изменение."), "{said:?}");
+    assert_eq!(last_speech(&asked), "Введи сообщение коммита:");
+    let committing = dialog.send(&clients, "skill-3", text("fix: update skills API"), &mut route).await;
+    let run = run_command_of(&committing);
+    assert_eq!(run.command, "git add . && git commit -m \"fix: update skills API\"");
+    let output = "[main abc1234] fix: update skills API\n 1 file changed";
+    let done = dialog.send(&clients, "skill-4", command_result(&run, output), &mut route).await;
+    assert_eq!(last_speech(&done), "Коммит успешно создан: abc1234. Изменён 1 файл.");
+    assert_eq!(mock.calls(), 5, "one model call per step, whichever replica took it");
+    for hop in started.iter().chain(&asked).chain(&committing).chain(&done) {
+        assert!(hop.took < BUDGET + MARGIN, "/{} answered after {:?}", hop.handler(), hop.took);
+    }
+
+    let again = dialog.send(&clients, "skill-5", command_result(&run, "again"), &mut route).await;
+    let declined = again.last().and_then(|hop| hop.response.as_run()).and_then(|run| run.features.as_ref());
+    assert!(declined.is_some_and(|features| features.is_irrelevant), "a stale result is declined: {again:?}");
+    assert_eq!(mock.calls(), 5, "and calls nothing");
 }

@@ -465,8 +465,8 @@ fn calls_of(config: &AssistantConfig, metrics: &AssistantMetrics, stores: &Store
         max_entries: config.calls.max_retained,
         max_bytes: config.calls.max_retained_bytes,
     };
-    let (in_flight, evicted) = (metrics.in_flight.clone(), metrics.evicted.clone());
-    Calls::over(stores, config.calls.max_in_flight, config.calls.call_timeout(), retention, in_flight, evicted)
+    let counters = (metrics.in_flight.clone(), metrics.evicted.clone(), metrics.duplicated.clone());
+    Calls::over(stores, config.calls.max_in_flight, config.calls.call_timeout(), retention, counters)
         .map_err(|error| AssistantError::Setup(format!("the model calls' store: {error}")))
 }
 

@@ -52,7 +52,7 @@ use megamind_core::{
         memory::{Evictions, Limits},
     },
 };
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tokio::time::Instant;
 
 use crate::{
@@ -105,6 +105,9 @@ pub(crate) struct Calls {
 
 #[derive(Debug)]
 struct Shared {
+    /// Whether replicas share the store.
+    is_shared: bool,
+    duplicated: IntCounterVec,
     store: Arc<dyn FlightStore>,
     journal: Arc<dyn Journal>,
     started: Once,
@@ -224,21 +227,22 @@ impl Calls {
     ) -> Calls {
         let store = Arc::new(megamind_core::store::MemoryStore::new(retention.limits(), evictions(&evicted)));
         let store = ScenarioStore { flights: store.clone(), journal: store, shared: false };
-        Calls::with_store(store, max_in_flight, call_timeout, retention, in_flight_gauge)
+        let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).expect("a valid counter");
+        Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated))
     }
 
     /// As [`Calls::new`], over the server's stores: shared by replicas when
-    /// the server's `[store]` is.
+    /// the server's `[store]` is; calls that ran, or may have run, on two
+    /// replicas counted in `duplicated`.
     pub(crate) fn over(
         stores: &Stores,
         max_in_flight: usize,
         call_timeout: Duration,
         retention: Retention,
-        in_flight_gauge: IntGauge,
-        evicted: IntCounter,
+        (in_flight_gauge, evicted, duplicated): (IntGauge, IntCounter, IntCounterVec),
     ) -> Result<Calls, StoreError> {
         let store = stores.build(NAMESPACE, retention.limits(), evictions(&evicted))?;
-        Ok(Calls::with_store(store, max_in_flight, call_timeout, retention, in_flight_gauge))
+        Ok(Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated)))
     }
 
     /// As [`Calls::new`], over any store, which keeps the outcomes and
@@ -248,12 +252,14 @@ impl Calls {
         max_in_flight: usize,
         call_timeout: Duration,
         retention: Retention,
-        in_flight_gauge: IntGauge,
+        (in_flight_gauge, duplicated): (IntGauge, IntCounterVec),
     ) -> Calls {
         // In memory, only this process runs the call: it holds its lease for
         // the whole call. Shared, the lease is short and renewed.
         let lease_ttl = if store.shared { SHARED_LEASE } else { call_timeout + LEASE_MARGIN };
         let shared = Shared {
+            is_shared: store.shared,
+            duplicated,
             store: store.flights,
             journal: store.journal,
             started: Once::new(),
@@ -326,10 +332,19 @@ impl Calls {
             let _ = store.abandon(lease).await;
             return Err(AtCapacity);
         };
+        if shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token) {
+            // Claimed in this replica's memory: another replica may run it too.
+            shared.duplicated.with_label_values(&["store_down"]).inc();
+        }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
         shared.records().hold(id, &record);
-        let writing = Writing { journal: shared.journal.clone(), lease: shared.lease_ttl, kept_ttl: shared.kept_ttl };
+        let writing = Writing {
+            journal: shared.journal.clone(),
+            lease: shared.lease_ttl,
+            kept_ttl: shared.kept_ttl,
+            lease_lost: shared.duplicated.with_label_values(&["lease_lost"]),
+        };
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
         let handle = Handle::waiting(store, lease.waiter());

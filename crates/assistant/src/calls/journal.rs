@@ -145,6 +145,8 @@ pub(crate) struct Writing {
     pub(crate) lease: Duration,
     /// The journal's TTL: the answer's.
     pub(crate) kept_ttl: Duration,
+    /// Counts a call whose lease ran out while it ran.
+    pub(crate) lease_lost: prometheus::IntCounter,
 }
 
 /// Writes what `entries` brings to the journal of `lease`'s key, in
@@ -178,7 +180,8 @@ pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::Unb
         match writing.journal.append(&lease, appending).await {
             Ok(true) => batch.clear(),
             Ok(false) => {
-                tracing::debug!(key = %lease.key, "assistant: a model call's lease no longer holds; its journal stops");
+                tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
+                writing.lease_lost.inc();
                 return;
             }
             Err(error) if end => {
