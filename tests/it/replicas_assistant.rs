@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use megamind_assistant::jsonseq::{Event, parse_transcript, validate};
+use megamind_assistant::jsonseq::{parse_transcript, validate};
 use megamind_core::proto::n_alice::n_scenarios::{
     TInput, TRunCommandDirective, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody,
     TScenarioRunRequest, TTextInput, t_directive, t_input, t_scenario_run_response,
@@ -17,6 +17,7 @@ use reqwest::StatusCode;
 
 use crate::{
     assistant_harness::{BUDGET, MARGIN, SIGNING_KEY, signed, speech, state_of},
+    llm_api::valid,
     mock_llm::{MockLlm, Reply},
     redis_server::RedisServer,
     replicas::Replica,
@@ -163,13 +164,6 @@ async fn get(http: &reqwest::Client, replica: &Replica, path: &str, headers: &[(
     let response = request.send().await.expect("the replica answers");
     let status = response.status();
     (status, response.text().await.expect("a body"))
-}
-
-fn valid(transcript: &str) -> Vec<Event> {
-    let (events, _) = parse_transcript(transcript);
-    let violations = validate(&events);
-    assert!(violations.is_empty(), "{violations:#?}\n{transcript}");
-    events
 }
 
 #[tokio::test]

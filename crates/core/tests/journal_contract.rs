@@ -2,6 +2,8 @@
 //! Redis (a `redis-server` of the test's own). Real time: a Redis key
 //! expires by Redis's clock, which no test can move.
 
+#[path = "support/every_store.rs"]
+mod every_store;
 #[path = "../../../tests/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
@@ -12,7 +14,7 @@ use bytes::Bytes;
 use megamind_core::{
     scenario::Handler,
     store::{
-        Appending, Begin, Entries, FlightStore, Journal, Key, Lease, MemoryStore, RedisOptions, RedisStore, StoreUrl,
+        Appending, Begin, Entries, FlightStore, Journal, Key, Lease, MemoryStore, RedisStore,
         memory::{Limits, unregistered_evictions},
     },
 };
@@ -35,38 +37,11 @@ fn memory() -> Arc<dyn Store> {
 }
 
 fn redis(server: &RedisServer) -> Arc<dyn Store> {
-    let options = RedisOptions {
-        url: StoreUrl::parse(&server.url()).unwrap(),
-        prefix: "journal".into(),
-        ttl: TTL,
-        commit_ttl: TTL,
-        timeout: Duration::from_secs(1),
-        connections: 2,
-    };
-    Arc::new(RedisStore::new(options).unwrap())
-}
-
-/// Runs `contract` against the memory store and, when there is one, Redis.
-macro_rules! against_every_store {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn memory() {
-                super::$name(super::memory()).await;
-            }
-
-            #[tokio::test]
-            async fn redis() {
-                let Some(server) = super::RedisServer::start(concat!("journal contract ", stringify!($name))) else {
-                    return;
-                };
-                super::$name(super::redis(&server)).await;
-            }
-        }
-    )*};
+    Arc::new(RedisStore::new(every_store::redis_options(server, "journal", TTL, TTL)).unwrap())
 }
 
 against_every_store!(
+    "journal contract":
     entries_read_from_any_offset_in_order,
     a_read_waits_for_the_next_entry_until_its_deadline,
     only_the_lease_holder_appends_and_a_successor_goes_on,
