@@ -30,14 +30,14 @@ pub mod config;
 pub(crate) mod journal;
 pub(crate) mod outcome;
 pub mod record;
+mod records;
 pub(crate) mod thinking;
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
     future::Future,
     panic::AssertUnwindSafe,
     sync::{
-        Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError, Weak,
+        Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -57,7 +57,7 @@ use tokio::time::Instant;
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
-    calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord},
+    calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord, records::Records},
     config::NAME,
 };
 
@@ -118,21 +118,6 @@ struct Shared {
     in_flight_gauge: IntGauge,
     records: Mutex<Records>,
 }
-
-/// The records this replica holds now, and the calls it knew lately.
-#[derive(Debug, Default)]
-struct Records {
-    live: HashMap<Box<str>, Weak<CallRecord>>,
-    /// When `live` is next swept of records gone.
-    sweep_at: usize,
-    /// Ids of calls this replica ran or followed, oldest first, so that a
-    /// reader is told "expired" rather than "never was"; bounded by count.
-    known: VecDeque<Box<str>>,
-    known_set: HashSet<Box<str>>,
-}
-
-/// Ids of calls remembered at most.
-const MAX_KNOWN: usize = 4096;
 
 /// What is known of a call id.
 #[derive(Debug)]
@@ -441,33 +426,6 @@ fn unavailable(error: &StoreError) -> BackendError {
 impl Shared {
     fn records(&self) -> MutexGuard<'_, Records> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Records {
-    fn get(&self, id: &str) -> Option<Arc<CallRecord>> {
-        self.live.get(id)?.upgrade()
-    }
-
-    /// Holds `record` as call `id`'s (weakly), in place of any older one.
-    fn hold(&mut self, id: &str, record: &Arc<CallRecord>) {
-        if self.live.len() >= self.sweep_at {
-            self.live.retain(|_, record| record.strong_count() > 0);
-            self.sweep_at = (2 * self.live.len()).max(64);
-        }
-        self.live.insert(id.into(), Arc::downgrade(record));
-        if self.known_set.insert(id.into()) {
-            if self.known.len() == MAX_KNOWN {
-                if let Some(oldest) = self.known.pop_front() {
-                    self.known_set.remove(&oldest);
-                }
-            }
-            self.known.push_back(id.into());
-        }
-    }
-
-    fn knows(&self, id: &str) -> bool {
-        self.known_set.contains(id)
     }
 }
 

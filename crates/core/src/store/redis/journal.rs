@@ -89,25 +89,35 @@ impl RedisStore {
         format!("{entry}:journal")
     }
 
-    /// A connection for one blocking read: an idle one, or a new one.
-    async fn blocking_connection(&self) -> Result<MultiplexedConnection, StoreError> {
+    /// A connection for one blocking read: an idle one, or a new one made
+    /// by `deadline` (`None` past it: no news, and no sign of a sick store).
+    async fn blocking_connection(&self, deadline: Instant) -> Result<Option<MultiplexedConnection>, StoreError> {
         if let Some(connection) = self.blocking.take() {
-            return Ok(connection);
+            return Ok(Some(connection));
         }
         let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
             // The read's own bound applies, not a response timeout.
             .set_response_timeout(None);
-        within(self.timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await
+        let connect = self.client.get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout_at(deadline, connect).await {
+            Ok(Ok(connection)) => Ok(Some(connection)),
+            Ok(Err(error)) => Err(super::unavailable(&error)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Waits for entries after `after` with `XREAD BLOCK`, until `deadline`.
     async fn block(&self, stream: &str, after: u64, deadline: Instant) -> Result<Vec<Value>, StoreError> {
-        let block = deadline.saturating_duration_since(Instant::now());
-        if block.as_millis() == 0 {
+        if deadline.saturating_duration_since(Instant::now()).as_millis() == 0 {
             return Ok(Vec::new());
         }
-        let mut connection = self.blocking_connection().await?;
+        let Some(mut connection) = self.blocking_connection(deadline).await? else { return Ok(Vec::new()) };
+        // Measured once the connection is there: making one takes a while.
+        let block = deadline.saturating_duration_since(Instant::now());
+        if block.as_millis() == 0 {
+            self.blocking.give_back(connection);
+            return Ok(Vec::new());
+        }
         let mut command = redis::cmd("XREAD");
         command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
         command.arg(format!("0-{after}"));
