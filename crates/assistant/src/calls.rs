@@ -27,6 +27,7 @@
 //! never across an await.
 
 pub mod config;
+mod entry;
 pub(crate) mod journal;
 pub(crate) mod outcome;
 pub mod record;

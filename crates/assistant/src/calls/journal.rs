@@ -2,29 +2,18 @@
 //! them, written by the replica that runs the call and read by every other
 //! one that needs it (`/continue`, `/llm/stream`, `/llm/answers`).
 //!
-//! Each entry is one [`Entry`] in a small binary form: a kind byte, then
-//! (but for the start) the µs into the call it came at as a little-endian
-//! u32, then its payload: the text of a piece, the reason of a finish or a
-//! failure, two u64 of usage. The first entry is the call's start on the
-//! runner's wall clock, so that a mirror's timings say what the runner's
-//! do. The runner's record sends what it keeps through a [`Tap`]; [`write`]
+//! Each entry is one [`Entry`] (`calls/entry.rs`). The runner's record
+//! sends what it keeps through a [`Tap`](super::entry::Tap); [`write`]
 //! drains it in batches, one append per batch, the last one ending the
 //! journal. [`mirror`] feeds a record on another replica from it.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{sync::Arc, time::Duration};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use megamind_core::store::{Appending, Journal, Key, Lease};
 use tokio::{sync::mpsc, time::Instant};
 
-use super::record::CallRecord;
-use crate::backend::ModelEvent;
-
-/// What the runner's record sends: an entry, and whether it is the last.
-pub(crate) type Tap = mpsc::UnboundedSender<(Bytes, bool)>;
+use super::{entry::Entry, record::CallRecord};
 
 /// Entries a journal keeps at most: more than a record within its bound
 /// ever holds, so that nothing is cut from its start.
@@ -39,103 +28,6 @@ pub(crate) const RESTARTED: &str = "the replica running the model call went away
                                     again: open the stream anew, without Last-Event-ID";
 /// Failed reads in a row after which a mirror gives up.
 const MAX_READ_FAILURES: u32 = 20;
-
-/// One entry of a call's journal.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Entry {
-    /// The call started, at this many µs past the Unix epoch.
-    Started { unix_us: u64 },
-    /// The backend reported `event`, `at` into the call.
-    Event { event: ModelEvent, at: Duration },
-    /// The record stopped keeping text at its bound.
-    Cut,
-    /// The call answered, `at` into it.
-    Completed { at: Duration },
-    /// The call failed for `reason`, `at` into it.
-    Failed { reason: String, at: Duration },
-}
-
-impl Entry {
-    /// The start of a call beginning now.
-    pub(crate) fn started_now() -> Bytes {
-        let unix_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, micros);
-        Entry::Started { unix_us }.encode()
-    }
-
-    pub(crate) fn encode(&self) -> Bytes {
-        let mut buf = BytesMut::with_capacity(16);
-        let at = |buf: &mut BytesMut, kind: u8, at: &Duration| {
-            buf.put_u8(kind);
-            buf.put_u32_le(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
-        };
-        match self {
-            Entry::Started { unix_us } => {
-                buf.put_u8(b'S');
-                buf.put_u64_le(*unix_us);
-            }
-            Entry::Event { event, at: when } => match event {
-                ModelEvent::TextDelta(text) => {
-                    at(&mut buf, b'T', when);
-                    buf.put_slice(text.as_bytes());
-                }
-                ModelEvent::ReasoningDelta(text) => {
-                    at(&mut buf, b'R', when);
-                    buf.put_slice(text.as_bytes());
-                }
-                ModelEvent::Finish { reason } => {
-                    at(&mut buf, b'F', when);
-                    buf.put_slice(reason.as_bytes());
-                }
-                ModelEvent::Usage { prompt_tokens, completion_tokens } => {
-                    at(&mut buf, b'U', when);
-                    buf.put_u64_le(*prompt_tokens);
-                    buf.put_u64_le(*completion_tokens);
-                }
-            },
-            Entry::Cut => buf.put_u8(b'C'),
-            Entry::Completed { at: when } => at(&mut buf, b'E', when),
-            Entry::Failed { reason, at: when } => {
-                at(&mut buf, b'X', when);
-                buf.put_slice(reason.as_bytes());
-            }
-        }
-        buf.freeze()
-    }
-
-    /// The entry `bytes` hold; `None` for bytes this version did not write.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Entry> {
-        let (&kind, rest) = bytes.split_first()?;
-        match kind {
-            b'S' => Some(Entry::Started { unix_us: u64::from_le_bytes(rest.try_into().ok()?) }),
-            b'C' => Some(Entry::Cut),
-            _ => {
-                let (at, payload) = rest.split_at_checked(4)?;
-                let at = Duration::from_micros(u64::from(u32::from_le_bytes(at.try_into().ok()?)));
-                let text = || std::str::from_utf8(payload).ok().map(str::to_owned);
-                let event = |event| Some(Entry::Event { event, at });
-                match kind {
-                    b'T' => event(ModelEvent::TextDelta(text()?)),
-                    b'R' => event(ModelEvent::ReasoningDelta(text()?)),
-                    b'F' => event(ModelEvent::Finish { reason: text()? }),
-                    b'U' => {
-                        let (prompt, completion) = payload.split_at_checked(8)?;
-                        event(ModelEvent::Usage {
-                            prompt_tokens: u64::from_le_bytes(prompt.try_into().ok()?),
-                            completion_tokens: u64::from_le_bytes(completion.try_into().ok()?),
-                        })
-                    }
-                    b'E' => Some(Entry::Completed { at }),
-                    b'X' => Some(Entry::Failed { reason: text()?, at }),
-                    _ => None,
-                }
-            }
-        }
-    }
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
 
 /// How the runner's task writes its call's journal.
 #[derive(Debug, Clone)]
@@ -197,8 +89,7 @@ pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::Unb
 pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
     let started = match entries.first().and_then(|first| Entry::decode(first)) {
         Some(Entry::Started { unix_us }) => {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, micros);
-            let ago = Duration::from_micros(now.saturating_sub(unix_us));
+            let ago = Duration::from_micros(super::entry::unix_micros().saturating_sub(unix_us));
             Instant::now().checked_sub(ago).unwrap_or_else(Instant::now)
         }
         _ => Instant::now(),
@@ -287,32 +178,7 @@ pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<Call
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_entry_reads_back_as_written() {
-        let at = Duration::from_micros(1_234_567);
-        let entries = [
-            Entry::Started { unix_us: 1_700_000_000_000_000 },
-            Entry::Event { event: ModelEvent::TextDelta("Сейчас ".into()), at },
-            Entry::Event { event: ModelEvent::ReasoningDelta("думаю".into()), at },
-            Entry::Event { event: ModelEvent::Finish { reason: "stop".into() }, at },
-            Entry::Event { event: ModelEvent::Usage { prompt_tokens: 12, completion_tokens: u64::MAX }, at },
-            Entry::Cut,
-            Entry::Completed { at },
-            Entry::Failed { reason: "HTTP 503".into(), at },
-        ];
-        for entry in entries {
-            assert_eq!(Entry::decode(&entry.encode()), Some(entry.clone()), "{entry:?}");
-        }
-        assert_eq!(Entry::Event { event: ModelEvent::TextDelta("ab".into()), at }.encode().len(), 7, "compact");
-    }
-
-    #[test]
-    fn bytes_it_did_not_write_read_as_nothing() {
-        for bytes in [&b""[..], b"S123", b"T\x01", b"Q\0\0\0\0", b"T\0\0\0\0\xff", b"U\0\0\0\0\x01"] {
-            assert_eq!(Entry::decode(bytes), None, "{bytes:?}");
-        }
-    }
+    use crate::backend::ModelEvent;
 
     #[test]
     fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {

@@ -30,7 +30,7 @@ use std::{
 use megamind_core::text::clip;
 use tokio::{sync::watch, time::Instant};
 
-use super::journal::{Entry, Tap};
+use super::entry::{Entry, Tap};
 use crate::backend::{EventSink, ModelEvent};
 
 /// Room past the bound for how the call ended.
