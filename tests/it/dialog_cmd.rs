@@ -166,7 +166,7 @@ fn a_recorded_session_replays_as_a_script() {
     assert!(stdout.contains("/run") && stdout.contains("directives: [OpenAppDirective]"), "{stdout}");
     assert!(!stdout.contains("не дойдёт"), "nothing after /quit: {stdout}");
     let yaml = std::fs::read_to_string(&recording).unwrap();
-    assert!(yaml.contains("Закрываю Calculator."), "{yaml}");
+    assert!(yaml.contains("Закрываю калькулятор."), "{yaml}");
     let out = dialog(&["--server", &server.url, "--script", recording.to_str().unwrap()], "");
     assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out.stdout));
 }
@@ -199,7 +199,7 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     assert!(stdout.contains("3 calls replayed: 3 the same, 0 differ"), "{stdout}");
 
     let changed = temp("changed.log");
-    std::fs::write(&changed, logged.replace("Закрываю Calculator.", "Закрываю Калькулятор.")).unwrap();
+    std::fs::write(&changed, logged.replace("Закрываю калькулятор.", "Закрываю Калькулятор.")).unwrap();
     let out = dialog(&["--server", &server.url, "--replay", changed.to_str().unwrap(), "--ignore", "State"], "");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
