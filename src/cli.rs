@@ -115,12 +115,14 @@ pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match parse(args, modules, &|name| std::env::var(name).ok()).map_err(|e| e.exit())? {
         Parsed::Serve(loaded) if loaded.print_config => {
-            print!("{}", loaded.loaded.to_toml());
+            use std::io::Write;
+            let mut out = megamind_tools::stdout::Stdout;
+            out.write_all(loaded.loaded.to_toml().as_bytes()).and_then(|()| out.flush())?;
             Ok(())
         }
         Parsed::Serve(loaded) => serve(loaded.loaded),
         Parsed::Convert(args) => {
-            megamind_tools::convert::convert(&args, std::io::stdin().lock(), std::io::stdout().lock())
+            megamind_tools::convert::convert(&args, std::io::stdin().lock(), megamind_tools::stdout::Stdout)
         }
         Parsed::Dialog(args) => exit_with(megamind_tools::dialog::main(&args)),
         Parsed::ValidateJsonseq(args) => exit_with(megamind_tools::validate_jsonseq::main(&args)),
