@@ -1,4 +1,5 @@
-//! Health, readiness, graceful drain, and the real binary's SIGTERM.
+//! Health, readiness, graceful drain, and the real binary's SIGTERM and
+//! second Ctrl-C.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -191,4 +192,36 @@ fn convert_turns_a_fixture_into_a_request_body_and_back() {
     let bad = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], b"BaseRequest {");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid text format"));
+}
+
+#[test]
+fn a_second_ctrl_c_stops_the_binary_at_once() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "30000"])
+        .env_remove("MEGAMIND_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok);
+    serving_addr_in(lines.by_ref());
+    let interrupt = |child: &std::process::Child| {
+        let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    };
+    interrupt(&child);
+    // The first Ctrl-C is taken: the server drains, and would serve on for 30 s.
+    assert!(lines.by_ref().any(|l| l.contains("draining")), "the first signal starts the drain");
+    interrupt(&child);
+    let pid = child.id().to_string();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait()));
+    let Ok(exit) = exited.recv_timeout(Duration::from_secs(10)) else {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("still running 10 s after the second Ctrl-C (the delay is 30 s)");
+    };
+    assert_eq!(exit.unwrap().code(), Some(130), "the status of a process that SIGINT ended");
+    let rest: Vec<String> = lines.collect();
+    assert!(rest.iter().any(|l| l.contains("a second signal") && l.contains("SIGINT")), "{rest:#?}");
+    assert!(!rest.iter().any(|l| l.contains("stopped")), "not the graceful end: {rest:#?}");
 }
