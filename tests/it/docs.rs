@@ -18,12 +18,12 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn read(relative: &str) -> String {
+pub(crate) fn read(relative: &str) -> String {
     std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 
 /// The fenced blocks of `markdown` whose info string is `lang`.
-fn blocks<'a>(markdown: &'a str, lang: &str) -> Vec<&'a str> {
+pub(crate) fn blocks<'a>(markdown: &'a str, lang: &str) -> Vec<&'a str> {
     let fence = format!("```{lang}\n");
     markdown.split(&fence).skip(1).map(|rest| rest.split("```").next().expect("a closed block")).collect()
 }
