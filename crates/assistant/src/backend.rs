@@ -199,7 +199,8 @@ pub enum BackendError {
 
 impl BackendError {
     /// Every [`BackendError::kind`], for the metrics listed at 0 from the start.
-    pub const KINDS: [&'static str; 6] = ["connect", "timeout", "rate_limited", "status", "bad_response", "circuit_open"];
+    pub const KINDS: [&'static str; 6] =
+        ["connect", "timeout", "rate_limited", "status", "bad_response", "circuit_open"];
 
     /// The stable label for metrics and logs.
     pub fn kind(&self) -> &'static str {
