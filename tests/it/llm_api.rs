@@ -390,7 +390,8 @@ async fn a_whole_answer_has_the_shape_the_document_shows() {
     let mock = MockLlm::start(Reply::content("Жили-были дед и баба.")).await;
     let app = spawn_module(&mock, |_| {}).await;
     run(&client(&app, Transport::Http), "demo-1", "расскажи сказку").await;
-    let served: Value = app.http.get(app.url("/llm/answers/demo-1")).send().await.unwrap().json().await.unwrap();
+    let answers = app.url(&signed("/llm/answers/demo-1"));
+    let served: Value = app.http.get(answers).send().await.unwrap().json().await.unwrap();
 
     let (mut theirs, mut ours) = (Vec::new(), Vec::new());
     shape(&shown, &served, "", &mut theirs);

@@ -108,9 +108,11 @@ fn metric_names_in_the_code() -> std::collections::BTreeSet<String> {
 async fn a_fresh_server_lists_every_metric_it_defines_with_its_known_series_at_zero() {
     let names = metric_names_in_the_code();
     assert!(names.len() > 30 && names.contains("megamind_budget_overruns_total"), "{names:?}");
-    // A shared store registers its metrics too; nothing connects to it before a call.
+    // A shared store and tvmtool register metrics of their own too; nothing
+    // connects to either before a call.
     let mut config = Config::default();
     config.store.url = "redis://127.0.0.1:1".into();
+    config.auth.tvmtool_url = "http://127.0.0.1:1".into();
     let app = spawn_builtin(config).await;
     let (_, text) = app.get("/metrics").await;
 

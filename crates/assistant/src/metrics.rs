@@ -95,9 +95,9 @@ const ANSWER_KINDS: &[(&str, &[&str])] = &[
 /// The outcomes of [`LLM_API`] by route; the numbers are the answers of a
 /// bad request for a part (`?part=`, `?snapshot=`).
 const LLM_API_OUTCOMES: &[(&str, &[&str])] = &[
-    ("stream", &["ok", "ended", "bad_request", "not_found", "gone", "refused"]),
-    ("answers", &["ok", "bad_request", "not_found", "gone", "400", "410", "412", "416"]),
-    ("skills", &["ok", "400", "410", "412", "416"]),
+    ("stream", &["ok", "ended", "forbidden", "bad_request", "not_found", "gone", "refused"]),
+    ("answers", &["ok", "forbidden", "bad_request", "not_found", "gone", "400", "410", "412", "416"]),
+    ("skills", &["ok", "forbidden", "400", "410", "412", "416"]),
     ("schema", &["ok", "400", "410", "412", "416"]),
 ];
 

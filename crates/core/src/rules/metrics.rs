@@ -34,7 +34,7 @@ pub const OUTCOMES: [&str; 15] = [
     "upstream",
     "overloaded",
     "unavailable",
-    "unauthenticated",
+    "forbidden",
     "body_too_large",
     "body_too_slow",
     "body_unreadable",
@@ -284,7 +284,7 @@ mod tests {
         };
         let refusals = [
             Refusal::Overloaded,
-            Refusal::Unauthenticated(String::new()),
+            Refusal::Forbidden(String::new()),
             Refusal::BodyTooLarge { limit: 1 },
             Refusal::BodyTooSlow { handler: Handler::Run, limit: Duration::ZERO },
             Refusal::BodyUnreadable(String::new()),
