@@ -86,7 +86,7 @@ pub fn main(args: &DialogArgs) -> u8 {
         if !args.script.is_empty() {
             return run_scripts(args).await;
         }
-        interactive::run(args, std::io::stdin().lock(), &mut std::io::stdout().lock()).await
+        interactive::run(args, std::io::stdin().lock(), &mut crate::stdout::Stdout, &mut std::io::stderr()).await
     });
     match outcome {
         Ok(true) => 0,
@@ -164,7 +164,7 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     let mut reports = Vec::new();
     let mut recorded = script::Script::default();
     for loaded in &scripts {
-        println!("{}", loaded.file);
+        crate::outln!("{}", loaded.file);
         let mut results = Vec::new();
         for (dialog, expectations) in &loaded.dialogs {
             let scenario = dialog.scenario.as_deref().unwrap_or(&args.scenario);
@@ -190,7 +190,7 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     }
     let total: usize = reports.iter().map(|(_, results)| results.len()).sum();
     let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| !r.failures.is_empty()).count();
-    println!("{total} dialogs: {} passed, {failed} failed", total - failed);
+    crate::outln!("{total} dialogs: {} passed, {failed} failed", total - failed);
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::report(&reports))
             .map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))?;
@@ -204,14 +204,14 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
 fn print_result(result: &DialogResult) {
     let ms = result.took.as_millis();
     if result.failures.is_empty() {
-        println!("  ✓ {} ({ms} ms)", result.name);
+        crate::outln!("  ✓ {} ({ms} ms)", result.name);
         return;
     }
-    println!("  ✗ {} ({ms} ms)", result.name);
+    crate::outln!("  ✗ {} ({ms} ms)", result.name);
     for (turn, failure) in &result.failures {
-        println!("      {turn}: {}", failure.path);
-        println!("        - expected {}", failure.expected);
-        println!("        + got      {:?}", failure.got);
+        crate::outln!("      {turn}: {}", failure.path);
+        crate::outln!("        - expected {}", failure.expected);
+        crate::outln!("        + got      {:?}", failure.got);
     }
 }
 
