@@ -57,6 +57,9 @@ pub struct DialogArgs {
     /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
     #[arg(long = "ignore", value_name = "FIELD")]
     pub ignore: Vec<String>,
+    /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls.
+    #[arg(long, value_name = "TICKET")]
+    pub service_ticket: Option<String>,
     /// Each handler's budget: a slower answer is flagged.
     #[arg(long, default_value_t = 300, allow_negative_numbers = true)]
     pub budget_ms: u64,
@@ -100,9 +103,12 @@ pub fn main(args: &DialogArgs) -> u8 {
 
 /// The client of one dialog with `scenario` at `args.server`.
 pub fn client(args: &DialogArgs, scenario: &str) -> Result<Client, Unplayable> {
-    Client::http(&args.server)
-        .map(|client| client.with_scenario(scenario))
-        .map_err(|e| Unplayable(format!("{}: {e}", args.server)))
+    let client = Client::http(&args.server).map_err(|e| Unplayable(format!("{}: {e}", args.server)))?;
+    let client = client.with_scenario(scenario);
+    Ok(match &args.service_ticket {
+        Some(ticket) => client.with_service_ticket(ticket),
+        None => client,
+    })
 }
 
 /// One turn of `spec` on `client`: its answer, or the protocol `Error` it got.
