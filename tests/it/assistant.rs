@@ -231,7 +231,7 @@ async fn serve_hosts_the_offline_assistant_out_of_the_box() {
     assert!(registry.names().any(|name| name == "assistant"), "built in: {}", registry.listed());
     let app = spawn_app(Config::default(), registry).await;
     let body = ask(&mut client(&app, Transport::Http), "закрой калькулятор").await.into_body();
-    assert_eq!(speech(&body), "Закрываю Calculator.");
+    assert_eq!(speech(&body), "Закрываю калькулятор.", "the user's words, in the user's language");
     let directive = &body.layout.as_ref().unwrap().directives[0].directive;
     assert!(matches!(directive, Some(t_directive::Directive::CloseAppDirective(d)) if d.app_name == "Calculator"));
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::{
     assistant_harness::{apology, ask, client, metrics_text, spawn},
     helpers::Transport,
+    metrics::sample,
     mock_llm::{MockLlm, Reply},
 };
 
@@ -45,7 +46,8 @@ async fn a_connection_dropped_mid_answer_is_a_connection_failure_and_is_retried(
     assert_eq!(mock.calls(), 2, "retried once");
     let text = metrics_text(&h.metrics);
     assert!(text.contains("megamind_assistant_model_retries_total 1"), "{text}");
-    assert!(!text.contains("bad_response"), "{text}");
+    let bad = sample(&text, r#"megamind_assistant_model_calls_total{backend="openai",outcome="bad_response"}"#);
+    assert_eq!(bad, Some(0.0), "{text}");
 }
 
 #[tokio::test]

@@ -15,9 +15,9 @@ use std::{
 const BIN: &str = env!("CARGO_BIN_EXE_megamind-scenario");
 
 /// The real server on an ephemeral port, its log going to `log`.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Server {
@@ -27,7 +27,7 @@ impl Drop for Server {
     }
 }
 
-fn serve(log_level: &str, log: &Path) -> Server {
+pub(crate) fn serve(log_level: &str, log: &Path) -> Server {
     serve_with(log_level, log, &[])
 }
 
@@ -65,7 +65,7 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn temp(name: &str) -> PathBuf {
+pub(crate) fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dialog-cmd-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
@@ -166,9 +166,31 @@ fn a_recorded_session_replays_as_a_script() {
     assert!(stdout.contains("/run") && stdout.contains("directives: [OpenAppDirective]"), "{stdout}");
     assert!(!stdout.contains("не дойдёт"), "nothing after /quit: {stdout}");
     let yaml = std::fs::read_to_string(&recording).unwrap();
-    assert!(yaml.contains("Закрываю Calculator."), "{yaml}");
+    assert!(yaml.contains("Закрываю калькулятор."), "{yaml}");
     let out = dialog(&["--server", &server.url, "--script", recording.to_str().unwrap()], "");
     assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out.stdout));
+}
+
+#[test]
+fn the_session_prompts_and_answers_help_and_quit_itself() {
+    let server = serve("info", &temp("session.log"));
+    let recording = temp("session.yaml");
+    let out = dialog(
+        &["--server", &server.url, "--record", recording.to_str().unwrap()],
+        "/help\n/hepl\nпривет\n/quit\nне дойдёт\n",
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.starts_with(megamind_tools::dialog::interactive::HINT), "the hint first: {stderr}");
+    assert_eq!(stderr.matches("> ").count(), 4, "a prompt before each line read: {stderr}");
+    assert!(stdout.contains("/quit ") && stdout.contains("/say WORDS"), "/help lists the commands: {stdout}");
+    assert!(stdout.contains("/hepl: not a command"), "{stdout}");
+    assert!(stdout.contains("> привет") && !stdout.contains("> /help"), "{stdout}");
+    assert!(!stdout.contains("не дойдёт"), "nothing after /quit: {stdout}");
+    // What reached the server: the one utterance, neither /help nor the typo.
+    let yaml = std::fs::read_to_string(&recording).unwrap();
+    assert_eq!(yaml.matches("say:").count(), 1, "{yaml}");
+    assert!(yaml.contains("привет") && !yaml.contains("help"), "{yaml}");
 }
 
 #[test]
@@ -199,7 +221,7 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     assert!(stdout.contains("3 calls replayed: 3 the same, 0 differ"), "{stdout}");
 
     let changed = temp("changed.log");
-    std::fs::write(&changed, logged.replace("Закрываю Calculator.", "Закрываю Калькулятор.")).unwrap();
+    std::fs::write(&changed, logged.replace("Закрываю калькулятор.", "Закрываю Калькулятор.")).unwrap();
     let out = dialog(&["--server", &server.url, "--replay", changed.to_str().unwrap(), "--ignore", "State"], "");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");

@@ -18,12 +18,12 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn read(relative: &str) -> String {
+pub(crate) fn read(relative: &str) -> String {
     std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 
 /// The fenced blocks of `markdown` whose info string is `lang`.
-fn blocks<'a>(markdown: &'a str, lang: &str) -> Vec<&'a str> {
+pub(crate) fn blocks<'a>(markdown: &'a str, lang: &str) -> Vec<&'a str> {
     let fence = format!("```{lang}\n");
     markdown.split(&fence).skip(1).map(|rest| rest.split("```").next().expect("a closed block")).collect()
 }
@@ -422,4 +422,73 @@ async fn the_assistant_quick_start_answers_as_shown() {
         assert!(shown.contains(line), "the docs show {line}");
         assert!(answer.contains(line), "the answer has {line}:\n{answer}");
     }
+}
+
+/// Hosts of package registries. A tool reaches a registry the way its
+/// machine is configured (an index, a mirror, a proxy, a folder of files),
+/// so no file of ours names one; split, so that this file does not.
+const REGISTRY_HOSTS: &[&str] = &[
+    concat!("pypi", ".org"),
+    concat!("pythonhosted", ".org"),
+    concat!("crates", ".io"),
+    concat!("npmjs", ".org"),
+    concat!("npmjs", ".com"),
+    concat!("proxy.golang", ".org"),
+    concat!("rubygems", ".org"),
+    concat!("maven", ".org"),
+    concat!("maven.apache", ".org"),
+    concat!("nuget", ".org"),
+];
+
+/// Whether `line` names a registry's host other than where cargo itself
+/// writes it: the `source = "registry+…"` lines of a `Cargo.lock`, which
+/// name the index's identity, not a host to fetch from.
+fn names_a_registry_host(file: &str, line: &str) -> bool {
+    let lower = line.to_lowercase();
+    let cargo_source = (file == "Cargo.lock" || file.ends_with("/Cargo.lock"))
+        && lower.trim().starts_with("source = \"registry+")
+        && lower.trim().ends_with(concat!("/rust-lang/crates", ".io-index\""));
+    !cargo_source && REGISTRY_HOSTS.iter().any(|host| lower.contains(host))
+}
+
+#[test]
+fn the_registry_rule_finds_hosts_and_spares_cargos_own_lines() {
+    let source = concat!("source = \"registry+https://github.com/rust-lang/crates", ".io-index\"");
+    assert!(!names_a_registry_host("Cargo.lock", source));
+    assert!(!names_a_registry_host("fuzz/Cargo.lock", source));
+    assert!(names_a_registry_host("docs/x.md", source), "only a lock file's source line");
+    let api = concat!("curl https://PyPI", ".org/pypi/x/json");
+    assert!(names_a_registry_host("scripts/x.sh", api));
+    assert!(names_a_registry_host("README.md", concat!("files.pythonhosted", ".org")));
+    assert!(!names_a_registry_host("README.md", "a venv made from PyPI with pip"));
+}
+
+#[test]
+fn no_file_names_a_package_registrys_host() {
+    fn walk(top: &Path, dir: &Path, found: &mut Vec<String>, read: &mut usize) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("dir entry").path();
+            let relative = path.strip_prefix(top).expect("under the root").to_string_lossy().replace('\\', "/");
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() {
+                if name != ".git" && name != "target" && !relative.starts_with("fuzz/corpus") {
+                    walk(top, &path, found, read);
+                }
+                continue;
+            }
+            // Binary files (protobuf fixtures) hold no host a reader or a tool reads.
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            *read += 1;
+            for (n, line) in text.lines().enumerate() {
+                if names_a_registry_host(&relative, line) {
+                    found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    let top = repository();
+    let (mut found, mut read) = (Vec::new(), 0);
+    walk(&top, &top, &mut found, &mut read);
+    assert!(read > 100, "the walk reads the repository: {read} files");
+    assert!(found.is_empty(), "get packages through the package manager as configured:\n{}", found.join("\n"));
 }

@@ -1,8 +1,9 @@
-//! Health, readiness, graceful drain, and the real binary's SIGTERM.
+//! Health, readiness, graceful drain, and the real binary's SIGTERM and
+//! second Ctrl-C.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    process::{Command, Stdio},
+    io::{BufRead, BufReader, Lines, Read, Write},
+    process::{Child, ChildStdout, Command, Stdio},
     sync::Arc,
     time::Duration,
 };
@@ -110,10 +111,11 @@ async fn readyz_turns_503_during_the_shutdown_delay() {
     app.join().await.unwrap();
 }
 
-#[test]
-fn the_binary_exits_0_on_sigterm() {
+/// The real binary serving on port 0 with `shutdown_delay_ms`: the
+/// process, the lines of its log after the `serving` one, and its address.
+fn serve_binary(shutdown_delay_ms: &str) -> (Child, Lines<BufReader<ChildStdout>>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0"])
+        .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", shutdown_delay_ms])
         .env_remove("MEGAMIND_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -121,6 +123,18 @@ fn the_binary_exits_0_on_sigterm() {
         .expect("the binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr = serving_addr_in(lines.by_ref().map_while(Result::ok));
+    (child, lines, addr)
+}
+
+/// Sends `signal` (`-TERM`, `-INT`) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn the_binary_exits_0_on_sigterm() {
+    let (mut child, lines, addr) = serve_binary("0");
 
     // One call, so that the output also holds its summary line.
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
@@ -136,8 +150,7 @@ fn the_binary_exits_0_on_sigterm() {
     stream.read_to_end(&mut response).expect("answer read");
     assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
 
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    signal(&child, "-TERM");
     let exit = child.wait().unwrap();
     assert_eq!(exit.code(), Some(0), "exit code after SIGTERM");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
@@ -191,4 +204,25 @@ fn convert_turns_a_fixture_into_a_request_body_and_back() {
     let bad = convert(&["--type", "TScenarioRunRequest", "--from", "text", "--to", "binary"], b"BaseRequest {");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid text format"));
+}
+
+#[test]
+fn a_second_ctrl_c_stops_the_binary_at_once() {
+    let (mut child, lines, _) = serve_binary("30000");
+    let mut lines = lines.map_while(Result::ok);
+    signal(&child, "-INT");
+    // The first Ctrl-C is taken: the server drains, and would serve on for 30 s.
+    assert!(lines.by_ref().any(|l| l.contains("draining")), "the first signal starts the drain");
+    signal(&child, "-INT");
+    let pid = child.id().to_string();
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait()));
+    let Ok(exit) = exited.recv_timeout(Duration::from_secs(10)) else {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("still running 10 s after the second Ctrl-C (the delay is 30 s)");
+    };
+    assert_eq!(exit.unwrap().code(), Some(130), "the status of a process that SIGINT ended");
+    let rest: Vec<String> = lines.collect();
+    assert!(rest.iter().any(|l| l.contains("a second signal") && l.contains("SIGINT")), "{rest:#?}");
+    assert!(!rest.iter().any(|l| l.contains("stopped")), "not the graceful end: {rest:#?}");
 }

@@ -361,3 +361,43 @@ async fn the_reference_python_client_reassembles_our_parts() {
         app.http.get(app.url(&signed("/llm/answers/llm-python"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(first["is_consequential"], true, "the answer came in parts");
 }
+
+/// The keys of `value` and, for each key whose value is an object in both
+/// `value` and `other` (or an array of objects), theirs, as dotted paths.
+fn shape(value: &Value, other: &Value, path: &str, out: &mut Vec<String>) {
+    let Some(object) = value.as_object() else { return };
+    for (key, inner) in object {
+        let at = format!("{path}{key}");
+        out.push(at.clone());
+        let theirs = &other[key];
+        match (inner, theirs) {
+            (Value::Object(_), Value::Object(_)) => shape(inner, theirs, &format!("{at}."), out),
+            (Value::Array(mine), Value::Array(them)) if !mine.is_empty() && !them.is_empty() => {
+                shape(&mine[0], &them[0], &format!("{at}[]."), out)
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+}
+
+#[tokio::test]
+async fn a_whole_answer_has_the_shape_the_document_shows() {
+    let doc = crate::docs::read("docs/llm-api.md");
+    let section = doc.split("## Whole answers").nth(1).expect("the section");
+    let example = crate::docs::blocks(section, "json")[0];
+    let shown: Value = serde_json::from_str(example).unwrap_or_else(|e| panic!("the example parses: {e}\n{example}"));
+
+    let mock = MockLlm::start(Reply::content("Жили-были дед и баба.")).await;
+    let app = spawn_module(&mock, |_| {}).await;
+    run(&client(&app, Transport::Http), "demo-1", "расскажи сказку").await;
+    let answers = app.url(&signed("/llm/answers/demo-1"));
+    let served: Value = app.http.get(answers).send().await.unwrap().json().await.unwrap();
+
+    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
+    shape(&shown, &served, "", &mut theirs);
+    shape(&served, &shown, "", &mut ours);
+    assert_eq!(theirs, ours, "the document's example and the served answer have the same fields:\n{served:#}");
+    assert!(ours.contains(&"content.text".to_owned()) && ours.contains(&"is_consequential".to_owned()), "{ours:?}");
+    assert_eq!(served["content"]["text"], shown["content"]["text"]);
+}

@@ -19,6 +19,7 @@ mod backend_kind;
 mod bad_input;
 mod budget;
 mod client;
+mod closed_stdout;
 mod config_errors;
 mod connections;
 #[cfg(unix)]

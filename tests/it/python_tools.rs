@@ -46,6 +46,9 @@ const REQUIREMENTS: &[&str] = &[
 ];
 /// Written last: a venv without it is incomplete.
 const MARKER: &str = "provisioned.txt";
+/// How the venv is laid out, in the marker too: a venv made before its
+/// scripts were moved with it is made again.
+const LAYOUT: &str = "scripts name the venv's own path";
 
 /// The provisioned tools.
 #[derive(Debug)]
@@ -114,13 +117,13 @@ fn provisioned_tools() -> &'static Result<Tools, String> {
 fn provision() -> Result<Tools, String> {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().ok_or("CARGO_TARGET_TMPDIR has no parent")?;
     let venv = target.join("interop-venv");
-    let stamp = REQUIREMENTS.join("\n");
+    let stamp = format!("{}\n{LAYOUT}", REQUIREMENTS.join("\n"));
     if !provisioned(&venv, &stamp) {
         // Built aside and renamed into place: a concurrent test process either
         // finds the finished venv or loses the rename and keeps the winner's.
         let staging = target.join(format!("interop-venv.{}", std::process::id()));
         let _ = fs::remove_dir_all(&staging);
-        let built = build(&staging, &stamp);
+        let built = build(&staging, &venv, &stamp);
         if let Err(error) = built {
             let _ = fs::remove_dir_all(&staging);
             return Err(error);
@@ -140,14 +143,37 @@ fn provision() -> Result<Tools, String> {
     Ok(Tools { python, grpcurl })
 }
 
-fn build(staging: &Path, stamp: &str) -> Result<(), String> {
+fn build(staging: &Path, venv: &Path, stamp: &str) -> Result<(), String> {
     run(Command::new("python3").args(["-m", "venv"]).arg(staging))?;
     // Few retries: an unreachable index should skip in seconds, not minutes.
     run(Command::new(staging.join("bin/python"))
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--retries", "2", "--timeout", "30"])
         .args(REQUIREMENTS))?;
     link_grpcurl(staging)?;
+    relocate_scripts(staging, venv)?;
     fs::write(staging.join(MARKER), stamp).map_err(|e| format!("cannot write the marker: {e}"))
+}
+
+/// Makes the scripts pip and venv wrote into `staging/bin` (each
+/// `#!<staging>/bin/python` entry point, `activate` and its kin) name
+/// `venv`, where the folder is renamed to: they run from there, directly
+/// or from `PATH`.
+fn relocate_scripts(staging: &Path, venv: &Path) -> Result<(), String> {
+    let bin = staging.join("bin");
+    let (from, to) = (staging.to_string_lossy().into_owned(), venv.to_string_lossy().into_owned());
+    let entries = fs::read_dir(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("{}: {e}", bin.display()))?.path();
+        // The interpreters are links, and the binaries pip installed hold no script text.
+        if path.is_symlink() || !path.is_file() {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&path) else { continue };
+        if text.contains(&from) {
+            fs::write(&path, text.replace(&from, &to)).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Replaces pip's `bin/grpcurl` wrapper, whose shebang names the staging
@@ -181,6 +207,26 @@ pub fn run(command: &mut Command) -> Result<Output, String> {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     ))
+}
+
+#[test]
+fn the_venv_scripts_run_directly_from_where_the_venv_lies() {
+    let Some(tools) = tools_blocking("the_venv_scripts_run_directly_from_where_the_venv_lies") else { return };
+    let bin = tools.python.parent().expect("the venv's bin");
+    let mut scripts = 0;
+    for entry in fs::read_dir(bin).unwrap() {
+        let path = entry.unwrap().path();
+        let Ok(text) = fs::read_to_string(&path) else { continue };
+        let Some(interpreter) = text.lines().next().and_then(|line| line.strip_prefix("#!")) else { continue };
+        let interpreter = interpreter.split_whitespace().next().unwrap_or_default();
+        assert!(Path::new(interpreter).exists(), "{} runs {interpreter}, which does not exist", path.display());
+        scripts += 1;
+    }
+    assert!(scripts >= 3, "pip's entry points are scripts: {scripts} in {}", bin.display());
+    // What the tests use, run as a user would: by its path, not through `python -m`.
+    let validate = run(Command::new(bin.join("kubernetes-validate")).arg("--version")).unwrap();
+    let version = String::from_utf8_lossy(&validate.stdout).into_owned() + &String::from_utf8_lossy(&validate.stderr);
+    assert!(version.contains("1.37.0"), "{version}");
 }
 
 #[test]

@@ -254,3 +254,26 @@ async fn no_ticket_and_no_token_reach_the_debug_log() {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
 }
+
+#[tokio::test]
+async fn dialog_plays_against_a_server_that_checks_tickets_when_given_one() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let url = app.url("");
+    let play = move |ticket: Option<&'static str>| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["dialog", "--server", &url, "--scenario", "assistant"];
+            args.extend(ticket.map(|ticket| ["--service-ticket", ticket]).into_iter().flatten());
+            crate::helpers::run_binary(&args, "закрой калькулятор\n".as_bytes())
+        })
+    };
+    let played = play(Some(MEGAMIND)).await.unwrap();
+    let said = String::from_utf8_lossy(&played.stdout);
+    assert_eq!(played.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&played.stderr));
+    assert!(said.contains("Закрываю калькулятор."), "{said}");
+    let refused = play(None).await.unwrap();
+    let told = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert_ne!(refused.status.code(), Some(0), "{told}");
+    assert!(told.contains("403") && told.contains("forbidden"), "{told}");
+}

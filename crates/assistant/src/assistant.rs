@@ -203,6 +203,7 @@ impl Assistant {
         backend: Arc<dyn ModelBackend>,
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
+        metrics.start_at_zero(backend.name());
         let policy = Arc::new(SkillPolicy::from_config(config, &metrics, !backend.follows_prompts())?);
         let skills = Some(policy.clone());
         let mut assistant = Assistant::with_policy(config, backend, policy, metrics)?;

@@ -198,6 +198,10 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// Every [`BackendError::kind`], for the metrics listed at 0 from the start.
+    pub const KINDS: [&'static str; 6] =
+        ["connect", "timeout", "rate_limited", "status", "bad_response", "circuit_open"];
+
     /// The stable label for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -287,5 +291,24 @@ pub fn factory_of(kind: &str, factories: &[(&'static str, Factory)]) -> Result<F
             let known: Vec<&str> = factories.iter().map(|(name, _)| *name).collect();
             Err(AssistantError::Setup(format!("backend.kind = {kind:?}: no such backend ({})", known.join(", "))))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BackendError;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let errors = [
+            BackendError::Connect(String::new()),
+            BackendError::Timeout("call"),
+            BackendError::Status { status: 429, message: String::new() },
+            BackendError::Status { status: 500, message: String::new() },
+            BackendError::BadResponse(String::new()),
+            BackendError::CircuitOpen,
+        ];
+        let kinds: Vec<&str> = errors.iter().map(BackendError::kind).collect();
+        assert_eq!(kinds, BackendError::KINDS, "one of each, in order");
     }
 }

@@ -60,6 +60,7 @@ use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
     calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord, records::Records},
     config::NAME,
+    metrics,
 };
 
 /// How long a lease outlasts the model call timeout: the task starts a
@@ -320,7 +321,7 @@ impl Calls {
         };
         if shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token) {
             // Claimed in this replica's memory: another replica may run it too.
-            shared.duplicated.with_label_values(&["store_down"]).inc();
+            shared.duplicated.with_label_values(&[metrics::STORE_DOWN]).inc();
         }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
@@ -329,7 +330,7 @@ impl Calls {
             journal: shared.journal.clone(),
             lease: shared.lease_ttl,
             kept_ttl: shared.kept_ttl,
-            lease_lost: shared.duplicated.with_label_values(&["lease_lost"]),
+            lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
         };
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };

@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::{backend::ModelBackend, calls::outcome::ModelOutcome};
+use crate::{
+    backend::{BackendError, ModelBackend},
+    calls::outcome::ModelOutcome,
+    dialog::answer::Dropped,
+};
 
 /// Model calls by `backend` and `outcome` (`ok` or a [`super::backend::BackendError::kind`]).
 pub const MODEL_CALLS: &str = "megamind_assistant_model_calls_total";
@@ -25,6 +29,9 @@ pub const EVICTED: &str = "megamind_assistant_model_calls_evicted_total";
 /// out of reach), `lease_lost` (still running here when its lease ran out,
 /// to be taken over elsewhere).
 pub const DUPLICATED: &str = "megamind_assistant_calls_duplicated_total";
+/// [`DUPLICATED`]'s reasons.
+pub(crate) const STORE_DOWN: &str = "store_down";
+pub(crate) const LEASE_LOST: &str = "lease_lost";
 /// Retried attempts.
 pub const RETRIES: &str = "megamind_assistant_model_retries_total";
 /// The breaker: 0 closed, 1 half-open, 2 open.
@@ -69,6 +76,38 @@ const DELAY_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 
 /// Latency buckets from 50 ms (inside `/run`) to the 30 s call timeout.
 const BUCKETS: &[f64] = &[0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+
+/// The kinds of [`ANSWERS`] each handler gives.
+const ANSWER_KINDS: &[(&str, &[&str])] = &[
+    (
+        "run",
+        &[
+            "model",
+            "handover",
+            "apology",
+            "refused",
+            "irrelevant",
+            "stale_callback",
+            "skill_list",
+            "skill_unknown",
+            "skill_offline",
+            "skill_cancelled",
+            "skill_confirm",
+            "skill_confirmed",
+            "skill_waiting",
+        ],
+    ),
+    ("continue", &["model", "filler", "partial", "apology", "refused"]),
+];
+
+/// The outcomes of [`LLM_API`] by route; the numbers are the answers of a
+/// bad request for a part (`?part=`, `?snapshot=`).
+const LLM_API_OUTCOMES: &[(&str, &[&str])] = &[
+    ("stream", &["ok", "ended", "forbidden", "bad_request", "not_found", "gone", "refused"]),
+    ("answers", &["ok", "forbidden", "bad_request", "not_found", "gone", "400", "410", "412", "416"]),
+    ("skills", &["ok", "forbidden", "400", "410", "412", "416"]),
+    ("schema", &["ok", "400", "410", "412", "416"]),
+];
 
 /// The collectors, cheap to clone.
 #[derive(Debug, Clone)]
@@ -165,6 +204,49 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.skill_steps.clone()))?;
         registry.register(Box::new(metrics.skill_commands.clone()))?;
         Ok(metrics)
+    }
+
+    /// Every series whose labels are known before the first event, at 0,
+    /// so that an alert on any of them reads 0, not "no data". `backend`
+    /// is the configured backend's name.
+    pub(crate) fn start_at_zero(&self, backend: &str) {
+        let model_outcomes = std::iter::once("ok").chain(BackendError::KINDS);
+        for outcome in model_outcomes {
+            self.model_calls.with_label_values(&[backend, outcome]);
+        }
+        self.model_seconds.with_label_values(&[backend]);
+        self.first_token_seconds.with_label_values(&[backend]);
+        for reason in [STORE_DOWN, LEASE_LOST] {
+            self.duplicated.with_label_values(&[reason]);
+        }
+        for (handler, kinds) in ANSWER_KINDS {
+            for kind in *kinds {
+                self.answers.with_label_values(&[handler, kind]);
+            }
+        }
+        for command in ["open_app", "close_app"] {
+            self.commands.with_label_values(&[command, "accepted"]);
+        }
+        for dropped in Dropped::ALL {
+            self.commands.with_label_values(&["any", dropped.as_str()]);
+        }
+        for outcome in ["ok", "failed"] {
+            self.warmups.with_label_values(&[outcome]);
+        }
+        for (route, outcomes) in LLM_API_OUTCOMES {
+            for outcome in *outcomes {
+                self.llm_api.with_label_values(&[route, outcome]);
+            }
+        }
+        for trigger in ["start", "change", "sighup"] {
+            self.skill_reloads.with_label_values(&[trigger]);
+        }
+        for marker in ["cmd", "ask", "message", "done", "cap"] {
+            self.skill_steps.with_label_values(&[marker]);
+        }
+        for verdict in ["allow", "ask", "deny", "confirmed"] {
+            self.skill_commands.with_label_values(&[verdict]);
+        }
     }
 
     pub(crate) fn answer(&self, handler: &str, kind: &str) {

@@ -110,6 +110,7 @@ impl App {
             "" => only.as_deref(),
             name => Some(name),
         };
+        metrics.start_at_zero(registry.names());
         let cache = cache_of(config, &metrics, store_metrics)?;
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();

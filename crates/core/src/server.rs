@@ -20,10 +20,12 @@ mod accept;
 mod activity;
 mod connections;
 mod lane;
+mod signals;
 
 pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
 use connections::{Connections, Stage};
+pub use signals::{StopSignal, StopSignals};
 /// How the stream lane reads a request head: open to the fuzz target
 /// `stream_head`, built with the `fuzzing` feature.
 #[cfg(feature = "fuzzing")]
@@ -40,24 +42,15 @@ pub use crate::{app::App, rules::connections::ConnectionLimits};
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::warn!(%error, "cannot watch SIGTERM; only SIGINT stops the server");
-                let _ = interrupt.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
+    match StopSignals::new() {
+        Ok(mut signals) => {
+            signals.recv().await;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "cannot watch SIGINT and SIGTERM; the server stops when killed");
+            std::future::pending::<()>().await;
         }
     }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 /// Serves `listener` until `shutdown` resolves; then `/readyz` turns 503,

@@ -57,6 +57,9 @@ pub struct DialogArgs {
     /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
     #[arg(long = "ignore", value_name = "FIELD")]
     pub ignore: Vec<String>,
+    /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls.
+    #[arg(long, value_name = "TICKET")]
+    pub service_ticket: Option<String>,
     /// Each handler's budget: a slower answer is flagged.
     #[arg(long, default_value_t = 300, allow_negative_numbers = true)]
     pub budget_ms: u64,
@@ -86,7 +89,7 @@ pub fn main(args: &DialogArgs) -> u8 {
         if !args.script.is_empty() {
             return run_scripts(args).await;
         }
-        interactive::run(args, std::io::stdin().lock(), &mut std::io::stdout().lock()).await
+        interactive::run(args, std::io::stdin().lock(), &mut crate::stdout::Stdout, &mut std::io::stderr()).await
     });
     match outcome {
         Ok(true) => 0,
@@ -100,9 +103,12 @@ pub fn main(args: &DialogArgs) -> u8 {
 
 /// The client of one dialog with `scenario` at `args.server`.
 pub fn client(args: &DialogArgs, scenario: &str) -> Result<Client, Unplayable> {
-    Client::http(&args.server)
-        .map(|client| client.with_scenario(scenario))
-        .map_err(|e| Unplayable(format!("{}: {e}", args.server)))
+    let client = Client::http(&args.server).map_err(|e| Unplayable(format!("{}: {e}", args.server)))?;
+    let client = client.with_scenario(scenario);
+    Ok(match &args.service_ticket {
+        Some(ticket) => client.with_service_ticket(ticket),
+        None => client,
+    })
 }
 
 /// One turn of `spec` on `client`: its answer, or the protocol `Error` it got.
@@ -164,7 +170,7 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     let mut reports = Vec::new();
     let mut recorded = script::Script::default();
     for loaded in &scripts {
-        println!("{}", loaded.file);
+        crate::outln!("{}", loaded.file);
         let mut results = Vec::new();
         for (dialog, expectations) in &loaded.dialogs {
             let scenario = dialog.scenario.as_deref().unwrap_or(&args.scenario);
@@ -190,7 +196,7 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     }
     let total: usize = reports.iter().map(|(_, results)| results.len()).sum();
     let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| !r.failures.is_empty()).count();
-    println!("{total} dialogs: {} passed, {failed} failed", total - failed);
+    crate::outln!("{total} dialogs: {} passed, {failed} failed", total - failed);
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::report(&reports))
             .map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))?;
@@ -204,14 +210,14 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
 fn print_result(result: &DialogResult) {
     let ms = result.took.as_millis();
     if result.failures.is_empty() {
-        println!("  ✓ {} ({ms} ms)", result.name);
+        crate::outln!("  ✓ {} ({ms} ms)", result.name);
         return;
     }
-    println!("  ✗ {} ({ms} ms)", result.name);
+    crate::outln!("  ✗ {} ({ms} ms)", result.name);
     for (turn, failure) in &result.failures {
-        println!("      {turn}: {}", failure.path);
-        println!("        - expected {}", failure.expected);
-        println!("        + got      {:?}", failure.got);
+        crate::outln!("      {turn}: {}", failure.path);
+        crate::outln!("        - expected {}", failure.expected);
+        crate::outln!("        + got      {:?}", failure.got);
     }
 }
 

@@ -8,8 +8,14 @@
 //!   YAML scripts with expectations, or replaying a server's debug log.
 //! - [`convert`]: the `convert` command (binary, JSON and text format).
 //! - [`validate_jsonseq`]: the `validate-jsonseq` command.
+//! - [`stdout`]: where the commands print; a closed standard output ends
+//!   them quietly.
+
+// A closed standard output would make `println!` panic: print with `outln!`.
+#![cfg_attr(not(test), warn(clippy::print_stdout))]
 
 pub mod client;
 pub mod convert;
 pub mod dialog;
+pub mod stdout;
 pub mod validate_jsonseq;

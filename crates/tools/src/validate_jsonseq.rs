@@ -35,13 +35,13 @@ pub fn main(args: &ValidateArgs) -> u8 {
     }
     let violations = validate(&events);
     for violation in &violations {
-        println!("{violation}");
+        crate::outln!("{violation}");
     }
     if violations.is_empty() {
-        println!("valid: {} events", events.len());
+        crate::outln!("valid: {} events", events.len());
         0
     } else {
-        println!("{} violations in {} events", violations.len(), events.len());
+        crate::outln!("{} violations in {} events", violations.len(), events.len());
         1
     }
 }

@@ -95,8 +95,8 @@ pub(crate) fn answer(utterance: &str, session_id: &str) -> String {
         if let Some((command, ru, en)) = command {
             let rest: Vec<&str> =
                 rest.iter().map(String::as_str).skip_while(|w| FILLER.contains(w)).collect::<Vec<_>>();
-            if let Some(app) = app_name(&rest, utterance) {
-                let text = format!("{} {app}.", say(ru, en));
+            if let Some((app, spoken)) = app_name(&rest, utterance) {
+                let text = format!("{} {spoken}.", say(ru, en));
                 return json!({
                     "session_id": session_id,
                     "command": command,
@@ -135,27 +135,34 @@ fn normalize(utterance: &str) -> Vec<String> {
         .collect()
 }
 
-/// The app `words` name: a known one by any of its names, else the words as
-/// the user wrote them (an app we do not know may still exist on the client).
-fn app_name(words: &[&str], utterance: &str) -> Option<String> {
+/// The app `words` name, twice: the app's own name for the directive (a
+/// known app by any of its names, else the words as the user wrote them:
+/// an app we do not know may still exist on the client), and the name to
+/// say, in the user's words and language ("закрой калькулятор" closes
+/// "Calculator", saying "Закрываю калькулятор.").
+fn app_name(words: &[&str], utterance: &str) -> Option<(String, String)> {
     if words.is_empty() {
         return None;
     }
-    let phrase = words.join(" ");
-    if let Some((_, app)) = APPS.iter().find(|(names, _)| names.contains(&phrase.as_str())) {
-        return Some((*app).to_owned());
-    }
-    // Keep the user's spelling of an unknown name: "open Figma" opens "Figma".
+    // The user's spelling of the name: the last words of the utterance.
     let original: Vec<&str> = utterance
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.'))
         .filter(|w| !w.is_empty())
         .collect();
     let start = original.len().checked_sub(words.len())?;
-    let name = original[start..].join(" ");
-    let mut chars = name.chars();
+    let joined = original[start..].join(" ");
+    // A dot inside a name stays ("zoom.us"), the sentence's own goes.
+    let spoken = joined.trim_end_matches('.').to_owned();
+    let phrase = words.join(" ");
+    if let Some((_, app)) = APPS.iter().find(|(names, _)| names.contains(&phrase.as_str())) {
+        // The app's own name when the user said just that, whatever the case.
+        let said = if spoken.to_lowercase() == app.to_lowercase() { (*app).to_owned() } else { spoken };
+        return Some(((*app).to_owned(), said));
+    }
+    let mut chars = spoken.chars();
     let first = chars.next()?;
-    Some(first.to_uppercase().chain(chars).collect())
+    Some((first.to_uppercase().chain(chars).collect(), spoken))
 }
 
 #[cfg(test)]
@@ -168,14 +175,14 @@ mod tests {
         // (utterance, command, app, speech)
         let table: &[(&str, Option<&str>, &str, &str)] = &[
             ("открой Safari", Some("open_app"), "Safari", "Открываю Safari."),
-            ("Открой сафари!", Some("open_app"), "Safari", "Открываю Safari."),
-            ("закрой калькулятор", Some("close_app"), "Calculator", "Закрываю Calculator."),
-            ("запусти, пожалуйста, телеграм", Some("open_app"), "Telegram", "Открываю Telegram."),
+            ("Открой сафари!", Some("open_app"), "Safari", "Открываю сафари."),
+            ("закрой калькулятор", Some("close_app"), "Calculator", "Закрываю калькулятор."),
+            ("запусти, пожалуйста, телеграм", Some("open_app"), "Telegram", "Открываю телеграм."),
             ("open Telegram", Some("open_app"), "Telegram", "Opening Telegram."),
             ("Close the calculator.", Some("close_app"), "Calculator", "Closing Calculator."),
-            ("открой системные настройки", Some("open_app"), "System Settings", "Открываю System Settings."),
+            ("открой системные настройки", Some("open_app"), "System Settings", "Открываю системные настройки."),
             ("open Figma", Some("open_app"), "Figma", "Opening Figma."),
-            ("открой блокнот", Some("open_app"), "Блокнот", "Открываю Блокнот."),
+            ("открой блокнот", Some("open_app"), "Блокнот", "Открываю блокнот."),
             ("quit Google Chrome", Some("close_app"), "Google Chrome", "Closing Google Chrome."),
             ("открой", None, "", "Без подключения к модели я этого не умею. Могу открыть или закрыть приложение."),
             ("привет", None, "", "Привет! Я могу открыть или закрыть приложение."),

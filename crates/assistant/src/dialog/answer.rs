@@ -109,6 +109,17 @@ pub enum Dropped {
 }
 
 impl Dropped {
+    /// Every reason, for the metrics listed at 0 from the start.
+    pub const ALL: [Dropped; 7] = [
+        Dropped::NoSessionId,
+        Dropped::NoAppName,
+        Dropped::UnknownCommand,
+        Dropped::BadCommand,
+        Dropped::OversizedPayload,
+        Dropped::Truncated,
+        Dropped::WrongSession,
+    ];
+
     /// The label.
     pub fn as_str(self) -> &'static str {
         match self {

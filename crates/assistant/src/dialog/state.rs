@@ -11,7 +11,9 @@
 //! The session id is derived from the request, never from personal data:
 //! `session_<seconds>.<micros>` of `BaseRequest.ServerTimeMs` (the shape of the
 //! app-action format's examples), the sub-millisecond digits taken from a hash of the `RequestId` so
-//! that two dialogs started in the same millisecond differ. It is made on the
+//! that two dialogs started in the same millisecond differ. A request
+//! without `ServerTimeMs` gets `session_<16 hex digits>` of the whole hash:
+//! a time of 0 would leave a thousand ids for every such dialog. It is made on the
 //! first turn of a dialog session (no state, `IsNewSession`, or
 //! `IsSessionReset`) and carried in the state afterwards, so it is stable over
 //! the session and the same for every retry of a request.
@@ -105,6 +107,9 @@ pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
     // FNV-1a: stable across builds, unlike std's hasher.
     let hash =
         request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    if server_time_ms == 0 {
+        return format!("session_{hash:016x}");
+    }
     let micros = (server_time_ms % 1000) * 1000 + hash % 1000;
     format!("session_{}.{micros:06}", server_time_ms / 1000)
 }
@@ -199,7 +204,16 @@ mod tests {
         let other: std::collections::HashSet<String> =
             (0..20).map(|i| new_session_id(1_764_210_832_530, &format!("req-{i}"))).collect();
         assert!(other.len() > 1, "the RequestId changes the id");
-        let zero = new_session_id(0, "");
-        assert!(zero.starts_with("session_0.000") && zero.len() == "session_0.000000".len(), "{zero}");
+    }
+
+    #[test]
+    fn without_server_time_the_id_comes_from_the_whole_request_id() {
+        let id = new_session_id(0, "ffc5d3b6-4b7c-4ecb-8e6a-0c6f8e4f2a11");
+        assert!(!id.starts_with("session_0."), "no time of 0 in the id: {id}");
+        assert_eq!(id.len(), "session_".len() + 16, "{id}");
+        assert!(id["session_".len()..].bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert_eq!(id, new_session_id(0, "ffc5d3b6-4b7c-4ecb-8e6a-0c6f8e4f2a11"), "the same for every retry");
+        let ids: std::collections::HashSet<String> = (0..2000).map(|i| new_session_id(0, &format!("r-{i}"))).collect();
+        assert_eq!(ids.len(), 2000, "every request id its own session");
     }
 }

@@ -15,10 +15,37 @@ use prometheus::{
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
-use crate::store::Usage;
+use crate::{scenario::Handler, store::Usage};
 
 /// Latency buckets in seconds: resolve 0.5 ms to the 300 ms budget and a little past it.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
+
+/// Every outcome of a handler call: `ok`, a repeat's, a protocol `Error`
+/// type ([`crate::scenario::ScenarioError::error_type`], the server's own)
+/// or a refusal ([`crate::dispatch::Refusal::error_type`]).
+pub const OUTCOMES: [&str; 15] = [
+    "ok",
+    "replay",
+    "replay_timeout",
+    "bad_request",
+    "timeout",
+    "internal",
+    "unsupported",
+    "upstream",
+    "overloaded",
+    "unavailable",
+    "forbidden",
+    "body_too_large",
+    "body_too_slow",
+    "body_unreadable",
+    "unsupported_media_type",
+];
+/// The transports a call comes by ([`crate::dispatch::Transport::as_str`]).
+const TRANSPORTS: [&str; 2] = ["http", "grpc"];
+/// Why the server closes a connection.
+const CLOSE_REASONS: [&str; 4] = ["header_timeout", "idle_timeout", "send_timeout", "drain_timeout"];
+/// The lanes a connection is served in.
+const LANES: [&str; 2] = ["main", "stream"];
 
 /// A gauge read from the cache's usage at scrape time: name, help, reader.
 type PulledGauge = (&'static str, &'static str, fn(&Usage) -> usize);
@@ -76,6 +103,23 @@ impl ServerMetrics {
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("metric names are unique");
         ServerMetrics { registry, requests, latency, budget_overruns }
+    }
+
+    /// Lists every series of `scenarios` at 0 (each handler, transport and
+    /// outcome), so that an alert on any of them reads 0 from the start,
+    /// not "no data" until its first event.
+    pub fn start_at_zero<'a>(&self, scenarios: impl IntoIterator<Item = &'a str>) {
+        for scenario in scenarios {
+            for handler in Handler::ALL.map(Handler::as_str) {
+                self.budget_overruns.with_label_values(&[scenario, handler]);
+                for transport in TRANSPORTS {
+                    self.latency.with_label_values(&[scenario, handler, transport]);
+                    for outcome in OUTCOMES {
+                        self.requests.with_label_values(&[scenario, handler, transport, outcome]);
+                    }
+                }
+            }
+        }
     }
 
     /// The registry: scenarios add their own collectors here.
@@ -206,6 +250,12 @@ impl ConnectionMetrics {
             )
             .expect("valid metric"),
         };
+        for reason in CLOSE_REASONS {
+            metrics.closed.with_label_values(&[reason]);
+        }
+        for lane in LANES {
+            metrics.served.with_label_values(&[lane]);
+        }
         for collector in [
             Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(metrics.waited.clone()),
@@ -225,6 +275,47 @@ impl ConnectionMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_outcome_a_call_can_end_with_is_listed() {
+        use crate::{
+            dispatch::{Outcome, Refusal},
+            scenario::ScenarioError,
+        };
+        let refusals = [
+            Refusal::Overloaded,
+            Refusal::Forbidden(String::new()),
+            Refusal::BodyTooLarge { limit: 1 },
+            Refusal::BodyTooSlow { handler: Handler::Run, limit: Duration::ZERO },
+            Refusal::BodyUnreadable(String::new()),
+            Refusal::UnsupportedMediaType(String::new()),
+        ];
+        let errors = [
+            ScenarioError::BadRequest(String::new()),
+            ScenarioError::Unsupported(Handler::Run),
+            ScenarioError::Upstream(String::new()),
+            ScenarioError::Internal(String::new()),
+        ];
+        let ends = [Outcome::Ok, Outcome::Replay, Outcome::ReplayTimeout].map(Outcome::as_str);
+        let server_own = ["timeout", "unavailable"];
+        for outcome in refusals.iter().map(Refusal::error_type).chain(errors.iter().map(ScenarioError::error_type)) {
+            assert!(OUTCOMES.contains(&outcome), "{outcome}");
+        }
+        for outcome in ends.into_iter().chain(server_own) {
+            assert!(OUTCOMES.contains(&outcome), "{outcome}");
+        }
+    }
+
+    #[test]
+    fn known_series_are_listed_at_zero_from_the_start() {
+        let metrics = ServerMetrics::new();
+        metrics.start_at_zero(["demo"]);
+        let text = metrics.render();
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="apply",scenario="demo"} 0"#), "{text}");
+        let requests = text.lines().filter(|l| l.starts_with("megamind_requests_total{")).count();
+        assert_eq!(requests, 4 * 2 * OUTCOMES.len(), "{text}");
+        assert!(text.lines().filter(|l| l.starts_with("megamind_requests_total{")).all(|l| l.ends_with(" 0")));
+    }
 
     #[test]
     fn observations_render_with_bounded_labels() {

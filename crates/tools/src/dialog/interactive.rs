@@ -4,6 +4,13 @@
 //! `--record` writes the session as a script whose expectations are what
 //! came back. Recording scripts is shared with `--script --record`.
 //!
+//! Lines starting with `/` are the session's own commands, never said to
+//! the scenario: `/help` lists them, `/quit` ends the session (as does the
+//! end of input, Ctrl-D), `/say WORDS` says words as they are, even ones
+//! that start with `/`. A one-line hint at the start and a `> ` prompt
+//! before each line go to standard error: standard output holds the turns
+//! alone, for scripts to read.
+//!
 //! When an answer asks the client to run a command (`RunCommandDirective`,
 //! a skill's step), the next line is its result: `/run` runs it here with
 //! `sh -c` (the user's choice, each time), `/skip` skips it, `/say WORDS`
@@ -33,20 +40,55 @@ const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Bytes of a command's output (stdout, then stderr) sent back at most.
 const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
-/// Plays each line of `input` until its end (or `/quit`); `true` unless the
-/// server answered a protocol `Error`.
-pub async fn run(args: &DialogArgs, input: impl BufRead, out: &mut impl Write) -> Result<bool, Unplayable> {
+/// The hint shown when the session starts.
+pub const HINT: &str = "Type what the user says; /help lists the session's commands, /quit ends it.";
+/// What `/help` prints.
+const HELP: &str = "  /help        this list
+  /quit        end the session (Ctrl-D too)
+  /say WORDS   say WORDS as they are, even words that start with /
+  when a turn waits for a command's result (run_command):
+  /run         run the command here with sh -c
+  /skip        skip it
+  other text   what the command printed (\\n for a new line)";
+
+/// Plays each line of `input` until its end (or `/quit`), the hint and the
+/// prompts on `prompt`; `true` unless the server answered a protocol `Error`.
+pub async fn run(
+    args: &DialogArgs,
+    input: impl BufRead,
+    out: &mut impl Write,
+    prompt: &mut impl Write,
+) -> Result<bool, Unplayable> {
     let mut client = super::client(args, &args.scenario)?;
     let mut recorded = Vec::new();
     let mut clean = true;
-    for line in input.lines() {
+    // Nobody may be reading the prompts: they cannot fail the session.
+    let _ = writeln!(prompt, "{HINT}");
+    let mut lines = input.lines();
+    loop {
+        let _ = write!(prompt, "> ").and_then(|()| prompt.flush());
+        let Some(line) = lines.next() else {
+            let _ = writeln!(prompt);
+            break;
+        };
         let line = line.map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
         let words = line.trim();
         if words.is_empty() {
             continue;
         }
-        if words == "/quit" {
-            break;
+        let pending = client.pending_command().is_some();
+        match local_command(words, pending) {
+            Some(Local::Quit) => break,
+            Some(Local::Help) => {
+                writeln!(out, "{HELP}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                continue;
+            }
+            Some(Local::Unknown) => {
+                writeln!(out, "  {words}: not a command of the session; /help lists them, /say {words} says it")
+                    .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                continue;
+            }
+            None => {}
         }
         let mut end = words.len().min(MAX_LINE_BYTES);
         while !words.is_char_boundary(end) {
@@ -125,6 +167,29 @@ fn print_turn(
     let kinds: Vec<String> = layout.directives.iter().map(|d| kind_of(&text_of(d))).collect();
     let state = body.state.as_ref().map_or(0, |state| state.value.len());
     writeln!(out, "  cards: {} · directives: [{}] · state: {state} bytes", layout.cards.len(), kinds.join(", "))
+}
+
+/// A line the session answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Local {
+    Help,
+    Quit,
+    /// `/word` naming no command: a typo is not said to the scenario.
+    Unknown,
+}
+
+/// What `line` asks of the session itself, if anything. While a command's
+/// result is awaited, any line but `/help` and `/quit` is that result.
+fn local_command(line: &str, pending: bool) -> Option<Local> {
+    match line {
+        "/help" => Some(Local::Help),
+        "/quit" => Some(Local::Quit),
+        _ if pending || line.starts_with("/say ") => None,
+        _ => {
+            let word = line.strip_prefix('/')?;
+            (!word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(Local::Unknown)
+        }
+    }
 }
 
 /// The result of `command` the user's `line` gives: `/run` runs it here,
@@ -212,4 +277,22 @@ pub fn recorded_turn(spec: &TurnSpec, answer: &Answer<'_>) -> TurnSpec {
 pub fn write_script(path: &Path, script: &Script) -> Result<(), Unplayable> {
     let yaml = serde_saphyr::to_string(script).map_err(|e| Unplayable(format!("cannot write a script: {e}")))?;
     std::fs::write(path, yaml).map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_answers_its_own_commands_and_says_the_rest() {
+        assert_eq!(local_command("/help", false), Some(Local::Help));
+        assert_eq!(local_command("/help", true), Some(Local::Help));
+        assert_eq!(local_command("/quit", true), Some(Local::Quit));
+        assert_eq!(local_command("/hepl", false), Some(Local::Unknown));
+        assert_eq!(local_command("/say /help", false), None);
+        assert_eq!(local_command("открой Safari", false), None);
+        assert_eq!(local_command("/usr/bin/env", false), None, "a path is no command");
+        assert_eq!(local_command("/skip", true), None, "a pending command's answer");
+        assert_eq!(local_command("/weird", true), None, "what the command printed");
+    }
 }

@@ -99,22 +99,22 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
         let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
         let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
         let Some(logged) = &call.answer else {
-            println!("? {label}: no answer logged");
+            crate::outln!("? {label}: no answer logged");
             continue;
         };
         let now = answer_text(&hop.response);
         let (old, new) = (normalized(logged, &ignored), normalized(&now, &ignored));
         if old == new {
-            println!("= {label}");
+            crate::outln!("= {label}");
             continue;
         }
         differ += 1;
-        println!("≠ {label}");
+        crate::outln!("≠ {label}");
         for line in diff(&old, &new) {
-            println!("    {line}");
+            crate::outln!("    {line}");
         }
     }
-    println!("{} calls replayed: {} the same, {differ} differ", calls.len(), calls.len() - differ);
+    crate::outln!("{} calls replayed: {} the same, {differ} differ", calls.len(), calls.len() - differ);
     Ok(differ == 0)
 }
 

@@ -49,9 +49,11 @@ struct Inner {
     up: AtomicBool,
 }
 
-/// Verdicts with an answer are kept; "no answer" is asked again.
-fn answered<T>(verdict: &Result<T, Unavailable>) -> bool {
-    verdict.is_ok()
+/// Good tickets' verdicts are kept. A refusal is asked again each time, so
+/// that a flood of made-up tickets never pushes Megamind's verdict out; and
+/// "no answer" is asked again once tvmtool is back.
+fn answered<T>(verdict: &Result<Checked<T>, Unavailable>) -> bool {
+    matches!(verdict, Ok(Checked::Valid(_)))
 }
 
 impl TvmAuthenticator {
@@ -110,7 +112,9 @@ impl Authenticator for TvmAuthenticator {
                     Some(kept) => kept,
                     None => inner.check_service(service_key, service_ticket).await,
                 };
-                let user = match user_key.zip(user_ticket) {
+                // A caller refused already is not worth asking about its user.
+                let let_in = matches!(&service, Ok(Checked::Valid(t)) if inner.allowed.contains(&t.src));
+                let user = match user_key.zip(user_ticket).filter(|_| let_in) {
                     None => None,
                     Some((key, ticket)) => Some(match inner.users.kept(key).map(|kept| kept.1.clone()) {
                         Some(kept) => kept,
@@ -169,14 +173,14 @@ impl Inner {
     /// kept in `verdicts`; one check in flight per ticket.
     async fn ask<T, F>(
         self: &Arc<Self>,
-        verdicts: &Arc<Verdicts<Result<T, Unavailable>>>,
+        verdicts: &Arc<Verdicts<Result<Checked<T>, Unavailable>>>,
         key: u128,
         op: TvmtoolOp,
         ask: impl FnOnce(Arc<Inner>) -> F,
-    ) -> Result<T, Unavailable>
+    ) -> Result<Checked<T>, Unavailable>
     where
         T: Clone + Send + Sync + 'static,
-        F: Future<Output = Result<T, Unavailable>> + Send + 'static,
+        F: Future<Output = Result<Checked<T>, Unavailable>> + Send + 'static,
     {
         let inner = Arc::clone(self);
         let asked = ask(Arc::clone(self));

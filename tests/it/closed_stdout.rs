@@ -1,0 +1,62 @@
+//! Every command whose reader goes away early (`dialog --replay LOG | head -1`)
+//! ends quietly with exit 0: the real binary, its standard output a pipe
+//! closed before it writes a line.
+
+use std::{
+    io::Write,
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::dialog_cmd::{serve, temp};
+
+/// Runs the binary with `args` and `stdin`, its standard output closed.
+fn with_stdout_closed(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        .args(args)
+        .env_remove("MEGAMIND_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    // The only reading end goes: the command's first line meets a broken pipe.
+    drop(child.stdout.take());
+    // A command that ends before reading its input closes it: that is no failure here.
+    let _ = child.stdin.take().expect("piped stdin").write_all(stdin);
+    child.wait_with_output().expect("the binary ends")
+}
+
+fn assert_quiet(args: &[&str], stdin: &[u8]) {
+    let out = with_stdout_closed(args, stdin);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    assert_eq!(out.status.code(), Some(0), "{args:?} ends quietly: {stderr}");
+    assert!(!stderr.contains("Broken pipe") && !stderr.contains("cannot write"), "{args:?} complains: {stderr}");
+}
+
+#[test]
+fn every_command_ends_quietly_when_its_reader_goes_away() {
+    let request = std::fs::read(crate::helpers::fixture_path("poi_run_request")).unwrap();
+    assert_quiet(&["convert", "--type", "TScenarioRunRequest", "--from", "text", "--to", "json"], &request);
+    assert_quiet(&["serve", "--print-config"], b"");
+    assert_quiet(&["--help"], b"");
+    let transcript = temp("closed-stdout.sse");
+    std::fs::write(&transcript, "event: status\ndata: {}\n\n").unwrap();
+    assert_quiet(&["validate-jsonseq", transcript.to_str().unwrap()], b"");
+
+    let log = temp("closed-stdout.log");
+    let server = serve("debug", &log);
+    let script = format!("{}/tests/dialogs/demo.yaml", env!("CARGO_MANIFEST_DIR"));
+    assert_quiet(&["dialog", "--server", &server.url, "--script", &script], b"");
+    assert_quiet(&["dialog", "--server", &server.url, "--scenario", "demo"], "кафе пушкин\n".as_bytes());
+    // The server writes its log in batches: wait for a call's summary line.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap().contains("scenario=demo handler=run") {
+        assert!(Instant::now() < deadline, "no call reached the log");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let copy = temp("closed-stdout-copy.log");
+    std::fs::copy(&log, &copy).unwrap();
+    assert_quiet(&["dialog", "--server", &server.url, "--replay", copy.to_str().unwrap()], b"");
+}
