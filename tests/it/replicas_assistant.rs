@@ -155,9 +155,9 @@ fn assert_said_once_and_whole(hops: &[Hop]) {
     assert!(state_of(last).pending.is_none(), "nothing left pending");
 }
 
-/// The whole body at `path` of `replica`, with `headers`.
-async fn get(http: &reqwest::Client, replica: &Replica, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
-    let mut request = http.get(format!("{}{}", replica.base, signed(path)));
+/// The whole body at `path` of the replica at `base`, with `headers`.
+async fn get(http: &reqwest::Client, base: &str, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut request = http.get(format!("{base}{}", signed(path)));
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -214,7 +214,7 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     // The whole stream from replica 0, resumed on replica 2 after what
     // replica 1 sent: the same events under the same ids.
     let path = format!("/llm/stream/{call_id}");
-    let (status, full) = get(&http, &replicas[0], &path, &[]).await;
+    let (status, full) = get(&http, &replicas[0].base, &path, &[]).await;
     assert_eq!(status, StatusCode::OK, "{full}");
     let events = valid(&full);
     let text: String = events
@@ -225,7 +225,7 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     assert_eq!(text, whole);
     assert_eq!(early, events[..early.len()], "replica 1 streamed the same events as replica 0");
     let last_id = early.last().and_then(|e| e.id.clone()).expect("an id");
-    let (status, rest) = get(&http, &replicas[2], &path, &[("last-event-id", &last_id)]).await;
+    let (status, rest) = get(&http, &replicas[2].base, &path, &[("last-event-id", &last_id)]).await;
     assert_eq!(status, StatusCode::OK, "{rest}");
     let mut resumed = early.clone();
     resumed.extend(parse_transcript(&rest).0);
@@ -264,6 +264,7 @@ async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_i
         .collect();
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "killed-1";
+    let replicas_base: Vec<String> = replicas.iter().map(|replica| replica.base.clone()).collect();
     let mut killed_at = None;
     // /run on replica 0 claims and runs the call; replica 0 dies right
     // after it answered; the rest of the exchange alternates between 1 and 2.
@@ -278,8 +279,24 @@ async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_i
         mock.wait_for_calls(2).await;
         Instant::now()
     };
-    let (hops, taken_over) = tokio::join!(turn, taken_over);
+    // A screen following the call on replica 1 from its start: its stream
+    // ends when the run it follows does, as valid JSONSeq.
+    let path = format!("/llm/stream/{call_id}");
+    let following = async {
+        loop {
+            let (status, body) = get(&http, &replicas_base[1], &path, &[]).await;
+            if status == StatusCode::OK {
+                break body;
+            }
+            assert_eq!(status, StatusCode::NOT_FOUND, "not yet started: {body}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (hops, taken_over, followed) = tokio::join!(turn, taken_over, following);
     let killed_at = killed_at.expect("killed after /run");
+    let followed = valid(&followed);
+    let ended: Vec<&str> = followed.iter().rev().take(2).map(|e| e.name.as_str()).collect();
+    assert_eq!(ended, ["completed", "error"], "the dead run's stream ends with error, completed: {followed:?}");
 
     assert_said_once_and_whole(&hops);
     assert_eq!(mock.calls(), 2, "the dead replica's call, and one more: the takeover");
@@ -287,12 +304,12 @@ async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_i
     assert!(takeover < Duration::from_millis(4_500), "taken over {takeover:?} after the kill (lease 3 s and a hop)");
 
     // A reader on a live replica reads the new run whole, as valid JSONSeq.
-    let (status, stream) = get(&http, &replicas[2], &format!("/llm/stream/{call_id}"), &[]).await;
+    let (status, stream) = get(&http, &replicas_base[2], &format!("/llm/stream/{call_id}"), &[]).await;
     assert_eq!(status, StatusCode::OK, "{stream}");
     let events = valid(&stream);
     assert_eq!(events.last().map(|e| e.name.as_str()), Some("completed"));
     assert!(stream.contains("встречи!") && !stream.contains("model_failed"), "{stream}");
-    let (status, answer) = get(&http, &replicas[1], &format!("/llm/answers/{call_id}"), &[]).await;
+    let (status, answer) = get(&http, &replicas_base[1], &format!("/llm/answers/{call_id}"), &[]).await;
     assert_eq!(status, StatusCode::OK);
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["content"]["status"], "completed", "{answer}");

@@ -372,12 +372,14 @@ impl Calls {
         if let Some(record) = records.get(id) {
             return Lookup::Kept(record);
         }
-        let record = Arc::new(journal::mirror_of(journal::latest_run(&read.entries), MAX_ANSWER_BYTES));
+        let run = journal::latest_run(&read.entries);
+        let record = Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES));
         records.hold(id, &record);
         drop(records);
         let ended = record.timings().ended.is_some() || read.ended;
         if !ended {
-            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0)));
+            let started = journal::has_start(run);
+            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), started));
         }
         Lookup::Kept(record)
     }

@@ -95,8 +95,13 @@ pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
         _ => Instant::now(),
     };
     let record = CallRecord::mirror(max_bytes, started);
-    apply(&record, entries, false);
+    apply(&record, entries, &mut false);
     record
+}
+
+/// Whether `entries` hold a run's start.
+pub(crate) fn has_start(entries: &[Bytes]) -> bool {
+    entries.iter().any(|bytes| bytes.first() == Some(&b'S'))
 }
 
 /// Where the latest run of a call begins in `entries` (read from the
@@ -107,16 +112,17 @@ pub(crate) fn latest_run(entries: &[Bytes]) -> &[Bytes] {
     &entries[start..]
 }
 
-/// Feeds `record` what `entries` say, `started` when its run's start was
-/// read before; `true` once the call has ended (or was begun again).
-pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], mut started: bool) -> bool {
+/// Feeds `record` what `entries` say, `started` saying whether its run's
+/// start was read (and set once it is); `true` once the call has ended (or
+/// was begun again).
+pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) -> bool {
     for bytes in entries {
         match Entry::decode(bytes) {
-            Some(Entry::Started { .. }) if started => {
+            Some(Entry::Started { .. }) if *started => {
                 record.fail(RESTARTED);
                 return true;
             }
-            Some(Entry::Started { .. }) => started = true,
+            Some(Entry::Started { .. }) => *started = true,
             Some(Entry::Event { event, at }) => record.push_at(event, at),
             Some(Entry::Cut) => record.cut(),
             Some(Entry::Completed { at }) => {
@@ -136,10 +142,17 @@ pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], mut started: bool) -
     false
 }
 
-/// Follows the journal of `key` after entry `after` into `record` until
+/// Follows the journal of `key` after entry `after` into `record`
+/// (`started` when the run's start was among what it read) until
 /// the call ends, its journal goes (a runner that died: its lease and the
 /// journal's TTL ran out), or the store stays out of reach.
-pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<CallRecord>, mut after: u64) {
+pub(crate) async fn mirror(
+    journal: Arc<dyn Journal>,
+    key: Key,
+    record: Arc<CallRecord>,
+    mut after: u64,
+    mut started: bool,
+) {
     let mut failures = 0;
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
@@ -154,7 +167,7 @@ pub(crate) async fn mirror(journal: Arc<dyn Journal>, key: Key, record: Arc<Call
                     return;
                 }
                 after = read.last(after);
-                if apply(&record, &read.entries, true) || read.ended {
+                if apply(&record, &read.entries, &mut started) || read.ended {
                     record.finish();
                     return;
                 }
@@ -187,7 +200,10 @@ mod tests {
         let first_run = [Entry::started_now(), text("Сей")];
         let mirror = mirror_of(latest_run(&first_run), 1024);
         let second_run = [Entry::started_now(), text("Сейчас."), Entry::Completed { at }.encode()];
-        assert!(apply(&mirror, &second_run, true), "the new start ends the mirror");
+        assert!(apply(&mirror, &second_run, &mut true), "the new start ends the mirror");
+        let early = mirror_of(&[], 1024);
+        assert!(!apply(&early, &first_run, &mut false), "a mirror made before the start reads it as the start");
+        assert_eq!(early.text(), "Сей");
         assert_eq!(mirror.snapshot().2, super::super::record::Ending::Failed(RESTARTED.into()));
         let journal: Vec<Bytes> = first_run.iter().chain(&second_run).cloned().collect();
         let fresh = mirror_of(latest_run(&journal), 1024);
