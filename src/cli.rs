@@ -10,6 +10,7 @@ use megamind_core::{
     rules::{logging, metrics::ServerMetrics},
     scenario::{ScenarioModule, module},
     server::{self, App},
+    store::Stores,
 };
 
 use crate::scenarios;
@@ -261,7 +262,8 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
     // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = ServerMetrics::new();
-    let built = module::build_all(&modules, &config.scenarios, metrics.registry())?;
+    let stores = Stores::of(&config.store, metrics.registry()).map_err(anyhow::Error::msg)?;
+    let built = module::build_all_with(&modules, &config.scenarios, metrics.registry(), stores)?;
     let app = App::from_built(&config, built, metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.

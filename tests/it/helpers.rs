@@ -11,6 +11,7 @@ use megamind_core::{
     rules::metrics::ServerMetrics,
     scenario::{Registry, Scenario, ScenarioModule, module, module::Built},
     server::{self, App},
+    store::Stores,
 };
 use megamind_scenario::scenarios::demo::Demo;
 use megamind_tools::client::Client;
@@ -172,7 +173,9 @@ pub async fn spawn_builtin(config: Config) -> TestApp {
 /// table of `config`, its metrics in the server's registry.
 pub async fn spawn_modules(config: Config, modules: &[Box<dyn ScenarioModule>]) -> TestApp {
     let metrics = ServerMetrics::new();
-    let built = module::build_all(modules, &config.scenarios, metrics.registry()).expect("the scenarios build");
+    let stores = Stores::of(&config.store, metrics.registry()).expect("the store's settings are right");
+    let built =
+        module::build_all_with(modules, &config.scenarios, metrics.registry(), stores).expect("the scenarios build");
     spawn_built(config, built, metrics).await
 }
 

@@ -35,7 +35,8 @@ async fn read_stream(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> (St
     (status, response.text().await.expect("the whole stream"))
 }
 
-fn valid(transcript: &str) -> Vec<Event> {
+/// The events of `transcript`, which must be valid JSONSeq.
+pub(crate) fn valid(transcript: &str) -> Vec<Event> {
     let (events, _) = parse_transcript(transcript);
     let violations = validate(&events);
     assert!(violations.is_empty(), "{violations:#?}\n{transcript}");

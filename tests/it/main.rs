@@ -49,6 +49,7 @@ mod python_tools;
 mod redis_server;
 mod refusals;
 mod replicas;
+mod replicas_assistant;
 mod router;
 mod tvm;
 #[path = "../support/tvmtool.rs"]

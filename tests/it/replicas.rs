@@ -26,17 +26,23 @@ const DETACH_LIMIT_MS: u64 = 1_000;
 const BUDGET: Duration = Duration::from_millis(300);
 
 /// One server process.
-struct Replica {
+pub(crate) struct Replica {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     /// Its log lines about the shared store.
     store_lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Replica {
     fn start(store_url: &str) -> Replica {
+        Replica::start_with(store_url, &[])
+    }
+
+    /// A replica over the Redis at `store_url`, with `args` besides.
+    pub(crate) fn start_with(store_url: &str, args: &[&str]) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
             .args(["serve", "--addr", "127.0.0.1:0", "--store-url", store_url])
+            .args(args)
             .args(["--detach-limit-ms", &DETACH_LIMIT_MS.to_string()])
             // Well above a round trip even on a machine busy building tests,
             // well inside the budget.
@@ -69,6 +75,12 @@ impl Replica {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         count()
+    }
+
+    /// Kills it (SIGKILL), as a lost node or the OOM killer would.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn is_alive(&mut self) -> bool {

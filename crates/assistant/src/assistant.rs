@@ -69,6 +69,7 @@ use megamind_core::{
     },
     rules::auth::AddressKey,
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
+    store::Stores,
 };
 use prost_types::{Any, Struct};
 use tokio::time::{Instant, timeout_at};
@@ -218,23 +219,20 @@ impl Assistant {
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
         let addresses = Arc::new(config.llm.address_key().map_err(AssistantError::Setup)?);
-        let retention = calls::Retention {
-            ttl: config.calls.result_ttl(),
-            max_entries: config.calls.max_retained,
-            max_bytes: config.calls.max_retained_bytes,
-        };
-        let calls = Calls::new(
-            config.calls.max_in_flight,
-            config.calls.call_timeout(),
-            retention,
-            metrics.in_flight.clone(),
-            metrics.evicted.clone(),
-        );
+        let calls = calls_of(config, &metrics, &Stores::memory())?;
         let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
         let margin = Margin::new(config.answer_margin());
         let activity = warmup::Activity::new();
         let config = config.clone();
         Ok(Assistant { backend, policy, calls, metrics, config, caps, margin, activity, skills: None, addresses })
+    }
+
+    /// The same assistant, its model calls in the server's stores: shared
+    /// by replicas when `[store] url` is set, else this process's memory as
+    /// before.
+    pub(crate) fn with_stores(mut self, stores: &Stores) -> Result<Assistant, AssistantError> {
+        self.calls = calls_of(&self.config, &self.metrics, stores)?;
+        Ok(self)
     }
 
     /// The backend's name: `openai` or `offline`.
@@ -260,8 +258,8 @@ impl Assistant {
 
     /// A reader of the events of the model call `call_id` (the `RequestId`
     /// that started it), from its first event, while it runs or is kept.
-    pub fn follow(&self, call_id: &str) -> Option<Follower> {
-        self.calls.follow(call_id)
+    pub async fn follow(&self, call_id: &str) -> Option<Follower> {
+        self.calls.follow(call_id).await
     }
 
     /// The call `args.call_id`: the running or kept one, else a new one.
@@ -302,6 +300,25 @@ impl Assistant {
         Ok(handle)
     }
 
+    /// The outcome of the call `handle` follows, by `stop_by`. A call
+    /// whose lease ended without an outcome (its replica died mid-call, or
+    /// it panicked) is begun again, once: this replica runs it, unless
+    /// another one claimed it first.
+    async fn outcome(
+        &self,
+        args: &TAssistantContinueArguments,
+        handle: Handle,
+        stop_by: Instant,
+    ) -> Option<Arc<ModelOutcome>> {
+        let outcome = handle.wait_until(stop_by).await;
+        if !handle.abandoned() {
+            return outcome;
+        }
+        let Ok(again) = self.start(args).await else { return outcome };
+        tracing::warn!(call_id = %args.call_id, "assistant: a model call was left without an answer; begun again");
+        again.wait_until(stop_by).await
+    }
+
     /// The answer body of a finished call; the call the policy goes on
     /// with by itself, if any, is started now, so that it is often done
     /// when its callback comes.
@@ -340,14 +357,14 @@ impl Assistant {
     /// model has said in complete sentences since the last hop, else the next
     /// filler; with the callback that fetches the rest (docs/callbacks.md).
     /// Past the hops a call may take, the apology.
-    fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
+    async fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         if args.hops >= callback::max_hops(self.config.calls.call_timeout()) {
             tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
             state.pending = None;
             return self.apology(Handler::Continue, &state);
         }
-        let partial = self.calls.partial_text(&args.call_id).unwrap_or_default();
+        let partial = self.calls.partial_text(&args.call_id).await.unwrap_or_default();
         let ready = self.policy.ready_speech(&partial, &state);
         let new = ready.strip_prefix(args.spoken.as_str()).map(str::trim).filter(|new| !new.is_empty());
         let (speech, spoken, listen, kind) = match new {
@@ -442,6 +459,18 @@ fn has_screen(base: Option<&TScenarioBaseRequest>) -> bool {
     base.and_then(|base| base.interfaces.as_ref()).is_some_and(|interfaces| interfaces.has_screen)
 }
 
+/// The model calls of an assistant configured by `config`, over `stores`.
+fn calls_of(config: &AssistantConfig, metrics: &AssistantMetrics, stores: &Stores) -> Result<Calls, AssistantError> {
+    let retention = calls::Retention {
+        ttl: config.calls.result_ttl(),
+        max_entries: config.calls.max_retained,
+        max_bytes: config.calls.max_retained_bytes,
+    };
+    let counters = (metrics.in_flight.clone(), metrics.evicted.clone(), metrics.duplicated.clone());
+    Calls::over(stores, config.calls.max_in_flight, config.calls.call_timeout(), retention, counters)
+        .map_err(|error| AssistantError::Setup(format!("the model calls' store: {error}")))
+}
+
 #[async_trait]
 impl Scenario for Assistant {
     async fn run(&self, request: TScenarioRunRequest, ctx: CallContext) -> ScenarioResult<TScenarioRunResponse> {
@@ -480,7 +509,7 @@ impl Scenario for Assistant {
             self.metrics.answer("run", "refused");
             return Ok(reply::irrelevant(BUSY).into());
         };
-        let response = match handle.wait_until(stop_by).await {
+        let response = match self.outcome(&args, handle, stop_by).await {
             Some(outcome) => {
                 let mut body = self.finish(Handler::Run, &args, &outcome).await;
                 self.on_screen(&mut body, &args.call_id, screen);
@@ -512,10 +541,10 @@ impl Scenario for Assistant {
                 self.metrics.answer("continue", "refused");
                 reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
             }
-            Ok(handle) => match handle.wait_until(stop_by).await {
+            Ok(handle) => match self.outcome(&args, handle, stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
                 None => {
-                    let body = self.hold(&args);
+                    let body = self.hold(&args).await;
                     self.answered(stop_by);
                     body
                 }

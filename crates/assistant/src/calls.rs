@@ -1,36 +1,44 @@
 //! Model calls in flight and recently finished, by call id (the `RequestId`
 //! that started them): one call per id however often `/run`, `/continue` or
-//! the user's repeated question ask for it.
+//! the user's repeated question ask for it, on whichever replica.
 //!
 //! Single flight is a [`FlightStore`]'s, keyed (`assistant`, `/run`, call
-//! id). The first asker leads and runs the call in a task of its own, so that
-//! it outlives the handler that started it (the server may drop a handler at
-//! its budget); the others wait for it. The task completes the lease with the
-//! call's [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
+//! id): the server's `[store]` (`Setup::stores`), shared by replicas when
+//! it is Redis. The first asker leads and runs the call in a task of its
+//! own, so that it outlives the handler that started it (the server may
+//! drop a handler at its budget); the others, on any replica, wait for it.
+//! The task completes the lease with the call's
+//! [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
 //! within its bounds (oldest evicted first), or abandons it if the call
 //! panicked. A task dropped with neither (the runtime shutting down) leaves
 //! its lease to run out after the call timeout and a margin; a retry then
-//! calls again. New calls are capped through `may_lead` by a count of running
-//! calls that a guard in the task gives back however the task ends.
+//! calls again. New calls are capped through `may_lead` by a count of
+//! running calls that a guard in the task gives back however the task ends.
 //!
-//! The store holds bytes only: each call's [`CallRecord`] (its events, for
-//! followers) is kept in memory beside it, from the call's start to the TTL
-//! after its end, within the retention's bounds of its own (the store evicts
-//! without telling). A call that ends without an outcome drops its record. A
-//! std mutex guards the records, held for a few map operations and never
-//! across an await.
+//! The call's events go to its [`CallRecord`], which the runner's readers
+//! follow, and from it to the entry's [journal](journal) in the same store,
+//! which every other reader follows: another replica (or this one, once
+//! the runner's record is let go) makes a mirror record from the journal.
+//! The journal expires and is evicted with the outcome: one bound, one
+//! TTL. This replica keeps only weak references to the records it holds
+//! (a record lives while its runner or a reader holds it), and the ids of
+//! the calls it knew lately, so that an expired one is told from one that
+//! never was. A std mutex guards them, held for a few map operations and
+//! never across an await.
 
 pub mod config;
+mod entry;
+pub(crate) mod journal;
 pub(crate) mod outcome;
 pub mod record;
+mod records;
 pub(crate) mod thinking;
 
 use std::{
-    collections::{HashMap, VecDeque},
     future::Future,
     panic::AssertUnwindSafe,
     sync::{
-        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
+        Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -39,31 +47,33 @@ use std::{
 use futures_util::FutureExt;
 use megamind_core::{
     scenario::Handler,
-    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Waited, Waiter, memory::Limits},
+    store::{
+        Begin, Entries, FlightStore, Journal, Key, Lease, ScenarioStore, StoreError, Stores, Waited, Waiter,
+        journal::READ_BATCH,
+        memory::{Evictions, Limits},
+    },
 };
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tokio::time::Instant;
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
-    calls::{
-        outcome::ModelOutcome,
-        record::{CallRecord, Follower},
-    },
+    calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord, records::Records},
     config::NAME,
+    metrics,
 };
 
 /// How long a lease outlasts the model call timeout: the task starts a
 /// little after its lease and stores the outcome after the call.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
-/// What keeping a record costs besides its id and events.
-const RECORD_COST: usize = 128;
-
-/// The calls, shared by the handlers of one scenario.
-#[derive(Debug, Clone)]
-pub(crate) struct Calls {
-    shared: Arc<Shared>,
-}
+/// A call's lease in a store replicas share, renewed every
+/// [`journal::HEARTBEAT`] while the call runs: a replica that dies
+/// mid-call loses it this long after its last renewal, and the next replica
+/// that needs the call begins it again.
+pub(crate) const SHARED_LEASE: Duration = Duration::from_secs(3);
+/// Where the calls' keys go in a shared store, apart from the answers the
+/// idempotency cache keeps under the same `RequestId`s.
+const NAMESPACE: &str = "calls";
 
 /// How finished calls are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,37 +82,44 @@ pub(crate) struct Retention {
     pub(crate) ttl: Duration,
     /// Finished calls kept at most.
     pub(crate) max_entries: usize,
-    /// Bytes of outcomes kept at most, and as many of records.
+    /// Bytes of outcomes and their journals kept at most.
     pub(crate) max_bytes: usize,
+}
+
+impl Retention {
+    /// The bounds of the calls' store in memory (alone, or behind Redis).
+    fn limits(self) -> Limits {
+        Limits {
+            ttl: self.ttl,
+            max_entries: self.max_entries,
+            max_bytes: self.max_bytes,
+            // No `/commit` or `/apply` keys here: the reserve stays empty.
+            ..Limits::default()
+        }
+    }
+}
+
+/// The calls, shared by the handlers of one scenario.
+#[derive(Debug, Clone)]
+pub(crate) struct Calls {
+    shared: Arc<Shared>,
 }
 
 #[derive(Debug)]
 struct Shared {
+    /// Whether replicas share the store.
+    is_shared: bool,
+    duplicated: IntCounterVec,
     store: Arc<dyn FlightStore>,
+    journal: Arc<dyn Journal>,
+    started: Once,
     lease_ttl: Duration,
+    kept_ttl: Duration,
     max_in_flight: usize,
     in_flight: AtomicUsize,
     in_flight_gauge: IntGauge,
     records: Mutex<Records>,
 }
-
-/// The records of running and kept calls.
-#[derive(Debug)]
-struct Records {
-    retention: Retention,
-    by_id: HashMap<Box<str>, Kept>,
-    /// Records of finished calls in finishing order, which with one TTL is
-    /// also expiry order.
-    finished: VecDeque<Finished>,
-    finished_bytes: usize,
-    generation: u64,
-    /// Ids of calls whose records went lately, oldest first, so that a
-    /// reader is told "expired" rather than "never was"; bounded by count.
-    gone: VecDeque<Box<str>>,
-}
-
-/// Ids of forgotten calls remembered at most.
-const MAX_GONE: usize = 4096;
 
 /// What is known of a call id.
 #[derive(Debug)]
@@ -115,21 +132,6 @@ pub(crate) enum Lookup {
     Unknown,
 }
 
-#[derive(Debug)]
-struct Kept {
-    record: Arc<CallRecord>,
-    // Tells a newer call under a reused id from the one a FIFO entry names.
-    generation: u64,
-}
-
-#[derive(Debug)]
-struct Finished {
-    expiry: Instant,
-    id: Box<str>,
-    generation: u64,
-    bytes: usize,
-}
-
 /// A call to wait for.
 #[derive(Debug, Clone)]
 pub(crate) struct Handle {
@@ -138,6 +140,8 @@ pub(crate) struct Handle {
     waiter: Option<Waiter>,
     /// Decoded once per handle.
     outcome: OnceLock<Arc<ModelOutcome>>,
+    /// Set when the lease ended without an outcome.
+    abandoned: OnceLock<()>,
 }
 
 /// The in-flight cap is reached: no new call was started.
@@ -146,11 +150,11 @@ pub(crate) struct AtCapacity;
 
 impl Handle {
     fn waiting(store: Arc<dyn FlightStore>, waiter: Waiter) -> Handle {
-        Handle { store, waiter: Some(waiter), outcome: OnceLock::new() }
+        Handle { store, waiter: Some(waiter), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
     fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
-        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)) }
+        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)), abandoned: OnceLock::new() }
     }
 
     /// The outcome if the call has finished, as far as the store knows
@@ -174,13 +178,22 @@ impl Handle {
         self.settle(waited)
     }
 
+    /// Whether the call's lease ended without an outcome: its runner
+    /// panicked, or went away (its replica died) and its lease ran out.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.abandoned.get().is_some()
+    }
+
     fn settle(&self, waited: Result<Waited, StoreError>) -> Option<Arc<ModelOutcome>> {
         let outcome = match waited {
             Ok(Waited::TimedOut) => return None,
             Ok(Waited::Done(bytes)) => outcome::decode(&bytes),
             // The task went away without an outcome (a panic, or a runtime
             // shutting down and its lease run out).
-            Ok(Waited::Abandoned) => Err(BackendError::Connect("the model call was abandoned".into())),
+            Ok(Waited::Abandoned) => {
+                let _ = self.abandoned.set(());
+                Err(BackendError::Connect("the model call was abandoned".into()))
+            }
             Err(error) => Err(unavailable(&error)),
         };
         Some(self.outcome.get_or_init(|| Arc::new(outcome)).clone())
@@ -191,6 +204,7 @@ impl Calls {
     /// At most `max_in_flight` calls at once, each over by `call_timeout`;
     /// finished ones kept in a memory store of their own as `retention` says,
     /// its evictions counted in `evicted`.
+    #[cfg(test)]
     pub(crate) fn new(
         max_in_flight: usize,
         call_timeout: Duration,
@@ -198,48 +212,65 @@ impl Calls {
         in_flight_gauge: IntGauge,
         evicted: IntCounter,
     ) -> Calls {
-        let limits = Limits {
-            ttl: retention.ttl,
-            max_entries: retention.max_entries,
-            max_bytes: retention.max_bytes,
-            // No `/commit` or `/apply` keys here: the reserve stays empty.
-            ..Limits::default()
-        };
-        let store = MemoryStore::new(limits, std::array::from_fn(|_| evicted.clone()));
-        Calls::with_store(Arc::new(store), max_in_flight, call_timeout, retention, in_flight_gauge)
+        let store = Arc::new(megamind_core::store::MemoryStore::new(retention.limits(), evictions(&evicted)));
+        let store = ScenarioStore { flights: store.clone(), journal: store, shared: false };
+        let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).expect("a valid counter");
+        Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated))
     }
 
-    /// As [`Calls::new`], over any store, which keeps the outcomes by its own
-    /// bounds (`retention` bounds the records).
-    pub(crate) fn with_store(
-        store: Arc<dyn FlightStore>,
+    /// As [`Calls::new`], over the server's stores: shared by replicas when
+    /// the server's `[store]` is; calls that ran, or may have run, on two
+    /// replicas counted in `duplicated`.
+    pub(crate) fn over(
+        stores: &Stores,
         max_in_flight: usize,
         call_timeout: Duration,
         retention: Retention,
-        in_flight_gauge: IntGauge,
+        (in_flight_gauge, evicted, duplicated): (IntGauge, IntCounter, IntCounterVec),
+    ) -> Result<Calls, StoreError> {
+        let store = stores.build(NAMESPACE, retention.limits(), evictions(&evicted))?;
+        Ok(Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated)))
+    }
+
+    /// As [`Calls::new`], over any store, which keeps the outcomes and
+    /// journals by its own bounds.
+    pub(crate) fn with_store(
+        store: ScenarioStore,
+        max_in_flight: usize,
+        call_timeout: Duration,
+        retention: Retention,
+        (in_flight_gauge, duplicated): (IntGauge, IntCounterVec),
     ) -> Calls {
+        // In memory, only this process runs the call: it holds its lease for
+        // the whole call. Shared, the lease is short and renewed.
+        let lease_ttl = if store.shared { SHARED_LEASE } else { call_timeout + LEASE_MARGIN };
         let shared = Shared {
-            store,
-            lease_ttl: call_timeout + LEASE_MARGIN,
+            is_shared: store.shared,
+            duplicated,
+            store: store.flights,
+            journal: store.journal,
+            started: Once::new(),
+            lease_ttl,
+            kept_ttl: retention.ttl,
             max_in_flight,
             in_flight: AtomicUsize::new(0),
             in_flight_gauge,
-            records: Mutex::new(Records {
-                retention,
-                by_id: HashMap::new(),
-                finished: VecDeque::new(),
-                finished_bytes: 0,
-                generation: 0,
-                gone: VecDeque::new(),
-            }),
+            records: Mutex::new(Records::default()),
         };
         Calls { shared: Arc::new(shared) }
+    }
+
+    /// The store, its background work started once a runtime runs.
+    fn store(&self) -> &Arc<dyn FlightStore> {
+        let store = &self.shared.store;
+        self.shared.started.call_once(|| store.start());
+        store
     }
 
     /// The call `id`, if it is running or finished recently.
     #[cfg(test)]
     pub(crate) async fn get(&self, id: &str) -> Option<Handle> {
-        let store = &self.shared.store;
+        let store = self.store();
         match store.begin(key(id), self.shared.lease_ttl, soon(), &mut || false).await {
             Ok(Begin::Hit(bytes)) => Some(Handle::done(store.clone(), outcome::decode(&bytes))),
             Ok(Begin::Wait(waiter)) => Some(Handle::waiting(store.clone(), waiter)),
@@ -273,8 +304,8 @@ impl Calls {
             claimed = InFlight::claim(shared);
             claimed.is_some()
         };
-        let begun = shared.store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
-        let store = shared.store.clone();
+        let store = self.store().clone();
+        let begun = store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
         let lease = match begun {
             Ok(Begin::Hit(bytes)) => return Ok((Handle::done(store, outcome::decode(&bytes)), false)),
             Ok(Begin::Wait(waiter)) => return Ok((Handle::waiting(store, waiter), false)),
@@ -288,33 +319,94 @@ impl Calls {
             let _ = store.abandon(lease).await;
             return Err(AtCapacity);
         };
-        let (record, generation) = shared.records().start(id);
-        let running =
-            Running { shared: shared.clone(), id: id.into(), generation, record: record.clone(), kept: false };
+        if shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token) {
+            // Claimed in this replica's memory: another replica may run it too.
+            shared.duplicated.with_label_values(&[metrics::STORE_DOWN]).inc();
+        }
+        let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
+        let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
+        shared.records().hold(id, &record);
+        let writing = Writing {
+            journal: shared.journal.clone(),
+            lease: shared.lease_ttl,
+            kept_ttl: shared.kept_ttl,
+            lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
+        };
+        let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
+        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
         let handle = Handle::waiting(store, lease.waiter());
-        tokio::spawn(running.run(call(record), lease, in_flight));
+        tokio::spawn(running.run(call(record), lease, in_flight, writer));
         Ok((handle, true))
     }
 
     /// A reader of the events of call `id` from the first, if it is
     /// running or kept.
-    pub(crate) fn follow(&self, id: &str) -> Option<Follower> {
-        self.shared.records().get(id, Instant::now()).map(|record| record.follow())
-    }
-
-    /// The record of call `id`, or what is known of it.
-    pub(crate) fn lookup(&self, id: &str) -> Lookup {
-        let mut records = self.shared.records();
-        match records.get(id, Instant::now()) {
-            Some(record) => Lookup::Kept(record),
-            None if records.gone.iter().any(|gone| &**gone == id) => Lookup::Gone,
-            None => Lookup::Unknown,
+    pub(crate) async fn follow(&self, id: &str) -> Option<record::Follower> {
+        match self.lookup(id).await {
+            Lookup::Kept(record) => Some(record.follow()),
+            Lookup::Gone | Lookup::Unknown => None,
         }
     }
 
+    /// The record of call `id` (this replica's, or a mirror of its
+    /// journal), or what is known of it.
+    pub(crate) async fn lookup(&self, id: &str) -> Lookup {
+        let shared = &self.shared;
+        if let Some(record) = shared.records().get(id) {
+            return Lookup::Kept(record);
+        }
+        let key = key(id);
+        let _ = self.store();
+        let read = match self.read_all(&key).await {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
+                None
+            }
+        };
+        let Some(read) = read else {
+            return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
+        };
+        let mut records = shared.records();
+        // Another reader may have made one meanwhile: one mirror per call.
+        if let Some(record) = records.get(id) {
+            return Lookup::Kept(record);
+        }
+        let run = journal::latest_run(&read.entries);
+        let record = Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES));
+        records.hold(id, &record);
+        drop(records);
+        let ended = record.timings().ended.is_some() || read.ended;
+        if !ended {
+            let started = journal::has_start(run);
+            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), started));
+        }
+        Lookup::Kept(record)
+    }
+
+    /// Everything the journal of `key` holds now, from its first entry.
+    async fn read_all(&self, key: &Key) -> Result<Option<Entries>, StoreError> {
+        let journal = &self.shared.journal;
+        let Some(mut all) = journal.read(key, 0, soon()).await? else { return Ok(None) };
+        while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
+            let after = all.last(0);
+            match journal.read(key, after, Instant::now()).await? {
+                Some(more) if !more.entries.is_empty() || more.ended => {
+                    all.ended = more.ended;
+                    all.entries.extend(more.entries);
+                }
+                _ => break,
+            }
+        }
+        Ok(Some(all))
+    }
+
     /// The text call `id` has streamed so far, if it is running or kept.
-    pub(crate) fn partial_text(&self, id: &str) -> Option<String> {
-        self.shared.records().get(id, Instant::now()).map(|record| record.text())
+    pub(crate) async fn partial_text(&self, id: &str) -> Option<String> {
+        match self.lookup(id).await {
+            Lookup::Kept(record) => Some(record.text()),
+            Lookup::Gone | Lookup::Unknown => None,
+        }
     }
 
     /// Calls running now.
@@ -327,6 +419,10 @@ fn key(id: &str) -> Key {
     Key::new(NAME, Handler::Run, id)
 }
 
+fn evictions(evicted: &IntCounter) -> Evictions {
+    std::array::from_fn(|_| evicted.clone())
+}
+
 fn unavailable(error: &StoreError) -> BackendError {
     BackendError::Connect(format!("the model call is out of reach: {error}"))
 }
@@ -334,54 +430,6 @@ fn unavailable(error: &StoreError) -> BackendError {
 impl Shared {
     fn records(&self) -> MutexGuard<'_, Records> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Records {
-    /// A new record for call `id`, in place of any older one.
-    fn start(&mut self, id: &str) -> (Arc<CallRecord>, u64) {
-        let record = Arc::new(CallRecord::new(MAX_ANSWER_BYTES));
-        self.generation += 1;
-        self.by_id.insert(id.into(), Kept { record: record.clone(), generation: self.generation });
-        (record, self.generation)
-    }
-
-    fn get(&mut self, id: &str, now: Instant) -> Option<Arc<CallRecord>> {
-        self.purge(now);
-        self.by_id.get(id).map(|kept| kept.record.clone())
-    }
-
-    /// Keeps the record of a call that ended with an outcome for the TTL.
-    fn keep(&mut self, id: Box<str>, generation: u64, bytes: usize, now: Instant) {
-        let expiry = now + self.retention.ttl;
-        self.finished_bytes += bytes;
-        self.finished.push_back(Finished { expiry, id, generation, bytes });
-        self.purge(now);
-    }
-
-    /// Drops the record of a call that ended without an outcome.
-    fn forget(&mut self, id: &str, generation: u64) {
-        if self.by_id.get(id).is_some_and(|kept| kept.generation == generation) {
-            self.by_id.remove(id);
-            if self.gone.len() == MAX_GONE {
-                self.gone.pop_front();
-            }
-            self.gone.push_back(id.into());
-        }
-    }
-
-    fn purge(&mut self, now: Instant) {
-        let Retention { max_entries, max_bytes, .. } = self.retention;
-        while let Some(oldest) = self.finished.front() {
-            let over = self.finished.len() > max_entries || self.finished_bytes > max_bytes;
-            if oldest.expiry > now && !over {
-                break;
-            }
-            if let Some(Finished { id, generation, bytes, .. }) = self.finished.pop_front() {
-                self.finished_bytes -= bytes;
-                self.forget(&id, generation);
-            }
-        }
     }
 }
 
@@ -406,19 +454,22 @@ impl Drop for InFlight {
     }
 }
 
-/// The task of one call: ends its record however the task ends, kept for
-/// the TTL with an outcome, dropped without one.
+/// The task of one call: ends its record however the task ends.
 #[derive(Debug)]
 struct Running {
     shared: Arc<Shared>,
     id: Box<str>,
-    generation: u64,
     record: Arc<CallRecord>,
-    kept: bool,
 }
 
 impl Running {
-    async fn run(mut self, call: impl Future<Output = ModelOutcome>, lease: Lease, in_flight: InFlight) {
+    async fn run(
+        self,
+        call: impl Future<Output = ModelOutcome>,
+        lease: Lease,
+        in_flight: InFlight,
+        writer: tokio::task::JoinHandle<()>,
+    ) {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
         let outcome = AssertUnwindSafe(call).catch_unwind().await;
@@ -428,13 +479,13 @@ impl Running {
             Err(_) => self.record.fail("the model call failed"),
             Ok(Ok(_)) => self.record.finish(),
         }
+        // The journal ends before the outcome is stored: a replica that
+        // sees the outcome finds the whole journal. Its appends are bounded
+        // by the store's timeouts.
+        let _ = writer.await;
         let store = &self.shared.store;
         let ended = match outcome {
-            Ok(outcome) => {
-                let ended = store.complete(lease, outcome::encode(&outcome)).await;
-                self.kept = ended.is_ok();
-                ended
-            }
+            Ok(outcome) => store.complete(lease, outcome::encode(&outcome)).await,
             // Abandoned at once, so that a retry calls again without waiting
             // for the lease to run out.
             Err(_) => {
@@ -450,14 +501,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.record.finish();
-        let mut records = self.shared.records();
-        if self.kept {
-            let bytes = RECORD_COST + self.id.len() + self.record.bytes();
-            records.keep(std::mem::take(&mut self.id), self.generation, bytes, Instant::now());
-        } else {
-            records.forget(&self.id, self.generation);
-        }
+        // Nothing if the call ended; a task dropped before (the runtime
+        // shutting down) ended without an answer.
+        self.record.fail("the model call was dropped before it ended");
     }
 }
 

@@ -24,6 +24,14 @@ pub const IN_FLIGHT: &str = "megamind_assistant_model_calls_in_flight";
 /// Outcomes of finished model calls evicted before their TTL to stay within
 /// `max_retained` and `max_retained_bytes`.
 pub const EVICTED: &str = "megamind_assistant_model_calls_evicted_total";
+/// Model calls that ran, or may have run, on two replicas, by reason:
+/// `store_down` (begun in this replica's memory while the shared store was
+/// out of reach), `lease_lost` (still running here when its lease ran out,
+/// to be taken over elsewhere).
+pub const DUPLICATED: &str = "megamind_assistant_calls_duplicated_total";
+/// [`DUPLICATED`]'s reasons.
+pub(crate) const STORE_DOWN: &str = "store_down";
+pub(crate) const LEASE_LOST: &str = "lease_lost";
 /// Retried attempts.
 pub const RETRIES: &str = "megamind_assistant_model_retries_total";
 /// The breaker: 0 closed, 1 half-open, 2 open.
@@ -109,6 +117,7 @@ pub struct AssistantMetrics {
     pub(crate) first_token_seconds: HistogramVec,
     pub(crate) in_flight: IntGauge,
     pub(crate) evicted: IntCounter,
+    pub(crate) duplicated: IntCounterVec,
     pub(crate) retries: IntCounter,
     pub(crate) breaker: IntGauge,
     pub(crate) answers: IntCounterVec,
@@ -142,6 +151,10 @@ impl AssistantMetrics {
             )?,
             in_flight: IntGauge::new(IN_FLIGHT, "Model calls running now.")?,
             evicted: IntCounter::new(EVICTED, "Outcomes of finished model calls evicted before their TTL.")?,
+            duplicated: IntCounterVec::new(
+                Opts::new(DUPLICATED, "Model calls that ran, or may have run, on two replicas, by reason."),
+                &["reason"],
+            )?,
             retries: IntCounter::new(RETRIES, "Model call attempts that were retries.")?,
             breaker: IntGauge::new(BREAKER, "Circuit breaker of the model backend: 0 closed, 1 half-open, 2 open.")?,
             answers: IntCounterVec::new(Opts::new(ANSWERS, "Answers by handler and kind."), &["handler", "kind"])?,
@@ -176,6 +189,7 @@ impl AssistantMetrics {
         registry.register(Box::new(metrics.first_token_seconds.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.evicted.clone()))?;
+        registry.register(Box::new(metrics.duplicated.clone()))?;
         registry.register(Box::new(metrics.retries.clone()))?;
         registry.register(Box::new(metrics.breaker.clone()))?;
         registry.register(Box::new(metrics.answers.clone()))?;
@@ -202,6 +216,9 @@ impl AssistantMetrics {
         }
         self.model_seconds.with_label_values(&[backend]);
         self.first_token_seconds.with_label_values(&[backend]);
+        for reason in [STORE_DOWN, LEASE_LOST] {
+            self.duplicated.with_label_values(&[reason]);
+        }
         for (handler, kinds) in ANSWER_KINDS {
             for kind in *kinds {
                 self.answers.with_label_values(&[handler, kind]);

@@ -95,6 +95,8 @@ impl ScenarioModule for AssistantModule {
                     SetupError::new(NAME, format!("cannot register the metrics: {error}"))
                 }
             })?;
+        let assistant =
+            assistant.with_stores(setup.stores()).map_err(|error| SetupError::new(NAME, error.to_string()))?;
         let assistant = Arc::new(assistant);
         if config.llm.signing_key.is_empty() {
             setup.key_of_this_process("assistant.llm.signing_key");

@@ -80,6 +80,18 @@ impl App {
         metrics: ServerMetrics,
         routes: Vec<(String, axum::routing::MethodRouter)>,
     ) -> Result<App, ConfigError> {
+        App::build(config, registry, metrics, routes, None)
+    }
+
+    /// As [`App::with_routes`], the shared store's commands counted in
+    /// `store_metrics` when the scenarios' stores already registered them.
+    fn build(
+        config: &Config,
+        registry: Registry,
+        metrics: ServerMetrics,
+        routes: Vec<(String, axum::routing::MethodRouter)>,
+        store_metrics: Option<StoreMetrics>,
+    ) -> Result<App, ConfigError> {
         let mut problems = Vec::new();
         if !config.default_scenario.is_empty() && registry.get(&config.default_scenario).is_none() {
             problems.push(format!(
@@ -99,7 +111,7 @@ impl App {
             name => Some(name),
         };
         metrics.start_at_zero(registry.names());
-        let cache = cache_of(config, &metrics)?;
+        let cache = cache_of(config, &metrics, store_metrics)?;
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
         let connection_metrics = ConnectionMetrics::register(metrics.registry());
@@ -134,7 +146,8 @@ impl App {
     /// of those registered for the stream lane
     /// ([`crate::scenario::Setup::route_in_lane`]).
     pub fn from_built(config: &Config, built: Built, metrics: ServerMetrics) -> Result<App, ConfigError> {
-        let mut app = App::with_routes(config, built.registry, metrics, built.routes)?;
+        let store_metrics = built.stores.metrics().cloned();
+        let mut app = App::build(config, built.registry, metrics, built.routes, store_metrics)?;
         app.lane_paths = built.lane;
         built.gate.bind(app.dispatcher.authenticator().clone());
         if !config.store.url.is_empty() {
@@ -193,7 +206,11 @@ fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut 
 
 /// The idempotency cache over the store `[store]` names: this process's
 /// memory, or Redis with that memory behind it.
-fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache, ConfigError> {
+fn cache_of(
+    config: &Config,
+    metrics: &ServerMetrics,
+    store_metrics: Option<StoreMetrics>,
+) -> Result<IdempotencyCache, ConfigError> {
     let counters = CacheCounters::default();
     let limits = config.cache_limits();
     let local = MemoryStore::new(limits, counters.evictions_by_handler());
@@ -210,7 +227,7 @@ fn cache_of(config: &Config, metrics: &ServerMetrics) -> Result<IdempotencyCache
         connections: config.store.connections,
     };
     let redis = RedisStore::new(options).map_err(|error| ConfigError(vec![format!("store.url: {error}")]))?;
-    let store_metrics = StoreMetrics::register(metrics.registry());
+    let store_metrics = store_metrics.unwrap_or_else(|| StoreMetrics::register(metrics.registry()));
     let store = SharedStore::new(redis, local, config.store.commit_fallback, store_metrics, address);
     Ok(IdempotencyCache::with_store(Arc::new(store), counters))
 }

@@ -21,15 +21,10 @@
 //!   when Redis is out of reach; what `[store] url` selects.
 //!
 //! A work whose progress others follow (a model call streamed to readers on
-//! any replica) needs, beside its single flight, an append-only journal of
-//! its events readable from any offset. It belongs beside this trait as a
-//! second one over the same keys, so that one lease, one TTL and one
-//! eviction govern both: `append(key, event)` by the lease's holder,
-//! `read(key, after, deadline)` blocking until an event comes or the
-//! deadline does, ended with the entry. In memory, a list per entry and a
-//! `Notify`; in Redis, a stream beside the entry's key in its hash-tagged
-//! slot (`XADD … MAXLEN ~`, `XREAD BLOCK`, the entry's `PEXPIRE`), so that one
-//! script may end the claim and close the journal together.
+//! any replica) keeps, beside its single flight, an append-only [`Journal`]
+//! of its events readable from any offset, over the same keys: appended by
+//! the lease's holder alone, read by anyone, gone with the entry. Each
+//! store implements both traits.
 
 use std::{any::Any, fmt, sync::Arc, time::Duration};
 
@@ -39,16 +34,20 @@ use tokio::time::Instant;
 
 use crate::scenario::Handler;
 
+pub mod journal;
 mod key;
 pub mod memory;
 pub mod metrics;
 pub mod redis;
 pub mod shared;
+mod stores;
 
+pub use journal::{Appending, Entries, Journal};
 pub use key::{Key, RequestId, ScenarioName};
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore, StoreUrl};
 pub use shared::{CommitFallback, SharedStore};
+pub use stores::{ScenarioStore, Stores};
 
 /// What a caller of [`FlightStore::begin`] does next.
 #[derive(Debug)]

@@ -2,6 +2,8 @@
 //! one and Redis (a `redis-server` of the test's own). Real time, short
 //! TTLs: a Redis key expires by Redis's clock, which no test can move.
 
+#[path = "support/every_store.rs"]
+mod every_store;
 #[path = "../../../tests/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
@@ -12,7 +14,7 @@ use bytes::Bytes;
 use megamind_core::{
     scenario::Handler,
     store::{
-        Begin, FlightStore, Key, MemoryStore, RedisOptions, RedisStore, StoreUrl, Waited,
+        Begin, FlightStore, Key, MemoryStore, RedisStore, Waited,
         memory::{Limits, unregistered_evictions},
     },
 };
@@ -35,39 +37,16 @@ fn memory() -> Arc<dyn FlightStore> {
     ))
 }
 
-fn redis(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
-    let options = RedisOptions {
-        url: StoreUrl::parse(&server.url()).unwrap(),
-        prefix: prefix.into(),
-        ttl: TTL,
-        commit_ttl: COMMIT_TTL,
-        timeout: Duration::from_secs(1),
-        connections: 2,
-    };
-    Arc::new(RedisStore::new(options).unwrap())
+fn redis(server: &RedisServer) -> Arc<dyn FlightStore> {
+    redis_under(server, "contract")
 }
 
-/// Runs `contract` against the memory store and, when there is one, Redis.
-macro_rules! against_every_store {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn memory() {
-                super::$name(super::memory()).await;
-            }
-
-            #[tokio::test]
-            async fn redis() {
-                let Some(server) = super::RedisServer::start(concat!("store contract ", stringify!($name))) else {
-                    return;
-                };
-                super::$name(super::redis(&server, "contract")).await;
-            }
-        }
-    )*};
+fn redis_under(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
+    Arc::new(RedisStore::new(every_store::redis_options(server, prefix, TTL, COMMIT_TTL)).unwrap())
 }
 
 against_every_store!(
+    "store contract":
     the_first_caller_leads_repeats_wait_then_hit,
     of_concurrent_claims_exactly_one_leads,
     a_wait_ends_by_its_deadline,
@@ -214,7 +193,7 @@ async fn keys_differ_by_scenario_handler_and_id(store: Arc<dyn FlightStore>) {
 #[tokio::test]
 async fn a_full_redis_refuses_new_commits_and_still_replays() {
     let Some(server) = RedisServer::start("a full Redis") else { return };
-    let store = redis(&server, "full");
+    let store = redis_under(&server, "full");
     let Begin::Lead(lease) = begin(&*store, key("kept"), LONG).await else { panic!("leads") };
     store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
     let used: String = server.query(redis::cmd("INFO").arg("memory"));
@@ -231,7 +210,7 @@ async fn a_full_redis_refuses_new_commits_and_still_replays() {
 #[tokio::test]
 async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     let Some(server) = RedisServer::start("Redis keys") else { return };
-    let store = redis(&server, "team-a");
+    let store = redis_under(&server, "team-a");
     let Begin::Lead(lease) = begin(&*store, Key::new("demo", Handler::Commit, "r-1"), LONG).await else {
         panic!("leads")
     };

@@ -143,3 +143,38 @@ async fn errors_never_name_the_password() {
         assert!(!error.to_string().contains("s3cret"), "{error}");
     }
 }
+
+/// A journal read waits no longer than its reader's deadline however stuck
+/// Redis is, and with Redis down a journal begun on this replica's memory
+/// is appended and read there.
+#[tokio::test]
+async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
+    use megamind_core::store::{Appending, Journal};
+    let Some(mut server) = RedisServer::start("a journal on a stuck Redis") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let (Ok(Begin::Lead(lease)), _) = begin(&store, Handler::Run, "j1").await else { panic!("leads in Redis") };
+    let entries = [Bytes::from_static(b"one")];
+    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE, lease: None };
+    assert!(store.append(&lease, appending).await.unwrap());
+    let key = Key::new("demo", Handler::Run, "j1");
+    server.freeze();
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(100);
+    let read = store.read(&key, 1, deadline).await;
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(late <= TIMEOUT + SLACK, "a read {late:?} past its deadline: {read:?}");
+    server.thaw();
+
+    server.kill();
+    // Calls find Redis gone: a few failures in a row take it for down.
+    for n in 0..10 {
+        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
+    }
+    assert!(store.is_down(), "taken for down");
+    let (Ok(Begin::Lead(local)), took) = begin(&store, Handler::Run, "j2").await else { panic!("leads locally") };
+    assert!(took < SLACK, "at once: {took:?}");
+    assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");
+    let read = store.read(&Key::new("demo", Handler::Run, "j2"), 0, Instant::now()).await.unwrap();
+    assert_eq!(read.map(|read| read.entries), Some(entries.to_vec()));
+}

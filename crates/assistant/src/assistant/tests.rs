@@ -374,18 +374,18 @@ async fn followers_of_a_call_read_its_events_from_the_start() {
     let (assistant, _) = assistant(Scripted::new(2_000, Ok("Ответ.")), AssistantConfig::default());
     handover(&assistant.run(run_request("r1", "вопрос", None), ctx("r1")).await.unwrap().into_owned());
     let events = [ModelEvent::TextDelta("Ответ.".into()), ModelEvent::Finish { reason: "stop".into() }];
-    let mut early = assistant.follow("r1").expect("a running call");
+    let mut early = assistant.follow("r1").await.expect("a running call");
     let started = Instant::now();
     assert_eq!(early.next().await.as_ref(), Some(&events[0]));
     assert_eq!(started.elapsed(), Duration::from_millis(2_000 - 150), "waited for the model");
     assert_eq!(early.next().await.as_ref(), Some(&events[1]));
     assert_eq!(early.next().await, None, "over with the call");
-    let mut late = assistant.follow("r1").expect("a kept call");
+    let mut late = assistant.follow("r1").await.expect("a kept call");
     assert_eq!(
         (late.next().await, late.next().await, late.next().await),
         (Some(events[0].clone()), Some(events[1].clone()), None)
     );
-    assert!(assistant.follow("r2").is_none(), "no such call");
+    assert!(assistant.follow("r2").await.is_none(), "no such call");
 }
 
 mod callbacks;

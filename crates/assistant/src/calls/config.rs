@@ -18,7 +18,7 @@ pub struct CallsConfig {
     pub result_ttl_secs: u64,
     /// Finished answers kept at most.
     pub max_retained: usize,
-    /// Bytes of finished answers kept at most.
+    /// Bytes of finished answers kept at most, each with its events.
     pub max_retained_bytes: usize,
     /// A model still thinking, without a word of its answer, this long (ms)
     /// into its call is stopped and the apology said; 0: no budget.

@@ -11,6 +11,11 @@
 //! record ends when the call does, or when its writer goes away without
 //! saying so; a follower then gets the rest and `None`.
 //!
+//! The record of the replica that runs the call also writes every event it
+//! keeps to the call's journal ([`super::journal`]), through a channel a
+//! task drains; a replica that follows the call from elsewhere keeps a
+//! mirror record fed from the journal, with the times the runner gave.
+//!
 //! The events sit in a `tokio::sync::watch`: the writer appends under its
 //! lock (never held across an await) and wakes every follower; a follower
 //! keeps only its own position, so a slow one holds nothing back and costs
@@ -25,6 +30,7 @@ use std::{
 use megamind_core::text::clip;
 use tokio::{sync::watch, time::Instant};
 
+use super::entry::{Entry, Tap};
 use crate::backend::{EventSink, ModelEvent};
 
 /// Room past the bound for how the call ended.
@@ -41,6 +47,8 @@ pub(crate) struct CallRecord {
     /// What the call's readers share (the stream's events, made once),
     /// kept while one of them holds it.
     shared: Mutex<Weak<dyn Any + Send + Sync>>,
+    /// Where the runner's record sends what it keeps, for the journal.
+    tap: Option<Tap>,
 }
 
 #[derive(Debug)]
@@ -94,8 +102,24 @@ pub struct Follower {
 
 impl CallRecord {
     /// An empty record keeping at most about `max_bytes`.
+    #[cfg(test)]
     pub(crate) fn new(max_bytes: usize) -> CallRecord {
-        let started = Instant::now();
+        CallRecord::started_at(max_bytes, Instant::now(), None)
+    }
+
+    /// The runner's record: as [`CallRecord::new`], sending what it keeps
+    /// to `tap`, its start first.
+    pub(crate) fn journaled(max_bytes: usize, tap: Tap) -> CallRecord {
+        let _ = tap.send((Entry::started_now(), false));
+        CallRecord::started_at(max_bytes, Instant::now(), Some(tap))
+    }
+
+    /// A mirror of a call that started at `started`, fed from its journal.
+    pub(crate) fn mirror(max_bytes: usize, started: Instant) -> CallRecord {
+        CallRecord::started_at(max_bytes, started, None)
+    }
+
+    fn started_at(max_bytes: usize, started: Instant, tap: Option<Tap>) -> CallRecord {
         let recording = Recording {
             started,
             events: Vec::new(),
@@ -108,31 +132,62 @@ impl CallRecord {
             ended: None,
         };
         let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
-        CallRecord { max_bytes, started, tx: watch::Sender::new(recording), shared }
+        CallRecord { max_bytes, started, tx: watch::Sender::new(recording), shared, tap }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
     pub(crate) fn push(&self, event: ModelEvent) {
-        let at = self.started.elapsed();
+        self.push_at(event, self.started.elapsed());
+    }
+
+    /// Appends `event`, which came `at` into the call.
+    pub(crate) fn push_at(&self, event: ModelEvent, at: Duration) {
+        let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
+            let was_cut = recording.truncated;
             let kept = recording.push(event, self.max_bytes);
             if kept {
                 recording.arrived_us.push(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
                 if recording.first_event.is_none() {
                     recording.first_event = Some(at);
                 }
+                if let (Some(tap), Some(event)) = (&self.tap, recording.events.last()) {
+                    let _ = tap.send((Entry::Event { event: event.clone(), at }.encode(), false));
+                }
             }
-            kept
+            if recording.truncated && !was_cut {
+                if let Some(tap) = &self.tap {
+                    let _ = tap.send((Entry::Cut.encode(), false));
+                }
+            }
+            kept || recording.truncated != was_cut
         });
+    }
+
+    /// The text was cut at the bound (as the runner's record says).
+    pub(crate) fn cut(&self) {
+        self.tx.send_if_modified(|recording| !std::mem::replace(&mut recording.truncated, true));
     }
 
     /// The call is over: followers get the rest, then `None`.
     pub(crate) fn finish(&self) {
-        let at = self.started.elapsed();
+        self.finish_at(self.started.elapsed());
+    }
+
+    /// The call ended `at` into it.
+    pub(crate) fn finish_at(&self, at: Duration) {
+        let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
             let first = !std::mem::replace(&mut recording.finished, true);
             if first {
                 recording.ended = Some(at);
+                if let Some(tap) = &self.tap {
+                    let entry = match &recording.failure {
+                        Some(reason) => Entry::Failed { reason: reason.clone(), at },
+                        None => Entry::Completed { at },
+                    };
+                    let _ = tap.send((entry.encode(), true));
+                }
             }
             first
         });
@@ -140,6 +195,11 @@ impl CallRecord {
 
     /// The call failed for `reason` and is over.
     pub(crate) fn fail(&self, reason: &str) {
+        self.fail_at(reason, self.started.elapsed());
+    }
+
+    /// The call failed for `reason`, `at` into it.
+    pub(crate) fn fail_at(&self, reason: &str, at: Duration) {
         self.tx.send_if_modified(|recording| {
             if recording.finished {
                 return false;
@@ -147,7 +207,7 @@ impl CallRecord {
             recording.failure = Some(clip(reason, MAX_FAILURE_BYTES).to_owned());
             true
         });
-        self.finish();
+        self.finish_at(at);
     }
 
     /// How the call ended, so far.
@@ -189,6 +249,12 @@ impl CallRecord {
         Follower { rx: self.tx.subscribe(), next: 0 }
     }
 
+    /// What the record holds, in bytes.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.tx.borrow().bytes
+    }
+
     /// The answer's text so far: its text pieces, joined.
     pub(crate) fn text(&self) -> String {
         let recording = self.tx.borrow();
@@ -201,11 +267,12 @@ impl CallRecord {
             })
             .collect()
     }
+}
 
-    /// What the record holds, in bytes, for the retention bound.
-    pub(crate) fn bytes(&self) -> usize {
-        self.tx.borrow().bytes
-    }
+/// `at` in whole µs, as a journal keeps it: a mirror's times are then the
+/// runner's to the digit.
+fn whole_micros(at: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(at.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl EventSink for CallRecord {

@@ -77,10 +77,10 @@ async fn finished_calls_expire_after_the_ttl() {
     handle.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
     tokio::time::advance(TTL - SECOND).await;
-    assert!(calls.get("r1").await.is_some() && calls.follow("r1").is_some());
+    assert!(calls.get("r1").await.is_some() && calls.follow("r1").await.is_some());
     tokio::time::advance(2 * SECOND).await;
     assert!(calls.get("r1").await.is_none(), "expired");
-    assert!(calls.follow("r1").is_none(), "and its record with it");
+    assert!(calls.follow("r1").await.is_none(), "and its record with it");
     let (_, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
     assert!(started, "a new call after expiry");
 }
@@ -104,32 +104,42 @@ async fn in_flight_calls_are_capped_and_not_evicted() {
     let usage = calls.usage();
     assert_eq!((usage.entries, usage.in_flight), (1, 1), "max_retained 1 evicted finished 'a', kept 'c'");
     assert!(calls.get("a").await.is_none() && calls.get("b").await.is_some() && calls.get("c").await.is_some());
-    assert!(calls.follow("a").is_none() && calls.follow("b").is_some() && calls.follow("c").is_some());
+    assert!(
+        calls.follow("a").await.is_none() && calls.follow("b").await.is_some() && calls.follow("c").await.is_some()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn finished_answers_and_records_are_bounded_by_bytes() {
     let answer = "x".repeat(1000);
-    let cost = key("a").cost(&outcome::encode(&done(&answer)));
+    let run = |calls: Calls, id: &'static str| {
+        let answer = answer.clone();
+        async move {
+            let call = move |record: Arc<CallRecord>| async move {
+                record.push(ModelEvent::TextDelta(answer.clone()));
+                done(&answer)
+            };
+            let (handle, _) = calls.begin(id, call).await.unwrap();
+            handle.wait_until(Instant::now() + SECOND).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    };
+    // What one kept call costs: its outcome and its journal, one bound for both.
+    let probe = calls(10, 100);
+    run(probe.clone(), "a").await;
+    let cost = probe.usage().bytes;
+    assert!(cost > 2000, "the outcome and the journal's text: {cost}");
     let (calls, evicted) = calls_with(10, Retention { ttl: TTL, max_entries: 100, max_bytes: 3 * cost + 100 });
     for id in ["a", "b", "c", "d"] {
-        let answer = answer.clone();
-        let call = move |record: Arc<CallRecord>| async move {
-            record.push(ModelEvent::TextDelta(answer.clone()));
-            done(&answer)
-        };
-        let (handle, _) = calls.begin(id, call).await.unwrap();
-        handle.wait_until(Instant::now() + SECOND).await.unwrap();
-        tokio::task::yield_now().await;
+        run(calls.clone(), id).await;
     }
     assert!(calls.get("a").await.is_none(), "the oldest answer went first");
-    assert!(calls.follow("a").is_none(), "and the oldest record");
+    assert!(calls.follow("a").await.is_none(), "and the oldest record");
     for id in ["b", "c", "d"] {
-        assert!(calls.get(id).await.is_some() && calls.follow(id).is_some(), "{id}");
+        assert!(calls.get(id).await.is_some() && calls.follow(id).await.is_some(), "{id}");
     }
     assert_eq!(calls.usage().bytes, 3 * cost);
     assert_eq!(evicted.get(), 1);
-    assert!(calls.shared.records().finished_bytes <= 3 * cost + 100);
 }
 
 #[tokio::test(start_paused = true)]
@@ -140,7 +150,7 @@ async fn a_panicking_call_abandons_its_lease_at_once() {
     assert!(matches!(outcome.as_ref(), Err(BackendError::Connect(_))), "{outcome:?}");
     tokio::task::yield_now().await;
     assert_eq!(calls.in_flight(), 0);
-    assert!(calls.follow("r1").is_none(), "no outcome, no record");
+    assert!(calls.follow("r1").await.is_none(), "no outcome, no record");
     let (_, started) = calls.begin("r1", |_| async { done("again") }).await.unwrap();
     assert!(started, "a retry calls again");
 }
@@ -152,13 +162,13 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
     let first = runtime();
     let (handle, follower) = first.block_on(async {
         let handle = calls.begin("r1", |_| std::future::pending::<ModelOutcome>()).await.unwrap().0;
-        (handle, calls.follow("r1").expect("a running call"))
+        (handle, calls.follow("r1").await.expect("a running call"))
     });
     assert_eq!(calls.in_flight(), 1);
     // A runtime shutting down drops its tasks without an outcome.
     drop(first);
     assert_eq!(calls.in_flight(), 0, "the dropped task gave its slot back");
-    assert!(calls.follow("r1").is_none(), "and its record");
+    assert!(matches!(follower.ending(), record::Ending::Failed(_)), "its record ended without an answer");
     drop(follower);
 
     runtime().block_on(async {
@@ -170,6 +180,7 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
         let abandoned = handle.wait_until(Instant::now() + SECOND).await.expect("ended");
         assert!(abandoned.is_err(), "waiters learn the call was abandoned");
         assert!(calls.get("r1").await.is_none());
+        assert!(calls.follow("r1").await.is_none(), "nor its journal");
         let (retry, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
         assert!(started, "a retry calls again");
         assert_eq!(text(&retry.wait_until(Instant::now() + SECOND).await.unwrap()), "b");
@@ -186,10 +197,14 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
     let (handle, _) = calls.begin("r1", failing).await.unwrap();
     handle.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
-    let Lookup::Kept(record) = calls.lookup("r1") else { panic!("a failed call's record is kept with its outcome") };
+    let Lookup::Kept(record) = calls.lookup("r1").await else {
+        panic!("a failed call's record is kept with its outcome")
+    };
     assert_eq!(record.ending(), record::Ending::Failed(BackendError::Timeout("call").to_string()));
-    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+    assert!(matches!(calls.lookup("never").await, Lookup::Unknown));
+    // A record lives while someone reads it.
+    drop(record);
     tokio::time::advance(TTL + SECOND).await;
-    assert!(matches!(calls.lookup("r1"), Lookup::Gone), "expired, and remembered as such");
-    assert!(matches!(calls.lookup("never"), Lookup::Unknown));
+    assert!(matches!(calls.lookup("r1").await, Lookup::Gone), "expired, and remembered as such");
+    assert!(matches!(calls.lookup("never").await, Lookup::Unknown));
 }

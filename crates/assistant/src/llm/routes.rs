@@ -158,7 +158,7 @@ async fn stream_route(
             return refuse(StatusCode::BAD_REQUEST, "bad_request", message);
         }
     };
-    let record = match api.lookup(&id) {
+    let record = match api.lookup(&id).await {
         Ok(record) => record,
         Err((status, code, message)) => return refuse(status, code, message),
     };
@@ -204,7 +204,7 @@ async fn stream_route(
 async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
     let metrics = &api.sources.metrics;
     let record = match api.signed(&id, &uri).map_err(|why| (StatusCode::FORBIDDEN, "forbidden", why)) {
-        Ok(()) => api.lookup(&id),
+        Ok(()) => api.lookup(&id).await,
         Err(refused) => Err(refused),
     };
     let record = match record {
@@ -238,7 +238,7 @@ impl Api {
     }
 
     /// The record of call `id`, or the error answer's status, code and message.
-    fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
+    async fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
         if id.len() > MAX_ID_BYTES {
             return Err((
                 StatusCode::BAD_REQUEST,
@@ -246,7 +246,7 @@ impl Api {
                 format!("a request id is at most {MAX_ID_BYTES} bytes"),
             ));
         }
-        match self.sources.calls.lookup(id) {
+        match self.sources.calls.lookup(id).await {
             Lookup::Kept(record) => Ok(record),
             Lookup::Gone => Err((StatusCode::GONE, "gone", "the answer of this request expired; ask again".into())),
             Lookup::Unknown => Err((

@@ -11,7 +11,7 @@ use std::{borrow::Cow, fmt, sync::Arc};
 
 use super::Scenario;
 use crate::config::{CORE_TABLES, Problem};
-use crate::dispatch::Gate;
+use crate::{dispatch::Gate, store::Stores};
 
 /// A scenario as `serve` builds it.
 pub trait ScenarioModule: fmt::Debug + Send + Sync + 'static {
@@ -110,6 +110,7 @@ pub struct Setup<'a> {
     lane: Vec<String>,
     gate: Gate,
     local_keys: Vec<String>,
+    stores: Stores,
 }
 
 impl fmt::Debug for Setup<'_> {
@@ -122,7 +123,27 @@ impl fmt::Debug for Setup<'_> {
 impl<'a> Setup<'a> {
     /// A setup registering metrics into `metrics`.
     pub fn new(metrics: &'a prometheus::Registry) -> Setup<'a> {
-        Setup { metrics, routes: Vec::new(), lane: Vec::new(), gate: Gate::default(), local_keys: Vec::new() }
+        Setup {
+            metrics,
+            routes: Vec::new(),
+            lane: Vec::new(),
+            gate: Gate::default(),
+            local_keys: Vec::new(),
+            stores: Stores::memory(),
+        }
+    }
+
+    /// The same setup, building scenario stores over `stores`.
+    pub fn with_stores(mut self, stores: Stores) -> Setup<'a> {
+        self.stores = stores;
+        self
+    }
+
+    /// What a scenario's own stores (single flights of its work, their
+    /// journals) are built over: the server's `[store]`, so that replicas
+    /// share them exactly when they share the idempotency cache.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
     }
 
     /// The server's authenticator, for a route that only callers of the
@@ -208,6 +229,8 @@ pub struct Built {
     pub gate: Gate,
     /// Keys made at random by this process ([`Setup::key_of_this_process`]).
     pub local_keys: Vec<String>,
+    /// What the scenarios' stores were built over.
+    pub stores: Stores,
 }
 
 /// Every scenario module's table: its defaults, as the configuration file
@@ -235,10 +258,21 @@ pub fn build_all(
     tables: &std::collections::BTreeMap<String, toml::Table>,
     metrics: &prometheus::Registry,
 ) -> Result<Built, BuildError> {
+    build_all_with(modules, tables, metrics, Stores::memory())
+}
+
+/// As [`build_all`], the scenarios' own stores built over `stores` (the
+/// server's `[store]`: [`Stores::of`]).
+pub fn build_all_with(
+    modules: &[Box<dyn ScenarioModule>],
+    tables: &std::collections::BTreeMap<String, toml::Table>,
+    metrics: &prometheus::Registry,
+    stores: Stores,
+) -> Result<Built, BuildError> {
     let mut errors: Vec<String> = unknown_tables(modules, tables).into_iter().map(|problem| problem.message).collect();
-    let mut built = Built::default();
+    let mut built = Built { stores: stores.clone(), ..Built::default() };
     for module in modules {
-        let mut setup = Setup::new(metrics);
+        let mut setup = Setup::new(metrics).with_stores(stores.clone());
         setup.gate = built.gate.clone();
         match module.build(table_of(&**module, tables.get(module.name())), &mut setup) {
             Ok(scenario) => {

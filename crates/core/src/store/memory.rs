@@ -8,7 +8,8 @@
 //! and while their reserve is full a new lead gets [`Begin::Full`] rather
 //! than a value being evicted. Entries in flight are never evicted.
 //!
-//! A lease ends by its completion, its abandon, or its TTL: an entry whose
+//! A lease ends by its completion, its abandon, or its TTL, which each
+//! append to its journal that does not end it renews: an entry whose
 //! lease ran out is abandoned, and the next `begin` of its key leads in its
 //! place. The old lease's waiters then get [`Waited::Abandoned`], as do
 //! waiters still waiting when a lease runs out, whoever begins next; a
@@ -18,7 +19,7 @@
 use std::{
     sync::{
         Arc, OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -29,9 +30,13 @@ use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
 // tokio's clock, so that tests can move time on instead of sleeping through a TTL.
 use tokio::{sync::Notify, time::Instant};
 
-use self::pool::{Completed, Pool, Stale, WhenFull};
+use self::{
+    journal::Log,
+    pool::{Completed, Pool, Stale, WhenFull},
+};
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
+mod journal;
 mod pool;
 
 /// Bounds of a memory store.
@@ -87,8 +92,10 @@ pub struct MemoryStore {
 /// the map not at all.
 #[derive(Debug)]
 struct Slot {
-    /// When the lease runs out if nobody ends it before.
-    lease_until: Instant,
+    /// When the lease runs out if nobody ends or renews it before.
+    lease_base: Instant,
+    /// How far past `lease_base` its holder renewed it, in µs.
+    renewed_us: AtomicU64,
     /// Set by whoever ends the lease first (its completion, its abandon, or
     /// whoever finds it run out), so that it ends once: one outcome, one
     /// claim given back.
@@ -101,18 +108,43 @@ struct Slot {
     /// Whether the value is counted in its pool's totals: whoever counts it
     /// out clears it, so that it is counted out once.
     counted: AtomicBool,
+    /// The entry's journal, made by its first append or read: an entry
+    /// nobody journals pays a pointer.
+    journal: OnceLock<Box<Log>>,
 }
 
 impl Slot {
     fn new(lease_until: Instant) -> Slot {
         Slot {
-            lease_until,
+            lease_base: lease_until,
+            renewed_us: AtomicU64::new(0),
             ended: AtomicBool::new(false),
             outcome: OnceLock::new(),
             expires: OnceLock::new(),
             ready: Notify::new(),
             counted: AtomicBool::new(false),
+            journal: OnceLock::new(),
         }
+    }
+
+    /// When the lease runs out if nobody ends or renews it before.
+    fn lease_until(&self) -> Instant {
+        self.lease_base + Duration::from_micros(self.renewed_us.load(Ordering::Acquire))
+    }
+
+    /// Makes the lease last until `until` at least.
+    fn renew(&self, until: Instant) {
+        let past = u64::try_from(until.saturating_duration_since(self.lease_base).as_micros()).unwrap_or(u64::MAX);
+        self.renewed_us.fetch_max(past, Ordering::AcqRel);
+    }
+
+    /// What the journal costs, once sealed with the value.
+    fn journal_bytes(&self) -> usize {
+        self.journal.get().map_or(0, |journal| journal.bytes())
+    }
+
+    fn journal(&self) -> &Log {
+        self.journal.get_or_init(Box::default)
     }
 
     /// Takes the right to end the lease; `false` if someone else has.
@@ -161,7 +193,8 @@ impl MemoryStore {
     /// Stores the value of a lease that is still running and was not ended.
     fn store_value(&self, key: Key, slot: Arc<Slot>, value: Bytes, now: Instant) {
         let expires = now + if is_reserved(key.handler) { self.commit_ttl } else { self.ttl };
-        let cost = key.cost(&value);
+        // The journal is sealed and goes with the value: one bound for both.
+        let cost = key.cost(&value) + slot.journal.get().map_or(0, |journal| journal.seal());
         let _ = slot.expires.set(expires);
         let pool = self.pool(&key);
         // Counted in before it is published, so that a lead replacing it once
@@ -196,7 +229,7 @@ impl MemoryStore {
     /// lease would hold room until a `begin` of its own key.
     fn end_lapsed_leases(&self, now: Instant) {
         self.map.retain(|key, slot| {
-            let lapsed = slot.outcome.get().is_none() && slot.lease_until <= now && slot.end();
+            let lapsed = slot.outcome.get().is_none() && slot.lease_until() <= now && slot.end();
             if lapsed {
                 self.pool(key).release();
                 slot.publish(None);
@@ -246,7 +279,7 @@ impl MemoryStore {
                     // In flight: wait, unless its lease ran out and this call is
                     // the one to end it (one that ran out but was ended by its own
                     // completion is publishing its value now).
-                    None if old.lease_until > now || !old.end() => Begin::Wait(Waiter { key, token: old.clone() }),
+                    None if old.lease_until() > now || !old.end() => Begin::Wait(Waiter { key, token: old.clone() }),
                     done => {
                         match done {
                             // Its lease ran out (ended just above): its waiters learn it now.
@@ -257,7 +290,7 @@ impl MemoryStore {
                             // Expired, not yet purged: counted out now so that its room
                             // is free; its FIFO record no longer matches the new slot, so
                             // the purge will leave the new entry alone.
-                            Some(Some(value)) => pool.count_out(old, key.cost(value)),
+                            Some(Some(value)) => pool.count_out(old, key.cost(value) + old.journal_bytes()),
                             Some(None) => {}
                         }
                         match admit() {
@@ -293,7 +326,7 @@ impl MemoryStore {
     pub fn complete_now(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
         let Ok(slot) = Arc::downcast::<Slot>(lease.token) else { return Err(StoreError::Foreign) };
         let now = Instant::now();
-        if now >= slot.lease_until {
+        if now >= slot.lease_until() {
             self.end_empty(&lease.key, &slot);
         } else if slot.end() {
             self.store_value(lease.key, slot, value, now);
@@ -344,13 +377,15 @@ impl FlightStore for MemoryStore {
             if let Some(done) = slot.outcome.get() {
                 return Ok(outcome(done));
             }
-            if tokio::time::timeout_at(deadline.min(slot.lease_until), notified).await.is_err() {
-                return Ok(match slot.outcome.get() {
-                    Some(done) => outcome(done),
-                    None if deadline <= slot.lease_until => Waited::TimedOut,
-                    None => Waited::Abandoned,
-                });
+            // Read anew each time round: its holder may have renewed it.
+            let (now, lease_until) = (Instant::now(), slot.lease_until());
+            if now >= deadline && deadline <= lease_until {
+                return Ok(Waited::TimedOut);
             }
+            if now >= lease_until {
+                return Ok(Waited::Abandoned);
+            }
+            let _ = tokio::time::timeout_at(deadline.min(lease_until), notified).await;
         }
     }
 

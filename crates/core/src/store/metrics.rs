@@ -17,9 +17,9 @@ const BUCKETS: &[f64] = &[0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.0
 pub struct StoreMetrics {
     up: IntGauge,
     /// By [`Op`], then by [`Outcome`].
-    operations: [[IntCounter; 3]; 5],
+    operations: [[IntCounter; 3]; 7],
     /// By [`Op`].
-    latency: [Histogram; 5],
+    latency: [Histogram; 7],
     /// By handler.
     fallbacks: [IntCounter; 4],
 }
@@ -35,7 +35,7 @@ pub enum Outcome {
     Timeout,
 }
 
-const OPS: [Op; 5] = [Op::Begin, Op::Complete, Op::Abandon, Op::Wait, Op::Ping];
+const OPS: [Op; 7] = [Op::Begin, Op::Complete, Op::Abandon, Op::Wait, Op::Ping, Op::Append, Op::Read];
 const OUTCOMES: [(Outcome, &str); 3] = [(Outcome::Ok, "ok"), (Outcome::Error, "error"), (Outcome::Timeout, "timeout")];
 
 /// What a store command is, as a label.
@@ -51,6 +51,10 @@ pub enum Op {
     Wait,
     /// Checking that the store answers.
     Ping,
+    /// Appending to a journal.
+    Append,
+    /// Reading a journal, its wait for the next entry included.
+    Read,
 }
 
 impl Op {
@@ -61,6 +65,8 @@ impl Op {
             Op::Abandon => "abandon",
             Op::Wait => "wait",
             Op::Ping => "ping",
+            Op::Append => "append",
+            Op::Read => "read",
         }
     }
 }

@@ -29,6 +29,9 @@
 //!   Redis; a repeat arriving while its first call runs is rare, and a poll
 //!   needs no connection of its own as a subscription would.
 //!
+//! Each entry may have a journal beside it ([`super::Journal`], in
+//! `redis/journal.rs`): a stream under the same hash tag.
+//!
 //! Every command runs under a timeout: the caller's deadline, at most the
 //! store's own. Expiry is Redis's: nothing to purge here. A Redis full under
 //! `maxmemory-policy noeviction` refuses writes with `OOM`: a lead of
@@ -50,6 +53,7 @@ use tokio::time::Instant;
 
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
+mod journal;
 mod url;
 
 pub use url::{StoreUrl, redact_url};
@@ -106,6 +110,8 @@ pub struct RedisStore {
     claims: AtomicU64,
     /// Leases of this replica out now.
     in_flight: Arc<AtomicUsize>,
+    /// Connections for the journals' blocking reads.
+    blocking: journal::Blocking,
 }
 
 /// A lease's or a waiter's handle: the entry's key and the claim it
@@ -148,6 +154,7 @@ impl RedisStore {
             owner: format!("{seed:016x}"),
             claims: AtomicU64::new(0),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            blocking: journal::Blocking::default(),
         })
     }
 

@@ -14,6 +14,10 @@
 //!   replica would run the side effect again. [`CommitFallback::Local`]
 //!   opts into running them on the local store anyway.
 //!
+//! A journal ([`Journal`]) follows its entry: appended where its lease was
+//! taken (Redis, or this replica's memory after a fallback), read from
+//! Redis while it serves and from this replica's memory otherwise.
+//!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
 //! lease in flight.
@@ -32,6 +36,7 @@ use tokio::time::Instant;
 
 use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
+    journal::{Appending, Entries, Journal},
     metrics::{Op, Outcome, StoreMetrics},
     redis::{RedisStore, is_claim},
 };
@@ -262,6 +267,29 @@ impl FlightStore for SharedStore {
 
     fn start(&self) {
         tokio::spawn(Inner::watch(Arc::downgrade(&self.0)));
+    }
+}
+
+#[async_trait]
+impl Journal for SharedStore {
+    async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
+        if !is_claim(&lease.token) {
+            return self.0.local.append(lease, appending).await;
+        }
+        self.0.run(Op::Append, self.0.shared.append(lease, appending)).await
+    }
+
+    async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
+        let store = &self.0;
+        if !store.is_down() {
+            match store.run(Op::Read, store.shared.read(key, after, deadline)).await {
+                Ok(Some(entries)) => return Ok(Some(entries)),
+                // A journal begun while Redis was down is in this replica's memory.
+                Ok(None) => {}
+                Err(error) => tracing::debug!(%error, "a journal could not be read from the shared store"),
+            }
+        }
+        store.local.read(key, after, deadline).await
     }
 }
 

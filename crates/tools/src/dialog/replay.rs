@@ -5,7 +5,10 @@
 //!
 //! A request is paired with its summary line (scenario, handler) by its
 //! `RequestId`, in order; an answer with the summary line that follows it,
-//! which the same call writes right after. Personal data the log redacted
+//! which the same call writes right after. The server's log writer keeps
+//! each thread's lines in order but may write another thread's batch
+//! first, and a call's task may move between threads: entries are read in
+//! the order of their timestamps, not of the file. Personal data the log redacted
 //! stays redacted in what is sent.
 
 use std::{
@@ -50,7 +53,11 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
     let mut requests: HashMap<String, VecDeque<String>> = HashMap::new();
     let mut answer = None;
     let mut calls = Vec::new();
-    for (head, body) in entries(log) {
+    let mut entries: Vec<(&str, String)> = entries(log).collect();
+    // Stable: entries of one instant keep the file's order. The timestamps
+    // are RFC 3339 of one width, so their text sorts as their time.
+    entries.sort_by_key(|(head, _)| head.split_whitespace().next().unwrap_or_default());
+    for (head, body) in entries {
         let Some(what) = head.split_once(&format!("{ACCESS_TARGET}: ")).map(|(_, what)| what.trim()) else { continue };
         match what {
             "request" => {
@@ -264,6 +271,18 @@ ResponseBody {
         assert!(call.request.contains("Utterance: \"кафе\""));
         assert!(call.answer.as_deref().unwrap().contains("OutputSpeech"));
         assert!(parse_log("no log at all\n").is_empty());
+    }
+
+    #[test]
+    fn entries_are_read_in_the_order_of_their_time() {
+        // A call's summary written out before its request, as a log
+        // writer's batches of two threads may.
+        let (request, rest) = LOG.split_at(LOG.find("2026-11-24T00:21:34.452590Z").unwrap());
+        let shuffled = format!("{rest}{request}");
+        let calls = parse_log(&shuffled);
+        assert_eq!(calls.len(), 1, "{shuffled}");
+        assert!(calls[0].request.contains("Utterance: \"кафе\""));
+        assert!(calls[0].answer.as_deref().unwrap().contains("OutputSpeech"));
     }
 
     #[test]

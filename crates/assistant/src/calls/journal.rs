@@ -1,0 +1,234 @@
+//! A model call's journal: its events as the store's [`Journal`] keeps
+//! them, written by the replica that runs the call and read by every other
+//! one that needs it (`/continue`, `/llm/stream`, `/llm/answers`).
+//!
+//! Each entry is one [`Entry`] (`calls/entry.rs`). The runner's record
+//! sends what it keeps through a [`Tap`](super::entry::Tap); [`write`]
+//! drains it in batches, one append per batch, the last one ending the
+//! journal. [`mirror`] feeds a record on another replica from it.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use megamind_core::store::{Appending, Journal, Key, Lease};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::{entry::Entry, record::CallRecord};
+
+/// Entries a journal keeps at most: more than a record within its bound
+/// ever holds, so that nothing is cut from its start.
+pub(crate) const MAX_ENTRIES: usize = 1 << 16;
+/// How long a mirror waits for the next entry before it looks again.
+const MIRROR_WAIT: Duration = Duration::from_secs(1);
+/// How often a runner with nothing new to write renews its lease with an
+/// empty append: a third of the shortest lease (a shared store's).
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Why a mirror of a call that another replica began again ends.
+pub(crate) const RESTARTED: &str = "the replica running the model call went away; another replica started the call \
+                                    again: open the stream anew, without Last-Event-ID";
+/// Failed reads in a row after which a mirror gives up.
+const MAX_READ_FAILURES: u32 = 20;
+
+/// How the runner's task writes its call's journal.
+#[derive(Debug, Clone)]
+pub(crate) struct Writing {
+    pub(crate) journal: Arc<dyn Journal>,
+    /// The call's lease, renewed by every append but the last.
+    pub(crate) lease: Duration,
+    /// The journal's TTL: the answer's.
+    pub(crate) kept_ttl: Duration,
+    /// Counts a call whose lease ran out while it ran.
+    pub(crate) lease_lost: prometheus::IntCounter,
+}
+
+/// Writes what `entries` brings to the journal of `lease`'s key, in
+/// batches, until the last entry, renewing the lease every [`HEARTBEAT`]
+/// while the model is silent; gives up on a lease that no longer holds the
+/// key. A failed append is tried again with the next batch.
+pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>) {
+    let mut batch = Vec::new();
+    let mut end = false;
+    while !end {
+        match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
+            Ok(Some((entry, last))) => {
+                batch.push(entry);
+                end = last;
+            }
+            // The record went without ending (its task was dropped).
+            Ok(None) => return,
+            // Nothing new: an empty append renews the lease.
+            Err(_) => {}
+        }
+        while !end {
+            let Ok((entry, last)) = entries.try_recv() else { break };
+            batch.push(entry);
+            end = last;
+        }
+        // The journal outlives the lease, so that a replica taking the call
+        // over goes on after its entries; the ending append leaves the lease
+        // to the outcome's completion.
+        let renewal = (!end).then_some(writing.lease);
+        let appending = Appending { entries: &batch, end, max_len: MAX_ENTRIES, ttl: writing.kept_ttl, lease: renewal };
+        match writing.journal.append(&lease, appending).await {
+            Ok(true) => batch.clear(),
+            Ok(false) => {
+                tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
+                writing.lease_lost.inc();
+                return;
+            }
+            Err(error) if end => {
+                tracing::warn!(%error, key = %lease.key, "assistant: the end of a model call's journal was not written");
+            }
+            Err(error) => tracing::debug!(%error, key = %lease.key, "assistant: a journal append failed; tried again"),
+        }
+    }
+}
+
+/// A mirror of the call whose journal begins with `entries` (read from
+/// its first).
+pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
+    let started = match entries.first().and_then(|first| Entry::decode(first)) {
+        Some(Entry::Started { unix_us }) => {
+            let ago = Duration::from_micros(super::entry::unix_micros().saturating_sub(unix_us));
+            Instant::now().checked_sub(ago).unwrap_or_else(Instant::now)
+        }
+        _ => Instant::now(),
+    };
+    let record = CallRecord::mirror(max_bytes, started);
+    apply(&record, entries, &mut false);
+    record
+}
+
+/// Whether `entries` hold a run's start.
+pub(crate) fn has_start(entries: &[Bytes]) -> bool {
+    entries.iter().any(|bytes| bytes.first() == Some(&b'S'))
+}
+
+/// Where the latest run of a call begins in `entries` (read from the
+/// journal's first): after a runner died and another replica began the call
+/// again, a new reader follows the new run alone.
+pub(crate) fn latest_run(entries: &[Bytes]) -> &[Bytes] {
+    let start = entries.iter().rposition(|bytes| bytes.first() == Some(&b'S')).unwrap_or(0);
+    &entries[start..]
+}
+
+/// Feeds `record` what `entries` say, `started` saying whether its run's
+/// start was read (and set once it is); `true` once the call has ended (or
+/// was begun again).
+pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) -> bool {
+    for bytes in entries {
+        match Entry::decode(bytes) {
+            Some(Entry::Started { .. }) if *started => {
+                record.fail(RESTARTED);
+                return true;
+            }
+            Some(Entry::Started { .. }) => *started = true,
+            Some(Entry::Event { event, at }) => record.push_at(event, at),
+            Some(Entry::Cut) => record.cut(),
+            Some(Entry::Completed { at }) => {
+                record.finish_at(at);
+                return true;
+            }
+            Some(Entry::Failed { reason, at }) => {
+                record.fail_at(&reason, at);
+                return true;
+            }
+            None => {
+                record.fail("the model call's journal holds what this server cannot read");
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Follows the journal of `key` after entry `after` into `record`
+/// (`started` when the run's start was among what it read) until
+/// the call ends, its journal goes (a runner that died: its lease and the
+/// journal's TTL ran out), or the store stays out of reach.
+pub(crate) async fn mirror(
+    journal: Arc<dyn Journal>,
+    key: Key,
+    record: Arc<CallRecord>,
+    mut after: u64,
+    mut started: bool,
+) {
+    let mut failures = 0;
+    loop {
+        match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
+            Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
+                record.fail("the model call ended without an answer (its replica went away)");
+                return;
+            }
+            Ok(Some(read)) => {
+                failures = 0;
+                if read.first > after + 1 && !read.entries.is_empty() {
+                    record.fail("the model call's journal lost events");
+                    return;
+                }
+                after = read.last(after);
+                if apply(&record, &read.entries, &mut started) || read.ended {
+                    record.finish();
+                    return;
+                }
+            }
+            Ok(None) => {
+                record.fail("the model call ended without an answer (its replica went away)");
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                if failures >= MAX_READ_FAILURES {
+                    record.fail(&format!("the model call is out of reach: {error}"));
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ModelEvent;
+
+    #[test]
+    fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let first_run = [Entry::started_now(), text("Сей")];
+        let mirror = mirror_of(latest_run(&first_run), 1024);
+        let second_run = [Entry::started_now(), text("Сейчас."), Entry::Completed { at }.encode()];
+        assert!(apply(&mirror, &second_run, &mut true), "the new start ends the mirror");
+        let early = mirror_of(&[], 1024);
+        assert!(!apply(&early, &first_run, &mut false), "a mirror made before the start reads it as the start");
+        assert_eq!(early.text(), "Сей");
+        assert_eq!(mirror.snapshot().2, super::super::record::Ending::Failed(RESTARTED.into()));
+        let journal: Vec<Bytes> = first_run.iter().chain(&second_run).cloned().collect();
+        let fresh = mirror_of(latest_run(&journal), 1024);
+        assert_eq!(fresh.text(), "Сейчас.", "a new reader reads the new run alone");
+        assert_eq!(fresh.snapshot().2, super::super::record::Ending::Completed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mirror_says_what_the_runners_record_says() {
+        let (tap, mut entries) = mpsc::unbounded_channel();
+        let runner = CallRecord::journaled(1 << 20, tap);
+        tokio::time::advance(Duration::from_millis(40)).await;
+        runner.push(ModelEvent::TextDelta("Сей".into()));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        runner.push(ModelEvent::TextDelta("час.".into()));
+        runner.push(ModelEvent::Finish { reason: "stop".into() });
+        runner.finish();
+        let mut written = Vec::new();
+        while let Ok((entry, last)) = entries.try_recv() {
+            written.push(entry);
+            assert_eq!(last, written.len() == 5, "only the end is last");
+        }
+        let mirror = mirror_of(latest_run(&written), 1 << 20);
+        assert_eq!(mirror.snapshot(), runner.snapshot());
+        assert_eq!(mirror.timings().first_event, runner.timings().first_event);
+        assert_eq!(mirror.timings().ended, runner.timings().ended);
+    }
+}

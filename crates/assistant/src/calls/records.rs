@@ -1,0 +1,53 @@
+//! The records of model calls this replica holds now, by call id: held
+//! weakly, so that a record lives while its runner or a reader holds it and
+//! no longer (the store's journal keeps the events), and the ids of calls
+//! it knew lately, so that an expired call is told from one that never was.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::{Arc, Weak},
+};
+
+use super::record::CallRecord;
+
+/// The records this replica holds now, and the calls it knew lately.
+#[derive(Debug, Default)]
+pub(super) struct Records {
+    live: HashMap<Box<str>, Weak<CallRecord>>,
+    /// When `live` is next swept of records gone.
+    sweep_at: usize,
+    /// Ids of calls this replica ran or followed, oldest first, so that a
+    /// reader is told "expired" rather than "never was"; bounded by count.
+    known: VecDeque<Box<str>>,
+    known_set: HashSet<Box<str>>,
+}
+
+/// Ids of calls remembered at most.
+const MAX_KNOWN: usize = 4096;
+
+impl Records {
+    pub(super) fn get(&self, id: &str) -> Option<Arc<CallRecord>> {
+        self.live.get(id)?.upgrade()
+    }
+
+    /// Holds `record` as call `id`'s (weakly), in place of any older one.
+    pub(super) fn hold(&mut self, id: &str, record: &Arc<CallRecord>) {
+        if self.live.len() >= self.sweep_at {
+            self.live.retain(|_, record| record.strong_count() > 0);
+            self.sweep_at = (2 * self.live.len()).max(64);
+        }
+        self.live.insert(id.into(), Arc::downgrade(record));
+        if self.known_set.insert(id.into()) {
+            if self.known.len() == MAX_KNOWN {
+                if let Some(oldest) = self.known.pop_front() {
+                    self.known_set.remove(&oldest);
+                }
+            }
+            self.known.push_back(id.into());
+        }
+    }
+
+    pub(super) fn knows(&self, id: &str) -> bool {
+        self.known_set.contains(id)
+    }
+}

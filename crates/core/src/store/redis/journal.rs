@@ -1,0 +1,220 @@
+//! The Redis store's [`Journal`]: a stream beside each entry's key, in its
+//! hash-tagged slot (`<key>:journal`), entry `0-N` holding entry N.
+//!
+//! - `append`, one round trip: a script that checks the entry still holds
+//!   the lease's claim, numbers on from the stream's last id, `XADD`s each
+//!   entry (`d` and its bytes; `e` and nothing for the end) with an exact
+//!   `MAXLEN`, `PEXPIRE`s the stream, and the claim too when the append
+//!   renews the lease.
+//! - `read`: a script answers the entries after the one given (`XRANGE`),
+//!   whether there is a journal at all (the stream, or a claim on the
+//!   entry, whose leader has not appended yet) and whether anything holds
+//!   its entry (a journal whose holder died is not waited on). With nothing new, an
+//!   `XREAD BLOCK` bounded by the reader's deadline waits for the next, on
+//!   a connection of its own: a blocked command holds up every command
+//!   queued behind it on its connection, so blocking reads never share the
+//!   pool's. Idle ones are kept for the next read, a few at most.
+
+use std::sync::{LazyLock, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::{Script, Value, aio::MultiplexedConnection};
+use tokio::time::Instant;
+
+use super::{RedisStore, claim_of, millis, within};
+use crate::store::{
+    Key, Lease, StoreError,
+    journal::{Appending, Entries, Journal, READ_BATCH},
+};
+
+/// `KEYS`: the entry, its stream. `ARGV`: the claim, the length cap, the
+/// TTL in ms, `1` to end, the lease in ms (0: not renewed), then the entries.
+const APPEND: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local seq = 0
+if top[1] then
+  if top[1][2][1] == 'e' then return -1 end
+  seq = tonumber(string.sub(top[1][1], 3))
+end
+for i = 6, #ARGV do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'd', ARGV[i])
+end
+if ARGV[4] == '1' then
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'e', '')
+end
+if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return seq
+";
+
+/// `KEYS`: the entry, its stream. `ARGV`: the exclusive start, the count.
+/// Answers whether there is a journal, the entries, and what holds the
+/// entry (`c` a claim, `v` a value, empty: nothing).
+const READ: &str = r"
+local entries = redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
+local holder = redis.call('GETRANGE', KEYS[1], 0, 0)
+if #entries > 0 or redis.call('EXISTS', KEYS[2]) == 1 or holder == 'c' then return {1, entries, holder} end
+return {0, entries, holder}
+";
+
+static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
+static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
+
+/// Idle blocking connections kept at most.
+const MAX_IDLE_BLOCKING: usize = 8;
+
+/// The connections blocking reads use, one per read at a time.
+#[derive(Debug, Default)]
+pub(super) struct Blocking(Mutex<Vec<MultiplexedConnection>>);
+
+impl Blocking {
+    fn take(&self) -> Option<MultiplexedConnection> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give_back(&self, connection: MultiplexedConnection) {
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE_BLOCKING {
+            idle.push(connection);
+        }
+    }
+}
+
+impl RedisStore {
+    fn journal_key(entry: &str) -> String {
+        format!("{entry}:journal")
+    }
+
+    /// A connection for one blocking read: an idle one, or a new one made
+    /// by `deadline` (`None` past it: no news, and no sign of a sick store).
+    async fn blocking_connection(&self, deadline: Instant) -> Result<Option<MultiplexedConnection>, StoreError> {
+        if let Some(connection) = self.blocking.take() {
+            return Ok(Some(connection));
+        }
+        let config = redis::AsyncConnectionConfig::new()
+            // The read's own bound applies, not a response timeout.
+            .set_response_timeout(None);
+        let connect = self.client.get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout_at(deadline, connect).await {
+            Ok(Ok(connection)) => Ok(Some(connection)),
+            Ok(Err(error)) => Err(super::unavailable(&error)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Waits for entries after `after` with `XREAD BLOCK`, until `deadline`.
+    async fn block(&self, stream: &str, after: u64, deadline: Instant) -> Result<Vec<Value>, StoreError> {
+        if deadline.saturating_duration_since(Instant::now()).as_millis() == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(mut connection) = self.blocking_connection(deadline).await? else { return Ok(Vec::new()) };
+        // Measured once the connection is there: making one takes a while.
+        let block = deadline.saturating_duration_since(Instant::now());
+        if block.as_millis() == 0 {
+            self.blocking.give_back(connection);
+            return Ok(Vec::new());
+        }
+        let mut command = redis::cmd("XREAD");
+        command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
+        command.arg(format!("0-{after}"));
+        // A connection whose command timed out may still be blocked: dropped.
+        let read: Value = within(block + self.timeout, command.query_async(&mut connection)).await?;
+        self.blocking.give_back(connection);
+        Ok(stream_entries(read))
+    }
+}
+
+#[async_trait]
+impl Journal for RedisStore {
+    async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
+        let claim = claim_of(&lease.token)?;
+        let mut invocation = APPEND_SCRIPT.key(&claim.key);
+        invocation.key(Self::journal_key(&claim.key));
+        invocation.arg(&claim.claim[..]).arg(appending.max_len.max(1)).arg(millis(appending.ttl).max(1));
+        invocation.arg(if appending.end { "1" } else { "0" });
+        invocation.arg(appending.lease.map_or(0, |lease| millis(lease).max(1)));
+        for entry in appending.entries {
+            invocation.arg(&entry[..]);
+        }
+        let mut connection = self.connection()?;
+        let last: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
+        Ok(last >= 0)
+    }
+
+    async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
+        let entry = self.key(key);
+        let stream = Self::journal_key(&entry);
+        let mut invocation = READ_SCRIPT.key(&entry);
+        invocation.key(&stream).arg(format!("(0-{after}")).arg(READ_BATCH);
+        let mut connection = self.connection()?;
+        let (exists, read, holder): (i64, Vec<Value>, Vec<u8>) =
+            self.command(Some(deadline), invocation.invoke_async(&mut connection)).await?;
+        if exists == 0 {
+            return Ok(None);
+        }
+        let abandoned = holder.is_empty();
+        if !read.is_empty() || abandoned {
+            let mut read = entries(read, after)?;
+            read.abandoned = abandoned && !read.ended;
+            return Ok(Some(read));
+        }
+        entries(self.block(&stream, after, deadline).await?, after).map(Some)
+    }
+}
+
+/// The entries of the one stream an `XREAD` answered (RESP2 or RESP3).
+fn stream_entries(read: Value) -> Vec<Value> {
+    let streams = match read {
+        Value::Array(streams) => streams.into_iter().filter_map(|stream| match stream {
+            Value::Array(mut pair) if pair.len() == 2 => pair.pop(),
+            _ => None,
+        }),
+        Value::Map(pairs) => return pairs.into_iter().map(|(_, v)| v).find_map(array).unwrap_or_default(),
+        _ => return Vec::new(),
+    };
+    streams.into_iter().find_map(array).unwrap_or_default()
+}
+
+fn array(value: Value) -> Option<Vec<Value>> {
+    match value {
+        Value::Array(values) => Some(values),
+        _ => None,
+    }
+}
+
+/// Stream entries (`[id, [field, value]]`) as journal entries after `after`.
+fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
+    let garbage = || StoreError::Unavailable("a journal holds something this server did not write".into());
+    let mut out = Entries { first: after + 1, ..Entries::default() };
+    for (index, entry) in read.into_iter().enumerate() {
+        let mut parts = array(entry).ok_or_else(garbage)?.into_iter();
+        let (Some(Value::BulkString(id)), Some(fields)) = (parts.next(), parts.next()) else { return Err(garbage()) };
+        let number = std::str::from_utf8(&id)
+            .ok()
+            .and_then(|id| id.strip_prefix("0-"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(garbage)?;
+        if index == 0 {
+            out.first = number;
+        }
+        let mut fields = array(fields).ok_or_else(garbage)?.into_iter();
+        match (fields.next(), fields.next()) {
+            (Some(Value::BulkString(field)), _) if field == b"e" => {
+                out.ended = true;
+                break;
+            }
+            (Some(Value::BulkString(field)), Some(Value::BulkString(value))) if field == b"d" => {
+                out.entries.push(Bytes::from(value));
+            }
+            _ => return Err(garbage()),
+        }
+    }
+    if out.entries.is_empty() && !out.ended {
+        out.first = after + 1;
+    }
+    Ok(out)
+}
