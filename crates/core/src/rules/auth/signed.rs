@@ -80,10 +80,14 @@ impl AddressKey {
     pub fn verify(&self, resource: &str, query: Option<&str>, now: u64) -> Result<(), SignatureError> {
         let (mut expires, mut signature) = (None, None);
         for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            match &*name {
-                "exp" => expires = Some(value),
-                "sig" => signature = Some(value),
-                _ => {}
+            let slot = match &*name {
+                "exp" => &mut expires,
+                "sig" => &mut signature,
+                _ => continue,
+            };
+            // Twice is ambiguous (a proxy may read the first, we the last): refused.
+            if slot.replace(value).is_some() {
+                return Err(SignatureError::Malformed);
             }
         }
         let (Some(expires), Some(signature)) = (expires, signature) else {
@@ -121,7 +125,8 @@ fn unhex(hex: &str) -> Option<[u8; 32]> {
     }
     let mut tag = [0u8; 32];
     for (byte, pair) in tag.iter_mut().zip(hex.chunks_exact(2)) {
-        let digit = |c: u8| char::from(c).to_digit(16);
+        // Lower case only, as written: one address, one spelling.
+        let digit = |c: u8| matches!(c, b'0'..=b'9' | b'a'..=b'f').then(|| char::from(c).to_digit(16)).flatten();
         *byte = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
     }
     Some(tag)
@@ -157,6 +162,11 @@ mod tests {
         assert_eq!(key.verify("call-1", None, NOW), Err(SignatureError::Missing));
         assert_eq!(key.verify("call-1", Some("exp=1"), NOW), Err(SignatureError::Missing));
         assert_eq!(key.verify("call-1", Some("exp=-1&sig=00"), NOW), Err(SignatureError::Malformed));
+        let upper =
+            query.replacen("sig=", "SIG=", 1).to_uppercase().replacen("SIG=", "sig=", 1).replacen("EXP=", "exp=", 1);
+        assert_eq!(key.verify("call-1", Some(&upper), NOW), Err(SignatureError::Malformed), "upper-case hex");
+        let twice = format!("exp=1&{query}");
+        assert_eq!(key.verify("call-1", Some(&twice), NOW), Err(SignatureError::Malformed), "an expiry given twice");
         assert_eq!(
             key.verify("call-1", Some(&format!("exp=1&sig={}", "zz".repeat(32))), NOW),
             Err(SignatureError::Malformed)
