@@ -128,15 +128,12 @@ impl Tvmtool {
 
     /// `GET /tvm/ping`: whether tvmtool is up and has its keys.
     pub async fn ping(&self, timeout: Duration) -> Result<(), Unavailable> {
-        let request = self.client.get(format!("{}/tvm/ping", self.base));
-        let response = send(request, timeout).await?;
-        let status = response.status();
+        let (status, text) = exchange(self.client.get(format!("{}/tvm/ping", self.base)), timeout).await?;
         // 206: up, with a warning (keys about to be stale) that still checks.
-        if status.is_success() {
+        if (200..300).contains(&status) {
             return Ok(());
         }
-        let text = read_text(response, timeout).await.unwrap_or_default();
-        Err(Unavailable::Status { status: status.as_u16(), error: shorten(text.trim()) })
+        Err(Unavailable::Status { status, error: shorten(text.trim()) })
     }
 
     /// `GET /tvm/checksrv`: tvmtool's verdict on a service ticket.
@@ -159,9 +156,7 @@ impl Tvmtool {
 
     /// One check's status and body, with the local token sent.
     async fn check(&self, request: reqwest::RequestBuilder, timeout: Duration) -> Result<(u16, String), Unavailable> {
-        let response = send(request.header(reqwest::header::AUTHORIZATION, &self.token), timeout).await?;
-        let status = response.status().as_u16();
-        Ok((status, read_text(response, timeout).await?))
+        exchange(request.header(reqwest::header::AUTHORIZATION, &self.token), timeout).await
     }
 }
 
@@ -207,19 +202,17 @@ fn read_answer<B: serde::de::DeserializeOwned, T>(
     }
 }
 
-async fn send(request: reqwest::RequestBuilder, timeout: Duration) -> Result<reqwest::Response, Unavailable> {
-    match tokio::time::timeout(timeout, request.send()).await {
+/// One request's status and body, the whole exchange within `timeout`.
+async fn exchange(request: reqwest::RequestBuilder, timeout: Duration) -> Result<(u16, String), Unavailable> {
+    let exchange = async {
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    };
+    match tokio::time::timeout(timeout, exchange).await {
         Err(_) => Err(Unavailable::Timeout(timeout)),
         Ok(Err(error)) => Err(Unavailable::Unreachable(causes(error))),
-        Ok(Ok(response)) => Ok(response),
-    }
-}
-
-async fn read_text(response: reqwest::Response, timeout: Duration) -> Result<String, Unavailable> {
-    match tokio::time::timeout(timeout, response.text()).await {
-        Err(_) => Err(Unavailable::Timeout(timeout)),
-        Ok(Err(error)) => Err(Unavailable::Unreachable(causes(error))),
-        Ok(Ok(text)) => Ok(text),
+        Ok(Ok(answer)) => Ok(answer),
     }
 }
 
