@@ -26,7 +26,7 @@ use crate::{
         overload::Admission,
     },
     scenario::{Registry, Shutdown, module::Built},
-    store::{MemoryStore, RedisOptions, RedisStore, SharedStore, metrics::StoreMetrics},
+    store::{CacheStore, MemoryStore, Stores},
 };
 
 /// Everything a connection needs, shared by all of them.
@@ -83,14 +83,14 @@ impl App {
         App::build(config, registry, metrics, routes, None)
     }
 
-    /// As [`App::with_routes`], the shared store's commands counted in
-    /// `store_metrics` when the scenarios' stores already registered them.
+    /// As [`App::with_routes`], the idempotency cache over `stores` (the
+    /// scenarios' own, sharing their connections to Redis) when given.
     fn build(
         config: &Config,
         registry: Registry,
         metrics: ServerMetrics,
         routes: Vec<(String, axum::routing::MethodRouter)>,
-        store_metrics: Option<StoreMetrics>,
+        stores: Option<&Stores>,
     ) -> Result<App, ConfigError> {
         let mut problems = Vec::new();
         if !config.default_scenario.is_empty() && registry.get(&config.default_scenario).is_none() {
@@ -111,7 +111,7 @@ impl App {
             name => Some(name),
         };
         metrics.start_at_zero(registry.names());
-        let cache = cache_of(config, &metrics, store_metrics)?;
+        let cache = cache_of(config, &metrics, stores)?;
         let admission = Admission::new(config.max_in_flight, config.priority_reserve);
         let limits = config.dispatch_limits();
         let connection_metrics = ConnectionMetrics::register(metrics.registry());
@@ -146,8 +146,7 @@ impl App {
     /// of those registered for the stream lane
     /// ([`crate::scenario::Setup::route_in_lane`]).
     pub fn from_built(config: &Config, built: Built, metrics: ServerMetrics) -> Result<App, ConfigError> {
-        let store_metrics = built.stores.metrics().cloned();
-        let mut app = App::build(config, built.registry, metrics, built.routes, store_metrics)?;
+        let mut app = App::build(config, built.registry, metrics, built.routes, Some(&built.stores))?;
         app.lane_paths = built.lane;
         built.gate.bind(app.dispatcher.authenticator().clone());
         if !config.store.url.is_empty() {
@@ -205,31 +204,28 @@ fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut 
 }
 
 /// The idempotency cache over the store `[store]` names: this process's
-/// memory, or Redis with that memory behind it.
+/// memory, or Redis with that memory behind it, over the connections of
+/// `stores` when they are the server's Redis already.
 fn cache_of(
     config: &Config,
     metrics: &ServerMetrics,
-    store_metrics: Option<StoreMetrics>,
+    stores: Option<&Stores>,
 ) -> Result<IdempotencyCache, ConfigError> {
     let counters = CacheCounters::default();
     let limits = config.cache_limits();
     let local = MemoryStore::new(limits, counters.evictions_by_handler());
-    let Some(url) = config.store.url().map_err(|problem| ConfigError(vec![problem]))? else {
-        return Ok(IdempotencyCache::in_memory(Arc::new(local), counters));
+    let own;
+    let stores = match stores {
+        Some(stores) if stores.is_shared() => stores,
+        _ => {
+            own = Stores::of(&config.store, metrics.registry()).map_err(|problem| ConfigError(vec![problem]))?;
+            &own
+        }
     };
-    let address = url.to_string();
-    let options = RedisOptions {
-        url,
-        prefix: config.store.prefix.clone(),
-        ttl: limits.ttl,
-        commit_ttl: limits.commit_ttl,
-        timeout: config.store.timeout(),
-        connections: config.store.connections,
-    };
-    let redis = RedisStore::new(options).map_err(|error| ConfigError(vec![format!("store.url: {error}")]))?;
-    let store_metrics = store_metrics.unwrap_or_else(|| StoreMetrics::register(metrics.registry()));
-    let store = SharedStore::new(redis, local, config.store.commit_fallback, store_metrics, address);
-    Ok(IdempotencyCache::with_store(Arc::new(store), counters))
+    Ok(match stores.for_cache(local, &limits, config.store.commit_fallback) {
+        CacheStore::Memory(local) => IdempotencyCache::in_memory(local, counters),
+        CacheStore::Shared(shared) => IdempotencyCache::with_store(shared, counters),
+    })
 }
 
 #[cfg(test)]

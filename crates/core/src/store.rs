@@ -45,9 +45,9 @@ mod stores;
 pub use journal::{Appending, Entries, Journal};
 pub use key::{Key, RequestId, ScenarioName};
 pub use memory::MemoryStore;
-pub use redis::{RedisOptions, RedisStore, StoreUrl};
-pub use shared::{CommitFallback, SharedStore};
-pub use stores::{ScenarioStore, Stores};
+pub use redis::{RedisLink, RedisOptions, RedisStore, StoreUrl};
+pub use shared::{CommitFallback, SharedStore, StoreHealth};
+pub use stores::{CacheStore, ScenarioStore, Stores};
 
 /// What a caller of [`FlightStore::begin`] does next.
 #[derive(Debug)]

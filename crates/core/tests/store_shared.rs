@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use megamind_core::{
+    config::StoreConfig,
     scenario::Handler,
     store::{
-        Begin, CommitFallback, FlightStore, Key, MemoryStore, RedisOptions, RedisStore, SharedStore, StoreError,
-        StoreUrl,
+        Begin, CacheStore, CommitFallback, FlightStore, Key, MemoryStore, RedisOptions, RedisStore, SharedStore,
+        StoreError, StoreHealth, StoreUrl, Stores,
         memory::{Limits, unregistered_evictions},
         metrics::StoreMetrics,
     },
@@ -38,13 +39,9 @@ fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry)
         connections: 2,
     };
     let local = MemoryStore::new(Limits::default(), unregistered_evictions());
-    let store = SharedStore::new(
-        RedisStore::new(options).unwrap(),
-        local,
-        commit_fallback,
-        StoreMetrics::register(&registry),
-        url.into(),
-    );
+    let redis = RedisStore::new(options).unwrap();
+    let health = StoreHealth::new(redis.link().clone(), StoreMetrics::register(&registry), commit_fallback);
+    let store = SharedStore::new(redis, local, commit_fallback, health);
     (store, registry)
 }
 
@@ -177,4 +174,88 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");
     let read = store.read(&Key::new("demo", Handler::Run, "j2"), 0, Instant::now()).await.unwrap();
     assert_eq!(read.map(|read| read.entries), Some(entries.to_vec()));
+}
+
+#[tokio::test]
+async fn every_store_of_a_server_shares_its_connections_and_its_health() {
+    let Some(mut server) = RedisServer::start("stores sharing one link") else { return };
+    let registry = Registry::new();
+    let config = StoreConfig { url: server.url(), connections: 1, ..StoreConfig::default() };
+    let stores = Stores::of(&config, &registry).unwrap();
+    let limits = Limits::default();
+    let local = MemoryStore::new(limits, unregistered_evictions());
+    let CacheStore::Shared(cache) = stores.for_cache(local, &limits, CommitFallback::Refuse) else {
+        panic!("a shared cache store")
+    };
+    let scenario = |namespace| stores.build(namespace, limits, unregistered_evictions()).unwrap().flights;
+    let (mine, theirs) = (scenario("mine"), scenario("theirs"));
+    cache.start();
+    mine.start();
+    theirs.start();
+    let deadline = || Instant::now() + Duration::from_millis(290);
+    for store in [&*cache as &dyn FlightStore, &*mine, &*theirs] {
+        let lead = store.begin(Key::new("demo", Handler::Run, "one"), LEASE, deadline(), &mut || true).await;
+        assert!(matches!(lead, Ok(Begin::Lead(_))), "each store has keys of its own: {lead:?}");
+    }
+    let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+    // The test's own connection for CLIENT LIST, and the server's one.
+    assert_eq!(clients.lines().count(), 2, "three stores, one pool of one connection: {clients}");
+
+    server.kill();
+    for round in 0..3 {
+        let key = Key::new("demo", Handler::Run, &format!("down-{round}"));
+        let fell_back = cache.begin(key, LEASE, deadline(), &mut || true).await;
+        assert!(matches!(fell_back, Ok(Begin::Lead(_))), "/run leads in memory: {fell_back:?}");
+    }
+    assert!(eventually(Duration::from_secs(5), || cache.is_down()).await, "failures take Redis for down");
+    let before = metrics(&registry);
+    let lead = mine.begin(Key::new("demo", Handler::Run, "while down"), LEASE, deadline(), &mut || true).await;
+    assert!(matches!(lead, Ok(Begin::Lead(_))), "a scenario's store falls back at once: {lead:?}");
+    let after = metrics(&registry);
+    let begins = |text: &str| text.lines().filter(|l| l.contains(r#"op="begin""#)).collect::<Vec<_>>().join("\n");
+    assert_eq!(begins(&before), begins(&after), "nor asks Redis, which the cache found down");
+    assert!(after.contains(r#"megamind_store_fallbacks_total{handler="run"} 4"#), "{after}");
+}
+
+/// Followers blocked on journals take a connection each, up to a bound;
+/// past it they poll, and still get what is appended in time.
+#[tokio::test]
+async fn blocking_journal_reads_open_a_bounded_number_of_connections() {
+    use megamind_core::store::{Appending, Journal, redis::MAX_BLOCKING};
+    let Some(server) = RedisServer::start("many followers of one journal") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let store = std::sync::Arc::new(store);
+    let (Ok(Begin::Lead(lease)), _) = begin(&store, Handler::Run, "followed").await else { panic!("leads") };
+    let key = Key::new("demo", Handler::Run, "followed");
+    // A second call, so that the pool's two connections are both open.
+    assert!(matches!(begin(&store, Handler::Run, "warm").await.0, Ok(Begin::Lead(_))));
+    // One connection of the test's own, so that it counts once.
+    let mut own = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+    let mut clients = || redis::cmd("CLIENT").arg("LIST").query::<String>(&mut own).unwrap().lines().count();
+    let all_blocked = clients() + MAX_BLOCKING;
+    let readers = MAX_BLOCKING + 16;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let followers: Vec<_> = (0..readers)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                // Read again while there is no news, as a follower does.
+                loop {
+                    let read = store.read(&key, 0, deadline).await.unwrap().expect("a journal");
+                    if !read.entries.is_empty() || Instant::now() >= deadline {
+                        return read.entries;
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || clients() >= all_blocked).await, "never {all_blocked} connections");
+    assert_eq!(clients(), all_blocked, "{readers} followers, {MAX_BLOCKING} of them blocked on a connection each");
+    let entries = [Bytes::from_static(b"news")];
+    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE, lease: None };
+    assert!(store.append(&lease, appending).await.unwrap());
+    for follower in followers {
+        assert_eq!(follower.await.unwrap(), entries.to_vec(), "every follower got the entry in time");
+    }
 }

@@ -7,7 +7,10 @@
 //! reconnects by itself, and runs scripts by `EVALSHA` (sending the body on
 //! `NOSCRIPT`). `fred` does as much with a pool and reconnect machinery of
 //! its own that this store does not need; the `redis` crate is the one the
-//! Redis project keeps. A few managers make the pool, taken in turn.
+//! Redis project keeps. A few managers make the pool, taken in turn. The
+//! pool is a [`RedisLink`]'s: every store of a server (the idempotency
+//! cache's, each scenario's) goes over the same one, each under a prefix
+//! of its own.
 //!
 //! Each entry is one key, `<prefix>:{<scenario>/<handler>/<RequestId>}`,
 //! holding either a claim (`c` and the leader's token: this replica's id and
@@ -38,24 +41,26 @@
 //! `/commit` or `/apply` is then [`Begin::Full`], a repeat still reads.
 
 use std::{
-    hash::BuildHasher,
     sync::{
-        Arc, LazyLock, OnceLock,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, LazyLock,
+        atomic::{AtomicUsize, Ordering},
     },
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::{Client, Script, aio::ConnectionManager};
+use redis::{Script, aio::ConnectionManager};
 use tokio::time::Instant;
 
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
 mod journal;
+mod link;
 mod url;
 
+pub use journal::MAX_BLOCKING;
+pub use link::RedisLink;
 pub use url::{StoreUrl, redact_url};
 
 /// Ends the claim `ARGV[1]` if the key still holds it: with the value
@@ -93,25 +98,16 @@ pub struct RedisOptions {
     pub connections: usize,
 }
 
-/// The single-flight store over Redis.
+/// The single-flight store over Redis: one namespace (its key prefix and
+/// TTLs) over a [`RedisLink`] it may share with other stores.
 #[derive(Debug)]
 pub struct RedisStore {
-    client: Client,
-    /// Made at the first command: a manager needs the runtime.
-    pool: OnceLock<Box<[ConnectionManager]>>,
-    next: AtomicUsize,
+    link: Arc<RedisLink>,
     prefix: String,
     ttl_ms: u64,
     commit_ttl_ms: u64,
-    timeout: Duration,
-    connections: usize,
-    /// This replica's part of every claim token.
-    owner: String,
-    claims: AtomicU64,
-    /// Leases of this replica out now.
+    /// Leases of this store out now.
     in_flight: Arc<AtomicUsize>,
-    /// Connections for the journals' blocking reads.
-    blocking: journal::Blocking,
 }
 
 /// A lease's or a waiter's handle: the entry's key and the claim it
@@ -134,68 +130,43 @@ impl Drop for InFlight {
 }
 
 impl RedisStore {
-    /// A store over the Redis at `options.url`. Connects at the first
-    /// command, and again by itself whenever a connection is lost.
+    /// A store over a link of its own to the Redis at `options.url`.
     pub fn new(options: RedisOptions) -> Result<RedisStore, StoreError> {
-        // `rediss://` takes the process's provider.
-        crate::http_client::install_tls_provider();
-        let client = Client::open(options.url.as_str())
-            .map_err(|_| StoreError::Unavailable(format!("{} is not a Redis URL", options.url)))?;
-        let seed = std::hash::RandomState::new().hash_one((std::process::id(), SystemTime::now()));
-        Ok(RedisStore {
-            client,
-            pool: OnceLock::new(),
-            next: AtomicUsize::new(0),
-            prefix: options.prefix,
-            ttl_ms: millis(options.ttl),
-            commit_ttl_ms: millis(options.commit_ttl),
-            timeout: options.timeout,
-            connections: options.connections.max(1),
-            owner: format!("{seed:016x}"),
-            claims: AtomicU64::new(0),
+        let link = RedisLink::new(&options.url, options.timeout, options.connections)?;
+        Ok(RedisStore::over(Arc::new(link), options.prefix, options.ttl, options.commit_ttl))
+    }
+
+    /// A store over `link`, its keys under `prefix`, its values kept for
+    /// `ttl` (`/run`, `/continue`) and `commit_ttl` (`/commit`, `/apply`).
+    pub fn over(link: Arc<RedisLink>, prefix: String, ttl: Duration, commit_ttl: Duration) -> RedisStore {
+        RedisStore {
+            link,
+            prefix,
+            ttl_ms: millis(ttl),
+            commit_ttl_ms: millis(commit_ttl),
             in_flight: Arc::new(AtomicUsize::new(0)),
-            blocking: journal::Blocking::default(),
-        })
+        }
     }
 
-    /// A connection of the pool, in turn.
+    /// The link this store's commands go over.
+    pub fn link(&self) -> &Arc<RedisLink> {
+        &self.link
+    }
+
     fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let pool = self.pool.get_or_init(|| {
-            let config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(1)))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(100));
-            (0..self.connections)
-                .filter_map(|_| ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone()).ok())
-                .collect()
-        });
-        let at = self.next.fetch_add(1, Ordering::Relaxed);
-        // `new_lazy_with_config` fails only on a configuration this store never sets.
-        let none = || StoreError::Unavailable("no Redis connection could be set up".into());
-        pool.get(at % pool.len().max(1)).cloned().ok_or_else(none)
+        self.link.connection()
     }
 
-    /// Runs one command (or script) under the store's timeout, or less
-    /// when `deadline` comes first.
     async fn command<T>(
         &self,
         deadline: Option<Instant>,
         run: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        let mut bound = self.timeout;
-        if let Some(deadline) = deadline {
-            bound = bound.min(deadline.saturating_duration_since(Instant::now()));
-        }
-        within(bound, run).await
+        self.link.command(deadline, run).await
     }
 
     fn key(&self, key: &Key) -> String {
         format!("{}:{{{key}}}", self.prefix)
-    }
-
-    /// A fresh claim: `c`, this replica's id, a counter.
-    fn claim(&self) -> Bytes {
-        Bytes::from(format!("c{}:{}", self.owner, self.claims.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// What a key held, as `begin` tells it: a hit, another's claim to wait
@@ -245,21 +216,6 @@ impl RedisStore {
         let _ended: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
         Ok(())
     }
-
-    /// Checks that Redis answers.
-    pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
-        let mut connection = self.connection()?;
-        within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await.map(drop)
-    }
-
-    /// Redis's `maxmemory-policy`, where `CONFIG GET` is allowed.
-    pub async fn memory_policy(&self, timeout: Duration) -> Result<String, StoreError> {
-        let mut connection = self.connection()?;
-        let mut command = redis::cmd("CONFIG");
-        command.arg("GET").arg("maxmemory-policy");
-        let pairs: Vec<String> = within(timeout, command.query_async(&mut connection)).await?;
-        pairs.get(1).cloned().ok_or_else(|| StoreError::Unavailable("CONFIG GET answered nothing".into()))
-    }
 }
 
 #[async_trait]
@@ -275,7 +231,7 @@ impl FlightStore for RedisStore {
         // gives the caller's slot back at once.
         let lead = may_lead();
         let redis_key = self.key(&key);
-        let claim = self.claim();
+        let claim = self.link.claim();
         let mut command = if lead { redis::cmd("SET") } else { redis::cmd("GET") };
         command.arg(&redis_key);
         if lead {

@@ -38,7 +38,7 @@ use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
     journal::{Appending, Entries, Journal},
     metrics::{Op, Outcome, StoreMetrics},
-    redis::{RedisStore, is_claim},
+    redis::{RedisLink, RedisStore, is_claim},
 };
 
 /// Failures in a row after which the store is taken for down.
@@ -61,65 +61,47 @@ pub enum CommitFallback {
     Local,
 }
 
-/// The shared store and this replica's fallback.
+/// What one server knows of its Redis's health, shared by every store over
+/// it: one count of failures, one `down` state, one log line when Redis goes
+/// and one when it is back, one watch, one memory policy check.
 #[derive(Debug)]
-pub struct SharedStore(Arc<Inner>);
-
-#[derive(Debug)]
-struct Inner {
-    shared: RedisStore,
-    local: MemoryStore,
-    commit_fallback: CommitFallback,
+pub struct StoreHealth {
+    link: Arc<RedisLink>,
     metrics: StoreMetrics,
-    /// Where the store is, for log lines (no password).
-    address: String,
+    /// What the idempotency cache's `/commit` and `/apply` do while Redis
+    /// is down, for the log line.
+    commit_fallback: CommitFallback,
     failures: AtomicU32,
     down: AtomicBool,
+    /// Set by the first store started: one watch per server.
+    watched: AtomicBool,
 }
 
-impl SharedStore {
-    /// `shared`, falling back to `local`.
-    pub fn new(
-        shared: RedisStore,
-        local: MemoryStore,
-        commit_fallback: CommitFallback,
-        metrics: StoreMetrics,
-        address: String,
-    ) -> SharedStore {
-        SharedStore(Arc::new(Inner {
-            shared,
-            local,
-            commit_fallback,
+impl StoreHealth {
+    /// The health of the Redis behind `link`, counted in `metrics`.
+    pub fn new(link: Arc<RedisLink>, metrics: StoreMetrics, commit_fallback: CommitFallback) -> Arc<StoreHealth> {
+        Arc::new(StoreHealth {
+            link,
             metrics,
-            address,
+            commit_fallback,
             failures: AtomicU32::new(0),
             down: AtomicBool::new(false),
-        }))
+            watched: AtomicBool::new(false),
+        })
+    }
+
+    /// The link whose Redis this is.
+    pub fn link(&self) -> &Arc<RedisLink> {
+        &self.link
+    }
+
+    /// The metrics the stores over this Redis count in.
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
     }
 
     /// Whether the shared store is taken for down now.
     pub fn is_down(&self) -> bool {
-        self.0.is_down()
-    }
-
-    /// Ends a lease in the background (see the module's doc).
-    fn end(&self, lease: Lease, value: Option<Bytes>) {
-        let store = self.0.clone();
-        tokio::spawn(async move {
-            let op = if value.is_some() { Op::Complete } else { Op::Abandon };
-            let ended = match value {
-                Some(value) => store.run(op, store.shared.complete(lease, value)).await,
-                None => store.run(op, store.shared.abandon(lease)).await,
-            };
-            if let Err(error) = ended {
-                tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
-            }
-        });
-    }
-}
-
-impl Inner {
-    fn is_down(&self) -> bool {
         self.down.load(Ordering::Acquire)
     }
 
@@ -152,7 +134,7 @@ impl Inner {
         if failures >= FAILURES_TO_DOWN && !self.down.swap(true, Ordering::AcqRel) {
             self.metrics.set_up(false);
             tracing::warn!(
-                store = %self.address, %error,
+                store = %self.link.address(), %error,
                 "the shared store is unavailable: /run and /continue use this replica's memory, /commit and /apply {}",
                 match self.commit_fallback {
                     CommitFallback::Refuse => "answer `unavailable`",
@@ -166,37 +148,99 @@ impl Inner {
         self.failures.store(0, Ordering::Relaxed);
         if self.down.swap(false, Ordering::AcqRel) {
             self.metrics.set_up(true);
-            tracing::info!(store = %self.address, "the shared store is back: replicas share answers again");
+            tracing::info!(store = %self.link.address(), "the shared store is back: replicas share answers again");
+        }
+    }
+
+    /// Starts the watch, unless a store over the same Redis did.
+    fn start(self: &Arc<StoreHealth>) {
+        if !self.watched.swap(true, Ordering::AcqRel) {
+            tokio::spawn(StoreHealth::watch(Arc::downgrade(self)));
         }
     }
 
     /// Pings the store at start and while it is down, and checks its memory
-    /// policy once it first answers.
-    async fn watch(store: Weak<Inner>) {
+    /// policy once it first answers; ends with the last store.
+    async fn watch(health: Weak<StoreHealth>) {
         let (mut first, mut policy_checked) = (true, false);
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(store) = store.upgrade() else { return };
-            if policy_checked && !store.is_down() {
+            let Some(health) = health.upgrade() else { return };
+            if policy_checked && !health.is_down() {
                 continue;
             }
-            match store.run(Op::Ping, store.shared.ping(PING_TIMEOUT)).await {
-                Ok(()) => store.back(),
+            match health.run(Op::Ping, health.link.ping(PING_TIMEOUT)).await {
+                Ok(()) => health.back(),
                 // A first ping that fails marks the store down at once.
                 Err(error) if first => {
-                    store.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
-                    store.failed(&error);
+                    health.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
+                    health.failed(&error);
                 }
                 Err(_) => {}
             }
             first = false;
-            if !policy_checked && !store.is_down() {
+            if !policy_checked && !health.is_down() {
                 policy_checked = true;
-                check_policy(&store.shared, &store.address).await;
+                check_policy(&health.link).await;
             }
         }
+    }
+}
+
+/// The shared store and this replica's fallback.
+#[derive(Debug)]
+pub struct SharedStore(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    shared: RedisStore,
+    local: MemoryStore,
+    commit_fallback: CommitFallback,
+    health: Arc<StoreHealth>,
+}
+
+impl SharedStore {
+    /// `shared`, falling back to `local`, its Redis's health in `health`
+    /// (shared with the other stores over the same link).
+    pub fn new(
+        shared: RedisStore,
+        local: MemoryStore,
+        commit_fallback: CommitFallback,
+        health: Arc<StoreHealth>,
+    ) -> SharedStore {
+        SharedStore(Arc::new(Inner { shared, local, commit_fallback, health }))
+    }
+
+    /// Whether the shared store is taken for down now.
+    pub fn is_down(&self) -> bool {
+        self.0.health.is_down()
+    }
+
+    /// Ends a lease in the background (see the module's doc).
+    fn end(&self, lease: Lease, value: Option<Bytes>) {
+        let store = self.0.clone();
+        tokio::spawn(async move {
+            let op = if value.is_some() { Op::Complete } else { Op::Abandon };
+            let ended = match value {
+                Some(value) => store.run(op, store.shared.complete(lease, value)).await,
+                None => store.run(op, store.shared.abandon(lease)).await,
+            };
+            if let Err(error) = ended {
+                tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn is_down(&self) -> bool {
+        self.health.is_down()
+    }
+
+    async fn run<T>(&self, op: Op, command: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.health.run(op, command).await
     }
 
     /// Whether a call of `handler` may run on this replica's memory.
@@ -207,7 +251,7 @@ impl Inner {
                 key.handler
             )));
         }
-        self.metrics.fell_back(key.handler);
+        self.health.metrics.fell_back(key.handler);
         Ok(())
     }
 }
@@ -266,7 +310,7 @@ impl FlightStore for SharedStore {
     }
 
     fn start(&self) {
-        tokio::spawn(Inner::watch(Arc::downgrade(&self.0)));
+        self.0.health.start();
     }
 }
 
@@ -295,8 +339,9 @@ impl Journal for SharedStore {
 
 /// Warns when Redis may evict answers: `/commit` and `/apply` answers must
 /// stay for their TTL, which only `noeviction` promises.
-async fn check_policy(store: &RedisStore, address: &str) {
-    match store.memory_policy(PING_TIMEOUT).await {
+async fn check_policy(link: &RedisLink) {
+    let address = link.address();
+    match link.memory_policy(PING_TIMEOUT).await {
         Ok(policy) if policy == "noeviction" => {}
         Ok(policy) => tracing::warn!(
             store = address,

@@ -10,10 +10,10 @@
 //! fallback, its commands counted in the same store metrics, and a memory
 //! store with the scenario's bounds behind it.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use super::{
-    CommitFallback, FlightStore, Journal, MemoryStore, RedisOptions, RedisStore, SharedStore, StoreError, StoreUrl,
+    CommitFallback, FlightStore, Journal, MemoryStore, RedisLink, RedisStore, SharedStore, StoreError, StoreHealth,
     memory::{Evictions, Limits},
     metrics::StoreMetrics,
 };
@@ -30,20 +30,26 @@ pub struct ScenarioStore {
     pub shared: bool,
 }
 
-/// What scenario stores are built over: this process's memory, or the
-/// server's Redis.
-#[derive(Debug, Clone, Default)]
-pub struct Stores {
-    redis: Option<Arc<Redis>>,
+/// The idempotency cache's store, as [`Stores::for_cache`] makes it.
+#[derive(Debug)]
+pub enum CacheStore {
+    /// This process's memory.
+    Memory(Arc<MemoryStore>),
+    /// The server's Redis, with this process's memory behind it.
+    Shared(Arc<SharedStore>),
 }
 
-#[derive(Debug)]
+/// What scenario stores are built over: this process's memory, or the
+/// server's Redis, one link and one health for all of them.
+#[derive(Debug, Clone, Default)]
+pub struct Stores {
+    redis: Option<Redis>,
+}
+
+#[derive(Debug, Clone)]
 struct Redis {
-    url: StoreUrl,
+    health: Arc<StoreHealth>,
     prefix: String,
-    timeout: Duration,
-    connections: usize,
-    metrics: StoreMetrics,
 }
 
 impl Stores {
@@ -55,23 +61,34 @@ impl Stores {
     /// The stores `config` names; with a shared store, its metrics are
     /// registered in `registry` (once per server: the idempotency cache
     /// built by [`App::from_built`](crate::server::App::from_built) counts in
-    /// them too).
+    /// them too, over the same connections).
     pub fn of(config: &StoreConfig, registry: &prometheus::Registry) -> Result<Stores, String> {
         let Some(url) = config.url()? else { return Ok(Stores::memory()) };
-        let metrics = StoreMetrics::register(registry);
-        let redis = Redis {
-            url,
-            prefix: config.prefix.clone(),
-            timeout: config.timeout(),
-            connections: config.connections,
-            metrics,
-        };
-        Ok(Stores { redis: Some(Arc::new(redis)) })
+        let link = RedisLink::new(&url, config.timeout(), config.connections).map_err(|e| format!("store.url: {e}"))?;
+        let health = StoreHealth::new(Arc::new(link), StoreMetrics::register(registry), config.commit_fallback);
+        Ok(Stores { redis: Some(Redis { health, prefix: config.prefix.clone() }) })
+    }
+
+    /// Whether replicas share these stores (`[store] url` is set).
+    pub fn is_shared(&self) -> bool {
+        self.redis.is_some()
     }
 
     /// The store metrics the shared stores count in, when there are shared stores.
     pub fn metrics(&self) -> Option<&StoreMetrics> {
-        self.redis.as_ref().map(|redis| &redis.metrics)
+        self.redis.as_ref().map(|redis| redis.health.metrics())
+    }
+
+    /// The idempotency cache's store: `local` alone, or the server's Redis
+    /// (its keys right under the prefix, `limits`' TTLs) with `local` behind
+    /// it, `/commit` and `/apply` doing `commit_fallback` while Redis is down.
+    pub fn for_cache(&self, local: MemoryStore, limits: &Limits, commit_fallback: CommitFallback) -> CacheStore {
+        match &self.redis {
+            None => CacheStore::Memory(Arc::new(local)),
+            Some(redis) => {
+                CacheStore::Shared(Arc::new(redis.shared(redis.prefix.clone(), local, limits, commit_fallback)))
+            }
+        }
     }
 
     /// A store of the scenario's own, its keys in `namespace`, bounded in
@@ -84,18 +101,16 @@ impl Stores {
             let store = Arc::new(local);
             return Ok(ScenarioStore { flights: store.clone(), journal: store, shared: false });
         };
-        let options = RedisOptions {
-            url: redis.url.clone(),
-            prefix: format!("{}:{namespace}", redis.prefix),
-            ttl: limits.ttl,
-            commit_ttl: limits.commit_ttl,
-            timeout: redis.timeout,
-            connections: redis.connections,
-        };
-        let address = redis.url.to_string();
-        let shared = RedisStore::new(options)?;
+        let prefix = format!("{}:{namespace}", redis.prefix);
         // A scenario's own work has no side effect a fallback could repeat.
-        let store = Arc::new(SharedStore::new(shared, local, CommitFallback::Local, redis.metrics.clone(), address));
+        let store = Arc::new(redis.shared(prefix, local, &limits, CommitFallback::Local));
         Ok(ScenarioStore { flights: store.clone(), journal: store, shared: true })
+    }
+}
+
+impl Redis {
+    fn shared(&self, prefix: String, local: MemoryStore, limits: &Limits, fallback: CommitFallback) -> SharedStore {
+        let redis = RedisStore::over(self.health.link().clone(), prefix, limits.ttl, limits.commit_ttl);
+        SharedStore::new(redis, local, fallback, self.health.clone())
     }
 }

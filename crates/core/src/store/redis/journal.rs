@@ -13,14 +13,18 @@
 //!   `XREAD BLOCK` bounded by the reader's deadline waits for the next, on
 //!   a connection of its own: a blocked command holds up every command
 //!   queued behind it on its connection, so blocking reads never share the
-//!   pool's. Idle ones are kept for the next read, a few at most.
+//!   pool's. Idle ones are kept for the next read, a few at most; past
+//!   [`MAX_BLOCKING`] reads blocked at once, a reader polls instead.
 
-use std::sync::{LazyLock, Mutex};
+use std::{
+    sync::{Arc, LazyLock, Mutex},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::{Script, Value, aio::MultiplexedConnection};
-use tokio::time::Instant;
+use tokio::{sync::Semaphore, time::Instant};
 
 use super::{RedisStore, claim_of, millis, within};
 use crate::store::{
@@ -66,18 +70,32 @@ static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
 
 /// Idle blocking connections kept at most.
 const MAX_IDLE_BLOCKING: usize = 8;
+/// Reads blocked at once at most, each on a connection of its own: a bound
+/// on the connections a replica opens to Redis, however many calls it follows.
+pub const MAX_BLOCKING: usize = 64;
+/// How long a reader past [`MAX_BLOCKING`] waits before it reads again.
+const BUSY_POLL: Duration = Duration::from_millis(20);
 
 /// The connections blocking reads use, one per read at a time.
-#[derive(Debug, Default)]
-pub(super) struct Blocking(Mutex<Vec<MultiplexedConnection>>);
+#[derive(Debug)]
+pub(super) struct Blocking {
+    idle: Mutex<Vec<MultiplexedConnection>>,
+    slots: Arc<Semaphore>,
+}
+
+impl Default for Blocking {
+    fn default() -> Blocking {
+        Blocking { idle: Mutex::default(), slots: Arc::new(Semaphore::new(MAX_BLOCKING)) }
+    }
+}
 
 impl Blocking {
     fn take(&self) -> Option<MultiplexedConnection> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
 
     fn give_back(&self, connection: MultiplexedConnection) {
-        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE_BLOCKING {
             idle.push(connection);
         }
@@ -92,13 +110,13 @@ impl RedisStore {
     /// A connection for one blocking read: an idle one, or a new one made
     /// by `deadline` (`None` past it: no news, and no sign of a sick store).
     async fn blocking_connection(&self, deadline: Instant) -> Result<Option<MultiplexedConnection>, StoreError> {
-        if let Some(connection) = self.blocking.take() {
+        if let Some(connection) = self.link.blocking.take() {
             return Ok(Some(connection));
         }
         let config = redis::AsyncConnectionConfig::new()
             // The read's own bound applies, not a response timeout.
             .set_response_timeout(None);
-        let connect = self.client.get_multiplexed_async_connection_with_config(&config);
+        let connect = self.link.client().get_multiplexed_async_connection_with_config(&config);
         match tokio::time::timeout_at(deadline, connect).await {
             Ok(Ok(connection)) => Ok(Some(connection)),
             Ok(Err(error)) => Err(super::unavailable(&error)),
@@ -111,19 +129,24 @@ impl RedisStore {
         if deadline.saturating_duration_since(Instant::now()).as_millis() == 0 {
             return Ok(Vec::new());
         }
+        let Ok(_slot) = self.link.blocking.slots.clone().try_acquire_owned() else {
+            // No news yet: the caller reads again (one round trip) after a pause.
+            tokio::time::sleep_until((Instant::now() + BUSY_POLL).min(deadline)).await;
+            return Ok(Vec::new());
+        };
         let Some(mut connection) = self.blocking_connection(deadline).await? else { return Ok(Vec::new()) };
         // Measured once the connection is there: making one takes a while.
         let block = deadline.saturating_duration_since(Instant::now());
         if block.as_millis() == 0 {
-            self.blocking.give_back(connection);
+            self.link.blocking.give_back(connection);
             return Ok(Vec::new());
         }
         let mut command = redis::cmd("XREAD");
         command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
         command.arg(format!("0-{after}"));
         // A connection whose command timed out may still be blocked: dropped.
-        let read: Value = within(block + self.timeout, command.query_async(&mut connection)).await?;
-        self.blocking.give_back(connection);
+        let read: Value = within(block + self.link.timeout(), command.query_async(&mut connection)).await?;
+        self.link.blocking.give_back(connection);
         Ok(stream_entries(read))
     }
 }

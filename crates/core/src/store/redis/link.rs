@@ -1,0 +1,129 @@
+//! [`RedisLink`]: one server's way to its Redis, shared by every store over
+//! it (the idempotency cache's and each scenario's own), so that a server
+//! keeps one pool of connections, one set of blocking readers and one claim
+//! counter, however many stores it has.
+
+use std::{
+    hash::BuildHasher,
+    sync::{
+        OnceLock,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use bytes::Bytes;
+use redis::{Client, aio::ConnectionManager};
+use tokio::time::Instant;
+
+use super::{StoreUrl, journal::Blocking, within};
+use crate::store::StoreError;
+
+/// The connections to one Redis.
+#[derive(Debug)]
+pub struct RedisLink {
+    client: Client,
+    /// Where Redis is, for log lines and errors (no password).
+    address: String,
+    /// Made at the first command: a manager needs the runtime.
+    pool: OnceLock<Box<[ConnectionManager]>>,
+    next: AtomicUsize,
+    /// The longest a command may take.
+    timeout: Duration,
+    connections: usize,
+    /// This replica's part of every claim token.
+    owner: String,
+    claims: AtomicU64,
+    /// Connections for the journals' blocking reads.
+    pub(super) blocking: Blocking,
+}
+
+impl RedisLink {
+    /// A link to the Redis at `url`, commands bounded by `timeout`, over a
+    /// pool of `connections`. Connects at the first command, and again by
+    /// itself whenever a connection is lost.
+    pub fn new(url: &StoreUrl, timeout: Duration, connections: usize) -> Result<RedisLink, StoreError> {
+        // `rediss://` takes the process's provider.
+        crate::http_client::install_tls_provider();
+        let client =
+            Client::open(url.as_str()).map_err(|_| StoreError::Unavailable(format!("{url} is not a Redis URL")))?;
+        let seed = std::hash::RandomState::new().hash_one((std::process::id(), SystemTime::now()));
+        Ok(RedisLink {
+            client,
+            address: url.to_string(),
+            pool: OnceLock::new(),
+            next: AtomicUsize::new(0),
+            timeout,
+            connections: connections.max(1),
+            owner: format!("{seed:016x}"),
+            claims: AtomicU64::new(0),
+            blocking: Blocking::default(),
+        })
+    }
+
+    /// Where Redis is, without its password.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The longest a command may take.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A connection of the pool, in turn.
+    pub(super) fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let pool = self.pool.get_or_init(|| {
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(100));
+            (0..self.connections)
+                .filter_map(|_| ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone()).ok())
+                .collect()
+        });
+        let at = self.next.fetch_add(1, Ordering::Relaxed);
+        // `new_lazy_with_config` fails only on a configuration this link never sets.
+        let none = || StoreError::Unavailable("no Redis connection could be set up".into());
+        pool.get(at % pool.len().max(1)).cloned().ok_or_else(none)
+    }
+
+    /// Runs one command (or script) under the link's timeout, or less
+    /// when `deadline` comes first.
+    pub(super) async fn command<T>(
+        &self,
+        deadline: Option<Instant>,
+        run: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        let mut bound = self.timeout;
+        if let Some(deadline) = deadline {
+            bound = bound.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        within(bound, run).await
+    }
+
+    /// A fresh claim: `c`, this replica's id, a counter: a fencing token no
+    /// other lease of any store over this Redis ever had.
+    pub(super) fn claim(&self) -> Bytes {
+        Bytes::from(format!("c{}:{}", self.owner, self.claims.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// Checks that Redis answers.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
+        let mut connection = self.connection()?;
+        within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await.map(drop)
+    }
+
+    /// Redis's `maxmemory-policy`, where `CONFIG GET` is allowed.
+    pub async fn memory_policy(&self, timeout: Duration) -> Result<String, StoreError> {
+        let mut connection = self.connection()?;
+        let mut command = redis::cmd("CONFIG");
+        command.arg("GET").arg("maxmemory-policy");
+        let pairs: Vec<String> = within(timeout, command.query_async(&mut connection)).await?;
+        pairs.get(1).cloned().ok_or_else(|| StoreError::Unavailable("CONFIG GET answered nothing".into()))
+    }
+}
