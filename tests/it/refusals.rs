@@ -55,3 +55,26 @@ async fn a_caller_the_authenticator_refuses_is_forbidden_on_both_transports() {
     client.run(ticketed).await.expect("a ticketed call is answered");
     assert_eq!(app.get("/healthz").await.0, 200, "the server's own routes ask no ticket");
 }
+
+/// A server built with its scenarios' routes, then given another
+/// authenticator: the routes guarded as scenario calls are (the assistant's
+/// skills catalog) ask the new one too.
+#[tokio::test]
+async fn a_replaced_authenticator_guards_the_scenarios_own_routes_too() {
+    let config = Config::default();
+    let metrics = megamind_core::rules::metrics::ServerMetrics::new();
+    let modules = megamind_scenario::scenarios::modules();
+    let built = megamind_core::scenario::module::build_all(&modules, &config.scenarios, metrics.registry())
+        .expect("the scenarios build");
+    let app = App::from_built(&config, built, metrics).unwrap();
+    let app = serve_app(app.with_authenticator(Arc::new(ServiceTicketRequired))).await;
+    let skills = |ticket: Option<&'static str>| {
+        let mut request = app.http.get(app.url("/llm/skills"));
+        if let Some(ticket) = ticket {
+            request = request.header("x-ya-service-ticket", ticket);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(skills(None).await, 403, "no ticket, no catalog");
+    assert_ne!(skills(Some("3:serv")).await, 403, "a ticketed caller is let in");
+}

@@ -16,7 +16,7 @@ use std::{
 
 use crate::{
     config::{Config, ConfigError},
-    dispatch::{Authenticator, Dispatcher},
+    dispatch::{Authenticator, Dispatcher, Gate},
     rules::{
         auth,
         budget::Budgets,
@@ -53,6 +53,8 @@ pub struct App {
     draining: AtomicBool,
     shutdown: Shutdown,
     routes: axum::Router,
+    /// The scenarios' routes' way to the authenticator: rebound with it.
+    gate: Gate,
 }
 
 /// Paths the server's router serves itself, which no scenario may take.
@@ -131,12 +133,14 @@ impl App {
             draining: AtomicBool::new(false),
             shutdown: Shutdown::new(),
             routes,
+            gate: Gate::default(),
         })
     }
 
     /// The same state, asking `authenticator` about every call before
     /// anything else is done for it (by default, the one `[auth]` chooses).
     pub fn with_authenticator(mut self, authenticator: Arc<dyn Authenticator>) -> App {
+        self.gate.bind(authenticator.clone());
         self.dispatcher = self.dispatcher.with_authenticator(authenticator);
         self
     }
@@ -149,6 +153,7 @@ impl App {
         let mut app = App::build(config, built.registry, metrics, built.routes, Some(&built.stores))?;
         app.lane_paths = built.lane;
         built.gate.bind(app.dispatcher.authenticator().clone());
+        app.gate = built.gate;
         if !config.store.url.is_empty() {
             for key in &built.local_keys {
                 tracing::warn!(

@@ -5,7 +5,7 @@
 
 use std::{
     fmt,
-    sync::{Arc, OnceLock},
+    sync::{Arc, RwLock},
 };
 
 use futures_util::{FutureExt, future::BoxFuture};
@@ -82,26 +82,31 @@ impl Authenticator for AcceptAll {
 
 /// The server's authenticator for a scenario's own routes: handed out while
 /// scenarios are set up, before the authenticator exists, and bound to it
-/// once the server is built. Until then (or in a server built without one)
-/// it lets every caller in, as the dispatcher's default does.
+/// once the server is built, and again whenever the server's authenticator
+/// is replaced. Until then (or in a server built without one) it lets
+/// every caller in, as the dispatcher's default does.
 #[derive(Clone, Default)]
-pub struct Gate(Arc<OnceLock<Arc<dyn Authenticator>>>);
+pub struct Gate(Arc<RwLock<Option<Arc<dyn Authenticator>>>>);
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Gate").field(&self.0.get()).finish()
+        f.debug_tuple("Gate").field(&self.authenticator()).finish()
     }
 }
 
 impl Gate {
-    /// Binds the gate to `authenticator`; a gate binds once.
+    /// Binds the gate to `authenticator`, in place of any it had.
     pub fn bind(&self, authenticator: Arc<dyn Authenticator>) {
-        let _ = self.0.set(authenticator);
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(authenticator);
+    }
+
+    fn authenticator(&self) -> Option<Arc<dyn Authenticator>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The verdict on the caller whose request has `headers`.
     pub async fn admit(&self, headers: &HeaderMap) -> Result<Admitted, Refusal> {
-        match self.0.get() {
+        match self.authenticator() {
             Some(authenticator) => authenticator.authenticate(&CallMeta::from_headers(headers)).verdict().await,
             None => Ok(Admitted::default()),
         }
@@ -125,13 +130,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_gate_lets_everyone_in_until_bound_then_asks_its_authenticator() {
+    async fn a_gate_lets_everyone_in_until_bound_then_asks_its_latest_authenticator() {
         let gate = Gate::default();
-        let mut headers = HeaderMap::new();
+        let headers = HeaderMap::new();
         assert_eq!(gate.admit(&headers).await, Ok(Admitted::default()));
         gate.clone().bind(Arc::new(ServiceTicketRequired));
         assert_eq!(gate.admit(&headers).await, Err(Refusal::Forbidden("no ticket".into())));
-        headers.insert(crate::scenario::meta::SERVICE_TICKET, "3:serv:x".parse().unwrap());
-        assert_eq!(gate.admit(&headers).await, Ok(Admitted { default_uid: Some(7) }));
+        let ticketed = {
+            let mut ticketed = headers.clone();
+            ticketed.insert(crate::scenario::meta::SERVICE_TICKET, "3:serv:x".parse().unwrap());
+            ticketed
+        };
+        assert_eq!(gate.admit(&ticketed).await, Ok(Admitted { default_uid: Some(7) }));
+        // Bound again, it asks the new authenticator.
+        gate.bind(Arc::new(AcceptAll));
+        assert_eq!(gate.admit(&headers).await, Ok(Admitted::default()));
     }
 }
