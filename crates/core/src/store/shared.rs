@@ -325,15 +325,20 @@ impl Journal for SharedStore {
 
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
         let store = &self.0;
+        let mut failed = None;
         if !store.is_down() {
             match store.run(Op::Read, store.shared.read(key, after, deadline)).await {
                 Ok(Some(entries)) => return Ok(Some(entries)),
                 // A journal begun while Redis was down is in this replica's memory.
                 Ok(None) => {}
-                Err(error) => tracing::debug!(%error, "a journal could not be read from the shared store"),
+                Err(error) => failed = Some(error),
             }
         }
-        store.local.read(key, after, deadline).await
+        match store.local.read(key, after, deadline).await? {
+            Some(entries) => Ok(Some(entries)),
+            // Not "no journal": one that could not be read may well be there.
+            None => failed.map_or(Ok(None), Err),
+        }
     }
 }
 
