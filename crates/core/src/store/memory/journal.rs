@@ -205,11 +205,11 @@ mod tests {
         Appending { entries, end, max_len, ttl: Duration::from_secs(1), lease: None }
     }
 
-    /// Every entry after `after`, in as many reads as it takes.
+    /// Every entry kept after `after`, in as many reads as it takes.
     fn read_all(log: &Log, mut after: u64) -> Vec<Bytes> {
         let mut all = Vec::new();
         while let Some(read) = log.read(after) {
-            assert_eq!(read.first, after + 1, "no gaps");
+            assert!(all.is_empty() || read.first == after + 1, "no gaps between reads");
             after = read.last(after);
             all.extend(read.entries);
             if read.ended {
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(log.bytes(), kept, "what went past the cap no longer counts");
         assert!(log.append(appending(&[Bytes::from_static(b"E")], 1500, true)));
         assert!(!log.append(appending(&[Bytes::from_static(b"late")], 1500, false)), "ended");
-        let read = read_all(&log, 1999);
+        let read = read_all(&log, 2000);
         assert_eq!(read, [Bytes::from_static(b"E")]);
         assert_eq!(log.seal(), kept - entries[500].len() - ENTRY_COST + 1 + ENTRY_COST, "the cap still holds");
         let list = log.lock();
