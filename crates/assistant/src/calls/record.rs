@@ -242,7 +242,7 @@ impl CallRecord {
     /// `make`'s, held by the readers only (it goes with the last of them).
     pub(crate) fn shared<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
         let mut slot = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = slot.upgrade().and_then(|held| held.downcast::<T>().ok()) {
+        if let Some(held) = upgrade(&slot) {
             return held;
         }
         let made = Arc::new(make());
@@ -253,8 +253,7 @@ impl CallRecord {
 
     /// What the call's readers share, if a reader holds it.
     pub(crate) fn held<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        let slot = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        slot.upgrade().and_then(|held| held.downcast::<T>().ok())
+        upgrade(&self.shared.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// A reader from the first event.
@@ -279,6 +278,11 @@ impl CallRecord {
         }
         text
     }
+}
+
+/// What `slot` holds, if a reader holds it and it is a `T`.
+fn upgrade<T: Any + Send + Sync>(slot: &Weak<dyn Any + Send + Sync>) -> Option<Arc<T>> {
+    slot.upgrade().and_then(|held| held.downcast::<T>().ok())
 }
 
 /// `at` in whole µs, as a journal keeps it: a mirror's times are then the

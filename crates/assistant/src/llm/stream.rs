@@ -14,7 +14,7 @@
 //! [`sse`] is one subscriber. The events of a call are made and written as
 //! SSE text once, for all its subscribers (the call's `Rendered`, kept while
 //! one of them reads), as the first of them asks for them, and no further
-//! than [`AHEAD`] events past the one it writes next: a subscriber far
+//! than `AHEAD` (64) events past the one it writes next: a subscriber far
 //! behind the model makes its events as it writes them, so that a slow
 //! server or client buffers nothing more. Each subscriber copies what it has
 //! not sent yet, as its client reads (the body is pulled). Events every
@@ -23,11 +23,11 @@
 //! after some were let go makes its own from the record until it reaches
 //! the others, then reads theirs. A subscriber that does not read holds its
 //! place and nothing else — no buffer grows for it; the server's send
-//! timeout closes its connection, and it resumes with `Last-Event-ID`. Heartbeats (every
-//! `heartbeat_secs` while the model is silent) are written with the id of
-//! the event before them, so resuming after one skips nothing; so is the
-//! `error` (`code: "shutdown"`, `retry: true`) that ends an open stream when
-//! the server drains.
+//! timeout closes its connection, and it resumes with `Last-Event-ID`.
+//! Heartbeats (every `heartbeat_secs` while the model is silent) are written
+//! with the id of the event before them, so resuming after one skips
+//! nothing; so is the `error` (`code: "shutdown"`, `retry: true`) that ends
+//! an open stream when the server drains.
 
 use std::{
     collections::VecDeque,
