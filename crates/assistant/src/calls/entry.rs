@@ -38,10 +38,16 @@ impl Entry {
 
     pub(crate) fn encode(&self) -> Bytes {
         let mut buf = BytesMut::with_capacity(16);
-        let at = |buf: &mut BytesMut, kind: u8, at: &Duration| {
+        self.encode_into(&mut buf);
+        buf.freeze()
+    }
+
+    /// Appends the entry's bytes to `buf`.
+    pub(crate) fn encode_into(&self, buf: &mut impl BufMut) {
+        fn at(buf: &mut impl BufMut, kind: u8, at: &Duration) {
             buf.put_u8(kind);
             buf.put_u32_le(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
-        };
+        }
         match self {
             Entry::Started { unix_us } => {
                 buf.put_u8(b'S');
@@ -49,31 +55,30 @@ impl Entry {
             }
             Entry::Event { event, at: when } => match event {
                 ModelEvent::TextDelta(text) => {
-                    at(&mut buf, b'T', when);
+                    at(buf, b'T', when);
                     buf.put_slice(text.as_bytes());
                 }
                 ModelEvent::ReasoningDelta(text) => {
-                    at(&mut buf, b'R', when);
+                    at(buf, b'R', when);
                     buf.put_slice(text.as_bytes());
                 }
                 ModelEvent::Finish { reason } => {
-                    at(&mut buf, b'F', when);
+                    at(buf, b'F', when);
                     buf.put_slice(reason.as_bytes());
                 }
                 ModelEvent::Usage { prompt_tokens, completion_tokens } => {
-                    at(&mut buf, b'U', when);
+                    at(buf, b'U', when);
                     buf.put_u64_le(*prompt_tokens);
                     buf.put_u64_le(*completion_tokens);
                 }
             },
             Entry::Cut => buf.put_u8(b'C'),
-            Entry::Completed { at: when } => at(&mut buf, b'E', when),
+            Entry::Completed { at: when } => at(buf, b'E', when),
             Entry::Failed { reason, at: when } => {
-                at(&mut buf, b'X', when);
+                at(buf, b'X', when);
                 buf.put_slice(reason.as_bytes());
             }
         }
-        buf.freeze()
     }
 
     /// The entry `bytes` hold; `None` for bytes this version did not write.
@@ -104,6 +109,19 @@ impl Entry {
                 }
             }
         }
+    }
+}
+
+/// When the event (or the end) an entry's `bytes` hold came, without
+/// reading the rest: `None` for a start, a cut or bytes this version did not
+/// write.
+pub(crate) fn at_of(bytes: &[u8]) -> Option<Duration> {
+    match bytes.split_first()? {
+        (b'T' | b'R' | b'F' | b'U' | b'E' | b'X', rest) => {
+            let at = rest.first_chunk::<4>()?;
+            Some(Duration::from_micros(u64::from(u32::from_le_bytes(*at))))
+        }
+        _ => None,
     }
 }
 

@@ -19,7 +19,10 @@
 //! The events sit in a `tokio::sync::watch`: the writer appends under its
 //! lock (never held across an await) and wakes every follower; a follower
 //! keeps only its own position, so a slow one holds nothing back and costs
-//! nothing but that position.
+//! nothing but that position. They are kept back to back in one buffer in
+//! the journal's form (a kind byte, the µs they came at, the text), each
+//! found by where it ends: a token costs its text and a dozen bytes, not
+//! an allocation of its own; a follower reads an event as a `ModelEvent`.
 
 use std::{
     any::Any,
@@ -27,16 +30,18 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use megamind_core::text::clip;
 use tokio::{sync::watch, time::Instant};
 
-use super::entry::{Entry, Tap};
+use super::entry::{self, Entry, Tap};
 use crate::backend::{EventSink, ModelEvent};
 
 /// Room past the bound for how the call ended.
 const END_ALLOWANCE: usize = 1024;
-/// What keeping an event costs besides its text.
-const EVENT_COST: usize = std::mem::size_of::<ModelEvent>();
+/// What an event counts against the bound besides its text: more than
+/// its header, its numbers and its place take.
+const EVENT_COST: usize = 32;
 
 /// The recording of one call; the writer and the source of followers.
 #[derive(Debug)]
@@ -54,10 +59,12 @@ pub(crate) struct CallRecord {
 #[derive(Debug)]
 struct Recording {
     started: Instant,
-    events: Vec<ModelEvent>,
-    /// When each event came, in µs from the start (a u32 spans 71 minutes,
+    /// The events as journal entries ([`Entry::Event`]), back to back: they
+    /// say when each came, in µs from the start (a u32 spans 71 minutes,
     /// past any call's timeout).
-    arrived_us: Vec<u32>,
+    log: Vec<u8>,
+    /// Where each event ends in `log` (within the bound: a u32 spans it).
+    ends: Vec<u32>,
     bytes: usize,
     truncated: bool,
     finished: bool,
@@ -122,8 +129,8 @@ impl CallRecord {
     fn started_at(max_bytes: usize, started: Instant, tap: Option<Tap>) -> CallRecord {
         let recording = Recording {
             started,
-            events: Vec::new(),
-            arrived_us: Vec::new(),
+            log: Vec::new(),
+            ends: Vec::new(),
             bytes: 0,
             truncated: false,
             finished: false,
@@ -145,14 +152,13 @@ impl CallRecord {
         let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
             let was_cut = recording.truncated;
-            let kept = recording.push(event, self.max_bytes);
+            let kept = recording.push(event, at, self.max_bytes);
             if kept {
-                recording.arrived_us.push(u32::try_from(at.as_micros()).unwrap_or(u32::MAX));
                 if recording.first_event.is_none() {
                     recording.first_event = Some(at);
                 }
-                if let (Some(tap), Some(event)) = (&self.tap, recording.events.last()) {
-                    let _ = tap.send((Entry::Event { event: event.clone(), at }.encode(), false));
+                if let (Some(tap), Some(entry)) = (&self.tap, recording.entry(recording.ends.len() - 1)) {
+                    let _ = tap.send((Bytes::copy_from_slice(entry), false));
                 }
             }
             if recording.truncated && !was_cut {
@@ -228,20 +234,26 @@ impl CallRecord {
     /// there.
     pub(crate) fn snapshot(&self) -> (Vec<ModelEvent>, bool, Ending) {
         let recording = self.tx.borrow();
-        (recording.events.clone(), recording.truncated, recording.ending())
+        let events = (0..recording.ends.len()).filter_map(|index| recording.event(index)).collect();
+        (events, recording.truncated, recording.ending())
     }
 
     /// What the call's readers share: the one a reader still holds, else
     /// `make`'s, held by the readers only (it goes with the last of them).
     pub(crate) fn shared<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
         let mut slot = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = slot.upgrade().and_then(|held| held.downcast::<T>().ok()) {
+        if let Some(held) = upgrade(&slot) {
             return held;
         }
         let made = Arc::new(make());
         let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(&made) as Weak<dyn Any + Send + Sync>;
         *slot = weak;
         made
+    }
+
+    /// What the call's readers share, if a reader holds it.
+    pub(crate) fn held<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        upgrade(&self.shared.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// A reader from the first event.
@@ -258,15 +270,19 @@ impl CallRecord {
     /// The answer's text so far: its text pieces, joined.
     pub(crate) fn text(&self) -> String {
         let recording = self.tx.borrow();
-        recording
-            .events
-            .iter()
-            .filter_map(|event| match event {
-                ModelEvent::TextDelta(text) => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+        let mut text = String::new();
+        for index in 0..recording.ends.len() {
+            if let Some(ModelEvent::TextDelta(piece)) = recording.event(index) {
+                text.push_str(&piece);
+            }
+        }
+        text
     }
+}
+
+/// What `slot` holds, if a reader holds it and it is a `T`.
+fn upgrade<T: Any + Send + Sync>(slot: &Weak<dyn Any + Send + Sync>) -> Option<Arc<T>> {
+    slot.upgrade().and_then(|held| held.downcast::<T>().ok())
 }
 
 /// `at` in whole µs, as a journal keeps it: a mirror's times are then the
@@ -290,8 +306,23 @@ impl Recording {
         }
     }
 
-    /// Whether `event`, or a part of it, was kept.
-    fn push(&mut self, event: ModelEvent, max_bytes: usize) -> bool {
+    /// The bytes of event `index`, as the journal keeps it.
+    fn entry(&self, index: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(index)? as usize;
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before] as usize);
+        self.log.get(start..end)
+    }
+
+    /// Event `index`.
+    fn event(&self, index: usize) -> Option<ModelEvent> {
+        match Entry::decode(self.entry(index)?)? {
+            Entry::Event { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+
+    /// Whether `event`, or a part of it, was kept (as having come `at`).
+    fn push(&mut self, event: ModelEvent, at: Duration, max_bytes: usize) -> bool {
         if self.finished {
             return false;
         }
@@ -312,8 +343,16 @@ impl Recording {
                 end
             }
         };
-        self.bytes += EVENT_COST + event.text_len();
-        self.events.push(event);
+        let (was, cost) = (self.log.len(), EVENT_COST + event.text_len());
+        Entry::Event { event, at }.encode_into(&mut self.log);
+        let Ok(end) = u32::try_from(self.log.len()) else {
+            // Past what a u32 spans: no bound is that large, but kept a prefix all the same.
+            self.log.truncate(was);
+            self.truncated = true;
+            return false;
+        };
+        self.bytes += cost;
+        self.ends.push(end);
         true
     }
 
@@ -340,9 +379,9 @@ impl Follower {
         loop {
             {
                 let recording = self.rx.borrow_and_update();
-                if let Some(event) = recording.events.get(self.next) {
+                if let Some(event) = recording.event(self.next) {
                     self.next += 1;
-                    return Some(event.clone());
+                    return Some(event);
                 }
                 if recording.finished {
                     return None;
@@ -350,7 +389,7 @@ impl Follower {
             }
             if self.rx.changed().await.is_err() {
                 // The writer went away without finishing: what it wrote is all.
-                let event = self.rx.borrow().events.get(self.next).cloned();
+                let event = self.rx.borrow().event(self.next);
                 self.next += usize::from(event.is_some());
                 return event;
             }
@@ -390,14 +429,14 @@ impl Follower {
     /// Whether every event recorded so far was read: the next one, when it
     /// comes, is read live.
     pub fn caught_up(&self) -> bool {
-        self.rx.borrow().events.len() <= self.next
+        self.rx.borrow().ends.len() <= self.next
     }
 
     /// When the event read last came.
     pub fn arrived(&self) -> Option<Instant> {
         let recording = self.rx.borrow();
-        let us = *recording.arrived_us.get(self.next.checked_sub(1)?)?;
-        Some(recording.started + Duration::from_micros(u64::from(us)))
+        let at = entry::at_of(recording.entry(self.next.checked_sub(1)?)?)?;
+        Some(recording.started + at)
     }
 }
 

@@ -13,18 +13,21 @@
 //!
 //! [`sse`] is one subscriber. The events of a call are made and written as
 //! SSE text once, for all its subscribers (the call's `Rendered`, kept while
-//! one of them reads), as the first of them asks for them; each subscriber
-//! copies what it has not sent yet, as its client reads (the body is
-//! pulled). Events every subscriber has sent are let go, so a call's
-//! subscribers hold the events between the slowest and the newest, not the
-//! whole answer; one that joins after some were let go makes its own. A
-//! subscriber that does not read holds its place and nothing else — no
-//! buffer grows for it; the server's send timeout closes its
-//! connection, and it resumes with `Last-Event-ID`. Heartbeats (every
-//! `heartbeat_secs` while the model is silent) are written with the id of
-//! the event before them, so resuming after one skips nothing; so is the
-//! `error` (`code: "shutdown"`, `retry: true`) that ends an open stream when
-//! the server drains.
+//! one of them reads), as the first of them asks for them, and no further
+//! than `AHEAD` (64) events past the one it writes next: a subscriber far
+//! behind the model makes its events as it writes them, so that a slow
+//! server or client buffers nothing more. Each subscriber copies what it has
+//! not sent yet, as its client reads (the body is pulled). Events every
+//! subscriber has sent are let go, so a call's subscribers hold the events
+//! between the slowest and the newest, not the whole answer; one that joins
+//! after some were let go makes its own from the record until it reaches
+//! the others, then reads theirs. A subscriber that does not read holds its
+//! place and nothing else — no buffer grows for it; the server's send
+//! timeout closes its connection, and it resumes with `Last-Event-ID`.
+//! Heartbeats (every `heartbeat_secs` while the model is silent) are written
+//! with the id of the event before them, so resuming after one skips
+//! nothing; so is the `error` (`code: "shutdown"`, `retry: true`) that ends
+//! an open stream when the server drains.
 
 use std::{
     collections::VecDeque,
@@ -48,6 +51,9 @@ use crate::{
 /// Bytes written at most in one piece of the body: a subscriber far behind
 /// (or new to a long answer) catches up in pieces of about this size.
 const MAX_WRITE_BYTES: usize = 16 * 1024;
+/// Events made at most past the next one the subscriber asking for them
+/// writes: enough for several events per write when it is behind.
+const AHEAD: usize = 64;
 
 /// One numbered event.
 #[derive(Debug, Clone, PartialEq)]
@@ -277,20 +283,20 @@ impl Rendered {
 }
 
 impl Render {
-    /// A new reader's slot, when it can read from the first event (none
-    /// was let go yet).
-    fn join(&mut self) -> Option<usize> {
-        if self.base > 0 {
+    /// A new reader's slot, reading from event `next` on, when it is still
+    /// kept or the next to make.
+    fn join_at(&mut self, next: usize) -> Option<usize> {
+        if next < self.base || next > self.made() {
             return None;
         }
-        self.at_base += 1;
+        self.at_base += usize::from(next == self.base);
         match self.readers.iter().position(Option::is_none) {
             Some(slot) => {
-                self.readers[slot] = Some(0);
+                self.readers[slot] = Some(next);
                 Some(slot)
             }
             None => {
-                self.readers.push(Some(0));
+                self.readers.push(Some(next));
                 Some(self.readers.len() - 1)
             }
         }
@@ -320,6 +326,10 @@ impl Render {
         let sent = slowest.saturating_sub(self.base).min(self.events.len());
         self.events.drain(..sent);
         self.base += sent;
+        // A reader far behind made room for many: given back once it caught up.
+        if self.events.capacity() > 4 * AHEAD && self.events.len() < self.events.capacity() / 4 {
+            self.events.shrink_to(2 * self.events.len().max(AHEAD));
+        }
         self.at_base = self.readers.iter().flatten().filter(|&&next| next == self.base).count();
     }
 
@@ -333,9 +343,10 @@ impl Render {
         self.base + self.events.len()
     }
 
-    /// Makes the events of everything the record holds now.
-    fn advance(&mut self) {
-        while !self.done {
+    /// Makes the events of what the record holds now, up to [`AHEAD`] past
+    /// event `next`.
+    fn advance(&mut self, next: usize) {
+        while !self.done && self.made() < next.saturating_add(AHEAD) {
             let mut out = std::mem::take(&mut self.scratch);
             match self.follower.next().now_or_never() {
                 Some(Some(event)) => {
@@ -367,9 +378,14 @@ impl Render {
 }
 
 struct Subscriber {
+    record: Arc<CallRecord>,
+    /// The call's events shared by its subscribers, or this one's own while
+    /// it catches up with them.
     rendered: Arc<Rendered>,
     /// Its reader slot in `rendered`.
     slot: usize,
+    /// `rendered` is its own.
+    own: bool,
     /// Wakes the subscriber when the record changes.
     waiter: Follower,
     /// The index of the next event to write (its id minus 1).
@@ -395,21 +411,30 @@ pub(crate) fn sse(
 ) -> Option<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static> {
     let format = subscription.format;
     let shared = record.shared(|| Rendered::new(request_id, format, record.follow()));
-    let joined = shared.lock().join();
-    let (rendered, slot) = match joined {
-        Some(slot) => (shared, slot),
+    // Where the stream resumes, when the shared events hold it; else from the first.
+    let after = usize::try_from(subscription.after).unwrap_or(usize::MAX);
+    let joined = {
+        let mut render = shared.lock();
+        render.advance(after);
+        render.join_at(after).map(|slot| (slot, after)).or_else(|| render.join_at(0).map(|slot| (slot, 0)))
+    };
+    let (rendered, slot, next, own) = match joined {
+        Some((slot, next)) => (shared, slot, next, false),
         None => {
-            // Late: the first events were let go. Made again for this one alone.
+            // Late: the first events were let go. Made again for this one
+            // alone until it reaches the others.
             let own = Arc::new(Rendered::new(request_id, format, record.follow()));
-            let slot = own.lock().join().expect("a new one has let nothing go");
-            (own, slot)
+            let slot = own.lock().join_at(0).expect("a new one has let nothing go");
+            (own, slot, 0, true)
         }
     };
     let subscriber = Subscriber {
+        record: record.clone(),
         rendered,
         slot,
+        own,
         waiter: record.follow(),
-        next: 0,
+        next,
         request_id: request_id.to_owned(),
         next_heartbeat: Instant::now() + subscription.heartbeat,
         subscription,
@@ -419,7 +444,7 @@ pub(crate) fn sse(
     };
     let ended = {
         let mut render = subscriber.rendered.lock();
-        render.advance();
+        render.advance(after);
         render.done && render.made() as u64 <= subscriber.subscription.after
     };
     // Dropped, the subscriber leaves its slot.
@@ -449,9 +474,10 @@ impl Subscriber {
             self.waiter.mark_seen();
             let mut buf = BytesMut::new();
             let mut arrivals = Vec::new();
+            let was = self.next;
             let over = {
                 let mut render = self.rendered.lock();
-                render.advance();
+                render.advance(self.next);
                 while let Some(event) = render.get(self.next).filter(|_| buf.len() < MAX_WRITE_BYTES) {
                     self.next += 1;
                     if self.next as u64 > self.subscription.after {
@@ -463,6 +489,7 @@ impl Subscriber {
                 render.done && self.next == render.made()
             };
             self.waited = false;
+            self.rejoin();
             if !buf.is_empty() {
                 self.observe(&arrivals);
                 self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
@@ -470,6 +497,10 @@ impl Subscriber {
             }
             if over {
                 return None;
+            }
+            if self.next > was {
+                // Skipped events read before (`Last-Event-ID`); more may be there to make.
+                continue;
             }
             tokio::select! {
                 biased;
@@ -485,6 +516,19 @@ impl Subscriber {
                 }
             }
         }
+    }
+
+    /// Moves a subscriber that made its own events over to the call's
+    /// shared ones once it reached them, letting its own go.
+    fn rejoin(&mut self) {
+        if !self.own {
+            return;
+        }
+        let Some(shared) = self.record.held::<Rendered>() else { return };
+        let Some(slot) = shared.lock().join_at(self.next) else { return };
+        let own = std::mem::replace(&mut self.rendered, shared);
+        own.lock().leave(self.slot);
+        (self.slot, self.own) = (slot, false);
     }
 
     /// A system event of this subscriber alone, under the id of the last

@@ -174,7 +174,7 @@ async fn subscribers_of_a_call_share_its_events_made_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() {
+async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own_until_it_joins() {
     let record = Arc::new(CallRecord::new(1 << 20));
     for i in 0..300 {
         record.event(text(&format!("слово{i}. ")));
@@ -200,6 +200,8 @@ async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own() 
 
     let late = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
     tokio::time::sleep(Duration::from_millis(10)).await;
+    let readers = held.lock().readers.iter().flatten().count();
+    assert_eq!(readers, 3, "the late one made its own until it reached the others, then read theirs");
     record.event(text("конец."));
     record.finish();
     let (fast, slow, late) = (fast.await.unwrap(), slow.await.unwrap(), late.await.unwrap());
@@ -242,4 +244,59 @@ async fn only_events_read_live_count_in_the_delay() {
     reader.await.unwrap();
     assert_eq!(delay.get_sample_count(), 2, "the event there before the subscriber came is not live");
     assert_eq!(delay.get_sample_sum(), 0.0, "paused time: written the instant it came");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_are_made_a_few_ahead_of_the_subscriber_not_all_at_once() {
+    let pieces: Vec<ModelEvent> = (0..2000).map(|i| text(&format!("слово{i} "))).collect();
+    let record = finished(&pieces);
+    let mut body = Box::pin(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream"));
+    let first = String::from_utf8(body.next().await.expect("a piece").unwrap().to_vec()).unwrap();
+    let held = record.shared(|| -> Rendered { unreachable!("made by the subscriber") });
+    let (made, kept) = {
+        let render = held.lock();
+        (render.made(), render.events.len())
+    };
+    assert!(first.matches("\nevent: ").count() <= AHEAD + 1, "{first}");
+    assert!(made <= 2 * AHEAD + 2, "made {made} of some 2000: a slow reader buffers no more");
+    assert!(kept <= AHEAD + 2, "kept {kept}");
+    let rest = read_all(body).await;
+    let whole = read_all(sse("r", &finished(&pieces), subscription(0), Shutdown::new()).expect("a stream")).await;
+    assert_eq!(format!("{first}{rest}"), whole, "made a few at a time, the same events");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_falling_behind_still_gets_every_event_in_order_and_resumes_from_any_id() {
+    let record = Arc::new(CallRecord::new(1 << 20));
+    let fast = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
+    let mut slow = Box::pin(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream"));
+    let mut slow_read = String::new();
+    for i in 0..1000 {
+        record.event(text(&format!("слово{i}. ")));
+        if i % 100 == 0 {
+            // Reads a piece now and then: always behind the model and the other one.
+            let piece = slow.next().await.expect("a piece").unwrap();
+            slow_read.push_str(std::str::from_utf8(&piece).unwrap());
+        }
+        tokio::task::yield_now().await;
+    }
+    record.finish();
+    slow_read.push_str(&read_all(slow).await);
+    let fast = fast.await.unwrap();
+    assert_eq!(slow_read, fast, "the same events, in order, under the same ids");
+    let events = assert_valid(&fast);
+    for after in [1, 17, 500, events.len() as u64 - 1] {
+        let resumed = read_all(sse("r", &record, subscription(after), Shutdown::new()).expect("a stream")).await;
+        let ids: Vec<u64> = assert_resumed(&resumed);
+        assert_eq!(ids, (after + 1..=events.len() as u64).collect::<Vec<_>>(), "after {after}");
+        let from = fast.find(&format!("id: {}\n", after + 1)).unwrap();
+        assert_eq!(resumed, fast[from..], "after {after}");
+    }
+    assert!(sse("r", &record, subscription(events.len() as u64), Shutdown::new()).is_none(), "nothing after the last");
+}
+
+fn assert_resumed(transcript: &str) -> Vec<u64> {
+    let (events, more) = parse_transcript(transcript);
+    assert!(!more);
+    events.iter().map(|event| event.id.as_deref().unwrap().parse().unwrap()).collect()
 }

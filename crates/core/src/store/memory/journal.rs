@@ -2,8 +2,8 @@
 //! slot, so that the entry's expiry and eviction take its journal along and
 //! its bytes count in the entry's cost once the value is stored.
 //!
-//! A std mutex guards each list, held to copy a few `Bytes` handles and
-//! never across an await; a `Notify` wakes its readers.
+//! A std mutex guards each list, held to copy a few entries out and never
+//! across an await; a `Notify` wakes its readers.
 
 use std::{
     collections::VecDeque,
@@ -11,6 +11,7 @@ use std::{
 };
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use tokio::{sync::Notify, time::Instant};
 
 use super::{MemoryStore, Slot};
@@ -19,8 +20,8 @@ use crate::store::{
     journal::{Appending, Entries, Journal, READ_BATCH},
 };
 
-/// What keeping one entry costs besides its bytes.
-const ENTRY_COST: usize = 48;
+/// What keeping one entry costs besides its bytes: where it ends.
+const ENTRY_COST: usize = std::mem::size_of::<usize>();
 
 /// One entry's journal.
 #[derive(Debug, Default)]
@@ -29,15 +30,63 @@ pub(super) struct Log {
     grew: Notify,
 }
 
+/// The entries back to back in one buffer, each found by where it ends: a
+/// model call's journal is hundreds of entries of a few bytes each (a
+/// token), which a handle and an allocation apiece would cost several times
+/// over.
 #[derive(Debug, Default)]
 struct List {
-    /// The number of `entries[0]`, less one.
+    /// The number of the first entry kept, less one.
     base: u64,
-    entries: VecDeque<bytes::Bytes>,
-    bytes: usize,
+    /// The entries' bytes, from `front` on (those before it went past the
+    /// length cap and are dropped when the buffer next grows).
+    data: Vec<u8>,
+    front: usize,
+    /// Where each entry kept ends in `data`.
+    ends: VecDeque<usize>,
     ended: bool,
     /// No more appends: the value was stored.
     sealed: bool,
+}
+
+impl List {
+    /// What the journal costs now.
+    fn bytes(&self) -> usize {
+        self.data.len() - self.front + self.ends.len() * ENTRY_COST
+    }
+
+    /// Where entry `index` (from 0, among those kept) begins.
+    fn start(&self, index: usize) -> usize {
+        index.checked_sub(1).map_or(self.front, |before| self.ends[before])
+    }
+
+    fn push(&mut self, entry: &[u8]) {
+        if self.data.len() + entry.len() > self.data.capacity() && self.front > 0 {
+            // Growing anyway: what went past the cap goes first.
+            self.data.drain(..self.front);
+            let front = std::mem::take(&mut self.front);
+            self.ends.iter_mut().for_each(|end| *end -= front);
+        }
+        self.data.extend_from_slice(entry);
+        self.ends.push_back(self.data.len());
+    }
+
+    /// Lets the oldest entry go.
+    fn pop(&mut self) {
+        if let Some(end) = self.ends.pop_front() {
+            self.front = end;
+            self.base += 1;
+        }
+    }
+
+    /// Gives back the room a journal that takes no more entries will not use.
+    fn shrink(&mut self) {
+        self.data.drain(..self.front);
+        let front = std::mem::take(&mut self.front);
+        self.ends.iter_mut().for_each(|end| *end -= front);
+        self.data.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
 }
 
 impl Log {
@@ -50,12 +99,13 @@ impl Log {
     pub(super) fn seal(&self) -> usize {
         let mut list = self.lock();
         list.sealed = true;
-        list.bytes
+        list.shrink();
+        list.bytes()
     }
 
     /// What the journal costs now.
     pub(super) fn bytes(&self) -> usize {
-        self.lock().bytes
+        self.lock().bytes()
     }
 
     fn append(&self, appending: Appending<'_>) -> bool {
@@ -64,29 +114,37 @@ impl Log {
             return false;
         }
         for entry in appending.entries {
-            list.bytes += entry.len() + ENTRY_COST;
-            list.entries.push_back(entry.clone());
+            list.push(entry);
         }
-        while list.entries.len() > appending.max_len {
-            let Some(gone) = list.entries.pop_front() else { break };
-            list.bytes -= gone.len() + ENTRY_COST;
-            list.base += 1;
+        while list.ends.len() > appending.max_len {
+            list.pop();
         }
         list.ended = appending.end;
+        if list.ended {
+            list.shrink();
+        }
         drop(list);
         self.grew.notify_waiters();
         true
     }
 
-    /// What there is after `after`, if anything (or the end).
+    /// What there is after `after`, if anything (or the end): copied out in
+    /// one piece, which the entries read are slices of.
     fn read(&self, after: u64) -> Option<Entries> {
         let list = self.lock();
         let skip = after.saturating_sub(list.base);
-        let from = usize::try_from(skip).unwrap_or(usize::MAX).min(list.entries.len());
-        let entries: Vec<_> = list.entries.iter().skip(from).take(READ_BATCH).cloned().collect();
+        let from = usize::try_from(skip).unwrap_or(usize::MAX).min(list.ends.len());
+        let to = list.ends.len().min(from.saturating_add(READ_BATCH));
         let first = list.base + from as u64 + 1;
-        let ended = list.ended && from + entries.len() == list.entries.len();
-        (!entries.is_empty() || ended).then_some(Entries { first, entries, ended, abandoned: false })
+        let ended = list.ended && to == list.ends.len();
+        if from == to {
+            return ended.then_some(Entries { first, entries: Vec::new(), ended, abandoned: false });
+        }
+        let start = list.start(from);
+        let piece = Bytes::copy_from_slice(&list.data[start..list.ends[to - 1]]);
+        let entries =
+            (from..to).map(|index| piece.slice(list.start(index) - start..list.ends[index] - start)).collect();
+        Some(Entries { first, entries, ended, abandoned: false })
     }
 }
 
@@ -134,5 +192,50 @@ impl Journal for MemoryStore {
             }
             let _ = tokio::time::timeout_at(until, grew).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn appending(entries: &[Bytes], max_len: usize, end: bool) -> Appending<'_> {
+        Appending { entries, end, max_len, ttl: Duration::from_secs(1), lease: None }
+    }
+
+    /// Every entry kept after `after`, in as many reads as it takes.
+    fn read_all(log: &Log, mut after: u64) -> Vec<Bytes> {
+        let mut all = Vec::new();
+        while let Some(read) = log.read(after) {
+            assert!(all.is_empty() || read.first == after + 1, "no gaps between reads");
+            after = read.last(after);
+            all.extend(read.entries);
+            if read.ended {
+                break;
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn entries_kept_back_to_back_read_back_as_appended_past_the_cap_and_batches() {
+        let log = Log::default();
+        let entries: Vec<Bytes> = (0..2000).map(|n| Bytes::from(format!("T{}", "x".repeat(n % 13)))).collect();
+        for chunk in entries.chunks(37) {
+            assert!(log.append(appending(chunk, 1500, false)));
+        }
+        assert_eq!(read_all(&log, 0), entries[500..], "the first 500 went past the cap; the rest in order");
+        assert_eq!(read_all(&log, 1700), entries[1700..], "from any offset");
+        let kept: usize = entries[500..].iter().map(|entry| entry.len() + ENTRY_COST).sum();
+        assert_eq!(log.bytes(), kept, "what went past the cap no longer counts");
+        assert!(log.append(appending(&[Bytes::from_static(b"E")], 1500, true)));
+        assert!(!log.append(appending(&[Bytes::from_static(b"late")], 1500, false)), "ended");
+        let read = read_all(&log, 2000);
+        assert_eq!(read, [Bytes::from_static(b"E")]);
+        assert_eq!(log.seal(), kept - entries[500].len() - ENTRY_COST + 1 + ENTRY_COST, "the cap still holds");
+        let list = log.lock();
+        assert_eq!(list.data.capacity(), list.data.len(), "an ended journal gives back its spare room");
     }
 }
