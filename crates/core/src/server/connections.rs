@@ -247,9 +247,7 @@ impl Accepted {
         let mut writer = Watched::new(writer, activity.clone());
         let in_flight = activity.begin();
         let answering = async {
-            // Boxed, so that its room goes once it answered: the task lives as long as the stream.
-            let call = Box::pin(routing.router.clone().call(request.map(|()| axum::body::Body::empty())));
-            let Ok(response) = call.await;
+            let Ok(response) = routing.router.clone().call(request.map(|()| axum::body::Body::empty())).await;
             answer::write_answer(&mut writer, response.map(|body| in_flight.answer(body))).await
         };
         let ended = tokio::select! {
