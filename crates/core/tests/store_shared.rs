@@ -109,6 +109,7 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     let (store, registry) = shared(&server.url(), CommitFallback::Refuse);
     assert!(matches!(begin(&store, Handler::Run, "warm").await.0, Ok(Begin::Lead(_))));
     server.freeze();
+    let frozen = Instant::now();
     for round in 0..4 {
         let (run, took) = begin(&store, Handler::Run, &format!("r{round}")).await;
         assert!(matches!(run, Ok(Begin::Lead(_))), "{run:?}");
@@ -117,6 +118,16 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
         assert!(matches!(commit, Err(StoreError::Unavailable(_) | StoreError::Timeout(_))), "{commit:?}");
         assert!(took < TIMEOUT + SLACK, "round {round}: {took:?}");
     }
+    // Late answers for a moment are no outage: a replica short of CPU sees them too.
+    assert!(!store.is_down(), "taken for down after {:?} of timeouts", frozen.elapsed());
+    let mut round = 0;
+    while !store.is_down() && frozen.elapsed() < Duration::from_secs(5) {
+        round += 1;
+        let _ = begin(&store, Handler::Run, &format!("late-{round}")).await;
+    }
+    let took = frozen.elapsed();
+    assert!(store.is_down(), "still asked after {took:?} of timeouts");
+    assert!(took >= Duration::from_secs(1), "taken for down after {took:?}");
     server.thaw();
     assert!(metrics(&registry).contains(r#"megamind_store_operations_total{op="begin",outcome="timeout"}"#));
 }
@@ -204,19 +215,22 @@ async fn every_store_of_a_server_shares_its_connections_and_its_health() {
     assert_eq!(clients.lines().count(), 2, "three stores, one pool of one connection: {clients}");
 
     server.kill();
-    for round in 0..3 {
+    let (killed, mut round) = (Instant::now(), 0);
+    while !cache.is_down() && killed.elapsed() < Duration::from_secs(5) {
+        round += 1;
         let key = Key::new("demo", Handler::Run, &format!("down-{round}"));
         let fell_back = cache.begin(key, LEASE, deadline(), &mut || true).await;
         assert!(matches!(fell_back, Ok(Begin::Lead(_))), "/run leads in memory: {fell_back:?}");
     }
-    assert!(eventually(Duration::from_secs(5), || cache.is_down()).await, "failures take Redis for down");
+    assert!(cache.is_down(), "failures take Redis for down");
     let before = metrics(&registry);
     let lead = mine.begin(Key::new("demo", Handler::Run, "while down"), LEASE, deadline(), &mut || true).await;
     assert!(matches!(lead, Ok(Begin::Lead(_))), "a scenario's store falls back at once: {lead:?}");
     let after = metrics(&registry);
     let begins = |text: &str| text.lines().filter(|l| l.contains(r#"op="begin""#)).collect::<Vec<_>>().join("\n");
     assert_eq!(begins(&before), begins(&after), "nor asks Redis, which the cache found down");
-    assert!(after.contains(r#"megamind_store_fallbacks_total{handler="run"} 4"#), "{after}");
+    let fallbacks = format!(r#"megamind_store_fallbacks_total{{handler="run"}} {}"#, round + 1);
+    assert!(after.contains(&fallbacks), "{fallbacks}: {after}");
 }
 
 /// Followers blocked on journals take a connection each, up to a bound;

@@ -4,8 +4,10 @@
 //! A store that is slow or down must never make an answer late nor run a
 //! side effect twice. So every Redis command is bounded by the caller's
 //! deadline and the store's timeout; three failures in a row mark the store
-//! down, after which calls stop asking it until a background ping finds it
-//! back (a log line at each change, not one per call). While it is down:
+//! down (when they are only timeouts, once they have lasted a second: a
+//! replica short of CPU sees its commands time out too), after which calls
+//! stop asking it until a background ping finds it back (a log line at
+//! each change, not one per call). While it is down:
 //!
 //! - `/run` and `/continue` lead, wait and replay in this replica's memory
 //!   (a repeat on the same replica still replays);
@@ -25,7 +27,7 @@
 use std::{
     sync::{
         Arc, Weak,
-        atomic::{AtomicBool, AtomicU32, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -43,6 +45,11 @@ use super::{
 
 /// Failures in a row after which the store is taken for down.
 const FAILURES_TO_DOWN: u32 = 3;
+/// How long commands must have kept timing out, none answered between,
+/// before a store that only answers late is taken for down: a process
+/// starved of CPU sees its commands time out too, and a store taken for
+/// down makes the assistant's replicas run model calls twice.
+const SLOW_TO_DOWN: Duration = Duration::from_secs(1);
 /// How often a store taken for down is pinged.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// How long a ping may take.
@@ -72,6 +79,9 @@ pub struct StoreHealth {
     /// is down, for the log line.
     commit_fallback: CommitFallback,
     failures: AtomicU32,
+    /// When the failures in a row began, in ms since `born`.
+    failing_since: AtomicU64,
+    born: Instant,
     down: AtomicBool,
     /// Set by the first store started: one watch per server.
     watched: AtomicBool,
@@ -85,6 +95,8 @@ impl StoreHealth {
             metrics,
             commit_fallback,
             failures: AtomicU32::new(0),
+            failing_since: AtomicU64::new(0),
+            born: Instant::now(),
             down: AtomicBool::new(false),
             watched: AtomicBool::new(false),
         })
@@ -129,9 +141,25 @@ impl StoreHealth {
         self.failures.store(0, Ordering::Relaxed);
     }
 
+    /// Counts a failure: three in a row take the store for down, at once
+    /// when it refused or dropped the connection, after [`SLOW_TO_DOWN`] of
+    /// failures when it only answered late.
     fn failed(&self, error: &StoreError) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures >= FAILURES_TO_DOWN && !self.down.swap(true, Ordering::AcqRel) {
+        if failures == 1 {
+            self.failing_since.store(now, Ordering::Relaxed);
+        }
+        let failing_for = Duration::from_millis(now.saturating_sub(self.failing_since.load(Ordering::Relaxed)));
+        let convinced = !matches!(error, StoreError::Timeout(_)) || failing_for >= SLOW_TO_DOWN;
+        if failures >= FAILURES_TO_DOWN && convinced {
+            self.went_down(error);
+        }
+    }
+
+    /// Takes the store for down, unless it is already.
+    fn went_down(&self, error: &StoreError) {
+        if !self.down.swap(true, Ordering::AcqRel) {
             self.metrics.set_up(false);
             tracing::warn!(
                 store = %self.link.address(), %error,
@@ -174,10 +202,7 @@ impl StoreHealth {
             match health.run(Op::Ping, health.link.ping(PING_TIMEOUT)).await {
                 Ok(()) => health.back(),
                 // A first ping that fails marks the store down at once.
-                Err(error) if first => {
-                    health.failures.store(FAILURES_TO_DOWN - 1, Ordering::Relaxed);
-                    health.failed(&error);
-                }
+                Err(error) if first => health.went_down(&error),
                 Err(_) => {}
             }
             first = false;
