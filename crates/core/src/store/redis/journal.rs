@@ -22,7 +22,7 @@ use bytes::Bytes;
 use redis::{Script, Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
-use super::{RedisStore, claim_of, millis, within};
+use super::{RedisStore, claim_of, millis};
 use crate::store::{
     Key, Lease, StoreError,
     journal::{Appending, Entries, Journal, READ_BATCH},
@@ -121,8 +121,14 @@ impl RedisStore {
         let mut command = redis::cmd("XREAD");
         command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
         command.arg(format!("0-{after}"));
-        // A connection whose command timed out may still be blocked: dropped.
-        let read: Value = within(block + self.timeout, command.query_async(&mut connection)).await?;
+        // Redis ends a block on its own clock, `hz` times a second (10 by
+        // default): a block of a few ms ends up to 100 ms late. The deadline
+        // is ours: reached, nothing came, which says nothing of the store's
+        // health. The connection may still be blocked: dropped.
+        let Ok(read) = tokio::time::timeout_at(deadline, command.query_async::<Value>(&mut connection)).await else {
+            return Ok(Vec::new());
+        };
+        let read = read.map_err(|error| super::unavailable(&error))?;
         self.blocking.give_back(connection);
         Ok(stream_entries(read))
     }
