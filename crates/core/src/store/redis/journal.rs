@@ -15,14 +15,17 @@
 //!   queued behind it on its connection, so blocking reads never share the
 //!   pool's. Idle ones are kept for the next read, a few at most.
 
-use std::sync::{LazyLock, Mutex};
+use std::{
+    sync::{LazyLock, Mutex},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::{Script, Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
-use super::{RedisStore, claim_of, millis};
+use super::{RedisStore, claim_of, millis, within};
 use crate::store::{
     Key, Lease, StoreError,
     journal::{Appending, Entries, Journal, READ_BATCH},
@@ -63,6 +66,9 @@ return {0, entries, holder}
 
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
 static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
+
+/// How late Redis may end a block: its timers run 10 times a second.
+const REDIS_CLOCK: Duration = Duration::from_millis(100);
 
 /// Idle blocking connections kept at most.
 const MAX_IDLE_BLOCKING: usize = 8;
@@ -111,9 +117,17 @@ impl RedisStore {
         if deadline.saturating_duration_since(Instant::now()).as_millis() == 0 {
             return Ok(Vec::new());
         }
+        // Redis ends a block on its own clock, `hz` times a second (10 by
+        // default), so up to 100 ms late: a block that should end sooner
+        // would outlive its deadline, be cut and counted as a slow store.
+        // Such a short wait is a sleep on ours; the next read sees what came.
+        if deadline.saturating_duration_since(Instant::now()) <= REDIS_CLOCK {
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         let Some(mut connection) = self.blocking_connection(deadline).await? else { return Ok(Vec::new()) };
         // Measured once the connection is there: making one takes a while.
-        let block = deadline.saturating_duration_since(Instant::now());
+        let block = deadline.saturating_duration_since(Instant::now()).saturating_sub(REDIS_CLOCK);
         if block.as_millis() == 0 {
             self.blocking.give_back(connection);
             return Ok(Vec::new());
@@ -121,14 +135,8 @@ impl RedisStore {
         let mut command = redis::cmd("XREAD");
         command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
         command.arg(format!("0-{after}"));
-        // Redis ends a block on its own clock, `hz` times a second (10 by
-        // default): a block of a few ms ends up to 100 ms late. The deadline
-        // is ours: reached, nothing came, which says nothing of the store's
-        // health. The connection may still be blocked: dropped.
-        let Ok(read) = tokio::time::timeout_at(deadline, command.query_async::<Value>(&mut connection)).await else {
-            return Ok(Vec::new());
-        };
-        let read = read.map_err(|error| super::unavailable(&error))?;
+        // A connection whose command timed out may still be blocked: dropped.
+        let read: Value = within(block + REDIS_CLOCK + self.timeout, command.query_async(&mut connection)).await?;
         self.blocking.give_back(connection);
         Ok(stream_entries(read))
     }
