@@ -25,7 +25,8 @@
 //! The dialog row (`support/dialogs.rs`; `LOAD_DIALOGS=0` skips it) plays
 //! 200 dialogs at once against a mock model whose latency is drawn from
 //! 0.3-3 s, callbacks followed: the share answered without a user repeat,
-//! hops per answer, the time to the answer's first word, late handler answers.
+//! hops per answer, the time to the answer's first word, late handler
+//! answers, hop latency, model calls per answer.
 //!
 //! The shared-store rows (`support/shared_store.rs`; `LOAD_REDIS=0` skips
 //! them, as does a machine without `redis-server`) drive a second server
