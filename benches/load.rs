@@ -25,7 +25,8 @@
 //! The dialog row (`support/dialogs.rs`; `LOAD_DIALOGS=0` skips it) plays
 //! 200 dialogs at once against a mock model whose latency is drawn from
 //! 0.3-3 s, callbacks followed: the share answered without a user repeat,
-//! hops per answer, the time to the answer's first word, late handler answers.
+//! hops per answer, the time to the answer's first word, late handler
+//! answers, hop latency, model calls per answer.
 //!
 //! The shared-store rows (`support/shared_store.rs`; `LOAD_REDIS=0` skips
 //! them, as does a machine without `redis-server`) drive a second server
@@ -42,6 +43,14 @@
 //! stream: the delay from a token's write by the model to its event's read
 //! by a subscriber, and with `LOAD_STREAMS` streams open, the server's RSS
 //! per stream and `/demo/run`'s latency beside them.
+//!
+//! The replica rows (`support/replicas.rs`; `LOAD_REPLICAS=0` skips them, as
+//! does a machine without `redis-server`) play the dialog row and the
+//! 100-stream row again over 3 server processes sharing one local
+//! `redis-server`: each hop of a dialog on the next replica, each stream's
+//! model call started on one replica and read on the others. Printed beside
+//! the one-server rows of the same run: the share answered without a repeat,
+//! model calls per answer, late answers, hop latency, token lateness.
 
 use std::{process::Command, time::Duration};
 
@@ -68,6 +77,8 @@ mod process;
 #[path = "../tests/support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
+#[path = "support/replicas.rs"]
+mod replicas;
 #[path = "support/shared_store.rs"]
 mod shared_store;
 #[path = "support/streams.rs"]
@@ -121,7 +132,7 @@ fn clock_ticks_per_second() -> f64 {
 
 /// Our binary's `serve` with `extra` flags; `LOAD_SERVER_BIN` runs another
 /// build of it (one with frame pointers, for a profiler).
-fn ours(extra: &[&str]) -> Server {
+fn ours<S: AsRef<std::ffi::OsStr>>(extra: &[S]) -> Server {
     let binary =
         std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_megamind-scenario").to_owned());
     let mut command = Command::new(binary);
@@ -213,7 +224,7 @@ fn main() {
         let base = baseline("baseline-http");
         let grpc = env_or("LOAD_GRPC", 1) != 0;
         let base_grpc = grpc.then(|| baseline("baseline-grpc"));
-        let server = ours(&[]);
+        let server = ours::<&str>(&[]);
         let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
         let mut tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
@@ -297,11 +308,15 @@ fn main() {
         if let (Some(assistant), Some(outcome)) = (&assistant, &assistant_row) {
             assistant.report(outcome);
         }
+        let mut single = replicas::Single { dialogs: None, streams: None };
         if env_or("LOAD_DIALOGS", 1) != 0 {
-            dialogs::DialogLoad::start().await.run().await;
+            single.dialogs = Some(dialogs::DialogLoad::start().await.run(None).await);
         }
         if env_or("LOAD_STREAMS", 10_000) != 0 {
-            streams::run(&settings).await;
+            single.streams = Some(streams::run(&settings).await);
+        }
+        if env_or("LOAD_REPLICAS", 1) != 0 {
+            replicas::run(single).await;
         }
     });
 }

@@ -40,14 +40,14 @@ use super::{
 /// Each answer's pace.
 pub const TOKENS_PER_SEC: u64 = 50;
 /// The key the server signs stream addresses with, so that subscribers can sign their own.
-const SIGNING_KEY: &str = "the load benchmark's stream address signing key";
+pub const SIGNING_KEY: &str = "the load benchmark's stream address signing key";
 
 /// Tokens of each answer: 8 s of streaming.
 const TOKENS: u64 = 400;
 /// Subscribers of each model call.
 const SUBSCRIBERS_PER_CALL: usize = 10;
 /// Streams of the latency row.
-const LATENCY_STREAMS: usize = 100;
+pub const LATENCY_STREAMS: usize = 100;
 
 /// Microseconds since the bench started, the mock's and the subscribers' clock.
 fn now_us(epoch: Instant) -> u64 {
@@ -56,7 +56,7 @@ fn now_us(epoch: Instant) -> u64 {
 
 /// A mock OpenAI-compatible model: every request answered with a stream of
 /// [`TOKENS`] stamped tokens at [`TOKENS_PER_SEC`], then `[DONE]`.
-async fn mock_model(epoch: Instant) -> SocketAddr {
+pub async fn mock_model(epoch: Instant) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the mock");
     let addr = listener.local_addr().expect("mock address");
     tokio::spawn(async move {
@@ -136,7 +136,7 @@ async fn start_call(server: SocketAddr, id: &str) -> bool {
 }
 
 /// What the subscribers saw.
-struct Seen {
+pub struct Seen {
     latency: Mutex<Histogram<u64>>,
     tokens: AtomicU64,
     ended: AtomicU64,
@@ -202,8 +202,9 @@ fn stamps(bytes: &[u8]) -> Vec<u64> {
     found
 }
 
-/// Plays `streams` streams over `streams / SUBSCRIBERS_PER_CALL` model calls.
-async fn play(server: SocketAddr, streams: usize, tag: &str, epoch: Instant) -> Arc<Seen> {
+/// Plays `streams` streams over `streams / SUBSCRIBERS_PER_CALL` model
+/// calls, each started on `starter`, its subscribers spread over `readers`.
+pub async fn play(starter: SocketAddr, readers: &[SocketAddr], streams: usize, tag: &str, epoch: Instant) -> Arc<Seen> {
     let seen = Arc::new(Seen {
         latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")),
         tokens: AtomicU64::new(0),
@@ -214,12 +215,13 @@ async fn play(server: SocketAddr, streams: usize, tag: &str, epoch: Instant) -> 
     let mut tasks = Vec::with_capacity(streams);
     for call in 0..calls {
         let id = format!("{tag}-{call}");
-        if !start_call(server, &id).await {
+        if !start_call(starter, &id).await {
             seen.failed.fetch_add(SUBSCRIBERS_PER_CALL as u64, Ordering::Relaxed);
             continue;
         }
-        for _ in 0..SUBSCRIBERS_PER_CALL.min(streams - call * SUBSCRIBERS_PER_CALL) {
-            tasks.push(tokio::spawn(subscribe(server, id.clone(), epoch, seen.clone())));
+        for k in 0..SUBSCRIBERS_PER_CALL.min(streams - call * SUBSCRIBERS_PER_CALL) {
+            let reader = readers[k % readers.len()];
+            tasks.push(tokio::spawn(subscribe(reader, id.clone(), epoch, seen.clone())));
         }
     }
     for task in tasks {
@@ -228,25 +230,13 @@ async fn play(server: SocketAddr, streams: usize, tag: &str, epoch: Instant) -> 
     seen
 }
 
-/// The stream rows: starts the mock model and a server pointed at it, plays
-/// both rows and prints them.
-pub async fn run(settings: &Settings) {
-    let streams = env_or("LOAD_STREAMS", 10_000usize);
-    // Each subscriber and each model call is a socket of this process and of
-    // the server's: the limit is raised for both (the server inherits it).
-    let wanted = (streams + streams / SUBSCRIBERS_PER_CALL + 1024) as u64;
-    // Raising the hard limit takes root; otherwise up to the hard limit.
-    let raised = rlimit::setrlimit(rlimit::Resource::NOFILE, wanted, wanted).is_ok()
-        || rlimit::increase_nofile_limit(wanted).is_ok_and(|got| got >= wanted);
-    if !raised {
-        println!("\nstreams: the open-file limit is below {wanted}; fewer streams may open");
-    }
-    let epoch = Instant::now();
-    let model = mock_model(epoch).await;
-    let cap = (streams * 2).to_string();
-    let server = ours(&[
+/// A streaming server's arguments: its model at `model`, `cap` calls,
+/// streams and connections allowed.
+pub fn server_args(model: SocketAddr, cap: usize) -> Vec<String> {
+    let (url, cap) = (format!("http://{model}/v1"), cap.to_string());
+    let args = [
         "--llm-base-url",
-        &format!("http://{model}/v1"),
+        &url,
         "--llm-warmup",
         "off",
         "--llm-run-wait-ms",
@@ -261,7 +251,43 @@ pub async fn run(settings: &Settings) {
         &cap,
         "--max-open-requests",
         &cap,
-    ]);
+    ];
+    args.map(str::to_owned).to_vec()
+}
+
+/// Token lateness of a row, for the rows printed beside it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lateness {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+}
+
+impl Seen {
+    pub fn lateness(&self) -> Lateness {
+        let latency = self.latency.lock().expect("histogram");
+        let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+        Lateness { p50_ms: ms(0.5), p99_ms: ms(0.99), p999_ms: ms(0.999) }
+    }
+}
+
+/// The stream rows: starts the mock model and a server pointed at it, plays
+/// both rows, prints them and gives the latency row's lateness.
+pub async fn run(settings: &Settings) -> Lateness {
+    let streams = env_or("LOAD_STREAMS", 10_000usize);
+    // Each subscriber and each model call is a socket of this process and of
+    // the server's: the limit is raised for both (the server inherits it).
+    let wanted = (streams + streams / SUBSCRIBERS_PER_CALL + 1024) as u64;
+    // Raising the hard limit takes root; otherwise up to the hard limit.
+    let raised = rlimit::setrlimit(rlimit::Resource::NOFILE, wanted, wanted).is_ok()
+        || rlimit::increase_nofile_limit(wanted).is_ok_and(|got| got >= wanted);
+    if !raised {
+        println!("\nstreams: the open-file limit is below {wanted}; fewer streams may open");
+    }
+    let epoch = Instant::now();
+    let model = mock_model(epoch).await;
+    let args = server_args(model, streams * 2);
+    let server = ours(&args);
     // `/demo/run` is driven from a thread and runtime of its own, so that
     // its latency is the server's and not a wait behind this runtime's
     // thousands of subscriber tasks.
@@ -279,7 +305,7 @@ pub async fn run(settings: &Settings) {
     println!(
         "\nJSONSeq streams: answers of {TOKENS} tokens at {TOKENS_PER_SEC} tokens/s, {SUBSCRIBERS_PER_CALL} subscribers per model call"
     );
-    let quiet = play(server.addr, LATENCY_STREAMS, "latency", epoch).await;
+    let quiet = play(server.addr, &[server.addr], LATENCY_STREAMS, "latency", epoch).await;
     report(&format!("{LATENCY_STREAMS} streams"), &quiet);
     let delays_quiet = delays(&server);
     report_delays(&delays_quiet, &[]);
@@ -287,7 +313,8 @@ pub async fn run(settings: &Settings) {
     let alone = demo("/demo/run alone (8 conns)").await;
     let rss_before = server.status_mib("VmRSS");
     let (cpu_before, started) = (server.cpu_time(), Instant::now());
-    let flood = tokio::spawn(play(server.addr, streams, "flood", epoch));
+    let addr = server.addr;
+    let flood = tokio::spawn(async move { play(addr, &[addr], streams, "flood", epoch).await });
     // Beside the streams once they all stream: the first tokens are 2 s in.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let beside = demo("/demo/run beside the streams").await;
@@ -318,9 +345,10 @@ pub async fn run(settings: &Settings) {
         );
     }
     drop(server);
+    quiet.lateness()
 }
 
-fn report(name: &str, seen: &Seen) {
+pub fn report(name: &str, seen: &Seen) {
     let latency = seen.latency.lock().expect("histogram");
     let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
     println!(

@@ -32,7 +32,7 @@ impl TvmLoad {
         let tvmtool = Tvmtool::start(tickets).await;
         let url = tvmtool.url();
         let on = ours(&["--tvmtool-url", &url, "--tvmtool-token", TOKEN, "--tvm-dst", DST]);
-        TvmLoad { tvmtool, off: ours(&[]), on, rounds: 0 }
+        TvmLoad { tvmtool, off: ours::<&str>(&[]), on, rounds: 0 }
     }
 
     pub async fn warm_up(&self, settings: &Settings) {

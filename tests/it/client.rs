@@ -425,3 +425,26 @@ async fn call_sends_one_request_as_it_is_and_returns_the_protocol_error() {
         assert!(scenario.seen().iter().all(|seen| seen.handler == Handler::Commit), "refused before the scenario");
     }
 }
+
+#[tokio::test]
+async fn a_round_robin_client_sends_each_call_of_a_turn_to_the_next_replica() {
+    let (first, second) = (Arc::new(Scripted::default()), Arc::new(Scripted::default()));
+    let app0 = spawn_app(Config::default(), registry_of("scripted", first.clone())).await;
+    let app1 = spawn_app(Config::default(), registry_of("scripted", second.clone())).await;
+    let (addr0, addr1) = (app0.addr.to_string(), app1.addr.to_string());
+    let client = Client::http_round_robin(&[&addr0, &addr1], 1).unwrap().with_scenario("scripted");
+    let mut client = client.with_request_id_prefix("rr-");
+
+    let turn = client.say("перезвони 2").await.unwrap();
+    assert_eq!(turn.speech(), "Продолжаю: готово.");
+    let ids = |scenario: &Scripted| -> Vec<(Handler, String)> {
+        scenario.seen().iter().map(|seen| (seen.handler, seen.base().request_id.clone())).collect()
+    };
+    // Calls 0 and 2 went to the second replica, 1 and 3 to the first.
+    assert_eq!(ids(&second), [(Handler::Run, "rr-1".to_owned()), (Handler::Run, "rr-3".to_owned())]);
+    assert_eq!(ids(&first), [(Handler::Run, "rr-2".to_owned()), (Handler::Continue, "rr-3".to_owned())]);
+    assert_eq!(first.seen()[0].state(), Some(1), "the state of the other replica's answer went along");
+
+    let error = Client::http_round_robin(&[], 0).unwrap_err();
+    assert!(error.to_string().contains("no server given"), "{error}");
+}

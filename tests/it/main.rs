@@ -50,6 +50,7 @@ mod redis_server;
 mod refusals;
 mod replicas;
 mod replicas_assistant;
+mod replicas_hold;
 mod router;
 mod tvm;
 #[path = "../support/tvmtool.rs"]

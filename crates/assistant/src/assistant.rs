@@ -356,15 +356,17 @@ impl Assistant {
     /// The answer of a `/continue` whose call is still running: what the
     /// model has said in complete sentences since the last hop, else the next
     /// filler; with the callback that fetches the rest (docs/callbacks.md).
-    /// Past the hops a call may take, the apology.
-    async fn hold(&self, args: &TAssistantContinueArguments) -> TScenarioResponseBody {
+    /// Past the hops a call may take, the apology. The sentences are read
+    /// by `read_by` (from Redis when another replica runs the call), else
+    /// the filler is spoken.
+    async fn hold(&self, args: &TAssistantContinueArguments, read_by: Instant) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         if args.hops >= callback::max_hops(self.config.calls.call_timeout()) {
             tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
             state.pending = None;
             return self.apology(Handler::Continue, &state);
         }
-        let partial = self.calls.partial_text(&args.call_id).await.unwrap_or_default();
+        let partial = self.calls.partial_text(&args.call_id, read_by).await.unwrap_or_default();
         let ready = self.policy.ready_speech(&partial, &state);
         let new = ready.strip_prefix(args.spoken.as_str()).map(str::trim).filter(|new| !new.is_empty());
         let (speech, spoken, listen, kind) = match new {
@@ -544,7 +546,9 @@ impl Scenario for Assistant {
             Ok(handle) => match self.outcome(&args, handle, stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
                 None => {
-                    let body = self.hold(&args).await;
+                    // Half the margin for reading, the rest to build and send the answer.
+                    let read_by = stop_by + ctx.deadline.saturating_duration_since(stop_by) / 2;
+                    let body = self.hold(&args, read_by).await;
                     self.answered(stop_by);
                     body
                 }

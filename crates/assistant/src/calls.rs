@@ -351,13 +351,20 @@ impl Calls {
     /// The record of call `id` (this replica's, or a mirror of its
     /// journal), or what is known of it.
     pub(crate) async fn lookup(&self, id: &str) -> Lookup {
+        self.lookup_by(id, soon()).await
+    }
+
+    /// As [`Calls::lookup`], waiting for the first events of a journal that
+    /// has none yet until `by` at most: a handler that must answer soon
+    /// cannot wait as long as a reader of the stream can.
+    async fn lookup_by(&self, id: &str, by: Instant) -> Lookup {
         let shared = &self.shared;
         if let Some(record) = shared.records().get(id) {
             return Lookup::Kept(record);
         }
         let key = key(id);
         let _ = self.store();
-        let read = match self.read_all(&key).await {
+        let read = match self.read_all(&key, by).await {
             Ok(read) => read,
             Err(error) => {
                 tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
@@ -384,10 +391,11 @@ impl Calls {
         Lookup::Kept(record)
     }
 
-    /// Everything the journal of `key` holds now, from its first entry.
-    async fn read_all(&self, key: &Key) -> Result<Option<Entries>, StoreError> {
+    /// Everything the journal of `key` holds now, from its first entry;
+    /// an empty journal is waited for until `by`.
+    async fn read_all(&self, key: &Key, by: Instant) -> Result<Option<Entries>, StoreError> {
         let journal = &self.shared.journal;
-        let Some(mut all) = journal.read(key, 0, soon()).await? else { return Ok(None) };
+        let Some(mut all) = journal.read(key, 0, by).await? else { return Ok(None) };
         while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
             let after = all.last(0);
             match journal.read(key, after, Instant::now()).await? {
@@ -401,9 +409,10 @@ impl Calls {
         Ok(Some(all))
     }
 
-    /// The text call `id` has streamed so far, if it is running or kept.
-    pub(crate) async fn partial_text(&self, id: &str) -> Option<String> {
-        match self.lookup(id).await {
+    /// The text call `id` has streamed so far, if it is running or kept;
+    /// read from another replica's journal by `by`.
+    pub(crate) async fn partial_text(&self, id: &str, by: Instant) -> Option<String> {
+        match self.lookup_by(id, by).await {
             Lookup::Kept(record) => Some(record.text()),
             Lookup::Gone | Lookup::Unknown => None,
         }

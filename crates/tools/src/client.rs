@@ -33,7 +33,10 @@ mod turn;
 mod wire;
 
 use std::{
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -80,19 +83,34 @@ impl Client {
     /// (`http://` assumed when `base_url` names no scheme). It connects
     /// directly, ignoring proxy settings, as Megamind does.
     pub fn http(base_url: &str) -> Result<Client, ClientError> {
-        let base = with_scheme(base_url);
-        let url = reqwest::Url::parse(&base)
-            .map_err(|e| ClientError::Setting { name: "server address", reason: format!("{base_url:?}: {e}") })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            let reason = format!("{base_url:?} is not an http:// or https:// URL");
-            return Err(ClientError::Setting { name: "server address", reason });
+        Client::http_round_robin(&[base_url], 0)
+    }
+
+    /// A client of several replicas of one server, as a round-robin
+    /// balancer in front of them sends a dialog's requests: its `n`-th call
+    /// (counting every `/run`, hand-over and callback from 0) goes to
+    /// `base_urls[(first + n) % base_urls.len()]`. Otherwise as [`Client::http`].
+    pub fn http_round_robin(base_urls: &[&str], first: usize) -> Result<Client, ClientError> {
+        if base_urls.is_empty() {
+            return Err(ClientError::Setting { name: "server address", reason: "no server given".into() });
+        }
+        let mut bases = Vec::with_capacity(base_urls.len());
+        for base_url in base_urls {
+            let base = with_scheme(base_url);
+            let url = reqwest::Url::parse(&base)
+                .map_err(|e| ClientError::Setting { name: "server address", reason: format!("{base_url:?}: {e}") })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                let reason = format!("{base_url:?} is not an http:// or https:// URL");
+                return Err(ClientError::Setting { name: "server address", reason });
+            }
+            bases.push(base.trim_end_matches('/').to_owned());
         }
         let http = megamind_core::http_client::client_builder()
             .no_proxy()
             .build()
             .map_err(|e| ClientError::Setting { name: "HTTP client", reason: e.to_string() })?;
-        let base = base.trim_end_matches('/').to_owned();
-        Ok(Client::over(Wire::Http { http, base }))
+        let next = Arc::new(AtomicUsize::new(first % bases.len()));
+        Ok(Client::over(Wire::Http { http, bases: bases.into(), next }))
     }
 
     /// A client of the gRPC service at `address` (`http://` assumed when it

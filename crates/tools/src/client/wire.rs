@@ -3,7 +3,13 @@
 //! `megamind_scenario.v1.Scenario` with the scenario in `x-scenario`.
 //! Either way the answer comes back decoded and timed, as a [`Hop`].
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use megamind_core::{
     proto::{
@@ -31,11 +37,12 @@ use super::{
     hop::{Hop, Request, Response},
 };
 
-/// The transport to one server.
+/// The transport to one server, or over HTTP to several replicas of one.
 #[derive(Debug, Clone)]
 pub(super) enum Wire {
-    /// HTTP with binary protobuf bodies; `base` has no trailing `/`.
-    Http { http: reqwest::Client, base: String },
+    /// HTTP with binary protobuf bodies; no base has a trailing `/`. Call
+    /// `n` goes to `bases[n % len]`, `next` counting the calls.
+    Http { http: reqwest::Client, bases: Arc<[String]>, next: Arc<AtomicUsize> },
     /// gRPC over one HTTP/2 channel.
     Grpc(ScenarioClient<Channel>),
 }
@@ -68,7 +75,10 @@ impl Wire {
         let handler = request.handler();
         let exchange = async {
             match self {
-                Wire::Http { http, base } => http_call(http, base, route, &request).await,
+                Wire::Http { http, bases, next } => {
+                    let base = &bases[next.fetch_add(1, Ordering::Relaxed) % bases.len()];
+                    http_call(http, base, route, &request).await
+                }
                 Wire::Grpc(client) => grpc_call(client.clone(), route, request.clone()).await,
             }
         };

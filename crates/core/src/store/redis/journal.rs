@@ -68,6 +68,9 @@ return {0, entries, holder}
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
 static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
 
+/// How late Redis may end a block: its timers run 10 times a second.
+const REDIS_CLOCK: Duration = Duration::from_millis(100);
+
 /// Idle blocking connections kept at most.
 const MAX_IDLE_BLOCKING: usize = 8;
 /// Reads blocked at once at most, each on a connection of its own: a bound
@@ -129,6 +132,14 @@ impl RedisStore {
         if deadline.saturating_duration_since(Instant::now()).as_millis() == 0 {
             return Ok(Vec::new());
         }
+        // Redis ends a block on its own clock, `hz` times a second (10 by
+        // default), so up to 100 ms late: a block that should end sooner
+        // would outlive its deadline, be cut and counted as a slow store.
+        // Such a short wait is a sleep on ours; the next read sees what came.
+        if deadline.saturating_duration_since(Instant::now()) <= REDIS_CLOCK {
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         let Ok(_slot) = self.link.blocking.slots.clone().try_acquire_owned() else {
             // No news yet: the caller reads again (one round trip) after a pause.
             tokio::time::sleep_until((Instant::now() + BUSY_POLL).min(deadline)).await;
@@ -136,7 +147,7 @@ impl RedisStore {
         };
         let Some(mut connection) = self.blocking_connection(deadline).await? else { return Ok(Vec::new()) };
         // Measured once the connection is there: making one takes a while.
-        let block = deadline.saturating_duration_since(Instant::now());
+        let block = deadline.saturating_duration_since(Instant::now()).saturating_sub(REDIS_CLOCK);
         if block.as_millis() == 0 {
             self.link.blocking.give_back(connection);
             return Ok(Vec::new());
@@ -145,7 +156,8 @@ impl RedisStore {
         command.arg("COUNT").arg(READ_BATCH).arg("BLOCK").arg(millis(block)).arg("STREAMS").arg(stream);
         command.arg(format!("0-{after}"));
         // A connection whose command timed out may still be blocked: dropped.
-        let read: Value = within(block + self.link.timeout(), command.query_async(&mut connection)).await?;
+        let read: Value =
+            within(block + REDIS_CLOCK + self.link.timeout(), command.query_async(&mut connection)).await?;
         self.link.blocking.give_back(connection);
         Ok(stream_entries(read))
     }
