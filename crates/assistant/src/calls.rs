@@ -130,6 +130,8 @@ pub(crate) enum Lookup {
     Gone,
     /// No such call, as far as anyone remembers.
     Unknown,
+    /// Its journal could not be read now: the shared store is out of reach.
+    Unavailable,
 }
 
 /// A call to wait for.
@@ -344,7 +346,7 @@ impl Calls {
     pub(crate) async fn follow(&self, id: &str) -> Option<record::Follower> {
         match self.lookup(id).await {
             Lookup::Kept(record) => Some(record.follow()),
-            Lookup::Gone | Lookup::Unknown => None,
+            Lookup::Gone | Lookup::Unknown | Lookup::Unavailable => None,
         }
     }
 
@@ -368,7 +370,7 @@ impl Calls {
             Ok(read) => read,
             Err(error) => {
                 tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
-                None
+                return Lookup::Unavailable;
             }
         };
         let Some(read) = read else {
@@ -398,7 +400,8 @@ impl Calls {
         let Some(mut all) = journal.read(key, 0, by).await? else { return Ok(None) };
         while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
             let after = all.last(0);
-            match journal.read(key, after, Instant::now()).await? {
+            // The batch after a full one: there now, unless the full one was the last.
+            match journal.read(key, after, soon()).await? {
                 Some(more) if !more.entries.is_empty() || more.ended => {
                     all.ended = more.ended;
                     all.entries.extend(more.entries);
@@ -414,7 +417,7 @@ impl Calls {
     pub(crate) async fn partial_text(&self, id: &str, by: Instant) -> Option<String> {
         match self.lookup_by(id, by).await {
             Lookup::Kept(record) => Some(record.text()),
-            Lookup::Gone | Lookup::Unknown => None,
+            Lookup::Gone | Lookup::Unknown | Lookup::Unavailable => None,
         }
     }
 

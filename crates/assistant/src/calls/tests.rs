@@ -208,3 +208,35 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
     assert!(matches!(calls.lookup("r1").await, Lookup::Gone), "expired, and remembered as such");
     assert!(matches!(calls.lookup("never").await, Lookup::Unknown));
 }
+
+/// A journal in a store out of reach.
+#[derive(Debug)]
+struct Unreachable;
+
+#[async_trait::async_trait]
+impl megamind_core::store::Journal for Unreachable {
+    async fn append(
+        &self,
+        _: &megamind_core::store::Lease,
+        _: megamind_core::store::Appending<'_>,
+    ) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable("out of reach".into()))
+    }
+
+    async fn read(&self, _: &Key, _: u64, _: Instant) -> Result<Option<Entries>, StoreError> {
+        Err(StoreError::Unavailable("out of reach".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
+    let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 1 << 20 };
+    let flights = Arc::new(megamind_core::store::MemoryStore::new(
+        retention.limits(),
+        megamind_core::store::memory::unregistered_evictions(),
+    ));
+    let store = ScenarioStore { flights, journal: Arc::new(Unreachable), shared: true };
+    let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap();
+    let calls = Calls::with_store(store, 10, CALL_TIMEOUT, retention, (IntGauge::new("g", "g").unwrap(), duplicated));
+    assert!(matches!(calls.lookup("run elsewhere").await, Lookup::Unavailable), "ask again, it is not lost");
+}

@@ -15,7 +15,8 @@
 //! JSON answers longer than `chunk_bytes` are served in parts
 //! ([`crate::parts`]). Errors are JSON, `{"error": {"code", "message"}}`:
 //! an unsigned or expired address 403, an unknown call 404, an expired one
-//! 410, a bad `Last-Event-ID` 400, past `max_streams` open streams 503. Resuming after the last event of an
+//! 410, a bad `Last-Event-ID` 400, past `max_streams` open streams 503, a
+//! call whose journal the shared store cannot give now 503. Resuming after the last event of an
 //! ended call answers 204, with no body. Every route follows a call and never
 //! starts one.
 
@@ -249,6 +250,11 @@ impl Api {
         match self.sources.calls.lookup(id).await {
             Lookup::Kept(record) => Ok(record),
             Lookup::Gone => Err((StatusCode::GONE, "gone", "the answer of this request expired; ask again".into())),
+            Lookup::Unavailable => Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the model calls' journal is out of reach for now; retry".into(),
+            )),
             Lookup::Unknown => Err((
                 StatusCode::NOT_FOUND,
                 "not_found",
