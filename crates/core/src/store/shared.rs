@@ -107,11 +107,6 @@ impl StoreHealth {
         &self.link
     }
 
-    /// The metrics the stores over this Redis count in.
-    pub fn metrics(&self) -> &StoreMetrics {
-        &self.metrics
-    }
-
     /// Whether the shared store is taken for down now.
     pub fn is_down(&self) -> bool {
         self.down.load(Ordering::Acquire)

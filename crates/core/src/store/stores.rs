@@ -74,11 +74,6 @@ impl Stores {
         self.redis.is_some()
     }
 
-    /// The store metrics the shared stores count in, when there are shared stores.
-    pub fn metrics(&self) -> Option<&StoreMetrics> {
-        self.redis.as_ref().map(|redis| redis.health.metrics())
-    }
-
     /// The idempotency cache's store: `local` alone, or the server's Redis
     /// (its keys right under the prefix, `limits`' TTLs) with `local` behind
     /// it, `/commit` and `/apply` doing `commit_fallback` while Redis is down.

@@ -63,12 +63,17 @@ impl List {
     fn push(&mut self, entry: &[u8]) {
         if self.data.len() + entry.len() > self.data.capacity() && self.front > 0 {
             // Growing anyway: what went past the cap goes first.
-            self.data.drain(..self.front);
-            let front = std::mem::take(&mut self.front);
-            self.ends.iter_mut().for_each(|end| *end -= front);
+            self.compact();
         }
         self.data.extend_from_slice(entry);
         self.ends.push_back(self.data.len());
+    }
+
+    /// Drops the bytes of the entries that went past the cap.
+    fn compact(&mut self) {
+        self.data.drain(..self.front);
+        let front = std::mem::take(&mut self.front);
+        self.ends.iter_mut().for_each(|end| *end -= front);
     }
 
     /// Lets the oldest entry go.
@@ -81,9 +86,7 @@ impl List {
 
     /// Gives back the room a journal that takes no more entries will not use.
     fn shrink(&mut self) {
-        self.data.drain(..self.front);
-        let front = std::mem::take(&mut self.front);
-        self.ends.iter_mut().for_each(|end| *end -= front);
+        self.compact();
         self.data.shrink_to_fit();
         self.ends.shrink_to_fit();
     }
