@@ -296,7 +296,8 @@ impl Dispatcher {
         }
         let latency = call.started.elapsed();
         let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
-        self.metrics.observe(&scenario.name, handler, transport, outcome, latency);
+        let budget = self.limits.budgets.of(call.handler);
+        self.metrics.observe(&scenario.name, handler, transport, outcome, latency, budget);
         logging::summary(transport, &scenario.name, handler, request_id, outcome, latency);
     }
 }

@@ -86,7 +86,7 @@ impl ServerMetrics {
         let budget_overruns = IntCounterVec::new(
             Opts::new(
                 "megamind_budget_overruns_total",
-                "Calls answered `timeout` because the scenario overran its budget.",
+                "Calls answered `timeout` because the scenario overran its budget, or answered after their budget.",
             ),
             &["scenario", "handler"],
         )
@@ -127,11 +127,22 @@ impl ServerMetrics {
         &self.registry
     }
 
-    /// Records one answered call.
-    pub fn observe(&self, scenario: &str, handler: &str, transport: &str, outcome: &str, latency: Duration) {
+    /// Records one answered call. A call overran its budget when the
+    /// scenario did (it was answered `timeout`) or when its answer, whatever
+    /// it is, was ready only after the budget: both reach Megamind late or
+    /// empty, and one alert should see both.
+    pub fn observe(
+        &self,
+        scenario: &str,
+        handler: &str,
+        transport: &str,
+        outcome: &str,
+        latency: Duration,
+        budget: Duration,
+    ) {
         self.requests.with_label_values(&[scenario, handler, transport, outcome]).inc();
         self.latency.with_label_values(&[scenario, handler, transport]).observe(latency.as_secs_f64());
-        if outcome == "timeout" {
+        if outcome == "timeout" || latency > budget {
             self.budget_overruns.with_label_values(&[scenario, handler]).inc();
         }
     }
@@ -320,8 +331,9 @@ mod tests {
     #[test]
     fn observations_render_with_bounded_labels() {
         let metrics = ServerMetrics::new();
-        metrics.observe("demo", "run", "http", "ok", Duration::from_micros(700));
-        metrics.observe("demo", "commit", "grpc", "timeout", Duration::from_millis(300));
+        let budget = Duration::from_millis(300);
+        metrics.observe("demo", "run", "http", "ok", Duration::from_micros(700), budget);
+        metrics.observe("demo", "commit", "grpc", "timeout", Duration::from_millis(280), budget);
         let text = metrics.render();
         assert!(
             text.contains(r#"megamind_requests_total{handler="run",outcome="ok",scenario="demo",transport="http"} 1"#),
@@ -336,6 +348,20 @@ mod tests {
             text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.0005"} 0"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_answer_ready_after_its_budget_counts_as_an_overrun_whatever_its_outcome() {
+        let metrics = ServerMetrics::new();
+        metrics.start_at_zero(["demo"]);
+        let budget = Duration::from_millis(300);
+        metrics.observe("demo", "run", "http", "ok", Duration::from_millis(299), budget);
+        metrics.observe("demo", "continue", "http", "ok", Duration::from_millis(301), budget);
+        metrics.observe("demo", "apply", "grpc", "replay", Duration::from_millis(450), budget);
+        let text = metrics.render();
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="run",scenario="demo"} 0"#), "{text}");
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="continue",scenario="demo"} 1"#), "{text}");
+        assert!(text.contains(r#"megamind_budget_overruns_total{handler="apply",scenario="demo"} 1"#), "{text}");
     }
 
     #[cfg(target_os = "linux")]
