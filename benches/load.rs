@@ -133,10 +133,15 @@ fn clock_ticks_per_second() -> f64 {
 /// Our binary's `serve` with `extra` flags; `LOAD_SERVER_BIN` runs another
 /// build of it (one with frame pointers, for a profiler).
 fn ours<S: AsRef<std::ffi::OsStr>>(extra: &[S]) -> Server {
+    ours_with_env(extra, &[])
+}
+
+/// [`ours`] with the environment variables `env` besides.
+fn ours_with_env<S: AsRef<std::ffi::OsStr>>(extra: &[S], env: &[(&str, &str)]) -> Server {
     let binary =
         std::env::var("LOAD_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_megamind-scenario").to_owned());
     let mut command = Command::new(binary);
-    command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]).args(extra);
+    command.args(["serve", "--addr", "127.0.0.1:0", "--log-level", "info"]).args(extra).envs(env.iter().copied());
     Server::start(command)
 }
 

@@ -6,7 +6,7 @@
 
 use crate::{
     drive::{Outcome, Settings, drive, fresh_ids},
-    ours,
+    ours, ours_with_env,
     process::Server,
     tvmtool::{DST, TOKEN, Tickets, Tvmtool},
 };
@@ -31,7 +31,9 @@ impl TvmLoad {
         tickets.services.insert(TICKET.into(), megamind_core::config::MEGAMIND_TVM_IDS[0]);
         let tvmtool = Tvmtool::start(tickets).await;
         let url = tvmtool.url();
-        let on = ours(&["--tvmtool-url", &url, "--tvmtool-token", TOKEN, "--tvm-dst", DST]);
+        // The token by the environment, as deployments give it: never in
+        // the process's arguments.
+        let on = ours_with_env(&["--tvmtool-url", &url, "--tvm-dst", DST], &[("TVMTOOL_LOCAL_AUTHTOKEN", TOKEN)]);
         TvmLoad { tvmtool, off: ours::<&str>(&[]), on, rounds: 0 }
     }
 

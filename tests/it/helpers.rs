@@ -296,3 +296,65 @@ pub fn serving_addr_in(lines: impl Iterator<Item = String>) -> String {
 pub fn serving_addr(line: &str) -> Option<String> {
     line.split("addr=").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_owned)
 }
+
+/// The server binary in a process of its own, serving on port 0 with its
+/// log kept: for tests of what it logs. Killed when dropped.
+pub struct LoggedServer {
+    child: std::process::Child,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    /// The log up to its `serving` line.
+    head: Vec<String>,
+    pub app: TestApp,
+}
+
+impl LoggedServer {
+    /// `serve` on port 0 with no shutdown delay, `args` and the
+    /// environment `env` besides.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> LoggedServer {
+        use std::{io::BufRead, process::Stdio};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("MEGAMIND_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut head = Vec::new();
+        let addr = serving_addr_in(std::iter::from_fn(|| {
+            let mut line = String::new();
+            (stdout.read_line(&mut line).ok()? > 0).then(|| {
+                head.push(line.trim_end().to_owned());
+                line
+            })
+        }));
+        let app = TestApp::external(addr.parse().expect("an address"));
+        LoggedServer { child, stdout, head, app }
+    }
+
+    /// Stops it with SIGTERM (its log is flushed then) and returns its
+    /// whole log, standard error after it.
+    pub fn stop(mut self) -> String {
+        use std::io::{BufRead, Read};
+        let pid = self.child.id().to_string();
+        let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        assert!(status.success());
+        let mut log = std::mem::take(&mut self.head);
+        log.extend((&mut self.stdout).lines().map_while(Result::ok));
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        let _ = self.child.wait();
+        format!("{}\n{stderr}", log.join("\n"))
+    }
+}
+
+impl Drop for LoggedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

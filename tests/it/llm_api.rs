@@ -1,6 +1,7 @@
 //! The `/llm` API over real sockets: the JSONSeq stream of a real
 //! `/assistant/run` (live, late, resumed, failed, drained, capped), the
-//! stream's address for screen clients, whole answers in parts, the schema.
+//! stream's address for screen clients, whole answers in parts, the schema,
+//! and the warning about a key made at start where replicas share a store.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use serde_json::Value;
 
 use crate::{
     assistant_harness::{SIGNING_KEY, answer, client, run, run_request, signed, spawn_module},
-    helpers::{TestApp, Transport},
+    helpers::{LoggedServer, TestApp, Transport},
     mock_llm::{MockLlm, Reply},
 };
 
@@ -400,4 +401,19 @@ async fn a_whole_answer_has_the_shape_the_document_shows() {
     assert_eq!(theirs, ours, "the document's example and the served answer have the same fields:\n{served:#}");
     assert!(ours.contains(&"content.text".to_owned()) && ours.contains(&"is_consequential".to_owned()), "{ours:?}");
     assert_eq!(served["content"]["text"], shown["content"]["text"]);
+}
+
+#[test]
+fn a_key_made_at_start_is_warned_about_when_replicas_share_a_store() {
+    // Nothing listens there: the server starts anyway, serving from memory.
+    let store = ["--store-url", "redis://127.0.0.1:1"];
+    let warning = "this key was made at start";
+    let log = LoggedServer::start(&store, &[]).stop();
+    let warned: Vec<&str> = log.lines().filter(|line| line.contains(warning)).collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("WARN") && warned[0].contains("assistant.llm.signing_key"), "{}", warned[0]);
+    let shared_key = LoggedServer::start(&store, &[("MEGAMIND_LLM_SIGNING_KEY", SIGNING_KEY)]).stop();
+    assert!(!shared_key.contains(warning), "a key set is not warned about:\n{shared_key}");
+    let alone = LoggedServer::start(&[], &[]).stop();
+    assert!(!alone.contains(warning), "a lone replica's key is not warned about:\n{alone}");
 }

@@ -53,6 +53,7 @@ mod replicas_assistant;
 mod replicas_hold;
 mod router;
 mod tvm;
+mod tvm_faults;
 #[path = "../support/tvmtool.rs"]
 mod tvmtool;
 mod validate_jsonseq;

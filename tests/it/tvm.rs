@@ -5,8 +5,6 @@
 //! user tickets give the scenario its uid; no ticket reaches the log.
 
 use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -22,23 +20,23 @@ use tonic::Code;
 use crate::{
     assistant_harness::spawn_module_in,
     helpers::{
-        TestApp, decode_answer, fixture, fixture_body, grpc_client, grpc_request, registry_of, serving_addr_in,
-        spawn_app, spawn_builtin,
+        LoggedServer, TestApp, decode_answer, fixture, fixture_body, grpc_client, grpc_request, registry_of, spawn_app,
+        spawn_builtin,
     },
     mock_llm::{MockLlm, Reply},
     tvmtool::{DST, TOKEN, Tickets, Tvmtool},
 };
 
-const MEGAMIND: &str = "3:serv:megamind-testing";
-const STRANGER: &str = "3:serv:some-other-service";
+pub(crate) const MEGAMIND: &str = "3:serv:megamind-testing";
+pub(crate) const STRANGER: &str = "3:serv:some-other-service";
 /// Known to tvmtool, checked by no call before the test needs it.
-const MEGAMIND_AGAIN: &str = "3:serv:megamind-production";
-const USER: &str = "3:user:a-logged-in-user";
+pub(crate) const MEGAMIND_AGAIN: &str = "3:serv:megamind-production";
+pub(crate) const USER: &str = "3:user:a-logged-in-user";
 /// The budget of `/run`, and the lateness allowed on a shared 2-core machine.
 const BUDGET: Duration = Duration::from_millis(300);
 const MARGIN: Duration = Duration::from_millis(60);
 
-fn tickets() -> Tickets {
+pub(crate) fn tickets() -> Tickets {
     let mut tickets = Tickets::default();
     tickets.services.insert(MEGAMIND.into(), 2_000_860);
     tickets.services.insert(MEGAMIND_AGAIN.into(), 2_000_464);
@@ -47,7 +45,7 @@ fn tickets() -> Tickets {
     tickets
 }
 
-fn config(tvmtool: &Tvmtool) -> Config {
+pub(crate) fn config(tvmtool: &Tvmtool) -> Config {
     let mut config = Config::default();
     config.auth.tvmtool_url = tvmtool.url();
     config.auth.tvmtool_token = TOKEN.into();
@@ -55,7 +53,7 @@ fn config(tvmtool: &Tvmtool) -> Config {
     config
 }
 
-async fn post_run(app: &TestApp, service: Option<&str>, user: Option<&str>) -> (u16, String) {
+pub(crate) async fn post_run(app: &TestApp, service: Option<&str>, user: Option<&str>) -> (u16, String) {
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     let mut request = app.http.post(app.url("/demo/run")).header("content-type", "application/protobuf").body(body);
     if let Some(ticket) = service {
@@ -70,7 +68,7 @@ async fn post_run(app: &TestApp, service: Option<&str>, user: Option<&str>) -> (
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-fn grpc_run(service: Option<&str>) -> tonic::Request<TScenarioRunRequest> {
+pub(crate) fn grpc_run(service: Option<&str>) -> tonic::Request<TScenarioRunRequest> {
     let mut request = grpc_request(fixture::<TScenarioRunRequest>("poi_run_request"), Some("demo"));
     if let Some(ticket) = service {
         request.metadata_mut().insert("x-ya-service-ticket", ticket.parse().expect("ASCII"));
@@ -129,7 +127,8 @@ async fn two_hundred_calls_with_one_ticket_cost_tvmtool_one_check() {
     for _ in 0..150 {
         assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200);
     }
-    assert_eq!(tvmtool.service_checks(), 1, "one check for 200 calls with one ticket");
+    assert_eq!(tvmtool.service_checks_of(MEGAMIND), 1, "one check for 200 calls with one ticket");
+    assert!(tvmtool.service_checks() <= 2, "and the readiness check at start, no more");
 }
 
 #[tokio::test]
@@ -177,12 +176,18 @@ impl Scenario for Uid {
     }
 }
 
-#[tokio::test]
-async fn a_required_user_ticket_is_checked_and_its_uid_reaches_the_scenario() {
+/// A server of [`Uid`] checking user tickets as `policy` says, and its tvmtool.
+async fn spawn_uid(policy: UserTicketPolicy) -> (Tvmtool, TestApp) {
     let tvmtool = Tvmtool::start(tickets()).await;
     let mut config = config(&tvmtool);
-    config.auth.user_ticket = UserTicketPolicy::Required;
+    config.auth.user_ticket = policy;
     let app = spawn_app(config, registry_of("demo", Arc::new(Uid))).await;
+    (tvmtool, app)
+}
+
+#[tokio::test]
+async fn a_required_user_ticket_is_checked_and_its_uid_reaches_the_scenario() {
+    let (tvmtool, app) = spawn_uid(UserTicketPolicy::Required).await;
     let (status, why) = post_run(&app, Some(MEGAMIND), None).await;
     assert_eq!(
         (status, why.as_str()),
@@ -208,6 +213,37 @@ async fn a_required_user_ticket_is_checked_and_its_uid_reaches_the_scenario() {
 }
 
 #[tokio::test]
+async fn a_user_tickets_uid_reaches_the_scenario_over_grpc_too() {
+    let (tvmtool, app) = spawn_uid(UserTicketPolicy::Required).await;
+    let mut client = grpc_client(&app).await;
+    let with_user = |user: &str| {
+        let mut request = grpc_run(Some(MEGAMIND));
+        request.metadata_mut().insert("x-ya-user-ticket", user.parse().expect("ASCII"));
+        request
+    };
+    let answer = client.run(with_user(USER)).await.expect("a call with both tickets is answered");
+    assert_eq!(answer.into_inner().version, "uid=4242");
+    let status = client.run(with_user("3:user:stale")).await.expect_err("refused");
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert_eq!(status.message(), "forbidden: the user ticket was refused: Expired ticket");
+    let status = client.run(grpc_run(Some(MEGAMIND))).await.expect_err("refused");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(tvmtool.user_checks(), 2, "each user ticket checked once");
+}
+
+#[tokio::test]
+async fn an_optional_user_ticket_lets_a_call_without_one_in_and_refuses_a_bad_one() {
+    let (tvmtool, app) = spawn_uid(UserTicketPolicy::Optional).await;
+    let (status, body) = post_run(&app, Some(MEGAMIND), None).await;
+    assert_eq!(status, 200, "no user ticket: let in, {body}");
+    let (status, why) = post_run(&app, Some(MEGAMIND), Some("3:user:stale")).await;
+    assert_eq!((status, why.as_str()), (403, "forbidden: the user ticket was refused: Expired ticket\n"));
+    let (status, _) = post_run(&app, Some(MEGAMIND), Some(USER)).await;
+    assert_eq!(status, 200);
+    assert_eq!(tvmtool.user_checks(), 2, "a sent user ticket is checked");
+}
+
+#[tokio::test]
 async fn the_skills_catalog_asks_for_a_ticket_as_a_scenario_call_does_and_the_schema_does_not() {
     let tvmtool = Tvmtool::start(tickets()).await;
     let mock = MockLlm::start(Reply::content("Привет!")).await;
@@ -228,27 +264,12 @@ async fn the_skills_catalog_asks_for_a_ticket_as_a_scenario_call_does_and_the_sc
 #[tokio::test]
 async fn no_ticket_and_no_token_reach_the_debug_log() {
     let tvmtool = Tvmtool::start(tickets()).await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--log-level", "debug", "--shutdown-delay-ms", "0"])
-        .args(["--tvmtool-url", &tvmtool.url(), "--tvm-dst", DST])
-        .env("TVMTOOL_LOCAL_AUTHTOKEN", TOKEN)
-        .env_remove("MEGAMIND_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok);
-    let mut log: Vec<String> = Vec::new();
-    let addr = serving_addr_in(lines.by_ref().inspect(|line| log.push(line.clone())));
-    let app = TestApp::external(addr.parse().expect("an address"));
+    let args = ["--log-level", "debug", "--tvmtool-url", &tvmtool.url(), "--tvm-dst", DST];
+    let server = LoggedServer::start(&args, &[("TVMTOOL_LOCAL_AUTHTOKEN", TOKEN)]);
     for ticket in [MEGAMIND, STRANGER, "3:serv:forged-secret-looking-ticket"] {
-        post_run(&app, Some(ticket), Some(USER)).await;
+        post_run(&server.app, Some(ticket), Some(USER)).await;
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
-    assert!(status.success());
-    log.extend(lines);
-    let stderr = child.wait_with_output().expect("the server stops").stderr;
-    let log = format!("{}\n{}", log.join("\n"), String::from_utf8_lossy(&stderr));
+    let log = server.stop();
     assert!(log.contains("auth: service ticket refused"), "the refusals are logged: {log}");
     for secret in [MEGAMIND, STRANGER, "forged-secret-looking-ticket", USER, TOKEN] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");

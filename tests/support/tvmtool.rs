@@ -1,15 +1,15 @@
 //! A stand-in for tvmtool on an ephemeral port, speaking the part of its
 //! HTTP API the server uses: `/tvm/ping`, `/tvm/checksrv?dst=` and
 //! `/tvm/checkusr`, each checking the local token in `Authorization`,
-//! refusing with 403 and tvmtool's JSON error shape. It counts its checks,
-//! can hang (a slow tvmtool) and can be killed and started again on the
-//! same port.
+//! refusing with 403 and tvmtool's JSON error shape. It counts its checks
+//! (by ticket too) and how many were in flight at most, can hang (a slow
+//! tvmtool) and can be killed and started again on the same port.
 
 use std::{
     collections::HashMap,
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
@@ -47,6 +47,27 @@ struct Shared {
     checkusr: AtomicUsize,
     pings: AtomicUsize,
     hang: AtomicBool,
+    /// Service checks by ticket.
+    by_ticket: Mutex<HashMap<String, usize>>,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+}
+
+/// A check in flight, from its arrival until it is answered or dropped.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn new(shared: &'a Shared) -> InFlight<'a> {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A running stand-in; killed when dropped.
@@ -75,6 +96,16 @@ impl Tvmtool {
     /// `/tvm/checksrv` requests served so far.
     pub fn service_checks(&self) -> usize {
         self.shared.checksrv.load(Ordering::SeqCst)
+    }
+
+    /// `/tvm/checksrv` requests with `ticket` served so far.
+    pub fn service_checks_of(&self, ticket: &str) -> usize {
+        self.shared.by_ticket.lock().unwrap().get(ticket).copied().unwrap_or(0)
+    }
+
+    /// The most checks (service and user) that were in flight at once.
+    pub fn most_checks_at_once(&self) -> usize {
+        self.shared.most_in_flight.load(Ordering::SeqCst)
     }
 
     /// `/tvm/checkusr` requests served so far.
@@ -171,6 +202,9 @@ async fn checksrv(
     headers: HeaderMap,
 ) -> Response {
     shared.checksrv.fetch_add(1, Ordering::SeqCst);
+    let ticket = headers.get("x-ya-service-ticket").and_then(|v| v.to_str().ok()).unwrap_or("");
+    *shared.by_ticket.lock().unwrap().entry(ticket.to_owned()).or_default() += 1;
+    let _in_flight = InFlight::new(&shared);
     if let Some(refusal) = gate(&shared, &headers).await {
         return refusal;
     }
@@ -178,7 +212,6 @@ async fn checksrv(
         let body = json!({"error": "dst is not configured in tvmtool"});
         return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
     }
-    let ticket = headers.get("x-ya-service-ticket").and_then(|v| v.to_str().ok()).unwrap_or("");
     match shared.tickets.services.get(ticket) {
         Some(src) => axum::Json(json!({
             "src": src,
@@ -195,6 +228,7 @@ async fn checksrv(
 
 async fn checkusr(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     shared.checkusr.fetch_add(1, Ordering::SeqCst);
+    let _in_flight = InFlight::new(&shared);
     if let Some(refusal) = gate(&shared, &headers).await {
         return refusal;
     }

@@ -325,7 +325,10 @@ impl Config {
         }
         check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
         check(self.cache.commit_ttl_secs > 0, "cache.commit_ttl_secs must be above 0".into());
-        for problem in self.store.problems().into_iter().chain(self.auth.problems()) {
+        let shortest = [b.run_ms, b.continue_ms, b.commit_ms, b.apply_ms].into_iter().min().unwrap_or_default();
+        let auth =
+            self.auth.problems().into_iter().chain(self.auth.budget_problems(shortest.saturating_sub(b.reserve_ms)));
+        for problem in self.store.problems().into_iter().chain(auth) {
             check(false, problem);
         }
         for (name, ms) in [

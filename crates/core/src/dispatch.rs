@@ -174,7 +174,10 @@ impl Dispatcher {
             Check::Done(verdict) => verdict,
             Check::Pending(check) => match tokio::time::timeout_at(deadline.at, check).await {
                 Ok(verdict) => verdict,
-                Err(_) => Err(Refusal::Forbidden("the caller's tickets could not be checked in time".into())),
+                Err(_) => {
+                    self.authenticator.cut_short();
+                    Err(Refusal::Forbidden("the caller's tickets could not be checked in time".into()))
+                }
             },
         }
     }

@@ -6,6 +6,9 @@ use std::{fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+/// How long a refused ticket's verdict is reused at most.
+const REFUSAL_TTL: Duration = Duration::from_secs(5);
+
 /// Megamind's TVM ids: testing, then production.
 pub const MEGAMIND_TVM_IDS: [u32; 2] = [2_000_860, 2_000_464];
 
@@ -32,8 +35,13 @@ pub struct AuthConfig {
     /// How long a verdict on a ticket is reused, in seconds: far below a
     /// ticket's life of hours, so that a revoked source stops soon.
     pub verdict_ttl_secs: u64,
-    /// Verdicts kept at most (each keyed by a hash of its ticket).
+    /// Verdicts kept at most (each keyed by a hash of its ticket), good
+    /// ones and refusals each.
     pub verdict_max_entries: usize,
+    /// tvmtool checks in flight at most: a call whose ticket finds no turn
+    /// within `check_timeout_ms` is refused (`busy`), so that a flood of
+    /// made-up tickets costs tvmtool a bounded load.
+    pub max_checks_in_flight: usize,
 }
 
 impl Default for AuthConfig {
@@ -49,6 +57,9 @@ impl Default for AuthConfig {
             check_timeout_ms: 50,
             verdict_ttl_secs: 60,
             verdict_max_entries: 4_096,
+            // tvmtool answers in about a millisecond: 32 at once is tens of
+            // thousands of checks a second, far more than verdicts leave.
+            max_checks_in_flight: 32,
         }
     }
 }
@@ -78,6 +89,7 @@ impl fmt::Debug for AuthConfig {
             .field("check_timeout_ms", &self.check_timeout_ms)
             .field("verdict_ttl_secs", &self.verdict_ttl_secs)
             .field("verdict_max_entries", &self.verdict_max_entries)
+            .field("max_checks_in_flight", &self.max_checks_in_flight)
             .finish()
     }
 }
@@ -91,6 +103,29 @@ impl AuthConfig {
     /// How long a verdict is reused.
     pub fn verdict_ttl(&self) -> Duration {
         Duration::from_secs(self.verdict_ttl_secs)
+    }
+
+    /// How long a refusal is reused: a few seconds, so that the same
+    /// made-up ticket repeated costs tvmtool a check every few seconds, and
+    /// a ticket refused while tvmtool was still fetching its keys is soon
+    /// asked about again.
+    pub fn refusal_ttl(&self) -> Duration {
+        REFUSAL_TTL.min(self.verdict_ttl())
+    }
+
+    /// The problems of these keys beside the handlers' budgets, the
+    /// shortest of which is `shortest_ms` once the reserve is taken: a
+    /// check that may outlast the time a call has is cut short by the
+    /// call's deadline instead of its own timeout.
+    pub fn budget_problems(&self, shortest_ms: u64) -> Option<String> {
+        let on = !self.tvmtool_url.trim().is_empty();
+        (on && self.check_timeout_ms >= shortest_ms).then(|| {
+            format!(
+                "auth.check_timeout_ms = {}: must be below the shortest handler budget less budget.reserve_ms \
+                 ({shortest_ms} ms), or no call could wait for its check",
+                self.check_timeout_ms
+            )
+        })
     }
 
     /// The problems of this table, one line each.
@@ -111,6 +146,9 @@ impl AuthConfig {
         }
         if self.verdict_max_entries == 0 {
             problems.push("auth.verdict_max_entries must be above 0".into());
+        }
+        if self.max_checks_in_flight == 0 {
+            problems.push("auth.max_checks_in_flight must be above 0".into());
         }
         problems
     }
@@ -135,10 +173,28 @@ mod tests {
             check_timeout_ms: 0,
             verdict_ttl_secs: 0,
             verdict_max_entries: 0,
+            max_checks_in_flight: 0,
             ..AuthConfig::default()
         };
         let problems = config.problems();
-        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert_eq!(problems.len(), 6, "{problems:?}");
         assert!(AuthConfig::default().problems().is_empty());
+    }
+
+    #[test]
+    fn a_check_timeout_not_below_the_shortest_budget_is_a_problem_only_with_tvmtool() {
+        let off = AuthConfig { check_timeout_ms: 300, ..AuthConfig::default() };
+        assert_eq!(off.budget_problems(290), None, "no check without tvmtool");
+        let on = AuthConfig { tvmtool_url: "http://localhost:18080".into(), ..off };
+        let problem = on.budget_problems(290).expect("a problem");
+        assert!(problem.starts_with("auth.check_timeout_ms = 300: must be below"), "{problem}");
+        assert_eq!(AuthConfig { check_timeout_ms: 289, ..on }.budget_problems(290), None);
+    }
+
+    #[test]
+    fn a_refusal_is_kept_a_few_seconds_never_longer_than_a_good_verdict() {
+        assert_eq!(AuthConfig::default().refusal_ttl(), REFUSAL_TTL);
+        let short = AuthConfig { verdict_ttl_secs: 1, ..AuthConfig::default() };
+        assert_eq!(short.refusal_ttl(), Duration::from_secs(1));
     }
 }

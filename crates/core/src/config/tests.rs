@@ -59,6 +59,18 @@ fn every_problem_is_reported_together() {
 }
 
 #[test]
+fn a_ticket_check_that_may_outlast_the_shortest_budget_is_refused() {
+    let mut config = Config::from_toml("[auth]\ntvmtool_url = \"http://localhost:18080\"").unwrap();
+    assert!(config.validate().is_ok(), "50 ms inside 300 ms less the 10 ms reserve");
+    config.budget.commit_ms = 60;
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("auth.check_timeout_ms = 50: must be below the shortest handler budget"), "{error}");
+    assert!(error.contains("(50 ms)"), "the budget less its reserve: {error}");
+    config.auth.tvmtool_url.clear();
+    assert!(config.validate().is_ok(), "no tickets checked, no bound");
+}
+
+#[test]
 fn connection_limits_have_safe_defaults_and_are_read() {
     let limits = Config::default().connection_limits();
     assert!(limits.header_timeout <= Duration::from_secs(10));

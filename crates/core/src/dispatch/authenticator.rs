@@ -61,6 +61,10 @@ pub trait Authenticator: fmt::Debug + Send + Sync + 'static {
         futures_util::future::ready(Ok(())).boxed()
     }
 
+    /// Told when a [`Check::Pending`] was cut short by the call's own
+    /// deadline: the call is refused, and the authenticator counts it.
+    fn cut_short(&self) {}
+
     /// Starts background work once the server runs, and says in the log
     /// how callers are checked.
     fn start(&self) {}

@@ -88,3 +88,30 @@ async fn run_is_refused_at_the_limit_but_a_repeat_replays() {
     assert_eq!(dispatcher.dispatch(echo, run_call("r2", None)).await, Reply::Refused(Refusal::Overloaded));
     assert_eq!(version(dispatcher.dispatch(echo, run_call("r1", None)).await), "first");
 }
+
+/// A check that never ends, counting how often the dispatcher gave up on it.
+#[derive(Debug, Default)]
+struct NeverDecides {
+    cut_short: std::sync::atomic::AtomicUsize,
+}
+
+impl Authenticator for NeverDecides {
+    fn authenticate(&self, _: &CallMeta) -> Check {
+        Check::Pending(futures_util::future::pending().boxed())
+    }
+
+    fn cut_short(&self) {
+        self.cut_short.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_cut_short_by_the_deadline_is_refused_and_the_authenticator_told() {
+    let never = Arc::new(NeverDecides::default());
+    let dispatcher = dispatcher(8).with_authenticator(never.clone());
+    let echo = dispatcher.scenario(None).unwrap();
+    let refused = dispatcher.dispatch(echo, run_call("r1", None)).await;
+    let why = "the caller's tickets could not be checked in time".to_owned();
+    assert_eq!(refused, Reply::Refused(Refusal::Forbidden(why)));
+    assert_eq!(never.cut_short.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

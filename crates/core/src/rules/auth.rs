@@ -3,6 +3,7 @@
 //! the signed, expiring addresses that open a scenario's own routes to a
 //! client that holds no ticket.
 
+mod health;
 pub mod metrics;
 pub mod signed;
 pub mod tvm;

@@ -22,9 +22,13 @@ pub enum AuthResult {
     UserMissing,
     /// tvmtool refused the user ticket.
     UserInvalid,
+    /// No verdict: too many tickets were being checked already, and no turn
+    /// came within the check's timeout (refused). Apart from `unavailable`:
+    /// tvmtool may be well, and the calls many made-up tickets.
+    Busy,
 }
 
-const RESULTS: [AuthResult; 7] = [
+const RESULTS: [AuthResult; 8] = [
     AuthResult::Ok,
     AuthResult::Missing,
     AuthResult::Invalid,
@@ -32,6 +36,7 @@ const RESULTS: [AuthResult; 7] = [
     AuthResult::Unavailable,
     AuthResult::UserMissing,
     AuthResult::UserInvalid,
+    AuthResult::Busy,
 ];
 
 impl AuthResult {
@@ -45,6 +50,7 @@ impl AuthResult {
             AuthResult::Unavailable => "unavailable",
             AuthResult::UserMissing => "user_missing",
             AuthResult::UserInvalid => "user_invalid",
+            AuthResult::Busy => "busy",
         }
     }
 }
@@ -70,7 +76,7 @@ const BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.
 /// The metrics, every series resolved once and present at 0 from the start.
 #[derive(Debug, Clone)]
 pub struct AuthMetrics {
-    results: [IntCounter; 7],
+    results: [IntCounter; 8],
     latency: [Histogram; 3],
     up: Option<IntGauge>,
 }
@@ -95,8 +101,11 @@ impl AuthMetrics {
         let _ = registry.register(Box::new(results.clone()));
         let _ = registry.register(Box::new(latency.clone()));
         let up = with_tvmtool.then(|| {
-            let up = IntGauge::new("megamind_auth_tvmtool_up", "1 while tvmtool answers, 0 while checks fail.")
-                .expect("valid metric");
+            let up = IntGauge::new(
+                "megamind_auth_tvmtool_up",
+                "1 while tickets can be checked (tvmtool answers and accepts this server's token and dst), else 0.",
+            )
+            .expect("valid metric");
             let _ = registry.register(Box::new(up.clone()));
             up
         });
@@ -119,7 +128,7 @@ impl AuthMetrics {
         self.latency[op as usize].observe(took.as_secs_f64());
     }
 
-    /// Whether tvmtool answers.
+    /// Whether tickets can be checked.
     pub fn set_up(&self, up: bool) {
         if let Some(gauge) = &self.up {
             gauge.set(i64::from(up));

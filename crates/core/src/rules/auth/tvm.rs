@@ -1,24 +1,19 @@
 //! The TVM authenticator: every scenario call needs a service ticket that
 //! tvmtool accepts, from an allowed source (and, as configured, a user
-//! ticket). Verdicts are kept a short while by a hash of the ticket; a
-//! ticket that cannot be checked is refused (checks fail closed).
+//! ticket). Verdicts are kept a short while by a hash of the ticket
+//! (refusals a few seconds); a ticket that cannot be checked is refused
+//! (checks fail closed); at most so many checks are in flight at once.
 
-use std::{
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use futures_util::{FutureExt, future::BoxFuture};
-use tokio::time::Instant;
+use tokio::{sync::Semaphore, time::Instant};
 
 use super::{
+    health::{Health, HealthCell},
     metrics::{AuthMetrics, AuthResult, TvmtoolOp},
-    tvmtool::{Checked, ServiceTicket, Tvmtool, Unavailable, UserTicket},
-    verdicts::Verdicts,
+    tvmtool::{Checked, PROBE_TICKET, ServiceTicket, Tvmtool, Unavailable, UserTicket},
+    verdicts::{Keep, Verdicts},
 };
 use crate::{
     config::{AuthConfig, UserTicketPolicy},
@@ -45,15 +40,23 @@ struct Inner {
     services: Arc<Verdicts<ServiceVerdict>>,
     users: Arc<Verdicts<UserVerdict>>,
     metrics: AuthMetrics,
-    /// Whether tvmtool answered last time: outages are logged once each.
-    up: AtomicBool,
+    /// Turns to ask tvmtool: a flood of tickets never seen costs it a
+    /// bounded number of requests at once.
+    turns: Semaphore,
+    /// Whether tickets can be checked, as tvmtool answered last: each
+    /// change is logged once.
+    health: HealthCell,
 }
 
-/// Good tickets' verdicts are kept. A refusal is asked again each time, so
-/// that a flood of made-up tickets never pushes Megamind's verdict out; and
-/// "no answer" is asked again once tvmtool is back.
-fn answered<T>(verdict: &Result<Checked<T>, Unavailable>) -> bool {
-    matches!(verdict, Ok(Checked::Valid(_)))
+/// Good tickets' verdicts are kept their TTL, refusals a few seconds apart
+/// from them (a flood of made-up tickets never pushes Megamind's verdict
+/// out); "no answer" is asked again at once.
+fn keep<T>(verdict: &Result<Checked<T>, Unavailable>) -> Keep {
+    match verdict {
+        Ok(Checked::Valid(_)) => Keep::Good,
+        Ok(Checked::Refused { .. }) => Keep::Refused,
+        Err(_) => Keep::No,
+    }
 }
 
 impl TvmAuthenticator {
@@ -61,18 +64,20 @@ impl TvmAuthenticator {
     /// counting in `metrics`.
     pub fn new(url: &str, config: &AuthConfig, metrics: AuthMetrics) -> Result<TvmAuthenticator, String> {
         let tvmtool = Tvmtool::new(url, config.tvmtool_token.clone(), config.tvm_dst.clone())?;
-        let (ttl, max_entries) = (config.verdict_ttl(), config.verdict_max_entries);
-        metrics.set_up(true);
+        let (ttl, refusal_ttl, max_entries) = (config.verdict_ttl(), config.refusal_ttl(), config.verdict_max_entries);
+        // Not known to check tickets until tvmtool has said so.
+        metrics.set_up(false);
         let inner = Inner {
             tvmtool,
             address: url.trim().to_owned(),
             allowed: config.tvm_allowed_src.clone(),
             user_ticket: config.user_ticket,
             timeout: config.check_timeout(),
-            services: Arc::new(Verdicts::new(ttl, max_entries)),
-            users: Arc::new(Verdicts::new(ttl, max_entries)),
+            services: Arc::new(Verdicts::new(ttl, refusal_ttl, max_entries)),
+            users: Arc::new(Verdicts::new(ttl, refusal_ttl, max_entries)),
             metrics,
-            up: AtomicBool::new(true),
+            turns: Semaphore::new(config.max_checks_in_flight.max(1)),
+            health: HealthCell::default(),
         };
         Ok(TvmAuthenticator { inner: Arc::new(inner) })
     }
@@ -128,15 +133,12 @@ impl Authenticator for TvmAuthenticator {
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<(), String>> {
-        async move {
-            let inner = &self.inner;
-            let started = Instant::now();
-            let pinged = inner.tvmtool.ping(inner.timeout).await;
-            inner.metrics.timed(TvmtoolOp::Ping, started.elapsed());
-            inner.answered(pinged.as_ref().err());
-            pinged.map_err(|e| format!("tickets cannot be checked: {e}"))
-        }
-        .boxed()
+        async move { self.inner.probe().await.map_err(|e| format!("tickets cannot be checked: {e}")) }.boxed()
+    }
+
+    /// A check the call's own deadline cut short ended without a verdict.
+    fn cut_short(&self) {
+        self.inner.metrics.count(AuthResult::Unavailable);
     }
 
     fn start(&self) {
@@ -150,15 +152,38 @@ impl Authenticator for TvmAuthenticator {
                     user_ticket = ?inner.user_ticket,
                     "auth: scenario calls need a TVM service ticket, checked by tvmtool"
                 ),
-                // Logged once by `answered`; the server serves, refusing
-                // until tvmtool answers, and is not ready meanwhile.
-                Err(_) => tracing::info!(tvmtool = %inner.address, "auth: tvmtool not answering at start"),
+                // Why, logged once by `noted`; the server serves, refusing
+                // until tickets can be checked, and is not ready meanwhile.
+                Err(_) => tracing::info!(tvmtool = %inner.address, "auth: tickets cannot be checked at start"),
             }
         });
     }
 }
 
 impl Inner {
+    /// Whether tickets can be checked: tvmtool pinged, and, unless its
+    /// last check said so already, asked a check as well, since a ping
+    /// sends neither the local token nor the `dst` and cannot tell that
+    /// tvmtool refuses them.
+    async fn probe(&self) -> Result<(), Unavailable> {
+        let started = Instant::now();
+        let pinged = self.tvmtool.ping(self.timeout).await;
+        self.metrics.timed(TvmtoolOp::Ping, started.elapsed());
+        if let Err(error) = pinged {
+            self.noted(Some(&error));
+            return Err(error);
+        }
+        if self.health.get() == Health::Up {
+            return Ok(());
+        }
+        let started = Instant::now();
+        // Any verdict on the probe (a refusal) says tickets can be checked.
+        let checked = self.tvmtool.check_service(PROBE_TICKET, self.timeout).await.map(drop);
+        self.metrics.timed(TvmtoolOp::CheckService, started.elapsed());
+        self.noted(checked.as_ref().err());
+        checked
+    }
+
     async fn check_service(self: &Arc<Self>, key: u128, ticket: String) -> ServiceVerdict {
         let ask = |inner: Arc<Inner>| async move { inner.tvmtool.check_service(&ticket, inner.timeout).await };
         self.ask(&self.services, key, TvmtoolOp::CheckService, ask).await
@@ -170,7 +195,8 @@ impl Inner {
     }
 
     /// tvmtool's verdict on the ticket of `key` by `ask`, timed, noted and
-    /// kept in `verdicts`; one check in flight per ticket.
+    /// kept in `verdicts`; one check in flight per ticket, and no more than
+    /// there are turns: a check waits at most its timeout for one.
     async fn ask<T, F>(
         self: &Arc<Self>,
         verdicts: &Arc<Verdicts<Result<Checked<T>, Unavailable>>>,
@@ -185,39 +211,55 @@ impl Inner {
         let inner = Arc::clone(self);
         let asked = ask(Arc::clone(self));
         let check = async move {
+            let Ok(Ok(_turn)) = tokio::time::timeout(inner.timeout, inner.turns.acquire()).await else {
+                return Err(Unavailable::Busy(inner.timeout));
+            };
             let started = Instant::now();
             let verdict = asked.await;
             inner.metrics.timed(op, started.elapsed());
-            inner.answered(verdict.as_ref().err());
+            inner.noted(verdict.as_ref().err());
             verdict
         };
-        verdicts.check(key, check.boxed(), answered).await
+        verdicts.check(key, check.boxed(), keep).await
     }
 
-    /// Notes whether tvmtool answered (`failure` is `None`), logging the
-    /// start and the end of an outage once each.
-    fn answered(&self, failure: Option<&Unavailable>) {
-        let up = failure.is_none();
-        if self.up.swap(up, Ordering::AcqRel) != up {
-            self.metrics.set_up(up);
-            match failure {
-                Some(error) => tracing::warn!(
-                    tvmtool = %self.address,
-                    %error,
-                    "auth: tvmtool unavailable; calls whose tickets were not checked lately are refused"
-                ),
-                None => tracing::info!(tvmtool = %self.address, "auth: tvmtool answers again"),
-            }
+    /// Notes what tvmtool's answer (`failure`: why there was no verdict, or
+    /// `None`) tells of whether tickets can be checked, logging each change
+    /// once, however many calls and probes see it.
+    fn noted(&self, failure: Option<&Unavailable>) {
+        let Some(now) = Health::after(failure) else { return };
+        let Some(before) = self.health.set(now) else { return };
+        self.metrics.set_up(now == Health::Up);
+        let tvmtool = &self.address;
+        let error = failure.map(ToString::to_string).unwrap_or_default();
+        match now {
+            Health::Up if before == Health::Unknown => {}
+            Health::Up => tracing::info!(%tvmtool, "auth: tvmtool checks tickets again"),
+            Health::Down => tracing::warn!(
+                %tvmtool,
+                %error,
+                "auth: tvmtool unavailable; calls whose tickets were not checked lately are refused"
+            ),
+            Health::TokenRefused => tracing::warn!(
+                %tvmtool,
+                "auth: tvmtool refuses this server's local token (auth.tvmtool_token, TVMTOOL_LOCAL_AUTHTOKEN); \
+                 no ticket can be checked: calls are refused and the server is not ready until it is mended"
+            ),
+            Health::DstUnknown => tracing::warn!(
+                %tvmtool,
+                dst = %self.tvmtool.dst(),
+                %error,
+                "auth: tvmtool does not know this service's dst (auth.tvm_dst); no ticket can be checked: calls are \
+                 refused and the server is not ready until it is mended"
+            ),
+            Health::Unknown => {}
         }
     }
 
     /// The call's verdict from tvmtool's, counted.
     fn decide(&self, service: &ServiceVerdict, user: Option<&UserVerdict>) -> Result<Admitted, Refusal> {
         let src = match service {
-            Err(_) => {
-                let why = "the service ticket cannot be checked now (tvmtool unavailable)".into();
-                return self.refuse(AuthResult::Unavailable, why);
-            }
+            Err(error) => return self.unchecked("service", error),
             Ok(Checked::Refused { error, logging }) => {
                 tracing::debug!(ticket = %logging, %error, "auth: service ticket refused");
                 return self.refuse(AuthResult::Invalid, format!("the service ticket was refused: {error}"));
@@ -229,10 +271,7 @@ impl Inner {
         }
         let default_uid = match user {
             None => None,
-            Some(Err(_)) => {
-                let why = "the user ticket cannot be checked now (tvmtool unavailable)".into();
-                return self.refuse(AuthResult::Unavailable, why);
-            }
+            Some(Err(error)) => return self.unchecked("user", error),
             Some(Ok(Checked::Refused { error, logging })) => {
                 tracing::debug!(ticket = %logging, %error, "auth: user ticket refused");
                 return self.refuse(AuthResult::UserInvalid, format!("the user ticket was refused: {error}"));
@@ -241,6 +280,15 @@ impl Inner {
         };
         self.metrics.count(AuthResult::Ok);
         Ok(Admitted { default_uid })
+    }
+
+    /// The refusal of a call whose `which` ticket got no verdict.
+    fn unchecked(&self, which: &str, error: &Unavailable) -> Result<Admitted, Refusal> {
+        let (result, cause) = match error {
+            Unavailable::Busy(_) => (AuthResult::Busy, "too many checks at once"),
+            _ => (AuthResult::Unavailable, "tvmtool unavailable"),
+        };
+        self.refuse(result, format!("the {which} ticket cannot be checked now ({cause})"))
     }
 
     fn refuse(&self, result: AuthResult, why: String) -> Result<Admitted, Refusal> {

@@ -64,7 +64,12 @@ pub struct UserTicket {
     pub logging: String,
 }
 
-/// Why tvmtool gave no verdict. The texts name no ticket and no token.
+/// The service ticket the readiness check sends: not a ticket at all. tvmtool
+/// checks the local token, then the `dst`, then the ticket, so its refusal
+/// of this one (403) says that the first two are right.
+pub const PROBE_TICKET: &str = "readiness-probe";
+
+/// Why there is no verdict. The texts name no ticket and no token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unavailable {
     /// No answer within the time given.
@@ -73,8 +78,18 @@ pub enum Unavailable {
     /// The connection failed.
     #[error("tvmtool cannot be reached: {0}")]
     Unreachable(String),
-    /// tvmtool refused this server's own request (401: a wrong local token;
-    /// 400: a `dst` it does not know) or failed (5xx).
+    /// tvmtool refused this server's local token (401): a configuration
+    /// fault, no ticket can be checked until it is mended.
+    #[error("tvmtool refuses this server's local token (401; auth.tvmtool_token, TVMTOOL_LOCAL_AUTHTOKEN)")]
+    TokenRefused,
+    /// tvmtool does not know the `dst` this server checks tickets for
+    /// (`/tvm/checksrv` answered 400): a configuration fault.
+    #[error("tvmtool does not know this service's dst (400; auth.tvm_dst): {0}")]
+    DstUnknown(String),
+    /// Too many checks in flight here: tvmtool was not asked.
+    #[error("too many tickets are being checked at once: no turn within {0:?}")]
+    Busy(Duration),
+    /// tvmtool failed (5xx) or answered what it never should.
     #[error("tvmtool answered {status}: {error}")]
     Status {
         /// The HTTP status.
@@ -121,6 +136,11 @@ impl Tvmtool {
         Ok(Tvmtool { client, base: base.trim().trim_end_matches('/').to_owned(), token, dst })
     }
 
+    /// The `dst` asked about, for the log.
+    pub fn dst(&self) -> &str {
+        &self.dst
+    }
+
     /// The local token from `env` ([`TOKEN_VARIABLES`]), empty when unset.
     pub fn token_from(env: &dyn Fn(&str) -> Option<String>) -> String {
         TOKEN_VARIABLES.iter().find_map(|name| env(name).filter(|token| !token.is_empty())).unwrap_or_default()
@@ -163,10 +183,15 @@ impl Tvmtool {
 /// tvmtool's answer to `/tvm/checksrv` with `status` and `body`: its
 /// verdict, or why there is none.
 pub fn read_service_answer(status: u16, body: &str) -> Result<Checked<ServiceTicket>, Unavailable> {
-    read_answer(status, body, |body: ServiceBody| ServiceTicket {
+    let answer = read_answer(status, body, |body: ServiceBody| ServiceTicket {
         src: body.src,
         logging: shorten(&body.logging_string),
-    })
+    });
+    // Only `/tvm/checksrv` takes a `dst`: its 400 is about that.
+    match answer {
+        Err(Unavailable::Status { status: 400, error }) => Err(Unavailable::DstUnknown(error)),
+        answer => answer,
+    }
 }
 
 /// tvmtool's answer to `/tvm/checkusr` with `status` and `body`.
@@ -194,6 +219,8 @@ fn read_answer<B: serde::de::DeserializeOwned, T>(
             let error = if body.error.is_empty() { "refused".to_owned() } else { shorten(&body.error) };
             Ok(Checked::Refused { error, logging: shorten(&body.logging_string) })
         }
+        // tvmtool's text is not quoted: the token is a secret.
+        401 => Err(Unavailable::TokenRefused),
         status => {
             let parsed = error_body();
             let error = if parsed.error.is_empty() { shorten(body.trim()) } else { shorten(&parsed.error) };
@@ -266,10 +293,12 @@ mod tests {
         );
         let refused = read_service_answer(403, r#"{"error":"Expired ticket","logging_string":"3:serv:X:"}"#);
         assert_eq!(refused, Ok(Checked::Refused { error: "Expired ticket".into(), logging: "3:serv:X:".into() }));
-        assert!(matches!(
-            read_service_answer(401, r#"{"error":"bad token"}"#),
-            Err(Unavailable::Status { status: 401, .. })
-        ));
+        assert_eq!(read_service_answer(401, r#"{"error":"bad token"}"#), Err(Unavailable::TokenRefused));
+        assert_eq!(read_user_answer(401, r#"{"error":"bad token"}"#), Err(Unavailable::TokenRefused));
+        let unknown = read_service_answer(400, r#"{"error":"dst is not configured"}"#);
+        assert_eq!(unknown, Err(Unavailable::DstUnknown("dst is not configured".into())));
+        assert!(matches!(read_user_answer(400, "{}"), Err(Unavailable::Status { status: 400, .. })));
+        assert!(matches!(read_service_answer(500, "oops"), Err(Unavailable::Status { status: 500, .. })));
         assert!(matches!(read_service_answer(200, "OK"), Err(Unavailable::Unreadable(_))));
         let user = read_user_answer(200, r#"{"default_uid":456,"uids":[456]}"#);
         assert_eq!(user, Ok(Checked::Valid(UserTicket { default_uid: Some(456), logging: String::new() })));

@@ -1,6 +1,7 @@
 //! tvmtool's verdicts, kept a short while and keyed by a keyed hash of the
 //! ticket (never the ticket): steady traffic with one ticket costs tvmtool a
-//! check per TTL, and identical checks in flight are made once.
+//! check per TTL, the same refused ticket repeated one check per a much
+//! shorter TTL, and identical checks in flight are made once.
 
 use std::{
     hash::{BuildHasher, RandomState},
@@ -29,25 +30,45 @@ type Fast = foldhash::fast::RandomState;
 /// A kept verdict, read in place.
 pub type Kept<'a, V> = Ref<'a, TicketKey, (Instant, V)>;
 
+/// Where a verdict goes once made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Among the good ones, for the full TTL.
+    Good,
+    /// Among the refused ones, for their short TTL: in a shelf of their
+    /// own, so that a flood of made-up tickets never pushes a good verdict
+    /// out.
+    Refused,
+    /// Not kept: asked again next time.
+    No,
+}
+
 /// Verdicts of type `V` by ticket.
 #[derive(Debug)]
 pub struct Verdicts<V> {
     hashers: [RandomState; 2],
-    kept: DashMap<TicketKey, (Instant, V), Fast>,
+    good: Shelf<V>,
+    refused: Shelf<V>,
     in_flight: DashMap<TicketKey, Pending<V>, Fast>,
+}
+
+/// Verdicts of one kind, each until it expires, at most `max_entries`.
+#[derive(Debug)]
+struct Shelf<V> {
+    kept: DashMap<TicketKey, (Instant, V), Fast>,
     ttl: Duration,
     max_entries: usize,
 }
 
 impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
-    /// Verdicts kept `ttl`, at most `max_entries` of them.
-    pub fn new(ttl: Duration, max_entries: usize) -> Verdicts<V> {
+    /// Good verdicts kept `ttl`, refusals `refused_ttl`, at most
+    /// `max_entries` of each.
+    pub fn new(ttl: Duration, refused_ttl: Duration, max_entries: usize) -> Verdicts<V> {
         Verdicts {
             hashers: [RandomState::new(), RandomState::new()],
-            kept: DashMap::default(),
+            good: Shelf::new(ttl, max_entries),
+            refused: Shelf::new(refused_ttl, max_entries),
             in_flight: DashMap::default(),
-            ttl,
-            max_entries: max_entries.max(1),
         }
     }
 
@@ -61,13 +82,13 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
     /// kept verdict is what every call but one a minute finds, and it is
     /// not copied.
     pub fn kept(&self, key: TicketKey) -> Option<Kept<'_, V>> {
-        self.kept.get(&key).filter(|entry| Instant::now() < entry.0)
+        self.good.get(key).or_else(|| self.refused.get(key))
     }
 
     /// The check of `key` in flight, or `check` started now as that check.
-    /// The check runs on a task of its own, so that it ends (and is kept,
-    /// when `keep` says so) even if every caller waiting for it gave up.
-    pub fn check(self: &Arc<Self>, key: TicketKey, check: BoxFuture<'static, V>, keep: fn(&V) -> bool) -> Pending<V> {
+    /// The check runs on a task of its own, so that it ends (and is kept
+    /// where `keep` says) even if every caller waiting for it gave up.
+    pub fn check(self: &Arc<Self>, key: TicketKey, check: BoxFuture<'static, V>, keep: fn(&V) -> Keep) -> Pending<V> {
         use dashmap::mapref::entry::Entry;
         let pending = match self.in_flight.entry(key) {
             Entry::Occupied(running) => return running.get().clone(),
@@ -75,8 +96,10 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
                 let verdicts = Arc::clone(self);
                 let pending = async move {
                     let verdict = check.await;
-                    if keep(&verdict) {
-                        verdicts.keep(key, verdict.clone());
+                    match keep(&verdict) {
+                        Keep::Good => verdicts.good.put(key, verdict.clone()),
+                        Keep::Refused => verdicts.refused.put(key, verdict.clone()),
+                        Keep::No => {}
                     }
                     // Removed once kept: a caller arriving in between finds
                     // one or the other.
@@ -94,9 +117,25 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
         pending
     }
 
+    /// Verdicts kept now, good and refused.
+    #[cfg(test)]
+    pub fn len(&self) -> (usize, usize) {
+        (self.good.kept.len(), self.refused.kept.len())
+    }
+}
+
+impl<V> Shelf<V> {
+    fn new(ttl: Duration, max_entries: usize) -> Shelf<V> {
+        Shelf { kept: DashMap::default(), ttl, max_entries: max_entries.max(1) }
+    }
+
+    fn get(&self, key: TicketKey) -> Option<Kept<'_, V>> {
+        self.kept.get(&key).filter(|entry| Instant::now() < entry.0)
+    }
+
     /// Keeps `verdict` for `key`, making room first when full: the expired
     /// go, then, if that was not enough, any one.
-    fn keep(&self, key: TicketKey, verdict: V) {
+    fn put(&self, key: TicketKey, verdict: V) {
         if self.kept.len() >= self.max_entries {
             let now = Instant::now();
             self.kept.retain(|_, (expires, _)| *expires > now);
@@ -108,12 +147,6 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
             }
         }
         self.kept.insert(key, (Instant::now() + self.ttl, verdict));
-    }
-
-    /// Verdicts kept now.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.kept.len()
     }
 }
 
@@ -133,12 +166,19 @@ mod tests {
         .boxed()
     }
 
+    const MINUTE: Duration = Duration::from_secs(60);
+    const SECONDS: Duration = Duration::from_secs(5);
+
+    fn good(_: &u32) -> Keep {
+        Keep::Good
+    }
+
     #[tokio::test]
     async fn identical_checks_in_flight_are_made_once_and_kept() {
-        let verdicts = Arc::new(Verdicts::new(Duration::from_secs(60), 16));
+        let verdicts = Arc::new(Verdicts::new(MINUTE, SECONDS, 16));
         let calls = Arc::new(AtomicUsize::new(0));
         let key = verdicts.key("3:serv:ticket");
-        let waiting: Vec<_> = (0..20).map(|_| verdicts.check(key, counted(&calls, 7), |_| true)).collect();
+        let waiting: Vec<_> = (0..20).map(|_| verdicts.check(key, counted(&calls, 7), good)).collect();
         for pending in waiting {
             assert_eq!(pending.await, 7);
         }
@@ -149,23 +189,24 @@ mod tests {
 
     #[tokio::test]
     async fn a_verdict_not_to_keep_is_asked_again() {
-        let verdicts = Arc::new(Verdicts::new(Duration::from_secs(60), 16));
+        let verdicts = Arc::new(Verdicts::new(MINUTE, SECONDS, 16));
         let calls = Arc::new(AtomicUsize::new(0));
         let key = verdicts.key("t");
-        assert_eq!(verdicts.check(key, counted(&calls, 0), |v| *v != 0).await, 0);
+        let unless_zero = |v: &u32| if *v == 0 { Keep::No } else { Keep::Good };
+        assert_eq!(verdicts.check(key, counted(&calls, 0), unless_zero).await, 0);
         assert!(verdicts.kept(key).is_none());
-        assert_eq!(verdicts.check(key, counted(&calls, 1), |v| *v != 0).await, 1);
+        assert_eq!(verdicts.check(key, counted(&calls, 1), unless_zero).await, 1);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn verdicts_expire_and_their_number_is_bounded() {
-        let verdicts = Arc::new(Verdicts::new(Duration::from_secs(60), 4));
+        let verdicts = Arc::new(Verdicts::new(MINUTE, SECONDS, 4));
         let calls = Arc::new(AtomicUsize::new(0));
         for n in 0..10 {
             let key = verdicts.key(&format!("ticket {n}"));
-            verdicts.check(key, counted(&calls, n), |_| true).await;
-            assert!(verdicts.len() <= 4, "{} kept", verdicts.len());
+            verdicts.check(key, counted(&calls, n), good).await;
+            assert!(verdicts.len().0 <= 4, "{:?} kept", verdicts.len());
         }
         let last = verdicts.key("ticket 9");
         assert_eq!(verdicts.kept(last).map(|kept| kept.1), Some(9));
@@ -173,12 +214,33 @@ mod tests {
         assert!(verdicts.kept(last).is_none());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_kept_briefly_on_a_shelf_of_their_own_that_never_pushes_a_good_verdict_out() {
+        let verdicts = Arc::new(Verdicts::new(MINUTE, SECONDS, 4));
+        let calls = Arc::new(AtomicUsize::new(0));
+        // Odd verdicts are refusals.
+        let by_parity = |v: &u32| if v % 2 == 1 { Keep::Refused } else { Keep::Good };
+        let megamind = verdicts.key("megamind");
+        verdicts.check(megamind, counted(&calls, 2), by_parity).await;
+        for n in 0..100 {
+            let key = verdicts.key(&format!("made up {n}"));
+            verdicts.check(key, counted(&calls, 1), by_parity).await;
+        }
+        assert_eq!(verdicts.len(), (1, 4), "the refusals are bounded apart");
+        assert_eq!(verdicts.kept(megamind).map(|kept| kept.1), Some(2), "the good verdict stays");
+        let repeated = verdicts.key("made up 99");
+        assert_eq!(verdicts.kept(repeated).map(|kept| kept.1), Some(1), "a refusal repeated is not asked again");
+        tokio::time::advance(SECONDS).await;
+        assert!(verdicts.kept(repeated).is_none(), "a refusal is kept only briefly");
+        assert!(verdicts.kept(megamind).is_some());
+    }
+
     #[test]
     fn keys_differ_by_ticket_and_hold_no_ticket_text() {
-        let verdicts = Verdicts::<u32>::new(Duration::from_secs(1), 1);
+        let verdicts = Verdicts::<u32>::new(SECONDS, SECONDS, 1);
         assert_ne!(verdicts.key("a"), verdicts.key("b"));
         assert_eq!(verdicts.key("a"), verdicts.key("a"));
-        let other = Verdicts::<u32>::new(Duration::from_secs(1), 1);
+        let other = Verdicts::<u32>::new(SECONDS, SECONDS, 1);
         assert_ne!(verdicts.key("a"), other.key("a"), "keyed at random per cache");
     }
 }
