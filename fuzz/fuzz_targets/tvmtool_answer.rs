@@ -20,7 +20,7 @@ fn check<T>(verdict: Result<Checked<T>, Unavailable>) {
             clean(&logging);
         }
         Err(Unavailable::Status { error, .. }) => clean(&error),
-        Err(Unavailable::Unreadable(why)) => clean(&why),
+        Err(Unavailable::Unreadable(why) | Unavailable::DstUnknown(why)) => clean(&why),
         Err(_) => {}
     }
 }
