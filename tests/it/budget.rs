@@ -121,3 +121,24 @@ async fn work_dropped_at_the_detach_limit_lets_a_retry_run_again() {
     assert_eq!(sample(&text, &series("timeout")), Some(2.0), "the retry ran the scenario again: {text}");
     assert_eq!(sample(&text, &series("replay_timeout")), Some(0.0), "{text}");
 }
+
+#[tokio::test]
+async fn a_stopping_server_waits_for_work_past_the_budget_to_complete_its_entry() {
+    let (sleepy, registry) = sleepy_app(Duration::from_millis(400));
+    let mut config = Config::default();
+    config.budget.commit_ms = 50;
+    config.shutdown_delay_ms = 0;
+    let mut app = spawn_app(config, registry).await;
+    let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
+    let (_, first) = app.post_binary("/sleepy/commit", body).await;
+    let first: TScenarioCommitResponse = decode_answer(&first, Format::Binary);
+    assert!(
+        matches!(first.response, Some(t_scenario_commit_response::Response::Error(ref e)) if e.r#type == "timeout")
+    );
+    assert_eq!(sleepy.commits.load(Ordering::SeqCst), 0, "the work goes on past the answer");
+    app.begin_shutdown();
+    app.join().await.expect("the server stops");
+    // Stopped only once the work had ended and completed its entry: a
+    // runtime dropped before would have dropped the work with it.
+    assert_eq!(sleepy.commits.load(Ordering::SeqCst), 1);
+}

@@ -229,7 +229,10 @@ fn cache_of(
     };
     Ok(match stores.for_cache(local, &limits, config.store.commit_fallback) {
         CacheStore::Memory(local) => IdempotencyCache::in_memory(local, counters),
-        CacheStore::Shared(shared) => IdempotencyCache::with_store(shared, counters),
+        CacheStore::Shared(shared) => {
+            let background = shared.background().clone();
+            IdempotencyCache::with_store(shared, counters).with_background(background)
+        }
     })
 }
 

@@ -15,6 +15,8 @@
 //! - [`rules`]: budget, idempotency cache, overload, connection limits,
 //!   logging, metrics.
 //! - [`store`]: the single-flight store the idempotency cache and scenarios share.
+//! - [`background`]: work a call leaves running after its answer, which a
+//!   stopping server waits for.
 //! - [`app`]: the server's shared state (`App`): dispatcher, limits, the
 //!   routes scenarios registered.
 //! - [`transport`]: the HTTP fast path, the router for every other HTTP
@@ -34,6 +36,7 @@
 //! flags, metrics and routes), then host it with the server binary.
 
 pub mod app;
+pub mod background;
 pub mod codec;
 pub mod config;
 pub mod dispatch;

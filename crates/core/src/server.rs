@@ -103,6 +103,16 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
         connections.enter(Stage::Cut);
         connections.closed().await;
     }
+    // Answers given are stored and leases given back before the process
+    // goes: a retry on another replica must find them.
+    let left = app.dispatcher.cache().background().settle(app.drain_timeout).await;
+    if left > 0 {
+        tracing::warn!(
+            left,
+            timeout_ms = app.drain_timeout.as_millis() as u64,
+            "work left after answers was dropped at stop"
+        );
+    }
     Ok(())
 }
 

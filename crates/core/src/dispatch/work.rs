@@ -31,7 +31,7 @@ pub(super) fn detach(
     permit: Option<Permit>,
     until: Instant,
 ) {
-    tokio::spawn(async move {
+    cache.background().clone().spawn(async move {
         let _permit = permit;
         let answer = tokio::time::timeout_at(until, work).await.ok().and_then(Finished::into_kept);
         if let Err(error) = cache.end(lease, answer).await {

@@ -31,7 +31,10 @@ use futures_util::{
 use tokio::time::Instant;
 
 pub use crate::store::memory::Limits;
-use crate::store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter};
+use crate::{
+    background::Background,
+    store::{Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter},
+};
 
 /// A cheap-clone handle to the cache.
 #[derive(Debug, Clone)]
@@ -42,6 +45,9 @@ pub struct IdempotencyCache {
     /// more than the call itself.
     memory: Option<Arc<MemoryStore>>,
     counters: CacheCounters,
+    /// Work calls leave running past their answers: leases given back,
+    /// work past its budget completing its entry.
+    background: Background,
 }
 
 /// A store's answer: ready at once (memory) or to be awaited (a shared store).
@@ -57,13 +63,24 @@ impl IdempotencyCache {
 
     /// A cache over `store`, counting in `counters`.
     pub fn with_store(store: Arc<dyn FlightStore>, counters: CacheCounters) -> IdempotencyCache {
-        IdempotencyCache { store, memory: None, counters }
+        IdempotencyCache { store, memory: None, counters, background: Background::new() }
+    }
+
+    /// The same cache, leaving its work after answers in `background` (the
+    /// store's own, so that a stopping server waits for both at once).
+    pub fn with_background(self, background: Background) -> IdempotencyCache {
+        IdempotencyCache { background, ..self }
+    }
+
+    /// The work calls left running past their answers.
+    pub fn background(&self) -> &Background {
+        &self.background
     }
 
     /// A cache over a memory store, counting in `counters` (which the store
     /// should have been given too, for its evictions).
     pub fn in_memory(store: Arc<MemoryStore>, counters: CacheCounters) -> IdempotencyCache {
-        IdempotencyCache { store: store.clone(), memory: Some(store), counters }
+        IdempotencyCache { store: store.clone(), memory: Some(store), counters, background: Background::new() }
     }
 
     // `begin`, `wait` and `end` hand the store's future on rather than being
@@ -195,7 +212,7 @@ impl Drop for Leading<'_> {
         // (without one, the lease runs out by its TTL).
         if abandon.as_mut().now_or_never().is_none() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(abandon);
+                self.cache.background.spawn_on(abandon, &runtime);
             }
         }
     }

@@ -42,6 +42,7 @@ use super::{
     metrics::{Op, Outcome, StoreMetrics},
     redis::{RedisLink, RedisStore, is_claim},
 };
+use crate::background::Background;
 
 /// Failures in a row after which the store is taken for down.
 const FAILURES_TO_DOWN: u32 = 3;
@@ -85,6 +86,8 @@ pub struct StoreHealth {
     down: AtomicBool,
     /// Set by the first store started: one watch per server.
     watched: AtomicBool,
+    /// Where the stores over this link end their entries after the answer.
+    background: Background,
 }
 
 impl StoreHealth {
@@ -99,7 +102,14 @@ impl StoreHealth {
             born: Instant::now(),
             down: AtomicBool::new(false),
             watched: AtomicBool::new(false),
+            background: Background::new(),
         })
+    }
+
+    /// The work the stores over this link left running after answers
+    /// (entries being ended), which a stopping server waits for.
+    pub fn background(&self) -> &Background {
+        &self.background
     }
 
     /// The link whose Redis this is.
@@ -238,10 +248,15 @@ impl SharedStore {
         self.0.health.is_down()
     }
 
+    /// The work left running after answers (entries being ended).
+    pub fn background(&self) -> &Background {
+        self.0.health.background()
+    }
+
     /// Ends a lease in the background (see the module's doc).
     fn end(&self, lease: Lease, value: Option<Bytes>) {
         let store = self.0.clone();
-        tokio::spawn(async move {
+        self.0.health.background.spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
             let ended = match value {
                 Some(value) => store.run(op, store.shared.complete(lease, value)).await,
