@@ -146,7 +146,7 @@ const SKIPPED: &[&str] = &["fuzz/seeds", "fuzz/corpus", "fuzz/artifacts", "fuzz/
 const TEXTS: &[&str] = &["md", "rs", "proto", "toml", "yaml", "yml", "sh", "py", "txt"];
 
 /// Every text file of the repository, by path relative to its root.
-fn texts() -> Vec<(String, PathBuf)> {
+pub(crate) fn texts() -> Vec<(String, PathBuf)> {
     fn walk(top: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
         for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let path = entry.expect("dir entry").path();

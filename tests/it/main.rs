@@ -26,6 +26,7 @@ mod connections;
 mod deploy;
 #[cfg(unix)]
 mod deploy_pods;
+mod deploy_secrets;
 mod dialog_cmd;
 mod dialogs;
 mod docs;
