@@ -31,6 +31,7 @@ mod dialog_cmd;
 mod dialogs;
 mod docs;
 mod example_scenario;
+mod first_run;
 mod fixtures;
 mod grpc;
 mod hostile_bodies;
