@@ -80,16 +80,27 @@ fn a_configuration_refused_is_never_preceded_by_a_log_line() {
 }
 
 #[test]
-fn a_script_s_mistakes_are_told_together_with_the_names_they_meant() {
+fn a_script_s_mistakes_are_told_together_at_their_lines_with_the_names_they_meant() {
     let dir = folder("script");
     let file = dir.join("typos.yaml");
+    let path = file.to_str().unwrap();
     let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
-                  expect: {Layout.OutputSpeach: x}\n";
+                  expect:\n          Layout.OutputSpeach: x\n          speach: {contains: y}\n          \
+                  max_msec: 300\n";
     std::fs::write(&file, script).unwrap();
-    let (stderr, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    let (stderr, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", path]);
     std::fs::write(&file, "dialogs:\n  - name: x\n    turns:\n      - sya: a\n").unwrap();
-    let (typo, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    let (typo, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", path]);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(stderr.contains("2 problems") && stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
+    assert!(stderr.contains("4 problems"), "{stderr}");
+    for said in [
+        format!("{path}:4: dialog \"x\", turn 1: write exactly one"),
+        format!("{path}:7: dialog \"x\", turn 2: Layout.OutputSpeach: TLayout has no field"),
+        format!("{path}:8: dialog \"x\", turn 2: speach: unknown key; did you mean `speech`?"),
+        format!("{path}:9: dialog \"x\", turn 2: max_msec: unknown key; did you mean `max_ms`?"),
+    ] {
+        assert!(stderr.contains(&said), "missing {said:?} in:\n{stderr}");
+    }
+    assert!(stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
     assert!(typo.contains("unknown field `sya`") && typo.contains("did you mean `say`?"), "{typo}");
 }
