@@ -39,6 +39,10 @@ fn four_typos_in_a_file_are_four_lines_of_one_run() {
     ] {
         assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
     }
+    let lines: Vec<&str> = stderr.lines().skip(1).collect();
+    let read: Vec<&str> = lines.iter().map(|line| line.split(": ").next().unwrap_or_default()).collect();
+    let at = |n: usize| format!("  - {path}:{n}");
+    assert_eq!(read, [at(1), at(3), at(5), at(6)], "the file's problems top to bottom:\n{stderr}");
     assert_eq!(stderr.lines().count(), 5, "a heading and four problems:\n{stderr}");
     assert!(stdout.is_empty(), "nothing logged: {stdout}");
 }

@@ -41,8 +41,9 @@ impl Sources {
     /// The whole configuration table: `defaults`, the file over them, the
     /// overrides over both (each taking the type of the default it
     /// replaces); where each key was set; and the overrides whose values are
-    /// refused. A file that cannot be read or parsed is the only problem.
-    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<String>), ConfigError> {
+    /// refused, each as (its origin, the line saying why). A file that
+    /// cannot be read or parsed is the only problem.
+    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<(String, String)>), ConfigError> {
         let (file, mut origins) = match &self.file {
             None => (toml::Table::new(), Origins::default()),
             Some(path) => {
@@ -75,7 +76,8 @@ impl Sources {
                 }
             }
         }
-        Ok((table, origins, errors.into_iter().map(|(_, line)| line).collect()))
+        let refused = errors.into_iter().map(|((origin, _, _), line)| (origin.clone(), line)).collect();
+        Ok((table, origins, refused))
     }
 
     /// The core configuration, validated; scenario tables kept for their scenarios.
@@ -92,11 +94,11 @@ impl Sources {
         defaults: &toml::Table,
         scenarios: &dyn Fn(&Config) -> Vec<Problem>,
     ) -> Result<Config, ConfigError> {
-        let (table, origins, mut errors) = self.table(defaults)?;
+        let (table, origins, refused) = self.table(defaults)?;
         let (config, mut problems) = Config::read(table);
         problems.extend(config.problems().into_iter().map(Problem::from_message));
         problems.extend(scenarios(&config));
-        errors.extend(origins.render(problems));
+        let errors = origins.render(refused, problems);
         if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
     }
 }
