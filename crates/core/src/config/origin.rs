@@ -7,6 +7,9 @@ use std::{collections::BTreeMap, path::Path};
 
 use super::problem::Problem;
 
+/// An override whose value was refused: (its origin, the line saying why).
+pub type Refused = (String, String);
+
 /// Where the keys of one configuration were set.
 #[derive(Debug, Clone, Default)]
 pub struct Origins {
@@ -79,7 +82,7 @@ impl Origins {
     /// the order of [`Place`]: the file's top to bottom, then the overrides,
     /// then those of no source. One override that sets several keys
     /// (`--budget-ms`) says a problem once.
-    pub fn render(&self, refused: Vec<(String, String)>, problems: Vec<Problem>) -> Vec<String> {
+    pub fn render(&self, refused: Vec<Refused>, problems: Vec<Problem>) -> Vec<String> {
         let mut seen = Vec::new();
         let mut lines: Vec<(Place, String)> =
             refused.into_iter().map(|(origin, line)| (Place::Override(origin), line)).collect();

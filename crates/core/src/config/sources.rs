@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, Origins, Problem};
+use super::{Config, ConfigError, Origins, Problem, origin::Refused};
 
 /// One value set from outside the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,9 +41,8 @@ impl Sources {
     /// The whole configuration table: `defaults`, the file over them, the
     /// overrides over both (each taking the type of the default it
     /// replaces); where each key was set; and the overrides whose values are
-    /// refused, each as (its origin, the line saying why). A file that
-    /// cannot be read or parsed is the only problem.
-    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<(String, String)>), ConfigError> {
+    /// refused. A file that cannot be read or parsed is the only problem.
+    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<Refused>), ConfigError> {
         let (file, mut origins) = match &self.file {
             None => (toml::Table::new(), Origins::default()),
             Some(path) => {
