@@ -182,6 +182,22 @@ impl ParseError {
     }
 }
 
+/// Every default `serve` embeds over `modules`: the core's, the binary's
+/// own (`default_scenario`) and each scenario's table; what `--help` shows,
+/// and what a file, a variable or a flag overrides.
+pub fn defaults(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
+    let mut defaults = Config::defaults_table();
+    defaults.insert("default_scenario".into(), scenarios::DEFAULT.into());
+    defaults.extend(module::defaults_of(modules));
+    defaults
+}
+
+/// The configuration `serve` runs with over the built-in scenarios when
+/// nothing is set.
+pub fn default_config() -> Result<Config, ConfigError> {
+    Sources::default().load(&defaults(&scenarios::modules()))
+}
+
 /// Reads a command line, with `env` for environment variables (tests pass
 /// their own), building the configuration of `serve` over `modules`.
 pub fn parse(
@@ -190,9 +206,7 @@ pub fn parse(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Parsed, ParseError> {
     let flags = flags::all(&modules);
-    let mut defaults = Config::defaults_table();
-    defaults.insert("default_scenario".into(), scenarios::DEFAULT.into());
-    defaults.extend(module::defaults_of(&modules));
+    let defaults = defaults(&modules);
     let command = Cli::command().mut_subcommand("serve", |serve| flags::add_to(serve, &flags, &defaults));
     let matches = command.try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;

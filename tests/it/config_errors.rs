@@ -39,6 +39,10 @@ fn four_typos_in_a_file_are_four_lines_of_one_run() {
     ] {
         assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
     }
+    let lines: Vec<&str> = stderr.lines().skip(1).collect();
+    let read: Vec<&str> = lines.iter().map(|line| line.split(": ").next().unwrap_or_default()).collect();
+    let at = |n: usize| format!("  - {path}:{n}");
+    assert_eq!(read, [at(1), at(3), at(5), at(6)], "the file's problems top to bottom:\n{stderr}");
     assert_eq!(stderr.lines().count(), 5, "a heading and four problems:\n{stderr}");
     assert!(stdout.is_empty(), "nothing logged: {stdout}");
 }
@@ -80,16 +84,27 @@ fn a_configuration_refused_is_never_preceded_by_a_log_line() {
 }
 
 #[test]
-fn a_script_s_mistakes_are_told_together_with_the_names_they_meant() {
+fn a_script_s_mistakes_are_told_together_at_their_lines_with_the_names_they_meant() {
     let dir = folder("script");
     let file = dir.join("typos.yaml");
+    let path = file.to_str().unwrap();
     let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
-                  expect: {Layout.OutputSpeach: x}\n";
+                  expect:\n          Layout.OutputSpeach: x\n          speach: {contains: y}\n          \
+                  max_msec: 300\n";
     std::fs::write(&file, script).unwrap();
-    let (stderr, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    let (stderr, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", path]);
     std::fs::write(&file, "dialogs:\n  - name: x\n    turns:\n      - sya: a\n").unwrap();
-    let (typo, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", file.to_str().unwrap()]);
+    let (typo, _) = refused(&["dialog", "--server", "http://127.0.0.1:9", "--script", path]);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(stderr.contains("2 problems") && stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
+    assert!(stderr.contains("4 problems"), "{stderr}");
+    for said in [
+        format!("{path}:4: dialog \"x\", turn 1: write exactly one"),
+        format!("{path}:7: dialog \"x\", turn 2: Layout.OutputSpeach: TLayout has no field"),
+        format!("{path}:8: dialog \"x\", turn 2: speach: unknown key; did you mean `speech`?"),
+        format!("{path}:9: dialog \"x\", turn 2: max_msec: unknown key; did you mean `max_ms`?"),
+    ] {
+        assert!(stderr.contains(&said), "missing {said:?} in:\n{stderr}");
+    }
+    assert!(stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
     assert!(typo.contains("unknown field `sya`") && typo.contains("did you mean `say`?"), "{typo}");
 }

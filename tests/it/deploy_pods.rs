@@ -71,6 +71,13 @@ fn the_memory_limit_holds_what_the_defaults_let_the_server_keep() {
     assert!(limit >= needed, "memory limit {} MiB < {} MiB the bounds allow", limit >> 20, needed >> 20);
     assert!(limit < needed * 3 / 2, "memory limit {} MiB is far above the {} MiB needed", limit >> 20, needed >> 20);
     assert!(request <= limit, "request {request} <= limit {limit}");
+    // The operator's pages give the same limit and derivation.
+    let written = resources["limits"]["memory"].as_str().expect("a memory limit");
+    for page in ["deploy/README.md", "docs/production.md"] {
+        assert!(crate::docs::read(page).contains(written), "{page} names the limit {written}");
+    }
+    let production = crate::docs::read("docs/production.md");
+    assert!(production.contains("deploy/README.md#memory-and-cpu"), "docs/production.md links the derivation");
     assert!(resources["requests"]["cpu"].is_string(), "a CPU request: the autoscaler's utilization is a share of it");
     assert!(resources["limits"]["cpu"].is_null(), "no CPU limit: throttling would stall calls within their budget");
 }

@@ -38,6 +38,7 @@ fn serve_with(log_level: &str, log: &Path, flags: &[&str]) -> Server {
         .args(["serve", "--addr", "127.0.0.1:0", "--log-level", log_level])
         .args(flags)
         .env_remove("MEGAMIND_CONFIG")
+        .env_remove("MEGAMIND_DEFAULT_SCENARIO")
         .stdout(file)
         .stderr(Stdio::inherit())
         .spawn()

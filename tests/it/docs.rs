@@ -12,7 +12,7 @@ use std::{
 use megamind_core::{config::Config, rules::metrics::ServerMetrics, scenario::module};
 use megamind_scenario::scenarios;
 
-use crate::helpers::spawn_builtin;
+use crate::helpers::{served_config, spawn_builtin};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -146,7 +146,7 @@ const SKIPPED: &[&str] = &["fuzz/seeds", "fuzz/corpus", "fuzz/artifacts", "fuzz/
 const TEXTS: &[&str] = &["md", "rs", "proto", "toml", "yaml", "yml", "sh", "py", "txt"];
 
 /// Every text file of the repository, by path relative to its root.
-fn texts() -> Vec<(String, PathBuf)> {
+pub(crate) fn texts() -> Vec<(String, PathBuf)> {
     fn walk(top: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
         for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let path = entry.expect("dir entry").path();
@@ -405,7 +405,7 @@ async fn the_assistant_quick_start_answers_as_shown() {
     let request = script.split("<<'EOF'\n").nth(1).and_then(|rest| rest.split("\nEOF").next()).expect("a heredoc");
     let shown = blocks(&doc, "").into_iter().find(|b| b.contains("OpenAppDirective")).expect("the answer shown");
 
-    let app = spawn_builtin(Config::default()).await;
+    let app = spawn_builtin(served_config()).await;
     let body =
         binary(&["convert", "-t", "TScenarioRunRequest", "--from", "text", "--to", "binary"], request.as_bytes());
     let (status, answer) = app.post_binary("/assistant/run", body).await;

@@ -238,7 +238,7 @@ async fn protocol_errors_are_ok_responses_carrying_the_error() {
     let mut registry = Registry::new();
     registry.register("demo", Arc::new(Demo::new())).unwrap();
     registry.register("panicking", Arc::new(Panicking)).unwrap();
-    let app = spawn_app(Config::default(), registry).await;
+    let app = spawn_app(Config { default_scenario: "demo".into(), ..Config::default() }, registry).await;
 
     let garbage = raw_call(&app, "Run", None, b"\xff\xff\xff\xff garbage".to_vec()).await.unwrap();
     let garbage: TScenarioRunResponse = decode_answer(&garbage, Format::Binary);

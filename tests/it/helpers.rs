@@ -159,14 +159,22 @@ pub fn scenario_client(app: &TestApp, transport: Transport, scenario: &str) -> C
 
 /// Starts the server with `config` (its addresses ignored: port 0, and a
 /// gRPC-only listener when `grpc_addr` is set) over `registry`.
-/// When `config` names no registered default scenario, the first one serves.
+/// When `config` names no default scenario, the only one serves (as `serve` does).
 pub async fn spawn_app(config: Config, registry: Registry) -> TestApp {
     spawn_with_metrics(config, registry, ServerMetrics::new()).await
 }
 
-/// Starts the server as `serve` does: the built-in scenarios, their metrics in the server's registry.
+/// Starts the server as `serve` does: the built-in scenarios, their metrics
+/// in the server's registry. [`served_config`] is the `config` `serve` runs
+/// with when nothing is set.
 pub async fn spawn_builtin(config: Config) -> TestApp {
     spawn_modules(config, &megamind_scenario::scenarios::modules()).await
+}
+
+/// The configuration `serve` runs with when nothing is set: its embedded
+/// defaults, `default_scenario = "demo"` among them.
+pub fn served_config() -> Config {
+    megamind_scenario::cli::default_config().expect("the embedded defaults are valid")
 }
 
 /// Starts the server as `serve` does over `modules`: each built from its
@@ -183,13 +191,7 @@ async fn spawn_with_metrics(config: Config, registry: Registry, metrics: ServerM
     spawn_built(config, Built { registry, ..Built::default() }, metrics).await
 }
 
-async fn spawn_built(mut config: Config, built: Built, metrics: ServerMetrics) -> TestApp {
-    let registry = &built.registry;
-    if registry.get(&config.default_scenario).is_none() {
-        let builtin =
-            registry.get(megamind_scenario::scenarios::DEFAULT).map(|_| megamind_scenario::scenarios::DEFAULT);
-        config.default_scenario = builtin.or(registry.names().next()).expect("a scenario").to_owned();
-    }
+async fn spawn_built(config: Config, built: Built, metrics: ServerMetrics) -> TestApp {
     let app = Arc::new(App::from_built(&config, built, metrics).expect("valid test configuration"));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
     let addr = listener.local_addr().expect("local addr");

@@ -73,7 +73,7 @@ async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &
 
 #[tokio::test]
 async fn nesting_past_the_limit_is_a_bad_request_on_every_handler_and_format() {
-    let app = spawn_builtin(megamind_core::config::Config::default()).await;
+    let app = spawn_builtin(crate::helpers::served_config()).await;
     for module in megamind_scenario::scenarios::modules() {
         let scenario = module.name();
         for handler in ["run", "continue", "commit", "apply"] {
@@ -140,7 +140,7 @@ async fn decode_errors_quote_request_content_only_as_a_short_prefix() {
 
 #[tokio::test]
 async fn grpc_refuses_nesting_past_the_limit() {
-    let app = spawn_builtin(megamind_core::config::Config::default()).await;
+    let app = spawn_builtin(crate::helpers::served_config()).await;
     let request = TScenarioRunRequest::decode(nested_any_binary(3_000, "g").as_slice()).unwrap();
     let answer = grpc_client(&app).await.run(grpc_request(request, Some("demo"))).await.expect("a gRPC answer");
     match answer.into_inner().response {

@@ -26,10 +26,12 @@ mod connections;
 mod deploy;
 #[cfg(unix)]
 mod deploy_pods;
+mod deploy_secrets;
 mod dialog_cmd;
 mod dialogs;
 mod docs;
 mod example_scenario;
+mod first_run;
 mod fixtures;
 mod grpc;
 mod hostile_bodies;

@@ -6,7 +6,7 @@ use megamind_core::{
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
 };
 
-use crate::helpers::{fixture_body, registry_of, spawn_app, spawn_builtin, spawn_demo};
+use crate::helpers::{fixture_body, registry_of, served_config, spawn_app, spawn_builtin, spawn_demo};
 
 /// The value of the sample line starting with `series` (labels in sorted order).
 pub fn sample(text: &str, series: &str) -> Option<f64> {
@@ -51,7 +51,7 @@ async fn metrics_count_known_traffic() {
 
 #[tokio::test]
 async fn scenario_metrics_render_beside_the_server_metrics() {
-    let app = spawn_builtin(Config::default()).await;
+    let app = spawn_builtin(served_config()).await;
     let text = "BaseRequest { RequestId: \"m-1\" ServerTimeMs: 1 }\nInput { Text { Utterance: \"открой Safari\" } }";
     let answer = app.post("/assistant/run", "text/protobuf", None, text.as_bytes().to_vec()).await;
     assert_eq!(answer.status(), 200);
@@ -110,7 +110,7 @@ async fn a_fresh_server_lists_every_metric_it_defines_with_its_known_series_at_z
     assert!(names.len() > 30 && names.contains("megamind_budget_overruns_total"), "{names:?}");
     // A shared store and tvmtool register metrics of their own too; nothing
     // connects to either before a call.
-    let mut config = Config::default();
+    let mut config = served_config();
     config.store.url = "redis://127.0.0.1:1".into();
     config.auth.tvmtool_url = "http://127.0.0.1:1".into();
     let app = spawn_builtin(config).await;

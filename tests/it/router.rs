@@ -18,7 +18,7 @@ use megamind_core::{
 use megamind_scenario::scenarios::demo::Demo;
 use tokio::time::Instant;
 
-use crate::helpers::{TestApp, decode_answer, fixture, fixture_body, registry_of, serve_app};
+use crate::helpers::{TestApp, decode_answer, fixture, fixture_body, registry_of, serve_app, served_config};
 
 /// A scenario module that serves `GET /greeter/hello` beside its handlers.
 #[derive(Debug)]
@@ -48,11 +48,7 @@ fn ticks() -> MethodRouter {
 
 /// The demo scenario with the greeter's routes, a ticking stream and a
 /// catch-all on `/demo/apply` that the fast path must shadow for `POST`.
-async fn spawn_with_routes(mut config: Config) -> TestApp {
-    // As `serve` does: the demo serves the un-prefixed paths.
-    if config.default_scenario.is_empty() {
-        config.default_scenario = megamind_scenario::scenarios::DEFAULT.into();
-    }
+async fn spawn_with_routes(config: Config) -> TestApp {
     let metrics = ServerMetrics::new();
     let mut setup = Setup::new(metrics.registry());
     let greeter = Greeter.build(toml::Table::new(), &mut setup).expect("greeter builds");
@@ -66,7 +62,7 @@ async fn spawn_with_routes(mut config: Config) -> TestApp {
 
 #[tokio::test]
 async fn the_servers_own_routes_and_a_scenarios_route_are_served() {
-    let app = spawn_with_routes(Config::default()).await;
+    let app = spawn_with_routes(served_config()).await;
     assert_eq!(app.get("/healthz").await, (reqwest::StatusCode::OK, "ok\n".to_owned()));
     assert_eq!(app.get("/readyz").await, (reqwest::StatusCode::OK, "ready\n".to_owned()));
     let (status, metrics) = app.get("/metrics").await;
@@ -79,7 +75,7 @@ async fn the_servers_own_routes_and_a_scenarios_route_are_served() {
 
 #[tokio::test]
 async fn handler_paths_keep_their_405_and_unknown_paths_their_404() {
-    let app = spawn_with_routes(Config::default()).await;
+    let app = spawn_with_routes(served_config()).await;
     let answer = app.http.get(app.url("/demo/run")).send().await.unwrap();
     assert_eq!(answer.status(), 405);
     assert_eq!(answer.headers()["allow"], "POST");
@@ -92,7 +88,7 @@ async fn handler_paths_keep_their_405_and_unknown_paths_their_404() {
 
 #[tokio::test]
 async fn a_post_naming_a_scenario_handler_takes_the_fast_path() {
-    let app = spawn_with_routes(Config::default()).await;
+    let app = spawn_with_routes(served_config()).await;
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     for path in ["/demo/run", "/greeter/run", "/run"] {
         let (status, answer) = app.post_binary(path, body.clone()).await;
@@ -108,7 +104,7 @@ async fn a_post_naming_a_scenario_handler_takes_the_fast_path() {
 
 #[tokio::test]
 async fn a_long_lived_answer_ends_cleanly_when_the_server_drains() {
-    let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 30_000, ..Config::default() };
+    let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 30_000, ..served_config() };
     let mut app = spawn_with_routes(config).await;
     let h2 = megamind_core::http_client::client_builder().no_proxy().http2_prior_knowledge().build().unwrap();
     let mut streams = Vec::new();

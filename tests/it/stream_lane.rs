@@ -23,7 +23,7 @@ use tokio::{
 
 use crate::{
     assistant_harness::{client, run, signed, spawn_module, spawn_module_in},
-    helpers::{TestApp, Transport, serving_addr_in, spawn_builtin},
+    helpers::{TestApp, Transport, served_config, serving_addr_in, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
 
@@ -102,7 +102,7 @@ fn dechunk(body: &str) -> String {
 
 #[tokio::test]
 async fn a_request_line_split_before_it_can_be_told_is_still_answered() {
-    let app = spawn_builtin(Config::default()).await;
+    let app = spawn_builtin(served_config()).await;
     let before = served(&app, "main").await + served(&app, "stream").await;
     let answer = exchange(&app, &[b"GET /llm/str", b"eam/x HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"]).await;
     // An address without its signature opens nothing, whichever lane served it.
@@ -115,7 +115,7 @@ async fn a_request_line_split_before_it_can_be_told_is_still_answered() {
 
 #[tokio::test]
 async fn without_the_lane_a_stream_is_served_on_the_main_threads() {
-    let app = spawn_builtin(Config { stream_lane: false, ..Config::default() }).await;
+    let app = spawn_builtin(Config { stream_lane: false, ..served_config() }).await;
     // Signed with a key this server does not have: refused, on the main threads.
     let answer = exchange(&app, &[&stream_request("x")]).await;
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
@@ -160,7 +160,7 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
 
 #[tokio::test]
 async fn a_stream_request_the_lane_does_not_answer_itself_is_hyper_s_and_kept_alive() {
-    let app = spawn_builtin(Config::default()).await;
+    let app = spawn_builtin(served_config()).await;
     // A body: hyper reads it, answers, and reads the next request on the connection.
     let with_body = b"GET /llm/stream/x HTTP/1.1\r\nhost: test\r\ncontent-length: 5\r\n\r\nhello";
     let next = b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n";

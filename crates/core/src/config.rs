@@ -98,8 +98,9 @@ pub struct Config {
     pub store: StoreConfig,
     /// Who may call the scenarios.
     pub auth: AuthConfig,
-    /// The scenarios' own tables by scenario name, as the file, environment
-    /// and flags set them (defaults not merged in): each scenario reads its own.
+    /// The scenarios' own tables by scenario name, as the defaults given to
+    /// [`Sources`], the file, environment and flags set them: each scenario
+    /// reads its own, over its defaults.
     #[serde(skip)]
     pub scenarios: BTreeMap<String, toml::Table>,
 }

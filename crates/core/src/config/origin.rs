@@ -7,6 +7,9 @@ use std::{collections::BTreeMap, path::Path};
 
 use super::problem::Problem;
 
+/// An override whose value was refused: (its origin, the line saying why).
+pub type Refused = (String, String);
+
 /// Where the keys of one configuration were set.
 #[derive(Debug, Clone, Default)]
 pub struct Origins {
@@ -74,11 +77,15 @@ impl Origins {
         set.or_else(|| self.lines.iter().find(|(dotted, _)| inside(dotted)).map(|(_, line)| in_file(line)))
     }
 
-    /// Each problem as one line with its source in front; one override
-    /// that sets several keys (`--budget-ms`) says a problem once.
-    pub fn render(&self, problems: Vec<Problem>) -> Vec<String> {
+    /// Each problem as one line with its source in front, and the lines of
+    /// the overrides whose values were `refused` (each with its origin), in
+    /// the order of [`Place`]: the file's top to bottom, then the overrides,
+    /// then those of no source. One override that sets several keys
+    /// (`--budget-ms`) says a problem once.
+    pub fn render(&self, refused: Vec<Refused>, problems: Vec<Problem>) -> Vec<String> {
         let mut seen = Vec::new();
-        let mut lines = Vec::new();
+        let mut lines: Vec<(Place, String)> =
+            refused.into_iter().map(|(origin, line)| (Place::Override(origin), line)).collect();
         for Problem { key, message } in problems {
             let line = match self.source_of(&key) {
                 Some(source) => {
@@ -87,14 +94,34 @@ impl Origins {
                         continue;
                     }
                     seen.push(said);
-                    format!("{source}: {message}")
+                    (self.place(&source), format!("{source}: {message}"))
                 }
-                None => message,
+                None => (Place::Default, message),
             };
             lines.push(line);
         }
-        lines
+        // Stable: problems of one place keep the order they were found in.
+        lines.sort_by(|(a, _), (b, _)| a.cmp(b));
+        lines.into_iter().map(|(_, line)| line).collect()
     }
+
+    /// Where `source` (as [`Origins::source_of`] gives it) is.
+    fn place(&self, source: &str) -> Place {
+        let line = source.strip_prefix(self.file.as_str()).and_then(|rest| rest.strip_prefix(':'));
+        match line.and_then(|line| line.parse().ok()) {
+            Some(line) if !self.file.is_empty() => Place::Line(line),
+            _ => Place::Override(source.to_owned()),
+        }
+    }
+}
+
+/// Where a problem was set, in the order a report lists them: a line of the
+/// file, an override (by name), no source (a default).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Place {
+    Line(usize),
+    Override(String),
+    Default,
 }
 
 /// Records the line of every key of `table` (under `prefix`), and of the
@@ -149,10 +176,36 @@ mod tests {
             Problem::new("max_in_flight", "max_in_flight must be above 0"),
         ];
         assert_eq!(
-            origins.render(problems),
+            origins.render(Vec::new(), problems),
             [
                 "--budget-ms: budget.run_ms = 0: must be 1..=60000 ms",
                 "--set cache.ttl_secs: cache.ttl_secs must be above 0",
+                "max_in_flight must be above 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_s_problems_read_top_to_bottom_then_the_overrides_then_the_rest() {
+        let text = "[assitant]\n[budget]\nrun_ms = 0\ncomit_ms = 1\n";
+        let mut origins = Origins::of_file(Path::new("app.toml"), text);
+        origins.set("cache.ttl_secs", "MEGAMIND_CACHE_TTL_SECS");
+        let problems = vec![
+            Problem::new("cache.ttl_secs", "cache.ttl_secs must be above 0"),
+            Problem::new("budget.comit_ms", "budget.comit_ms: unknown key"),
+            Problem::new("max_in_flight", "max_in_flight must be above 0"),
+            Problem::new("budget.run_ms", "budget.run_ms = 0: must be 1..=60000 ms"),
+            Problem::new("assitant", "[assitant]: no scenario of that name"),
+        ];
+        let refused = vec![("--budget-ms".to_owned(), "--budget-ms budget.run_ms=\"x\": not a number".to_owned())];
+        assert_eq!(
+            origins.render(refused, problems),
+            [
+                "app.toml:1: [assitant]: no scenario of that name",
+                "app.toml:3: budget.run_ms = 0: must be 1..=60000 ms",
+                "app.toml:4: budget.comit_ms: unknown key",
+                "--budget-ms budget.run_ms=\"x\": not a number",
+                "MEGAMIND_CACHE_TTL_SECS: cache.ttl_secs must be above 0",
                 "max_in_flight must be above 0",
             ]
         );

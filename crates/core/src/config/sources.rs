@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, Origins, Problem};
+use super::{Config, ConfigError, Origins, Problem, origin::Refused};
 
 /// One value set from outside the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,12 +38,12 @@ pub struct Sources {
 }
 
 impl Sources {
-    /// The whole configuration table: the file with the overrides applied
-    /// (defaults not merged in; `defaults` only gives the overrides their
-    /// types), where each key was set, and the overrides whose values are
+    /// The whole configuration table: `defaults`, the file over them, the
+    /// overrides over both (each taking the type of the default it
+    /// replaces); where each key was set; and the overrides whose values are
     /// refused. A file that cannot be read or parsed is the only problem.
-    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<String>), ConfigError> {
-        let (table, mut origins) = match &self.file {
+    pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<Refused>), ConfigError> {
+        let (file, mut origins) = match &self.file {
             None => (toml::Table::new(), Origins::default()),
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -54,7 +54,10 @@ impl Sources {
             }
         };
         let aliases: Vec<(&str, &str)> = self.aliases.iter().map(|(old, new)| (old.as_str(), new.as_str())).collect();
-        let mut table = with_aliases(table, &aliases);
+        // Every default applies, not only those the core's own types repeat:
+        // the binary's (`default_scenario = "demo"`) and the scenarios'.
+        let mut table = defaults.clone();
+        merge(&mut table, with_aliases(file, &aliases));
         origins.moved(&aliases);
         let mut errors = Vec::new();
         for Override { key, value, origin } in &self.overrides {
@@ -72,7 +75,8 @@ impl Sources {
                 }
             }
         }
-        Ok((table, origins, errors.into_iter().map(|(_, line)| line).collect()))
+        let refused = errors.into_iter().map(|((origin, _, _), line)| (origin.clone(), line)).collect();
+        Ok((table, origins, refused))
     }
 
     /// The core configuration, validated; scenario tables kept for their scenarios.
@@ -82,18 +86,18 @@ impl Sources {
 
     /// The core configuration, validated, and checked further by
     /// `scenarios` (the scenarios' tables in [`Config::scenarios`], as the
-    /// file and the overrides set them; the scenario names the core's keys
+    /// defaults, the file and the overrides set them; the scenario names the core's keys
     /// give): every problem reported together, each with where it was set.
     pub fn load_with(
         &self,
         defaults: &toml::Table,
         scenarios: &dyn Fn(&Config) -> Vec<Problem>,
     ) -> Result<Config, ConfigError> {
-        let (table, origins, mut errors) = self.table(defaults)?;
+        let (table, origins, refused) = self.table(defaults)?;
         let (config, mut problems) = Config::read(table);
         problems.extend(config.problems().into_iter().map(Problem::from_message));
         problems.extend(scenarios(&config));
-        errors.extend(origins.render(problems));
+        let errors = origins.render(refused, problems);
         if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
     }
 }
@@ -127,6 +131,18 @@ fn section_mut<'a>(table: &'a mut toml::Table, path: &str) -> Option<&'a mut tom
         at = at.entry(part).or_insert_with(|| toml::Value::Table(toml::Table::new())).as_table_mut()?;
     }
     Some(at)
+}
+
+/// `over` merged into `base`, table by table; other values replaced.
+pub fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
 }
 
 /// Removes the value at the dotted `key`, if there is one.
@@ -218,6 +234,13 @@ mod tests {
         assert_eq!(table, toml::toml! { [skills] dir = "x" });
     }
 
+    #[test]
+    fn tables_merge_key_by_key() {
+        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
+        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
+        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
+    }
+
     fn set_by(key: &str, value: &str) -> Override {
         Override { key: key.into(), value: value.into(), origin: "--set".into() }
     }
@@ -242,6 +265,25 @@ mod tests {
         assert_eq!(assistant["stream"].as_bool(), Some(false));
         assert_eq!(assistant["temperature"].as_float(), Some(1.0));
         assert_eq!(assistant["extra_body"]["stop"].as_array().map(Vec::len), Some(1), "no default: read as TOML");
+    }
+
+    #[test]
+    fn every_default_applies_until_the_file_or_an_override_sets_its_key() {
+        let mut defaults = Config::defaults_table();
+        defaults.insert("default_scenario".into(), "demo".into());
+        defaults.insert("demo".into(), toml::toml! { greeting = "hi" name = "demo" }.into());
+        let config = Sources::default().load(&defaults).unwrap();
+        assert_eq!(config.default_scenario, "demo", "a default the core's own type does not hold");
+        assert_eq!(config.scenarios["demo"], toml::toml! { greeting = "hi" name = "demo" });
+
+        let file = std::env::temp_dir().join(format!("megamind-defaults-{}.toml", std::process::id()));
+        std::fs::write(&file, "default_scenario = \"other\"\n[demo]\ngreeting = \"hello\"\n").unwrap();
+        let overrides = vec![set_by("demo.name", "mine")];
+        let config = Sources { file: Some(file.clone()), overrides, ..Sources::default() }.load(&defaults);
+        std::fs::remove_file(&file).unwrap();
+        let config = config.unwrap();
+        assert_eq!(config.default_scenario, "other", "the file wins");
+        assert_eq!(config.scenarios["demo"], toml::toml! { greeting = "hello" name = "mine" }, "key by key");
     }
 
     #[test]

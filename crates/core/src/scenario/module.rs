@@ -10,7 +10,10 @@
 use std::{borrow::Cow, fmt, sync::Arc};
 
 use super::Scenario;
-use crate::config::{CORE_TABLES, Problem};
+use crate::config::{
+    CORE_TABLES, Problem,
+    sources::{merge, with_aliases},
+};
 use crate::{dispatch::Gate, store::Stores};
 
 /// A scenario as `serve` builds it.
@@ -244,7 +247,7 @@ pub fn defaults_of(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
 pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -> toml::Table {
     let mut table = module.defaults();
     if let Some(configured) = configured {
-        merge(&mut table, crate::config::sources::with_aliases(configured.clone(), module.aliases()));
+        merge(&mut table, with_aliases(configured.clone(), module.aliases()));
     }
     table
 }
@@ -340,27 +343,3 @@ fn unknown_tables(
 #[derive(Debug, thiserror::Error)]
 #[error("invalid scenario configuration:\n  - {}", .0.join("\n  - "))]
 pub struct BuildError(pub Vec<String>);
-
-/// `over` merged into `base`, table by table; other values replaced.
-pub fn merge(base: &mut toml::Table, over: toml::Table) {
-    for (key, value) in over {
-        match (base.get_mut(&key), value) {
-            (Some(toml::Value::Table(base)), toml::Value::Table(over)) => merge(base, over),
-            (_, value) => {
-                base.insert(key, value);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_merge_key_by_key() {
-        let mut base = toml::toml! { a = 1 [t] x = 1 y = 2 };
-        merge(&mut base, toml::toml! { b = 2 [t] y = 3 });
-        assert_eq!(base, toml::toml! { a = 1 b = 2 [t] x = 1 y = 3 });
-    }
-}

@@ -14,7 +14,7 @@
 
 use std::{borrow::Cow, time::Duration};
 
-use megamind_core::{codec, proto::n_alice::n_scenarios::TScenarioResponseBody};
+use megamind_core::{codec, proto::n_alice::n_scenarios::TScenarioResponseBody, text::nearest};
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, ReflectMessage, Value as Field};
 use serde_json::{Map, Value};
 
@@ -22,6 +22,21 @@ use serde_json::{Map, Value};
 const MAX_REGEX_BYTES: usize = 1 << 20;
 /// What an unset message reads as.
 pub const ABSENT: &str = "<absent>";
+/// The keys an `expect:` map takes besides paths from the body's own
+/// fields: the shortcuts, the outcome outside the body, and `max_ms`.
+pub const KEYS: &[&str] = &[
+    "speech",
+    "card",
+    "cards",
+    "directives",
+    "should_listen",
+    "expects_request",
+    "state",
+    "irrelevant",
+    "error.type",
+    "error.message",
+    "max_ms",
+];
 
 /// The expectations of one turn.
 #[derive(Debug, Clone, Default)]
@@ -93,19 +108,25 @@ pub struct Failure {
 }
 
 impl Expectation {
-    /// Compiles the `expect:` map of a turn.
-    pub fn compile(expect: &Map<String, Value>) -> Result<Expectation, String> {
+    /// Compiles the `expect:` map of a turn; else every key that cannot be
+    /// read, each as (the key as written, what is wrong, opening with the key).
+    pub fn compile(expect: &Map<String, Value>) -> Result<Expectation, Vec<(String, String)>> {
         let mut expectation = Expectation::default();
+        let mut problems = Vec::new();
         for (path, value) in expect {
             if path == "max_ms" {
-                expectation.max_ms = Some(value.as_u64().ok_or("max_ms: write a whole number of milliseconds")?);
+                match value.as_u64() {
+                    Some(ms) => expectation.max_ms = Some(ms),
+                    None => problems.push((path.clone(), "max_ms: write a whole number of milliseconds".into())),
+                }
                 continue;
             }
-            let target = Target::parse(path).map_err(|e| format!("{path}: {e}"))?;
-            let matcher = Matcher::compile(value).map_err(|e| format!("{path}: {e}"))?;
-            expectation.checks.push(Check { path: path.clone(), target, matcher });
+            match Target::parse(path).and_then(|target| Ok((target, Matcher::compile(value)?))) {
+                Ok((target, matcher)) => expectation.checks.push(Check { path: path.clone(), target, matcher }),
+                Err(e) => problems.push((path.clone(), format!("{path}: {e}"))),
+            }
         }
-        Ok(expectation)
+        if problems.is_empty() { Ok(expectation) } else { Err(problems) }
     }
 
     /// The failures of `answer`, whose handlers took `took`.
@@ -143,6 +164,7 @@ impl Target {
             "error.message" => return Ok(Target::ErrorMessage),
             _ => {}
         }
+        unknown_first(path)?;
         let mut segments = Vec::new();
         for (i, part) in path.split('.').enumerate() {
             let (name, index) = match part.split_once('[') {
@@ -190,6 +212,27 @@ impl Target {
             },
         }
     }
+}
+
+/// Refuses a path that opens with neither one of [`KEYS`] nor a field of
+/// the body, with the key or field it likely meant (`speach` → `speech`).
+fn unknown_first(path: &str) -> Result<(), String> {
+    let first = path.split(['.', '[']).next().unwrap_or_default();
+    let body = TScenarioResponseBody::default().descriptor();
+    if KEYS.contains(&first) || body.get_field_by_name(first).is_some() {
+        return Ok(());
+    }
+    let fields: Vec<String> = body.fields().map(|f| f.name().to_owned()).collect();
+    let candidates = || KEYS.iter().copied().chain(fields.iter().map(String::as_str));
+    // `error.tpye` is near as a whole; `speach.x` by its first name.
+    let near = nearest(path, candidates()).or_else(|| nearest(first, candidates()));
+    let near = near.map(|near| format!("; did you mean `{near}`?")).unwrap_or_default();
+    Err(format!(
+        "unknown key{near} (keys: {}; or a path from a {} field: {})",
+        KEYS.join(", "),
+        body.name(),
+        fields.join(", ")
+    ))
 }
 
 /// Refuses a path the schema lacks, naming the field and where.

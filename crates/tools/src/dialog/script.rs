@@ -5,14 +5,15 @@
 //! against the protocol's schema, the matchers; and bounds the work a file
 //! can ask for.
 
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 use megamind_core::{
     codec::{self, Format},
     proto::n_alice::n_scenarios::TScenarioRunRequest,
 };
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::IgnoredAny};
 use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
 
 use super::expect::Expectation;
 
@@ -135,16 +136,21 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         return Err(ScriptError(format!("{file}: write 1 to {MAX_DIALOGS} dialogs under `dialogs:`")));
     }
     let mut dialogs = Vec::with_capacity(script.dialogs.len());
+    let lines = Lines::of(text);
     // Every turn is checked: all of a file's mistakes are told at once.
     let mut problems = Vec::new();
-    for dialog in script.dialogs {
+    for (d, dialog) in script.dialogs.into_iter().enumerate() {
         let name = &dialog.name;
         if dialog.turns.is_empty() || dialog.turns.len() > MAX_TURNS {
             return Err(ScriptError(format!("{file}: dialog {name:?}: write 1 to {MAX_TURNS} turns")));
         }
         let mut expectations = Vec::with_capacity(dialog.turns.len());
         for (i, turn) in dialog.turns.iter().enumerate() {
-            let at = format!("{file}: dialog {name:?}, turn {}", i + 1);
+            let in_turn = |line: Option<u64>| {
+                let line = line.map_or(String::new(), |line| format!(":{line}"));
+                format!("{file}{line}: dialog {name:?}, turn {}", i + 1)
+            };
+            let at = in_turn(lines.turn(d, i));
             let inputs = [
                 turn.say.is_some(),
                 turn.voice.is_some(),
@@ -162,7 +168,14 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
             }
             match Expectation::compile(&turn.expect) {
                 Ok(expectation) => expectations.push(expectation),
-                Err(e) => problems.push(format!("{at}: {e}")),
+                Err(keys) => {
+                    // Top to bottom as written, not in the map's order.
+                    let mut keys: Vec<_> = keys.into_iter().map(|(key, e)| (lines.key(d, i, &key), e)).collect();
+                    keys.sort_by_key(|(line, _)| *line);
+                    problems.extend(
+                        keys.into_iter().map(|(line, e)| format!("{}: {e}", in_turn(line.or(lines.turn(d, i))))),
+                    );
+                }
             }
         }
         dialogs.push((dialog, expectations));
@@ -171,6 +184,49 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         0 => Ok(Loaded { file: file.to_owned(), dialogs }),
         1 => Err(ScriptError(problems.remove(0))),
         n => Err(ScriptError(format!("{file}: {n} problems:\n  - {}", problems.join("\n  - ")))),
+    }
+}
+
+/// Where the turns of a script and their `expect:` keys are written: a
+/// second reading of the text, so that [`TurnSpec`] stays the plain map a
+/// script is written and recorded as. A text this cannot read has no lines.
+#[derive(Debug, Default, Deserialize)]
+struct Lines {
+    #[serde(default)]
+    dialogs: Vec<DialogLines>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DialogLines {
+    #[serde(default)]
+    turns: Vec<Spanned<TurnLines>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TurnLines {
+    #[serde(default)]
+    expect: HashMap<Spanned<String>, IgnoredAny>,
+}
+
+impl Lines {
+    fn of(text: &str) -> Lines {
+        serde_saphyr::from_str(text).unwrap_or_default()
+    }
+
+    fn spanned(&self, dialog: usize, turn: usize) -> Option<&Spanned<TurnLines>> {
+        self.dialogs.get(dialog)?.turns.get(turn)
+    }
+
+    /// The line turn `turn` of dialog `dialog` opens on.
+    fn turn(&self, dialog: usize, turn: usize) -> Option<u64> {
+        Some(self.spanned(dialog, turn)?.referenced.line()).filter(|line| *line > 0)
+    }
+
+    /// The line of `key` in that turn's `expect:`.
+    fn key(&self, dialog: usize, turn: usize, key: &str) -> Option<u64> {
+        let expect = &self.spanned(dialog, turn)?.value.expect;
+        let line = expect.keys().find(|spanned| spanned.value == key)?.referenced.line();
+        Some(line).filter(|line| *line > 0)
     }
 }
 
@@ -240,18 +296,25 @@ dialogs:
     }
 
     #[test]
-    fn every_turn_s_mistake_is_told_at_once_with_the_field_it_meant() {
+    fn every_turn_s_mistake_is_told_at_once_at_its_line_with_the_key_it_meant() {
         let script = "dialogs:\n  - name: x\n    turns:\n      - {say: a, voice: b}\n      - say: c\n        \
-                      expect: {Layout.OutputSpeach: x}\n";
+                      expect:\n          speach: {contains: y}\n          Layout.OutputSpeach: x\n          \
+                      max_msec: 300\n          card: fine\n";
         let error = parse("f.yaml", script).unwrap_err().to_string();
-        assert!(error.starts_with("f.yaml: 2 problems:\n"), "{error}");
-        assert!(error.contains("turn 1: write exactly one"), "{error}");
+        let lines: Vec<&str> = error.lines().collect();
+        assert_eq!(lines[0], "f.yaml: 4 problems:", "{error}");
+        assert!(lines[1].starts_with("  - f.yaml:4: dialog \"x\", turn 1: write exactly one"), "{error}");
         assert!(
-            error.contains(
-                "turn 2: Layout.OutputSpeach: TLayout has no field \"OutputSpeach\"; did you mean `OutputSpeech`?"
-            ),
+            lines[2].starts_with("  - f.yaml:7: dialog \"x\", turn 2: speach: unknown key; did you mean `speech`?"),
             "{error}"
         );
+        let meant = "  - f.yaml:8: dialog \"x\", turn 2: Layout.OutputSpeach: TLayout has no field \"OutputSpeach\"; \
+                     did you mean `OutputSpeech`?";
+        assert!(lines[3].starts_with(meant), "{error}");
+        assert!(
+            lines[4].starts_with("  - f.yaml:9: dialog \"x\", turn 2: max_msec: unknown key; did you mean `max_ms`?")
+        );
+        assert_eq!(lines.len(), 5, "{error}");
     }
 
     #[test]

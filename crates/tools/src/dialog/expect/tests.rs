@@ -80,7 +80,9 @@ fn a_wrong_expectation_says_what_was_expected_and_what_came() {
 fn paths_the_schema_lacks_and_bad_matchers_are_refused() {
     let refuse = |expect: Value| {
         let Value::Object(map) = expect else { panic!() };
-        Expectation::compile(&map).unwrap_err()
+        let mut problems = Expectation::compile(&map).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        problems.remove(0).1
     };
     assert!(refuse(json!({"Layout.Nope": 1})).contains("TLayout has no field \"Nope\""));
     assert!(refuse(json!({"speech[0]": 1})).contains("not a list"));
@@ -89,4 +91,32 @@ fn paths_the_schema_lacks_and_bad_matchers_are_refused() {
     assert!(refuse(json!({"speech": {"regex": "("}})).contains("regex"));
     assert!(refuse(json!({"max_ms": "fast"})).contains("max_ms"));
     assert!(refuse(json!({"directives[x]": 1})).contains("name[N]"));
+}
+
+#[test]
+fn every_bad_key_of_a_turn_is_told_and_a_misspelt_shortcut_is_named() {
+    let Value::Object(map) = json!({
+        "speach": "x",
+        "max_msec": 300,
+        "error.tpye": "bad_request",
+        "Layout.OutputSpeach": "x",
+        "speech": {"starts_with": "x"},
+        "card": "fine",
+    }) else {
+        unreachable!()
+    };
+    let problems = Expectation::compile(&map).unwrap_err();
+    let said = |key: &str| problems.iter().find(|(k, _)| k == key).map(|(_, message)| message.as_str()).unwrap_or("");
+    assert_eq!(problems.len(), 5, "all but `card`: {problems:?}");
+    assert!(
+        said("speach").starts_with("speach: unknown key; did you mean `speech`? (keys: speech, card,"),
+        "{problems:?}"
+    );
+    assert!(said("max_msec").starts_with("max_msec: unknown key; did you mean `max_ms`?"), "{problems:?}");
+    assert!(said("error.tpye").contains("did you mean `error.type`?"), "{problems:?}");
+    assert!(said("Layout.OutputSpeach").contains("did you mean `OutputSpeech`?"), "{problems:?}");
+    assert!(said("speech").contains("unknown matcher"), "{problems:?}");
+    let Value::Object(stranger) = json!({"nothing_like_it": 1}) else { unreachable!() };
+    let (_, message) = &Expectation::compile(&stranger).unwrap_err()[0];
+    assert!(!message.contains("did you mean") && message.contains("Layout"), "{message}");
 }
