@@ -36,9 +36,13 @@ use megamind_core::transport::grpc::BytesCodec;
 use process::{Server, env_or};
 use tonic::transport::Channel;
 
+// Their tests run in the test binary (tests/it); a bench without a harness
+// compiles them under `cargo test --benches` but drops the `#[test]`s.
 #[path = "support/ghz_config.rs"]
+#[cfg_attr(test, allow(dead_code, unused_imports))]
 mod ghz_config;
 #[path = "support/ghz_report.rs"]
+#[cfg_attr(test, allow(dead_code, unused_imports))]
 mod ghz_report;
 #[path = "support/process.rs"]
 #[allow(dead_code)]

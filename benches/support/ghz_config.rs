@@ -186,3 +186,63 @@ fn new_uuid() -> String {
         n & 0xffff_ffff_ffff
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    use super::*;
+
+    const NO_KNOBS: Knobs = Knobs { total: 0, concurrency: 0, connections: 0, rps: None };
+
+    /// The UUIDs in `text`.
+    fn uuids(text: &str) -> Vec<String> {
+        let uuid =
+            regex::Regex::new("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").expect("regex");
+        uuid.find_iter(text).map(|m| m.as_str().to_owned()).collect()
+    }
+
+    #[test]
+    fn every_config_in_deploy_ghz_builds_calls_the_server_reads() {
+        let configs = GhzConfig::all("", &NO_KNOBS);
+        let calls: std::collections::BTreeSet<&str> = configs.iter().map(|c| c.call.as_str()).collect();
+        assert_eq!(calls.len(), 4, "a config for each of Run, Continue, Apply and Commit: {calls:?}");
+        for config in &configs {
+            let file = &config.file;
+            let (service, method) = config.call.rsplit_once('.').expect("package.Service.Method");
+            let input = DESCRIPTOR_POOL
+                .get_service_by_name(service)
+                .and_then(|s| s.methods().find(|m| m.name() == method))
+                .expect("the method")
+                .input();
+            let mut body = config.body.clone();
+            let (first, second) = (body.fresh(), body.fresh());
+            let decoded =
+                codec::decode_dynamic(input, &first, Format::Binary).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let json = codec::encode_dynamic(&decoded, Format::Json).expect("JSON");
+            let json = String::from_utf8_lossy(&json);
+            assert!(!json.contains("ffffffff-ffff-4fff"), "{file}: a placeholder left in the body");
+            let (mine, next) = (uuids(&json), uuids(&String::from_utf8_lossy(&second)));
+            let fresh = mine.iter().filter(|uuid| !next.contains(uuid)).count();
+            assert!(!body.uuids.is_empty(), "{file}: each call a fresh RequestId");
+            assert_eq!(fresh, body.uuids.len(), "{file}: each {NEW_UUID} new in every call");
+            assert!(config.total > 0 && config.concurrency > 0 && config.connections > 0, "{file}");
+            assert!(config.metadata.iter().any(|(key, _)| key == "x-scenario"), "{file}: names its scenario");
+        }
+    }
+
+    #[test]
+    fn a_template_function_the_bench_cannot_run_fails_the_config() {
+        let input = DESCRIPTOR_POOL.get_message_by_name("NAlice.NScenarios.TScenarioRunRequest").expect("Run's input");
+        let data = serde_json::json!({"BaseRequest": {"RequestId": "{{randomString 8}}"}});
+        let built = catch_unwind(AssertUnwindSafe(|| Template::new("random.json", input.clone(), &data)));
+        assert!(built.is_err(), "only {NEW_UUID} is known");
+        let data =
+            serde_json::json!({"BaseRequest": {"RequestId": NEW_UUID}, "Input": {"Text": {"Utterance": NEW_UUID}}});
+        let mut template = Template::new("two.json", input, &data);
+        assert_eq!(template.uuids.len(), 2);
+        let body = template.fresh();
+        let found = uuids(&String::from_utf8_lossy(&body));
+        assert!(found.len() == 2 && found[0] != found[1], "{found:?}");
+    }
+}

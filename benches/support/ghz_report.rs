@@ -84,16 +84,56 @@ impl Report {
     }
 
     /// Buckets of equal width from the fastest call to the slowest, as ghz
-    /// draws them: each its upper bound and how many calls fell in it since
-    /// the previous one (the first holds the fastest).
+    /// draws them: each its upper bound (the first the fastest call, the last
+    /// the slowest) and how many calls fell in it since the previous one.
     fn buckets(&self, n: u64) -> Vec<(u64, u64)> {
         let (low, high) = (self.latency.min(), self.latency.max());
-        let width = ((high - low) / n).max(1);
-        let mut buckets: Vec<(u64, u64)> = (0..=n).map(|i| (low + i * width, 0)).collect();
+        let mut buckets: Vec<(u64, u64)> = (0..n).map(|i| (low + (high - low) * i / n, 0)).collect();
+        buckets.push((high, 0));
         for value in self.latency.iter_recorded() {
-            let at = (value.value_iterated_to() - low).div_ceil(width).min(n) as usize;
-            buckets[at].1 += value.count_at_value();
+            // A recorded value stands for a few equivalent ones: take the lowest,
+            // which is what `min` reports for the fastest call, or the fastest
+            // would land in the second bucket.
+            let at = self.latency.lowest_equivalent(value.value_iterated_to());
+            let index = buckets.partition_point(|(upper, _)| *upper < at).min(n as usize);
+            buckets[index].1 += value.count_at_value();
         }
         buckets
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(micros: &[u64]) -> Report {
+        let mut latency = Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+        for us in micros {
+            latency.record(*us).expect("in bounds");
+        }
+        let mut report = Report::new("test");
+        report.add(&latency, BTreeMap::new(), BTreeMap::new());
+        report
+    }
+
+    #[test]
+    fn the_fastest_call_is_in_the_first_bucket_and_the_slowest_in_the_last() {
+        // 3,000 us is kept in a slot 2 us wide, which it shares with 3,001.
+        let report = report(&[3_000, 3_001, 3_500, 4_000, 4_950, 5_003]);
+        let buckets = report.buckets(10);
+        assert_eq!(buckets.len(), 11);
+        assert_eq!(buckets[0], (report.latency.min(), 2), "{buckets:?}");
+        assert_eq!(buckets[10], (report.latency.max(), 2), "{buckets:?}");
+        assert_eq!(buckets.iter().map(|(_, n)| n).sum::<u64>(), 6, "{buckets:?}");
+        assert!(buckets.windows(2).all(|pair| pair[0].0 < pair[1].0), "{buckets:?}");
+        // The sixth ends half-way, at 3,000 + 2,003 × 5/10.
+        assert_eq!(buckets[5], (4_001, 1), "{buckets:?}");
+    }
+
+    #[test]
+    fn calls_that_all_took_as_long_fill_the_first_bucket() {
+        let buckets = report(&[700, 700, 700]).buckets(10);
+        assert_eq!(buckets[0], (700, 3), "{buckets:?}");
+        assert!(buckets[1..].iter().all(|(_, n)| *n == 0), "{buckets:?}");
     }
 }

@@ -185,4 +185,23 @@ fn the_network_policy_lets_in_megamind_and_prometheus_and_out_what_the_server_ca
     let model = env(pod, "MEGAMIND_LLM_BASE_URL").and_then(|e| e["value"].as_str()).expect("the model's URL");
     let model_port = reqwest::Url::parse(model).ok().and_then(|u| u.port_or_known_default()).expect("a port");
     assert!(allows(model_port.into(), "TCP"), "egress to the model server's port {model_port}");
+
+    let tvmtool = env(pod, "DEPLOY_TVM_TOOL_URL").and_then(|e| e["value"].as_str()).expect("tvmtool's URL");
+    let tvmtool_port = reqwest::Url::parse(tvmtool).ok().and_then(|u| u.port()).expect("tvmtool's port");
+    let to_tvmtool = egress.iter().find(|r| r["to"][0]["podSelector"]["matchLabels"]["app"] == "tvmtool");
+    let to_tvmtool = to_tvmtool.expect("egress to tvmtool run as a Service of its own");
+    assert_eq!(to_tvmtool["ports"], serde_json::json!([{"protocol": "TCP", "port": tvmtool_port}]));
+    // The policy governs the tvmtool sidecar too: it fetches its keys from
+    // the TVM API over HTTPS, or refuses every ticket.
+    let to_tvm_api = egress.iter().find(|rule| {
+        rule["ports"] == serde_json::json!([{"protocol": "TCP", "port": 443}])
+            && rule["to"].as_array().is_some_and(|to| to.iter().all(|peer| peer["ipBlock"]["cidr"].is_string()))
+    });
+    let cidrs: Vec<&str> = to_tvm_api.expect("egress to the TVM API on 443")["to"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|peer| peer["ipBlock"]["cidr"].as_str())
+        .collect();
+    assert!(!cidrs.is_empty() && cidrs.iter().all(|c| !c.ends_with("/0")), "the TVM API's ranges, not all: {cidrs:?}");
 }

@@ -33,6 +33,14 @@ mod docs;
 mod example_scenario;
 mod first_run;
 mod fixtures;
+// The gRPC load bench's config reader and report, so that their tests run
+// with the others: a config in deploy/ghz it cannot build fails here.
+#[path = "../../benches/support/ghz_config.rs"]
+#[allow(dead_code)]
+mod ghz_config;
+#[path = "../../benches/support/ghz_report.rs"]
+#[allow(dead_code)]
+mod ghz_report;
 mod grpc;
 mod hostile_bodies;
 mod idempotency;

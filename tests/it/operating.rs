@@ -25,7 +25,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::{
     assistant_harness::{SIGNING_KEY, client, run, signed},
-    helpers::{TestApp, Transport, fixture_body, spawn_modules},
+    helpers::{TestApp, Transport, fixture_body, spawn_builtin, spawn_modules},
     mock_llm::{MockLlm, Reply},
     redis_server::RedisServer,
     tvmtool::{self, Tickets, Tvmtool},
@@ -246,6 +246,47 @@ async fn every_metric_the_alerts_the_dashboard_and_the_runbook_name_is_served() 
     assert!(missing.is_empty(), "named in deploy/ but not on /metrics: {missing:?}");
 }
 
+/// The runbook's section `### {alert}`, up to the next heading.
+fn runbook_section(runbook: &str, alert: &str) -> String {
+    let heading = format!("### {alert}");
+    let start = runbook.lines().position(|l| l == heading).unwrap_or_else(|| panic!("{heading} in the runbook"));
+    let rest = runbook.lines().skip(start + 1);
+    rest.take_while(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n")
+}
+
+/// The values of `label` that a matcher `label!~"a|b|c"` of `expr` leaves out.
+fn excluded(expr: &str, label: &str) -> BTreeSet<String> {
+    let matcher = regex::Regex::new(&format!(r#"\b{label}!~"([^"]*)""#)).expect("regex");
+    let captures = matcher.captures(expr).unwrap_or_else(|| panic!("{label}!~ in {expr}"));
+    captures[1].split('|').map(str::to_owned).collect()
+}
+
+/// Every `outcome` a fresh server lists in `megamind_requests_total`.
+fn served_outcomes(rendered: &str) -> BTreeSet<String> {
+    let outcome = regex::Regex::new(r#"^megamind_requests_total\{[^}]*\boutcome="([^"]+)""#).expect("regex");
+    rendered.lines().filter_map(|line| outcome.captures(line)).map(|c| c[1].to_owned()).collect()
+}
+
+#[tokio::test]
+async fn every_outcome_a_call_can_end_with_is_in_the_errors_runbook_or_left_out_of_its_alert() {
+    let app = spawn_builtin(Config::default()).await;
+    let (status, rendered) = app.get("/metrics").await;
+    assert_eq!(status, 200);
+    let outcomes = served_outcomes(&rendered);
+    // Listed at 0 from the start, so the alert sees every one before it happens.
+    assert!(outcomes.len() >= 15 && outcomes.contains("ok") && outcomes.contains("body_too_large"), "{outcomes:?}");
+
+    let rules = yaml("prometheus/alerts.yaml");
+    let errors = alerts(&rules["groups"]).into_iter().find(|a| a["alert"] == "MegamindErrors").expect("MegamindErrors");
+    let left_out = excluded(errors["expr"].as_str().expect("an expression"), "outcome");
+    let section = runbook_section(&read("RUNBOOK.md"), "MegamindErrors");
+    let unexplained: Vec<&String> =
+        outcomes.iter().filter(|o| !left_out.contains(*o) && !section.contains(&format!("- `{o}`:"))).collect();
+    assert!(unexplained.is_empty(), "outcomes that fire MegamindErrors with no line in its runbook: {unexplained:?}");
+    let stale: Vec<&String> = left_out.iter().filter(|o| !outcomes.contains(*o)).collect();
+    assert!(stale.is_empty(), "MegamindErrors leaves out outcomes no call ends with: {stale:?}");
+}
+
 #[test]
 fn names_are_read_from_expressions_and_histogram_series_count_as_served() {
     let names = metric_names(r#"rate(megamind_requests_total{outcome="ok"}[5m]) megamind_scenario.v1 process_threads"#);
@@ -253,4 +294,11 @@ fn names_are_read_from_expressions_and_histogram_series_count_as_served() {
     let rendered = "# TYPE megamind_x_seconds histogram\nmegamind_x_seconds_bucket{le=\"0.1\"} 1\nmegamind_y 2\n";
     assert!(served(rendered, "megamind_x_seconds") && served(rendered, "megamind_x_seconds_bucket"));
     assert!(served(rendered, "megamind_y") && !served(rendered, "megamind_x") && !served(rendered, "megamind_y_total"));
+
+    let expr = r#"rate(megamind_requests_total{outcome!~"ok|timeout"}[5m])"#;
+    assert_eq!(excluded(expr, "outcome").into_iter().collect::<Vec<_>>(), ["ok", "timeout"]);
+    let metrics = "megamind_requests_total{scenario=\"demo\",outcome=\"internal\"} 0\nmegamind_x{outcome=\"no\"} 1\n";
+    assert_eq!(served_outcomes(metrics).into_iter().collect::<Vec<_>>(), ["internal"]);
+    let runbook = "### A\n- `a`: one\n### B\n- `b`: two\n";
+    assert_eq!(runbook_section(runbook, "A"), "- `a`: one");
 }

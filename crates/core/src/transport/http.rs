@@ -6,7 +6,7 @@
 //!
 //! Everything inside a call is a 200 with the protocol answer; a refusal
 //! gets its status and a plain-text reason from [`refused`], the one mapping
-//! (429 for `/run` under overload, 401, 413, 408, 400, 415). The body must
+//! (429 for `/run` under overload, 403, 413, 408, 400, 415). The body must
 //! arrive within the handler's budget; an answer given without reading the
 //! whole body closes an HTTP/1.1 connection and says so.
 
