@@ -26,6 +26,11 @@ pub use accept::raise_open_files_limit;
 use accept::{Acceptor, Bound};
 use connections::{Connections, Stage};
 pub use signals::{StopSignal, StopSignals};
+
+/// How long a stopping server waits at least for the work calls left after
+/// their answers, even when the drain used up its time: enough for a
+/// shared store's commands (20 ms each by default).
+const SETTLE_AT_LEAST: Duration = Duration::from_millis(100);
 /// How the stream lane reads a request head: open to the fuzz target
 /// `stream_head`, built with the `fuzzing` feature.
 #[cfg(feature = "fuzzing")]
@@ -96,7 +101,8 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     drop(acceptor);
     tracing::info!("shutting down: draining in-flight requests");
     connections.enter(Stage::Closing);
-    if tokio::time::timeout(app.drain_timeout, connections.closed()).await.is_err() {
+    let drain_ends = tokio::time::Instant::now() + app.drain_timeout;
+    if tokio::time::timeout_at(drain_ends, connections.closed()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");
         // Drops every connection still open, and the calls on them, so that no
         // connection outlives `serve` in a process that goes on.
@@ -104,14 +110,13 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
         connections.closed().await;
     }
     // Answers given are stored and leases given back before the process
-    // goes: a retry on another replica must find them.
-    let left = app.dispatcher.cache().background().settle(app.drain_timeout).await;
+    // goes: a retry on another replica must find them. Within the drain's
+    // own bound (the pod's grace period counts on it), with a moment for
+    // the answers the last connections were given.
+    let bound = drain_ends.saturating_duration_since(tokio::time::Instant::now()).max(SETTLE_AT_LEAST);
+    let left = app.dispatcher.cache().background().settle(bound).await;
     if left > 0 {
-        tracing::warn!(
-            left,
-            timeout_ms = app.drain_timeout.as_millis() as u64,
-            "work left after answers was dropped at stop"
-        );
+        tracing::warn!(left, "work calls left after their answers was dropped at the end of the drain");
     }
     Ok(())
 }
