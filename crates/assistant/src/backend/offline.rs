@@ -52,6 +52,8 @@ const CLOSE: &[&str] =
     &["закрой", "закрыть", "закройте", "выключи", "заверши", "завершить", "close", "quit", "exit", "stop"];
 /// Words between the verb and the app name that carry nothing.
 const FILLER: &[&str] = &["пожалуйста", "please", "мне", "приложение", "программу", "the", "app", "application"];
+/// Words after an app's name that are not part of it.
+const TRAILING: &[&str] = &["пожалуйста", "please", "приложение", "app", "application"];
 
 /// Spoken or typed names of common apps, lowercase, and the app's own name.
 const APPS: &[(&[&str], &str)] = &[
@@ -93,9 +95,12 @@ pub(crate) fn answer(utterance: &str, session_id: &str) -> String {
             None
         };
         if let Some((command, ru, en)) = command {
-            let rest: Vec<&str> =
+            let mut rest: Vec<&str> =
                 rest.iter().map(String::as_str).skip_while(|w| FILLER.contains(w)).collect::<Vec<_>>();
-            if let Some((app, spoken)) = app_name(&rest, utterance) {
+            // "закрой калькулятор, пожалуйста": the name ends before the courtesy.
+            let after = rest.iter().rev().take_while(|w| TRAILING.contains(w)).count();
+            rest.truncate(rest.len() - after);
+            if let Some((app, spoken)) = app_name(&rest, utterance, after) {
                 let text = format!("{} {spoken}.", say(ru, en));
                 return json!({
                     "session_id": session_id,
@@ -139,17 +144,20 @@ fn normalize(utterance: &str) -> Vec<String> {
 /// known app by any of its names, else the words as the user wrote them:
 /// an app we do not know may still exist on the client), and the name to
 /// say, in the user's words and language ("закрой калькулятор" closes
-/// "Calculator", saying "Закрываю калькулятор.").
-fn app_name(words: &[&str], utterance: &str) -> Option<(String, String)> {
+/// "Calculator", saying "Закрываю калькулятор."). The name ends `after`
+/// words before the utterance does.
+fn app_name(words: &[&str], utterance: &str, after: usize) -> Option<(String, String)> {
     if words.is_empty() {
         return None;
     }
-    // The user's spelling of the name: the last words of the utterance.
-    let original: Vec<&str> = utterance
+    // The user's spelling of the name: the last words of the utterance
+    // before the `after` words that follow it.
+    let mut original: Vec<&str> = utterance
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.'))
         .filter(|w| !w.is_empty())
         .collect();
+    original.truncate(original.len().checked_sub(after)?);
     let start = original.len().checked_sub(words.len())?;
     let joined = original[start..].join(" ");
     // A dot inside a name stays ("zoom.us"), the sentence's own goes.
@@ -178,6 +186,9 @@ mod tests {
             ("Открой сафари!", Some("open_app"), "Safari", "Открываю сафари."),
             ("закрой калькулятор", Some("close_app"), "Calculator", "Закрываю калькулятор."),
             ("запусти, пожалуйста, телеграм", Some("open_app"), "Telegram", "Открываю телеграм."),
+            ("закрой калькулятор, пожалуйста", Some("close_app"), "Calculator", "Закрываю калькулятор."),
+            ("открой Обсидиан пожалуйста", Some("open_app"), "Обсидиан", "Открываю Обсидиан."),
+            ("open Figma app please", Some("open_app"), "Figma", "Opening Figma."),
             ("open Telegram", Some("open_app"), "Telegram", "Opening Telegram."),
             ("Close the calculator.", Some("close_app"), "Calculator", "Closing Calculator."),
             ("открой системные настройки", Some("open_app"), "System Settings", "Открываю системные настройки."),
