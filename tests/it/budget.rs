@@ -17,7 +17,7 @@ use megamind_core::{
 };
 
 use crate::{
-    helpers::{decode_answer, fixture_body, registry_of, spawn_app},
+    helpers::{TestApp, decode_answer, fixture_body, registry_of, spawn_app},
     metrics::sample,
     scenarios::Sleepy,
 };
@@ -53,21 +53,26 @@ async fn an_overrun_is_answered_timeout_within_the_budget() {
     assert_eq!(status, 200);
 }
 
-#[tokio::test]
-async fn work_past_the_budget_still_completes_its_commit_once() {
-    let (sleepy, registry) = sleepy_app(Duration::from_millis(150));
-    let mut config = Config::default();
+/// A server whose `/sleepy/commit` sleeps `delay` past its 50 ms budget,
+/// and the body of one such commit, already answered `timeout`.
+async fn a_commit_past_its_budget(delay: Duration, mut config: Config) -> (Arc<Sleepy>, TestApp, Vec<u8>) {
+    let (sleepy, registry) = sleepy_app(delay);
     config.budget.commit_ms = 50;
     let app = spawn_app(config, registry).await;
     let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
-    let done = sleepy.done.notified();
     let (_, first) = app.post_binary("/sleepy/commit", body.clone()).await;
     let first: TScenarioCommitResponse = decode_answer(&first, Format::Binary);
     assert!(
         matches!(first.response, Some(t_scenario_commit_response::Response::Error(ref e)) if e.r#type == "timeout")
     );
+    (sleepy, app, body)
+}
 
-    done.await;
+#[tokio::test]
+async fn work_past_the_budget_still_completes_its_commit_once() {
+    let (sleepy, app, body) = a_commit_past_its_budget(Duration::from_millis(150), Config::default()).await;
+    // A notification given before this waits is kept for it.
+    sleepy.done.notified().await;
     // The retry replays the background work's answer (or waits the last
     // microseconds for it): no second side effect.
     let (_, retry) = app.post_binary("/sleepy/commit", body).await;
@@ -124,17 +129,8 @@ async fn work_dropped_at_the_detach_limit_lets_a_retry_run_again() {
 
 #[tokio::test]
 async fn a_stopping_server_waits_for_work_past_the_budget_to_complete_its_entry() {
-    let (sleepy, registry) = sleepy_app(Duration::from_millis(400));
-    let mut config = Config::default();
-    config.budget.commit_ms = 50;
-    config.shutdown_delay_ms = 0;
-    let mut app = spawn_app(config, registry).await;
-    let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
-    let (_, first) = app.post_binary("/sleepy/commit", body).await;
-    let first: TScenarioCommitResponse = decode_answer(&first, Format::Binary);
-    assert!(
-        matches!(first.response, Some(t_scenario_commit_response::Response::Error(ref e)) if e.r#type == "timeout")
-    );
+    let config = Config { shutdown_delay_ms: 0, ..Config::default() };
+    let (sleepy, mut app, _) = a_commit_past_its_budget(Duration::from_millis(400), config).await;
     assert_eq!(sleepy.commits.load(Ordering::SeqCst), 0, "the work goes on past the answer");
     app.begin_shutdown();
     app.join().await.expect("the server stops");

@@ -57,14 +57,18 @@ impl Origins {
     /// set: the override that set it last, else the file and the line; none
     /// for a default.
     pub fn source_of(&self, key: &str) -> Option<String> {
-        let in_file = |line: &usize| format!("{}:{line}", self.file);
+        self.place_of(key).map(|place| self.name(&place))
+    }
+
+    /// As [`Origins::source_of`], the place itself.
+    fn place_of(&self, key: &str) -> Option<Place> {
         let mut at = key;
         loop {
             if let Some(origin) = self.set_by.get(at) {
-                return Some(origin.clone());
+                return Some(Place::Override(origin.clone()));
             }
             if let Some(line) = self.lines.get(at) {
-                return Some(in_file(line));
+                return Some(Place::Line(*line));
             }
             match at.rsplit_once('.') {
                 Some((table, _)) => at = table,
@@ -73,8 +77,18 @@ impl Origins {
         }
         let under = format!("{key}.");
         let inside = |dotted: &&String| !key.is_empty() && dotted.starts_with(&under);
-        let set = self.set_by.iter().find(|(dotted, _)| inside(dotted)).map(|(_, origin)| origin.clone());
-        set.or_else(|| self.lines.iter().find(|(dotted, _)| inside(dotted)).map(|(_, line)| in_file(line)))
+        let set =
+            self.set_by.iter().find(|(dotted, _)| inside(dotted)).map(|(_, origin)| Place::Override(origin.clone()));
+        set.or_else(|| self.lines.iter().find(|(dotted, _)| inside(dotted)).map(|(_, line)| Place::Line(*line)))
+    }
+
+    /// How a report names `place`.
+    fn name(&self, place: &Place) -> String {
+        match place {
+            Place::Line(line) => format!("{}:{line}", self.file),
+            Place::Override(origin) => origin.clone(),
+            Place::Default => String::new(),
+        }
     }
 
     /// Each problem as one line with its source in front, and the lines of
@@ -87,14 +101,15 @@ impl Origins {
         let mut lines: Vec<(Place, String)> =
             refused.into_iter().map(|(origin, line)| (Place::Override(origin), line)).collect();
         for Problem { key, message } in problems {
-            let line = match self.source_of(&key) {
-                Some(source) => {
+            let line = match self.place_of(&key) {
+                Some(place) => {
+                    let source = self.name(&place);
                     let said = (source.clone(), message.replacen(&key, "", 1));
                     if seen.contains(&said) {
                         continue;
                     }
                     seen.push(said);
-                    (self.place(&source), format!("{source}: {message}"))
+                    (place, format!("{source}: {message}"))
                 }
                 None => (Place::Default, message),
             };
@@ -103,15 +118,6 @@ impl Origins {
         // Stable: problems of one place keep the order they were found in.
         lines.sort_by(|(a, _), (b, _)| a.cmp(b));
         lines.into_iter().map(|(_, line)| line).collect()
-    }
-
-    /// Where `source` (as [`Origins::source_of`] gives it) is.
-    fn place(&self, source: &str) -> Place {
-        let line = source.strip_prefix(self.file.as_str()).and_then(|rest| rest.strip_prefix(':'));
-        match line.and_then(|line| line.parse().ok()) {
-            Some(line) if !self.file.is_empty() => Place::Line(line),
-            _ => Place::Override(source.to_owned()),
-        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! against the protocol's schema, the matchers; and bounds the work a file
 //! can ask for.
 
-use std::{collections::HashMap, path::Path};
+use std::{cell::LazyCell, collections::HashMap, path::Path};
 
 use megamind_core::{
     codec::{self, Format},
@@ -136,7 +136,8 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         return Err(ScriptError(format!("{file}: write 1 to {MAX_DIALOGS} dialogs under `dialogs:`")));
     }
     let mut dialogs = Vec::with_capacity(script.dialogs.len());
-    let lines = Lines::of(text);
+    // Read again only when a problem needs its line.
+    let lines = LazyCell::new(|| Lines::of(text));
     // Every turn is checked: all of a file's mistakes are told at once.
     let mut problems = Vec::new();
     for (d, dialog) in script.dialogs.into_iter().enumerate() {
@@ -150,7 +151,7 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
                 let line = line.map_or(String::new(), |line| format!(":{line}"));
                 format!("{file}{line}: dialog {name:?}, turn {}", i + 1)
             };
-            let at = in_turn(lines.turn(d, i));
+            let at = || in_turn(lines.turn(d, i));
             let inputs = [
                 turn.say.is_some(),
                 turn.voice.is_some(),
@@ -159,12 +160,12 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
                 turn.request.is_some(),
             ];
             if inputs.iter().filter(|set| **set).count() != 1 {
-                problems.push(format!("{at}: write exactly one of say, voice, callback, command_result, request"));
+                problems.push(format!("{}: write exactly one of say, voice, callback, command_result, request", at()));
             }
             if let Some(text) = &turn.request
                 && let Err(e) = codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text)
             {
-                problems.push(format!("{at}: request: not a TScenarioRunRequest in text format: {e}"));
+                problems.push(format!("{}: request: not a TScenarioRunRequest in text format: {e}", at()));
             }
             match Expectation::compile(&turn.expect) {
                 Ok(expectation) => expectations.push(expectation),
