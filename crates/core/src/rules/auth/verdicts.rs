@@ -4,8 +4,9 @@
 //! shorter TTL, and identical checks in flight are made once.
 
 use std::{
+    collections::VecDeque,
     hash::{BuildHasher, RandomState},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -56,6 +57,11 @@ pub struct Verdicts<V> {
 #[derive(Debug)]
 struct Shelf<V> {
     kept: DashMap<TicketKey, (Instant, V), Fast>,
+    /// Each verdict put, oldest first, with when it expires: with one TTL
+    /// per shelf the oldest is also the first to expire, so room is made
+    /// from the front, one verdict per verdict put, never by a scan. A key
+    /// put again leaves its older record behind, which removes nothing.
+    order: Mutex<VecDeque<(TicketKey, Instant)>>,
     ttl: Duration,
     max_entries: usize,
 }
@@ -126,27 +132,28 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
 
 impl<V> Shelf<V> {
     fn new(ttl: Duration, max_entries: usize) -> Shelf<V> {
-        Shelf { kept: DashMap::default(), ttl, max_entries: max_entries.max(1) }
+        Shelf { kept: DashMap::default(), order: Mutex::default(), ttl, max_entries: max_entries.max(1) }
     }
 
     fn get(&self, key: TicketKey) -> Option<Kept<'_, V>> {
         self.kept.get(&key).filter(|entry| Instant::now() < entry.0)
     }
 
-    /// Keeps `verdict` for `key`, making room first when full: the expired
-    /// go, then, if that was not enough, any one.
+    /// Keeps `verdict` for `key`, making room first: the expired go, and
+    /// when the shelf is full, the oldest. Every verdict kept has a record
+    /// in `order`, so bounding the records bounds the verdicts.
     fn put(&self, key: TicketKey, verdict: V) {
-        if self.kept.len() >= self.max_entries {
-            let now = Instant::now();
-            self.kept.retain(|_, (expires, _)| *expires > now);
-            if self.kept.len() >= self.max_entries {
-                let any = self.kept.iter().next().map(|entry| *entry.key());
-                if let Some(any) = any {
-                    self.kept.remove(&any);
-                }
-            }
+        let now = Instant::now();
+        let expires = now + self.ttl;
+        // Held while the map changes too, so that the newest record of a
+        // key is the one its kept verdict carries.
+        let mut order = self.order.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while order.front().is_some_and(|(_, expires)| *expires <= now) || order.len() >= self.max_entries {
+            let Some((old, expired)) = order.pop_front() else { break };
+            self.kept.remove_if(&old, |_, (expires, _)| *expires == expired);
         }
-        self.kept.insert(key, (Instant::now() + self.ttl, verdict));
+        order.push_back((key, expires));
+        self.kept.insert(key, (expires, verdict));
     }
 }
 
@@ -233,6 +240,39 @@ mod tests {
         tokio::time::advance(SECONDS).await;
         assert!(verdicts.kept(repeated).is_none(), "a refusal is kept only briefly");
         assert!(verdicts.kept(megamind).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_shelf_makes_room_by_its_oldest_verdict_and_a_verdict_put_again_is_as_new() {
+        let shelf = Shelf::new(MINUTE, 3);
+        for (key, verdict) in [(1, 10), (2, 20), (1, 11), (3, 30)] {
+            shelf.put(key, verdict);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        let kept = |key| shelf.get(key).map(|kept| kept.1);
+        assert_eq!(
+            [kept(1), kept(2), kept(3)],
+            [Some(11), Some(20), Some(30)],
+            "the first record of 1 removed nothing"
+        );
+        shelf.put(4, 40);
+        assert_eq!([kept(1), kept(2), kept(3), kept(4)], [Some(11), None, Some(30), Some(40)], "2 was the oldest");
+        shelf.put(5, 50);
+        assert_eq!([kept(1), kept(5)], [None, Some(50)], "then 1, as put again");
+        assert_eq!(shelf.kept.len(), 3);
+        assert!(shelf.order.lock().unwrap().len() <= 3, "the records are bounded as the verdicts are");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_verdicts_leave_the_shelf_as_new_ones_come() {
+        let shelf = Shelf::new(SECONDS, 100);
+        for key in 0..50 {
+            shelf.put(key, key as u32);
+        }
+        tokio::time::advance(SECONDS).await;
+        shelf.put(1000, 0);
+        assert_eq!(shelf.kept.len(), 1, "the expired went with the next put, not only when full");
+        assert_eq!(shelf.order.lock().unwrap().len(), 1);
     }
 
     #[test]
