@@ -225,4 +225,40 @@ async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     assert_eq!(value, b"vanswer", "then the value");
     let ttl: i64 = server.query(redis::cmd("PTTL").arg(&keys[0]));
     assert!(ttl > TTL.as_millis() as i64 && ttl <= COMMIT_TTL.as_millis() as i64, "a /commit TTL: {ttl} ms");
+    let keys_after: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(keys_after, keys, "the value moved over the claim, nothing left beside it");
+}
+
+/// A completion whose lease ran out and was claimed again writes nothing
+/// where the new lease can see it, and leaves nothing behind.
+#[tokio::test]
+async fn a_lost_lease_s_value_is_not_kept_anywhere_in_redis() {
+    let Some(server) = RedisServer::start("a lost lease's value") else { return };
+    let store = redis_under(&server, "lost");
+    let Begin::Lead(lost) = begin(&*store, key("l"), SHORT).await else { panic!("leads") };
+    tokio::time::sleep(SHORT + Duration::from_millis(50)).await;
+    let Begin::Lead(taken_over) = begin(&*store, key("l"), LONG).await else { panic!("taken over") };
+    store.complete(lost, Bytes::from_static(b"stale")).await.unwrap();
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(keys, ["lost:{demo/commit/l}"], "the stale value's waiting key is gone");
+    let held: Vec<u8> = server.query(redis::cmd("GET").arg(&keys[0]));
+    assert_eq!(held[0], b'c', "the new claim holds");
+    store.complete(taken_over, Bytes::from_static(b"fresh")).await.unwrap();
+    assert!(matches!(begin(&*store, key("l"), LONG).await, Begin::Hit(value) if &value[..] == b"fresh"));
+}
+
+/// A Redis that lost its scripts (restarted, or `SCRIPT FLUSH`) is given
+/// the end script again, and the completion goes through.
+#[tokio::test]
+async fn a_redis_that_lost_its_scripts_still_stores_answers() {
+    let Some(server) = RedisServer::start("a Redis without scripts") else { return };
+    let store = redis_under(&server, "flushed");
+    let Begin::Lead(first) = begin(&*store, key("f1"), LONG).await else { panic!("leads") };
+    store.complete(first, Bytes::from_static(b"one")).await.unwrap();
+    let _: () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    let Begin::Lead(second) = begin(&*store, key("f2"), LONG).await else { panic!("leads") };
+    store.complete(second, Bytes::from_static(b"two")).await.unwrap();
+    assert!(matches!(begin(&*store, key("f2"), LONG).await, Begin::Hit(value) if &value[..] == b"two"));
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert_eq!(keys.len(), 2, "two entries, no waiting value left: {keys:?}");
 }
