@@ -17,6 +17,11 @@
 //! `LOAD_GRPC=0` to skip the gRPC rows. Each row also prints the CPU time
 //! the measured server spent per request (user + system, from /proc).
 //!
+//! The fresh `/demo/run` row is driven again against the same server with
+//! an answer cache that fits in a core's L2 (`LOAD_SMALL_CACHE=0` skips
+//! it): the difference is what keeping every fresh answer costs, which
+//! moves with the machine's caches more than any other figure here.
+//!
 //! The assistant's row (`support/assistant.rs`; `LOAD_ASSISTANT=0` skips it)
 //! drives `/assistant/run` of a second server whose model, a mock in this
 //! process, takes 2 s: its latency minus the `/run` wait is the scenario's
@@ -91,6 +96,24 @@ mod tvmtool;
 
 /// Which process this is: the client (default) or a baseline server.
 const ROLE: &str = "MEGAMIND_BENCH_ROLE";
+
+/// The answer cache of the row that keeps its answers in a core's L2 (2 MiB
+/// or more on the machines measured).
+const SMALL_CACHE_BYTES: &str = "262144";
+const SMALL_CACHE_ROW: &str = "http /demo/run, fresh, cache in L2";
+
+/// What keeping every fresh answer costs: the fresh row against the same
+/// server whose cache fits in a core's L2, in server CPU per request.
+fn report_footprint(full: &Outcome, small: &Outcome) {
+    let per_request = |o: &Outcome| o.server_cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / o.requests.max(1) as f64);
+    if let (Some(full_us), Some(small_us)) = (per_request(full), per_request(small)) {
+        println!(
+            "\nthe answer cache's footprint: fresh /demo/run at {full_us:.1} µs of server CPU per request with the \
+             default 16 MiB cache, {small_us:.1} µs with {SMALL_CACHE_BYTES} bytes ({:+.1} µs)",
+            full_us - small_us
+        );
+    }
+}
 
 impl Server {
     /// CPU time (user + system, all threads) the process has used, from /proc.
@@ -230,6 +253,11 @@ fn main() {
         let grpc = env_or("LOAD_GRPC", 1) != 0;
         let base_grpc = grpc.then(|| baseline("baseline-grpc"));
         let server = ours::<&str>(&[]);
+        // The same server with an answer cache that fits in a core's L2: the
+        // fresh row's cost without the footprint of the answers it keeps,
+        // which moves with the machine's caches and its other tenants.
+        let small_cache = (env_or("LOAD_SMALL_CACHE", 1) != 0)
+            .then(|| ours_with_env::<&str>(&[], &[("MEGAMIND_CACHE_MAX_BYTES", SMALL_CACHE_BYTES)]));
         let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
         let mut tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
@@ -239,6 +267,9 @@ fn main() {
         let warm = Settings { secs: 1, requests: 0, rate: 0, rounds: 1, ..settings };
         drive("warm-up", base.addr, "/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
         drive("warm-up", server.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
+        if let Some(small) = &small_cache {
+            drive("warm-up", small.addr, "/demo/run", &warm, fresh_ids("poi_run_request", "TScenarioRunRequest")).await;
+        }
         if let Some(base_grpc) = &base_grpc {
             drive_grpc("warm-up", base_grpc.addr, &warm).await;
             drive_grpc("warm-up", server.addr, &warm).await;
@@ -252,7 +283,7 @@ fn main() {
         if let Some(tvm) = &tvm {
             tvm.warm_up(&warm).await;
         }
-        let mut rounds: [Vec<Outcome>; 9] = Default::default();
+        let mut rounds: [Vec<Outcome>; 10] = Default::default();
         let mut assistant_rounds = Vec::new();
         for _ in 0..settings.rounds {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
@@ -264,6 +295,10 @@ fn main() {
             let replay = replayed_ids("video_commit_request", "TScenarioApplyRequest", 100);
             let name = "http /demo/commit, replays";
             rounds[2].push(server.measure(drive(name, server.addr, "/demo/commit", &settings, replay)).await);
+            if let Some(small) = &small_cache {
+                let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
+                rounds[9].push(small.measure(drive(SMALL_CACHE_ROW, small.addr, "/demo/run", &settings, run)).await);
+            }
             if let Some(shared) = shared.as_mut() {
                 let [fresh, replays] = shared.round(&settings).await;
                 rounds[5].push(fresh);
@@ -284,8 +319,9 @@ fn main() {
                 assistant_rounds.push(assistant.run(&AssistantLoad::row(), &settings).await);
             }
         }
-        let [http_base, run, replay, grpc_base, run_grpc, shared_run, shared_replay, tvm_off, tvm_on] = rounds;
-        let mut rows = against(http_base, [run, replay, shared_run, shared_replay, tvm_off, tvm_on]);
+        let [http_base, run, replay, grpc_base, run_grpc, shared_run, shared_replay, tvm_off, tvm_on, small_run] =
+            rounds;
+        let mut rows = against(http_base, [run, replay, small_run, shared_run, shared_replay, tvm_off, tvm_on]);
         rows.extend(against(grpc_base, [run_grpc]));
         let assistant_row = (!assistant_rounds.is_empty()).then(|| median(assistant_rounds));
         print(&rows);
@@ -299,6 +335,10 @@ fn main() {
             if let ([Some(m0), Some(m1)], [Some(r0), Some(r1)]) = (memory, redis) {
                 shared.report([r0, r1], [m0, m1]);
             }
+        }
+        let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
+        if let (Some(full), Some(small)) = (row("http /demo/run, fresh RequestIds"), row(SMALL_CACHE_ROW)) {
+            report_footprint(full, small);
         }
         if let Some(tvm) = &tvm {
             let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
