@@ -328,20 +328,18 @@ fn main() {
         if let Some(outcome) = &assistant_row {
             print_row(outcome, None);
         }
+        let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
         if let Some(shared) = &shared {
-            let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
             let memory = [row("http /demo/run, fresh RequestIds"), row("http /demo/commit, replays")];
             let redis = [row(shared_store::FRESH), row(shared_store::REPLAYS)];
             if let ([Some(m0), Some(m1)], [Some(r0), Some(r1)]) = (memory, redis) {
                 shared.report([r0, r1], [m0, m1]);
             }
         }
-        let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
         if let (Some(full), Some(small)) = (row("http /demo/run, fresh RequestIds"), row(SMALL_CACHE_ROW)) {
             report_footprint(full, small);
         }
         if let Some(tvm) = &tvm {
-            let row = |name: &str| rows.iter().map(|(o, _)| o).find(|o| o.name == name);
             if let (Some(off), Some(on)) = (row(tvm::OFF), row(tvm::ON)) {
                 tvm.report(off, on);
             }

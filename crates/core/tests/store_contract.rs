@@ -226,21 +226,22 @@ async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
     let ttl: i64 = server.query(redis::cmd("PTTL").arg(&keys[0]));
     assert!(ttl > TTL.as_millis() as i64 && ttl <= COMMIT_TTL.as_millis() as i64, "a /commit TTL: {ttl} ms");
     let keys_after: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
-    assert_eq!(keys_after, keys, "the value moved over the claim, nothing left beside it");
+    assert_eq!(keys_after, keys, "the value took the claim's place, nothing beside it");
 }
 
 /// A completion whose lease ran out and was claimed again writes nothing
-/// where the new lease can see it, and leaves nothing behind.
+/// where the new lease can see it, and leaves no other key behind.
 #[tokio::test]
 async fn a_lost_lease_s_value_is_not_kept_anywhere_in_redis() {
     let Some(server) = RedisServer::start("a lost lease's value") else { return };
     let store = redis_under(&server, "lost");
     let Begin::Lead(lost) = begin(&*store, key("l"), SHORT).await else { panic!("leads") };
-    tokio::time::sleep(SHORT + Duration::from_millis(50)).await;
+    let Begin::Wait(waiter) = begin(&*store, key("l"), LONG).await else { panic!("waits") };
+    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned, "the lease ran out");
     let Begin::Lead(taken_over) = begin(&*store, key("l"), LONG).await else { panic!("taken over") };
     store.complete(lost, Bytes::from_static(b"stale")).await.unwrap();
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
-    assert_eq!(keys, ["lost:{demo/commit/l}"], "the stale value's waiting key is gone");
+    assert_eq!(keys, ["lost:{demo/commit/l}"], "the entry's key alone");
     let held: Vec<u8> = server.query(redis::cmd("GET").arg(&keys[0]));
     assert_eq!(held[0], b'c', "the new claim holds");
     store.complete(taken_over, Bytes::from_static(b"fresh")).await.unwrap();
@@ -260,5 +261,5 @@ async fn a_redis_that_lost_its_scripts_still_stores_answers() {
     store.complete(second, Bytes::from_static(b"two")).await.unwrap();
     assert!(matches!(begin(&*store, key("f2"), LONG).await, Begin::Hit(value) if &value[..] == b"two"));
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
-    assert_eq!(keys.len(), 2, "two entries, no waiting value left: {keys:?}");
+    assert_eq!(keys.len(), 2, "two entries and nothing else: {keys:?}");
 }

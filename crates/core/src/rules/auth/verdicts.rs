@@ -148,9 +148,9 @@ impl<V> Shelf<V> {
         // Held while the map changes too, so that the newest record of a
         // key is the one its kept verdict carries.
         let mut order = self.order.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        while order.front().is_some_and(|(_, expires)| *expires <= now) || order.len() >= self.max_entries {
-            let Some((old, expired)) = order.pop_front() else { break };
-            self.kept.remove_if(&old, |_, (expires, _)| *expires == expired);
+        while order.front().is_some_and(|(_, until)| *until <= now) || order.len() >= self.max_entries {
+            let Some((old, old_until)) = order.pop_front() else { break };
+            self.kept.remove_if(&old, |_, (until, _)| *until == old_until);
         }
         order.push_back((key, expires));
         self.kept.insert(key, (expires, verdict));
