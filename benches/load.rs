@@ -105,8 +105,7 @@ const SMALL_CACHE_ROW: &str = "http /demo/run, fresh, cache in L2";
 /// What keeping every fresh answer costs: the fresh row against the same
 /// server whose cache fits in a core's L2, in server CPU per request.
 fn report_footprint(full: &Outcome, small: &Outcome) {
-    let per_request = |o: &Outcome| o.server_cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / o.requests.max(1) as f64);
-    if let (Some(full_us), Some(small_us)) = (per_request(full), per_request(small)) {
+    if let (Some(full_us), Some(small_us)) = (full.cpu_per_request_us(), small.cpu_per_request_us()) {
         println!(
             "\nthe answer cache's footprint: fresh /demo/run at {full_us:.1} µs of server CPU per request with the \
              default 16 MiB cache, {small_us:.1} µs with {SMALL_CACHE_BYTES} bytes ({:+.1} µs)",

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use megamind_core::{
     scenario::Handler,
     store::{
-        Begin, FlightStore, Key, MemoryStore, RedisStore, Waited,
+        Begin, FlightStore, Key, Lease, MemoryStore, RedisStore, Waited,
         memory::{Limits, unregistered_evictions},
     },
 };
@@ -130,11 +130,18 @@ async fn a_lease_that_runs_out_is_taken_over(store: Arc<dyn FlightStore>) {
     assert!(matches!(begin(&*store, key("c"), LONG).await, Begin::Lead(_)), "the next caller leads");
 }
 
+/// A lease of `id` that ran out, seen by a waiter, and the lease that took
+/// it over: `(lost, taken_over)`.
+async fn a_lease_lost_and_taken_over(store: &dyn FlightStore, id: &str) -> (Lease, Lease) {
+    let Begin::Lead(lost) = begin(store, key(id), SHORT).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(store, key(id), LONG).await else { panic!("waits") };
+    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned, "the lease ran out");
+    let Begin::Lead(taken_over) = begin(store, key(id), LONG).await else { panic!("taken over") };
+    (lost, taken_over)
+}
+
 async fn a_completion_after_the_lease_ran_out_stores_nothing(store: Arc<dyn FlightStore>) {
-    let Begin::Lead(lost) = begin(&*store, key("d"), SHORT).await else { panic!("leads") };
-    let Begin::Wait(waiter) = begin(&*store, key("d"), LONG).await else { panic!("waits") };
-    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned);
-    let Begin::Lead(taken_over) = begin(&*store, key("d"), LONG).await else { panic!("taken over") };
+    let (lost, taken_over) = a_lease_lost_and_taken_over(&*store, "d").await;
     store.complete(lost, Bytes::from_static(b"stale")).await.unwrap();
     assert!(matches!(begin(&*store, key("d"), LONG).await, Begin::Wait(_)), "the new lease still holds");
     store.complete(taken_over, Bytes::from_static(b"fresh")).await.unwrap();
@@ -235,10 +242,7 @@ async fn redis_keys_carry_the_prefix_and_a_hash_tag() {
 async fn a_lost_lease_s_value_is_not_kept_anywhere_in_redis() {
     let Some(server) = RedisServer::start("a lost lease's value") else { return };
     let store = redis_under(&server, "lost");
-    let Begin::Lead(lost) = begin(&*store, key("l"), SHORT).await else { panic!("leads") };
-    let Begin::Wait(waiter) = begin(&*store, key("l"), LONG).await else { panic!("waits") };
-    assert_eq!(store.wait(&waiter, in_a_while()).await.unwrap(), Waited::Abandoned, "the lease ran out");
-    let Begin::Lead(taken_over) = begin(&*store, key("l"), LONG).await else { panic!("taken over") };
+    let (lost, taken_over) = a_lease_lost_and_taken_over(&*store, "l").await;
     store.complete(lost, Bytes::from_static(b"stale")).await.unwrap();
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
     assert_eq!(keys, ["lost:{demo/commit/l}"], "the entry's key alone");
