@@ -100,7 +100,7 @@ fn hide(table: &mut toml::Table, key: &str) {
         if value.contains("://") {
             *value = megamind_core::store::redis::redact_url(value);
         } else if !value.is_empty() {
-            *value = "<hidden>".into();
+            *value = megamind_core::config::HIDDEN.into();
         }
     }
 }

@@ -194,7 +194,7 @@ mod tests {
         let mut config = AssistantConfig::default();
         config.backend.api_key = "sk-very-secret".into();
         let printed = format!("{config:?}");
-        assert!(!printed.contains("sk-very-secret") && printed.contains("<redacted>"), "{printed}");
+        assert!(!printed.contains("sk-very-secret") && printed.contains("<hidden>"), "{printed}");
     }
 
     #[test]
@@ -205,7 +205,7 @@ mod tests {
         config.backend.api_key = "sk-very-secret".into();
         let printed = toml::to_string(&config).unwrap();
         assert!(!printed.contains("sk-very-secret"), "{printed}");
-        assert_eq!(table(&config)["backend"]["api_key"].as_str(), Some("<redacted>"));
+        assert_eq!(table(&config)["backend"]["api_key"].as_str(), Some("<hidden>"));
         assert_eq!(format!("{:?}", Secret::default()), "\"\"");
     }
 }

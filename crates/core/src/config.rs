@@ -32,6 +32,11 @@ pub use problem::Problem;
 pub use sources::{Override, Sources};
 pub use store::StoreConfig;
 
+/// What a set secret (a token, a key, a URL's password) shows instead of
+/// itself wherever the config is printed: `--print-config`, debug prints,
+/// errors.
+pub const HIDDEN: &str = "<hidden>";
+
 /// Top-level tables that are the core's own, not a scenario's.
 pub const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
 

@@ -4,6 +4,7 @@
 
 use std::{fmt, str::FromStr};
 
+use megamind_core::config::HIDDEN;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -169,11 +170,11 @@ impl FromStr for Secret {
     }
 }
 
-/// Says whether a secret is set, never what it is: `""` or `"<redacted>"`,
+/// Says whether a secret is set, never what it is: `""` or `"<hidden>"`,
 /// as [`fmt::Debug`] does.
 impl Serialize for Secret {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(if self.0.is_empty() { "" } else { REDACTED })
+        serializer.serialize_str(if self.0.is_empty() { "" } else { HIDDEN })
     }
 }
 
@@ -189,11 +190,8 @@ impl JsonSchema for Secret {
     }
 }
 
-/// What a set secret shows instead of itself.
-const REDACTED: &str = "<redacted>";
-
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", if self.0.is_empty() { "" } else { REDACTED })
+        write!(f, "{:?}", if self.0.is_empty() { "" } else { HIDDEN })
     }
 }

@@ -79,7 +79,7 @@ pub enum UserTicketPolicy {
 /// The token never shows, not even in a debug print of the config.
 impl fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let token = if self.tvmtool_token.is_empty() { "" } else { "<hidden>" };
+        let token = if self.tvmtool_token.is_empty() { "" } else { super::HIDDEN };
         f.debug_struct("AuthConfig")
             .field("tvmtool_url", &self.tvmtool_url)
             .field("tvmtool_token", &token)

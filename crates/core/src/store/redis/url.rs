@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::config::HIDDEN;
+
 /// A checked Redis URL. `Display` and `Debug` hide its password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoreUrl(String);
@@ -53,8 +55,9 @@ pub fn redact_url(text: &str) -> String {
     match url::Url::parse(text) {
         Ok(mut url) if url.password().is_some() => {
             // Setting a password fails only on URLs that cannot have one.
-            let _ = url.set_password(Some("<hidden>"));
-            url.to_string().replace("%3Chidden%3E", "<hidden>")
+            let _ = url.set_password(Some(HIDDEN));
+            // The placeholder's `<>` are percent-encoded in a password.
+            url.to_string().replace("%3Chidden%3E", HIDDEN)
         }
         _ => text.to_owned(),
     }
