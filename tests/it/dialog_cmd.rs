@@ -173,7 +173,7 @@ fn a_recorded_session_replays_as_a_script() {
 }
 
 #[test]
-fn the_session_prompts_and_answers_help_and_quit_itself() {
+fn piped_lines_get_no_prompts_and_help_and_quit_are_the_sessions_own() {
     let server = serve("info", &temp("session.log"));
     let recording = temp("session.yaml");
     let out = dialog(
@@ -182,8 +182,9 @@ fn the_session_prompts_and_answers_help_and_quit_itself() {
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stderr.starts_with(megamind_tools::dialog::interactive::HINT), "the hint first: {stderr}");
-    assert_eq!(stderr.matches("> ").count(), 4, "a prompt before each line read: {stderr}");
+    // Lines piped in come from a program: no hint, no prompts.
+    assert!(!stderr.contains(megamind_tools::dialog::interactive::HINT), "{stderr}");
+    assert!(!stderr.contains("> "), "{stderr}");
     assert!(stdout.contains("/quit ") && stdout.contains("/say WORDS"), "/help lists the commands: {stdout}");
     assert!(stdout.contains("/hepl: not a command"), "{stdout}");
     assert!(stdout.contains("> привет") && !stdout.contains("> /help"), "{stdout}");
@@ -192,6 +193,24 @@ fn the_session_prompts_and_answers_help_and_quit_itself() {
     let yaml = std::fs::read_to_string(&recording).unwrap();
     assert_eq!(yaml.matches("say:").count(), 1, "{yaml}");
     assert!(yaml.contains("привет") && !yaml.contains("help"), "{yaml}");
+}
+
+#[test]
+fn at_a_terminal_the_session_prints_its_hint_and_a_prompt_before_each_line() {
+    let server = serve("info", &temp("terminal.log"));
+    // `script` (util-linux) runs the session on a terminal of its own and
+    // copies what it prints (both streams) to its standard output.
+    let session = format!("{BIN} dialog --server {}", server.url);
+    let out = crate::helpers::run_command(
+        Command::new("script").args(["--quiet", "--return", "--command", &session, "/dev/null"]),
+        "привет\n/quit\n".as_bytes(),
+    );
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}{}", text(&out.stderr));
+    assert!(shown.contains(megamind_tools::dialog::interactive::HINT), "the hint: {shown}");
+    assert!(shown.contains("speech: \"Привет!"), "the turn: {shown}");
+    // One prompt before `привет`, one before `/quit`.
+    assert_eq!(shown.matches("> ").count() - shown.matches("> привет").count(), 2, "{shown}");
 }
 
 #[test]

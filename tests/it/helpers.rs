@@ -271,19 +271,16 @@ pub fn convert(args: &[&str], input: &[u8]) -> std::process::Output {
 
 /// Runs the binary with `args`, `input` on its standard input, to its end.
 pub fn run_binary(args: &[&str], input: &[u8]) -> std::process::Output {
-    use std::{
-        io::Write,
-        process::{Command, Stdio},
-    };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
+    run_command(std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario")).args(args), input)
+}
+
+/// Runs `command` with `input` on its standard input to its end, and what it printed.
+pub fn run_command(command: &mut std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::{io::Write, process::Stdio};
+    let mut child =
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the command runs");
     child.stdin.take().expect("piped stdin").write_all(input).expect("input written");
-    child.wait_with_output().expect("the binary ends")
+    child.wait_with_output().expect("the command ends")
 }
 
 /// The address the binary serves on, from the first `serving` line of its

@@ -19,7 +19,11 @@ pub mod junit;
 pub mod replay;
 pub mod script;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    io::{IsTerminal, Write},
+    path::PathBuf,
+    time::Duration,
+};
 
 use megamind_core::{
     codec::{self, Format, structs::struct_from_json},
@@ -89,7 +93,12 @@ pub fn main(args: &DialogArgs) -> u8 {
         if !args.script.is_empty() {
             return run_scripts(args).await;
         }
-        interactive::run(args, std::io::stdin().lock(), &mut crate::stdout::Stdout, &mut std::io::stderr()).await
+        let stdin = std::io::stdin();
+        // The hint and prompts are for a person typing; lines piped in
+        // come from a program, which has no use for them.
+        let mut prompt: Box<dyn Write> =
+            if stdin.is_terminal() { Box::new(std::io::stderr()) } else { Box::new(std::io::sink()) };
+        interactive::run(args, stdin.lock(), &mut crate::stdout::Stdout, &mut prompt).await
     });
     match outcome {
         Ok(true) => 0,

@@ -7,9 +7,9 @@
 //! Lines starting with `/` are the session's own commands, never said to
 //! the scenario: `/help` lists them, `/quit` ends the session (as does the
 //! end of input, Ctrl-D), `/say WORDS` says words as they are, even ones
-//! that start with `/`. A one-line hint at the start and a `> ` prompt
-//! before each line go to standard error: standard output holds the turns
-//! alone, for scripts to read.
+//! that start with `/`. At a terminal, a one-line hint at the start and a
+//! `> ` prompt before each line go to standard error; standard output holds
+//! the turns alone, for scripts to read.
 //!
 //! When an answer asks the client to run a command (`RunCommandDirective`,
 //! a skill's step), the next line is its result: `/run` runs it here with
