@@ -225,8 +225,11 @@ impl Default for CacheConfig {
 pub struct ConfigError(pub Vec<String>);
 
 impl Config {
-    /// Parses a TOML document over the defaults; its scenario tables are
-    /// kept in [`Config::scenarios`] for their scenarios.
+    /// Parses a TOML document over the core's defaults; its scenario tables
+    /// are kept in [`Config::scenarios`] for their scenarios. A binary's own
+    /// defaults (its `default_scenario`, its scenarios' tables) are not the
+    /// core's to know: a binary loads through [`Sources::load`] over its
+    /// defaults, as `serve` does.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))?;
