@@ -111,9 +111,9 @@ async fn in_flight_calls_are_capped_and_not_evicted() {
 
 #[tokio::test(start_paused = true)]
 async fn finished_answers_and_records_are_bounded_by_bytes() {
-    let answer = "x".repeat(1000);
     let run = |calls: Calls, id: &'static str| {
-        let answer = answer.clone();
+        // Answers of one length, each its own: identical ones would be kept once.
+        let answer = format!("{id}{}", "x".repeat(999));
         async move {
             let call = move |record: Arc<CallRecord>| async move {
                 record.push(ModelEvent::TextDelta(answer.clone()));

@@ -7,6 +7,8 @@
 //! their own that no other traffic can use up: each is kept for the whole TTL,
 //! and while their reserve is full a new lead gets [`Begin::Full`] rather
 //! than a value being evicted. Entries in flight are never evicted.
+//! Identical values are kept once (`memory/shelf.rs`) and their bytes count
+//! once in their pool's bound.
 //!
 //! A lease ends by its completion, its abandon, or its TTL, which each
 //! append to its journal that does not end it renews: an entry whose
@@ -32,12 +34,13 @@ use tokio::{sync::Notify, time::Instant};
 
 use self::{
     journal::Log,
-    pool::{Completed, Pool, Stale, WhenFull},
+    pool::{Charge, Completed, Pool, Stale, WhenFull},
 };
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
 mod journal;
 mod pool;
+mod shelf;
 
 /// Bounds of a memory store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +111,8 @@ struct Slot {
     /// Whether the value is counted in its pool's totals: whoever counts it
     /// out clears it, so that it is counted out once.
     counted: AtomicBool,
+    /// What the value counts in its pool's bytes, set as it is counted in.
+    charge: OnceLock<Charge>,
     /// The entry's journal, made by its first append or read: an entry
     /// nobody journals pays a pointer.
     journal: OnceLock<Box<Log>>,
@@ -123,6 +128,7 @@ impl Slot {
             expires: OnceLock::new(),
             ready: Notify::new(),
             counted: AtomicBool::new(false),
+            charge: OnceLock::new(),
             journal: OnceLock::new(),
         }
     }
@@ -136,11 +142,6 @@ impl Slot {
     fn renew(&self, until: Instant) {
         let past = u64::try_from(until.saturating_duration_since(self.lease_base).as_micros()).unwrap_or(u64::MAX);
         self.renewed_us.fetch_max(past, Ordering::AcqRel);
-    }
-
-    /// What the journal costs, once sealed with the value.
-    fn journal_bytes(&self) -> usize {
-        self.journal.get().map_or(0, |journal| journal.bytes())
     }
 
     fn journal(&self) -> &Log {
@@ -193,14 +194,17 @@ impl MemoryStore {
     /// Stores the value of a lease that is still running and was not ended.
     fn store_value(&self, key: Key, slot: Arc<Slot>, value: Bytes, now: Instant) {
         let expires = now + if is_reserved(key.handler) { self.commit_ttl } else { self.ttl };
-        // The journal is sealed and goes with the value: one bound for both.
-        let cost = key.cost(&value) + slot.journal.get().map_or(0, |journal| journal.seal());
-        let _ = slot.expires.set(expires);
         let pool = self.pool(&key);
+        let kept = pool.keep(value);
+        let apart = if kept.shelved.is_some() { 0 } else { kept.value.len() };
+        // The journal is sealed and goes with the value: one bound for both.
+        let own = key.cost(&[]) + apart + slot.journal.get().map_or(0, |journal| journal.seal());
+        let _ = slot.expires.set(expires);
         // Counted in before it is published, so that a lead replacing it once
         // expired always finds it counted.
-        let stale = pool.push(Completed { key, slot: slot.clone(), expires, cost }, now);
-        slot.publish(Some(value));
+        let charge = Charge { own, shelved: kept.shelved };
+        let stale = pool.push(Completed { key, slot: slot.clone(), expires }, charge, kept.first_bytes, now);
+        slot.publish(Some(kept.value));
         self.drop_stale(stale);
     }
 
@@ -290,7 +294,7 @@ impl MemoryStore {
                             // Expired, not yet purged: counted out now so that its room
                             // is free; its FIFO record no longer matches the new slot, so
                             // the purge will leave the new entry alone.
-                            Some(Some(value)) => pool.count_out(old, key.cost(value) + old.journal_bytes()),
+                            Some(Some(_)) => pool.count_out(old),
                             Some(None) => {}
                         }
                         match admit() {

@@ -107,7 +107,8 @@ impl Log {
     }
 
     /// What the journal costs now.
-    pub(super) fn bytes(&self) -> usize {
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
         self.lock().bytes()
     }
 

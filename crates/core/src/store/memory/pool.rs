@@ -16,19 +16,33 @@ use std::{
     },
 };
 
+use bytes::Bytes;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::{Key, Slot};
+use super::{
+    Key, Slot,
+    shelf::{Kept, Shelf},
+};
 
 /// A completed entry, oldest first. It repeats what eviction needs (its
-/// cost, its expiry) so that popping it reads nothing behind `slot`.
+/// expiry) so that popping it reads no more behind `slot` than the charge
+/// it counts out.
 #[derive(Debug)]
 pub(super) struct Completed {
     pub(super) key: Key,
     pub(super) slot: Arc<Slot>,
     pub(super) expires: Instant,
-    pub(super) cost: usize,
+}
+
+/// What a kept value counts in its pool's bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Charge {
+    /// The entry's own: its key, bookkeeping and journal, and its value's
+    /// bytes unless the value is shelved.
+    pub(super) own: usize,
+    /// The value's hash on the shelf, whose bytes count once for all holders.
+    pub(super) shelved: Option<u64>,
 }
 
 /// Records popped in one go, with whether each had expired (rather than
@@ -48,6 +62,8 @@ pub(super) enum WhenFull {
 pub(super) struct Pool {
     // A std mutex: held for a few pointer moves, never across an await.
     fifo: Mutex<VecDeque<Completed>>,
+    /// Values of this pool kept once however many entries hold them.
+    shelf: Shelf,
     completed: AtomicUsize,
     bytes: AtomicUsize,
     /// Entries led and not yet completed; counted only by a `Refuse` pool,
@@ -62,6 +78,7 @@ impl Pool {
     pub(super) fn new(max_entries: usize, max_bytes: usize, when_full: WhenFull) -> Pool {
         Pool {
             fifo: Mutex::new(VecDeque::new()),
+            shelf: Shelf::default(),
             completed: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             leading: AtomicUsize::new(0),
@@ -101,11 +118,20 @@ impl Pool {
         }
     }
 
-    /// Counts a completed value in and queues it; returns what must go now
+    /// Takes `value` for one more entry: the shelf's copy when it holds the
+    /// same bytes.
+    pub(super) fn keep(&self, value: Bytes) -> Kept {
+        self.shelf.keep(value)
+    }
+
+    /// Counts a completed value in (`charge`, and `first_bytes` of a value
+    /// the shelf took from it) and queues it; returns what must go now
     /// (expired values, and for an `Evict` pool the oldest ones past a bound).
-    pub(super) fn push(&self, record: Completed, now: Instant) -> Stale {
+    pub(super) fn push(&self, record: Completed, charge: Charge, first_bytes: usize, now: Instant) -> Stale {
+        // Set before it is counted in: whoever counts it out reads it.
+        let _ = record.slot.charge.set(charge);
         self.completed.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(record.cost, Ordering::Relaxed);
+        self.bytes.fetch_add(charge.own + first_bytes, Ordering::Relaxed);
         // Counted in before the claim is given back, so a concurrent claim
         // never sees room that is not there.
         record.slot.counted.store(true, Ordering::Release);
@@ -123,11 +149,20 @@ impl Pool {
 
     /// Counts one value out of the totals, once: the FIFO's pop and a new
     /// lead replacing an expired entry may both try, whichever comes first.
-    pub(super) fn count_out(&self, slot: &Slot, cost: usize) {
+    /// A shelved value's bytes go with its last holder.
+    pub(super) fn count_out(&self, slot: &Slot) {
         if slot.counted.swap(false, Ordering::AcqRel) {
+            let Some(charge) = slot.charge.get() else { return };
+            let shelved = charge.shelved.map_or(0, |hash| self.shelf.release(hash));
             self.completed.fetch_sub(1, Ordering::Relaxed);
-            self.bytes.fetch_sub(cost, Ordering::Relaxed);
+            self.bytes.fetch_sub(charge.own + shelved, Ordering::Relaxed);
         }
+    }
+
+    /// Distinct values on the shelf.
+    #[cfg(test)]
+    pub(super) fn shelved(&self) -> usize {
+        self.shelf.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, VecDeque<Completed>> {
@@ -148,7 +183,7 @@ impl Pool {
                 break;
             }
             let Some(front) = fifo.pop_front() else { break };
-            self.count_out(&front.slot, front.cost);
+            self.count_out(&front.slot);
             stale.push((front, expired));
         }
         stale

@@ -61,6 +61,14 @@ async fn put(store: &dyn FlightStore, key: Key, value: Bytes) {
     store.complete(lease, value).await.unwrap();
 }
 
+/// `len` bytes that differ from any other `stamp`'s: a value no other
+/// entry shares.
+fn distinct(stamp: usize, len: usize) -> Bytes {
+    let mut bytes = vec![0u8; len];
+    bytes[..8].copy_from_slice(&(stamp as u64).to_le_bytes());
+    Bytes::from(bytes)
+}
+
 fn in_a_minute() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
@@ -214,14 +222,100 @@ async fn entry_bound_evicts_oldest_completed_only() {
 
 #[tokio::test]
 async fn byte_bound_evicts_and_accounts() {
-    let body = Bytes::from(vec![0u8; 1000]);
-    let one = key("a").cost(&body);
+    let one = key("a").cost(&distinct(0, 1000));
     let store = store(limits(usize::MAX, one * 2, 60_000));
-    for id in ["a", "b", "c"] {
-        put(&store, key(id), body.clone()).await;
+    for (n, id) in ["a", "b", "c"].into_iter().enumerate() {
+        put(&store, key(id), distinct(n, 1000)).await;
     }
     assert_eq!((store.usage().entries, store.usage().bytes), (2, one * 2));
     assert!(matches!(begin(&store, key("a")).await, Begin::Lead(_)));
+}
+
+#[tokio::test]
+async fn identical_values_count_once_and_their_bytes_go_with_the_last_holder() {
+    let answer = Bytes::from(vec![7u8; 1000]);
+    // Room for one answer and three more entries holding it, not for two answers.
+    let (first, more) = (key("a").cost(&answer), key("b").cost(&[]));
+    let store = store(limits(usize::MAX, first + 3 * more, 60_000));
+    for id in ["a", "b", "c", "d"] {
+        put(&store, key(id), answer.clone()).await;
+    }
+    assert_eq!((store.usage().entries, store.usage().bytes), (4, first + 3 * more), "kept once");
+    assert_eq!(store.evicting.shelved(), 1);
+    let (a, d) = (hit(&store, key("a")).await, hit(&store, key("d")).await);
+    assert_eq!((&a[..], a.as_ptr()), (&answer[..], d.as_ptr()), "each replays the one copy");
+    assert_eq!(store.evictions[Handler::Run as usize].get(), 0);
+}
+
+#[tokio::test]
+async fn an_evicted_holder_leaves_the_shared_bytes_to_the_others() {
+    let answer = Bytes::from(vec![7u8; 1000]);
+    let (first, more) = (key("a").cost(&answer), key("b").cost(&[]));
+    let store = store(limits(3, usize::MAX, 60_000));
+    for id in ["a", "b", "c", "d"] {
+        put(&store, key(id), answer.clone()).await;
+    }
+    assert!(matches!(begin(&store, key("a")).await, Begin::Lead(_)), "the oldest holder evicted");
+    assert_eq!(store.usage().bytes, first + 2 * more, "the others keep the bytes");
+    assert_eq!(&hit(&store, key("d")).await[..], &answer[..]);
+    for (n, id) in ["e", "f", "g"].into_iter().enumerate() {
+        put(&store, key(id), distinct(n, 1000)).await;
+    }
+    assert_eq!(store.usage().bytes, 3 * first, "the last holder took them along");
+    assert_eq!(store.evicting.shelved(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_bytes_leave_once_every_holder_has_expired() {
+    let store = store(limits(100, usize::MAX, 50));
+    let answer = Bytes::from(vec![1u8; 500]);
+    for n in 0..10 {
+        put(&store, key(&format!("run-{n}")), answer.clone()).await;
+        put(&store, key(&format!("other-{n}")), distinct(n, 300)).await;
+    }
+    assert_eq!(store.usage().entries, 20);
+    // Half re-led once expired (counted out by their new lead), half purged.
+    tokio::time::advance(Duration::from_millis(60)).await;
+    for n in 0..5 {
+        let lease = lead(&store, key(&format!("run-{n}"))).await;
+        store.abandon(lease).await.unwrap();
+    }
+    store.purge_expired().await.unwrap();
+    assert_eq!(store.usage(), Usage::default(), "no byte left counted");
+    assert_eq!(store.evicting.shelved(), 0, "nothing left on the shelf");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_and_distinct_values_churned_under_bounds_leave_nothing_counted() {
+    let max_bytes = 20_000;
+    let store = store(limits(40, max_bytes, 1000));
+    let canned: Vec<Bytes> = (0..3).map(|n| distinct(1000 + n, 700 + 300 * n)).collect();
+    // A fixed pseudo-random walk: puts of canned and distinct values, repeats
+    // of old ids (hits, or leads once evicted or expired), and time passing.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for step in 0..3000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let id = format!("id-{}", state % 200);
+        let lease = match begin(&store, key(&id)).await {
+            Begin::Lead(lease) => lease,
+            _ => continue,
+        };
+        match state % 5 {
+            0 => store.abandon(lease).await.unwrap(),
+            1 => store.complete(lease, distinct(step, 100 + (state % 2000) as usize)).await.unwrap(),
+            n => store.complete(lease, canned[n as usize - 2].clone()).await.unwrap(),
+        }
+        assert!(store.usage().bytes <= max_bytes, "the bound holds at step {step}: {:?}", store.usage());
+        if state % 7 == 0 {
+            tokio::time::advance(Duration::from_millis(37)).await;
+        }
+    }
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    store.purge_expired().await.unwrap();
+    assert_eq!(store.usage(), Usage::default(), "every byte counted in was counted out");
+    assert_eq!(store.evicting.shelved(), 0);
 }
 
 #[tokio::test]
@@ -274,10 +368,9 @@ async fn commit_values_survive_a_flood_of_run_values() {
     let apply = |id| Key::new("demo", Handler::Apply, id);
     put(&store, commit("x"), value("pushed")).await;
     put(&store, apply("x"), value("applied")).await;
-    let run = Bytes::from(vec![0u8; 3000]);
     for n in 0..1000 {
-        put(&store, key(&format!("run-{n}")), run.clone()).await;
-        put(&store, Key::new("demo", Handler::Continue, &format!("continue-{n}")), run.clone()).await;
+        put(&store, key(&format!("run-{n}")), distinct(2 * n, 3000)).await;
+        put(&store, Key::new("demo", Handler::Continue, &format!("continue-{n}")), distinct(2 * n + 1, 3000)).await;
     }
     assert_eq!(&hit(&store, commit("x")).await[..], b"pushed");
     assert_eq!(&hit(&store, apply("x")).await[..], b"applied");
@@ -286,7 +379,9 @@ async fn commit_values_survive_a_flood_of_run_values() {
     assert!(usage.entries - usage.reserved_entries <= 10, "the run bounds hold");
     assert!(usage.bytes - usage.reserved_bytes <= 20_000, "the run bounds hold");
     let evicted = |handler: Handler| store.evictions[handler as usize].get();
-    assert_eq!(evicted(Handler::Run) + evicted(Handler::Continue), 2000 - 6);
+    let kept = usage.entries - usage.reserved_entries;
+    assert!(kept > 0 && kept == 20_000 / key("run-999").cost(&distinct(0, 3000)), "as many as fit: {kept}");
+    assert_eq!(evicted(Handler::Run) + evicted(Handler::Continue), 2000 - kept as u64);
     assert!(evicted(Handler::Continue) > 0, "counted per handler");
     assert_eq!(evicted(Handler::Commit) + evicted(Handler::Apply), 0);
 }
