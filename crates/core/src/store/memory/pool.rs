@@ -152,10 +152,11 @@ impl Pool {
     /// A shelved value's bytes go with its last holder.
     pub(super) fn count_out(&self, slot: &Slot) {
         if slot.counted.swap(false, Ordering::AcqRel) {
-            let Some(charge) = slot.charge.get() else { return };
-            let shelved = charge.shelved.map_or(0, |hash| self.shelf.release(hash));
+            // Set by `push` before it counted the value in.
+            let charge = slot.charge.get();
+            let shelved = charge.and_then(|charge| charge.shelved).map_or(0, |hash| self.shelf.release(hash));
             self.completed.fetch_sub(1, Ordering::Relaxed);
-            self.bytes.fetch_sub(charge.own + shelved, Ordering::Relaxed);
+            self.bytes.fetch_sub(charge.map_or(0, |charge| charge.own) + shelved, Ordering::Relaxed);
         }
     }
 
