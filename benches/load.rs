@@ -19,8 +19,9 @@
 //!
 //! The fresh `/demo/run` row is driven again against the same server with
 //! an answer cache that fits in a core's L2 (`LOAD_SMALL_CACHE=0` skips
-//! it): the difference is what keeping every fresh answer costs, which
-//! moves with the machine's caches more than any other figure here.
+//! it): the difference is what keeping an entry for every fresh answer
+//! costs (the demo's answers are the same bytes, kept once), which moves
+//! with the machine's caches more than any other figure here.
 //!
 //! The assistant's row (`support/assistant.rs`; `LOAD_ASSISTANT=0` skips it)
 //! drives `/assistant/run` of a second server whose model, a mock in this
@@ -102,8 +103,9 @@ const ROLE: &str = "MEGAMIND_BENCH_ROLE";
 const SMALL_CACHE_BYTES: &str = "262144";
 const SMALL_CACHE_ROW: &str = "http /demo/run, fresh, cache in L2";
 
-/// What keeping every fresh answer costs: the fresh row against the same
-/// server whose cache fits in a core's L2, in server CPU per request.
+/// What keeping an entry for every fresh answer costs: the fresh row
+/// against the same server whose cache fits in a core's L2, in server CPU
+/// per request.
 fn report_footprint(full: &Outcome, small: &Outcome) {
     if let (Some(full_us), Some(small_us)) = (full.cpu_per_request_us(), small.cpu_per_request_us()) {
         println!(
