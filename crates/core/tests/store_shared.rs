@@ -104,6 +104,38 @@ async fn with_redis_down_run_falls_back_and_commit_is_refused_in_time() {
 }
 
 #[tokio::test]
+async fn a_commit_answer_redis_refused_is_stored_once_it_can_be() {
+    let Some(server) = RedisServer::start("a commit answer stored late") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (lead, _) = begin(&store, Handler::Commit, "late").await;
+    let Ok(Begin::Lead(lease)) = lead else { panic!("a first /commit leads: {lead:?}") };
+    // Out of memory under noeviction, Redis refuses every write.
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1"));
+    store.complete(lease, Bytes::from_static(b"pushed")).await.unwrap();
+    let refused = || {
+        let stats: String = server.query(redis::cmd("INFO").arg("commandstats"));
+        // The script's own `SET` of the answer, refused.
+        stats.lines().any(|line| line.starts_with("cmdstat_set:") && !line.contains("rejected_calls=0"))
+    };
+    assert!(eventually(Duration::from_secs(5), refused).await, "the answer's first write was refused");
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
+    // Its claim would otherwise hold the entry until the lease runs out, and
+    // a retry after that would run the side effect again.
+    let until = Instant::now() + Duration::from_secs(5);
+    let replayed = loop {
+        match begin(&store, Handler::Commit, "late").await.0 {
+            Ok(Begin::Hit(value)) => break value,
+            other if Instant::now() < until => {
+                assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the answer was not stored once Redis took writes again: {other:?}"),
+        }
+    };
+    assert_eq!(&replayed[..], b"pushed");
+}
+
+#[tokio::test]
 async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     let Some(server) = RedisServer::start("a Redis frozen") else { return };
     let (store, registry) = shared(&server.url(), CommitFallback::Refuse);

@@ -118,6 +118,9 @@ struct Claim {
     claim: Bytes,
     /// Held by a lease: counts it in flight until the last clone goes.
     _lead: Option<InFlight>,
+    /// When a lease's claim runs out in Redis unless renewed (a waiter's:
+    /// when it was seen).
+    until: Instant,
 }
 
 #[derive(Debug)]
@@ -177,7 +180,8 @@ impl RedisStore {
         Ok(Some(match held.first() {
             Some(&VALUE) => Begin::Hit(held.slice(1..)),
             Some(&CLAIM) => {
-                Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim: held, _lead: None }) })
+                let claim = Claim { key: redis_key, claim: held, _lead: None, until: Instant::now() };
+                Begin::Wait(Waiter { key, token: Arc::new(claim) })
             }
             _ => {
                 return Err(StoreError::Unavailable(format!(
@@ -230,6 +234,8 @@ impl FlightStore for RedisStore {
         // Asked before the one round trip, not after: a hit or a wait then
         // gives the caller's slot back at once.
         let lead = may_lead();
+        // Taken before the claim is sent: Redis's own PX runs out later.
+        let until = Instant::now() + lease_ttl;
         let redis_key = self.key(&key);
         let claim = self.link.claim();
         let mut command = if lead { redis::cmd("SET") } else { redis::cmd("GET") };
@@ -251,7 +257,7 @@ impl FlightStore for RedisStore {
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let lead = Some(InFlight(self.in_flight.clone()));
-        Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, _lead: lead }) }))
+        Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, _lead: lead, until }) }))
     }
 
     async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
@@ -313,6 +319,12 @@ fn claim_of(token: &Token) -> Result<&Claim, StoreError> {
 /// Whether `token` is a claim of a [`RedisStore`].
 pub fn is_claim(token: &Token) -> bool {
     token.is::<Claim>()
+}
+
+/// When the lease holding `token` runs out at the earliest, if it is a
+/// claim of a [`RedisStore`].
+pub fn claim_until(token: &Token) -> Option<Instant> {
+    claim_of(token).ok().map(|claim| claim.until)
 }
 
 /// A Redis error as this store reports it: `OOM` is [`StoreError::Full`];

@@ -22,7 +22,9 @@
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
-//! lease in flight.
+//! lease in flight. A `/commit` or `/apply` answer that Redis did not take
+//! (slow, or down for a while) is tried again until it is stored or its
+//! lease runs out.
 
 use std::{
     sync::{
@@ -40,7 +42,7 @@ use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
     journal::{Appending, Entries, Journal},
     metrics::{Op, Outcome, StoreMetrics},
-    redis::{RedisLink, RedisStore, is_claim},
+    redis::{RedisLink, RedisStore, claim_until, is_claim},
 };
 use crate::background::Background;
 
@@ -55,6 +57,10 @@ const SLOW_TO_DOWN: Duration = Duration::from_secs(1);
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// How long a ping may take.
 const PING_TIMEOUT: Duration = Duration::from_millis(250);
+/// The first pause before a `/commit` or `/apply` answer that was not
+/// stored is tried again; it doubles up to [`MAX_END_PAUSE`].
+const FIRST_END_PAUSE: Duration = Duration::from_millis(10);
+const MAX_END_PAUSE: Duration = Duration::from_millis(250);
 
 /// What `/commit` and `/apply` do while the shared store is unavailable
 /// (`[store] commit_fallback`: `"refuse"` or `"local"`).
@@ -258,12 +264,28 @@ impl SharedStore {
         let store = self.0.clone();
         self.0.health.background.spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
-            let ended = match value {
-                Some(value) => store.run(op, store.shared.complete(lease, value)).await,
-                None => store.run(op, store.shared.abandon(lease)).await,
-            };
-            if let Err(error) = ended {
-                tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
+            // A `/commit` answer not stored leaves its claim until the lease
+            // runs out, and a retry after that runs the side effect again:
+            // it is tried again, while the lease lasts, once Redis answers.
+            let retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
+            let mut pause = FIRST_END_PAUSE;
+            loop {
+                let ended = if store.is_down() {
+                    Err(StoreError::Unavailable("the shared store is taken for down".into()))
+                } else {
+                    match &value {
+                        Some(value) => store.run(op, store.shared.complete(lease.clone(), value.clone())).await,
+                        None => store.run(op, store.shared.abandon(lease.clone())).await,
+                    }
+                };
+                let Err(error) = ended else { return };
+                let again = Instant::now() + pause;
+                if retry_until.is_none_or(|until| again >= until) {
+                    tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
+                    return;
+                }
+                tokio::time::sleep_until(again).await;
+                pause = (pause * 2).min(MAX_END_PAUSE);
             }
         });
     }
