@@ -268,9 +268,10 @@ impl SharedStore {
             // runs out, and a retry after that runs the side effect again:
             // it is tried again, while the lease lasts, once Redis answers.
             let retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
-            let mut pause = FIRST_END_PAUSE;
+            let (mut pause, mut first) = (FIRST_END_PAUSE, true);
             loop {
-                let ended = if store.is_down() {
+                // Tried again only once the store is back, not meanwhile.
+                let ended = if !std::mem::take(&mut first) && store.is_down() {
                     Err(StoreError::Unavailable("the shared store is taken for down".into()))
                 } else {
                     match &value {
