@@ -20,7 +20,7 @@ use dashmap::{DashMap, mapref::entry::Entry};
 const MAX_SHELVED: usize = 64 << 10;
 
 #[derive(Debug)]
-struct Shelved {
+pub(super) struct Shelved {
     bytes: Bytes,
     /// Entries holding it, counted in and out with the pool's totals.
     holders: usize,

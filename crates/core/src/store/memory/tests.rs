@@ -449,3 +449,18 @@ async fn a_token_of_another_kind_is_refused() {
     assert!(matches!(store.abandon(foreign.clone()).await, Err(StoreError::Foreign)));
     assert!(matches!(store.wait(&foreign.waiter(), in_a_minute()).await, Err(StoreError::Foreign)));
 }
+
+#[test]
+fn an_entry_is_counted_at_no_less_than_its_parts_take() {
+    use std::mem::size_of;
+    // Its slot in an `Arc`, the map's key and pointer, the eviction queue's
+    // record and a shelf entry, before the tables' room to grow: if these
+    // grow, the per-entry cost must be counted again by allocator.
+    let parts = 2 * size_of::<usize>()
+        + size_of::<Slot>()
+        + size_of::<(Key, Arc<Slot>)>()
+        + size_of::<pool::Completed>()
+        + size_of::<(u64, shelf::Shelved)>();
+    let counted = key("").cost(&[]);
+    assert!(parts + 64 <= counted, "an entry's parts take {parts} bytes, its cost counts {counted}");
+}
