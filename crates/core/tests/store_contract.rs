@@ -70,6 +70,12 @@ async fn begin(store: &dyn FlightStore, key: Key, lease: Duration) -> Begin {
     store.begin(key, lease, in_a_while(), &mut || true).await.expect("the store serves")
 }
 
+/// Leads `key` and completes it with `value`.
+async fn put(store: &dyn FlightStore, key: Key, value: Bytes) {
+    let Begin::Lead(lease) = begin(store, key, LONG).await else { panic!("leads") };
+    store.complete(lease, value).await.unwrap();
+}
+
 async fn the_first_caller_leads_repeats_wait_then_hit(store: Arc<dyn FlightStore>) {
     let Begin::Lead(lease) = begin(&*store, key("a"), LONG).await else { panic!("the first caller leads") };
     let Begin::Wait(waiter) = begin(&*store, key("a"), LONG).await else { panic!("a repeat waits") };
@@ -151,8 +157,7 @@ async fn a_completion_after_the_lease_ran_out_stores_nothing(store: Arc<dyn Flig
 async fn values_expire_after_their_ttl(store: Arc<dyn FlightStore>) {
     let run = Key::new("demo", Handler::Run, "e");
     for key in [key("e"), run.clone()] {
-        let Begin::Lead(lease) = begin(&*store, key, LONG).await else { panic!("leads") };
-        store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+        put(&*store, key, Bytes::from_static(b"kept")).await;
     }
     let stored = Instant::now();
     assert!(matches!(begin(&*store, run.clone(), LONG).await, Begin::Hit(_)));
@@ -201,8 +206,7 @@ async fn keys_differ_by_scenario_handler_and_id(store: Arc<dyn FlightStore>) {
 async fn a_full_redis_refuses_new_commits_and_still_replays() {
     let Some(server) = RedisServer::start("a full Redis") else { return };
     let store = redis_under(&server, "full");
-    let Begin::Lead(lease) = begin(&*store, key("kept"), LONG).await else { panic!("leads") };
-    store.complete(lease, Bytes::from_static(b"kept")).await.unwrap();
+    put(&*store, key("kept"), Bytes::from_static(b"kept")).await;
     let used: String = server.query(redis::cmd("INFO").arg("memory"));
     let used = used.lines().find_map(|line| line.strip_prefix("used_memory:")).unwrap().trim().parse::<u64>().unwrap();
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2));
@@ -258,11 +262,9 @@ async fn a_lost_lease_s_value_is_not_kept_anywhere_in_redis() {
 async fn a_redis_that_lost_its_scripts_still_stores_answers() {
     let Some(server) = RedisServer::start("a Redis without scripts") else { return };
     let store = redis_under(&server, "flushed");
-    let Begin::Lead(first) = begin(&*store, key("f1"), LONG).await else { panic!("leads") };
-    store.complete(first, Bytes::from_static(b"one")).await.unwrap();
+    put(&*store, key("f1"), Bytes::from_static(b"one")).await;
     let _: () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
-    let Begin::Lead(second) = begin(&*store, key("f2"), LONG).await else { panic!("leads") };
-    store.complete(second, Bytes::from_static(b"two")).await.unwrap();
+    put(&*store, key("f2"), Bytes::from_static(b"two")).await;
     assert!(matches!(begin(&*store, key("f2"), LONG).await, Begin::Hit(value) if &value[..] == b"two"));
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
     assert_eq!(keys.len(), 2, "two entries and nothing else: {keys:?}");

@@ -116,10 +116,15 @@ pub struct RedisStore {
 struct Claim {
     key: String,
     claim: Bytes,
-    /// Held by a lease: counts it in flight until the last clone goes.
-    _lead: Option<InFlight>,
-    /// When a lease's claim runs out in Redis unless renewed (a waiter's:
-    /// when it was seen).
+    /// A lease's own; a waiter has none.
+    lead: Option<Lead>,
+}
+
+#[derive(Debug)]
+struct Lead {
+    /// Counts the lease in flight until the last clone goes.
+    _in_flight: InFlight,
+    /// When the claim runs out in Redis unless renewed.
     until: Instant,
 }
 
@@ -180,8 +185,7 @@ impl RedisStore {
         Ok(Some(match held.first() {
             Some(&VALUE) => Begin::Hit(held.slice(1..)),
             Some(&CLAIM) => {
-                let claim = Claim { key: redis_key, claim: held, _lead: None, until: Instant::now() };
-                Begin::Wait(Waiter { key, token: Arc::new(claim) })
+                Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim: held, lead: None }) })
             }
             _ => {
                 return Err(StoreError::Unavailable(format!(
@@ -256,8 +260,8 @@ impl FlightStore for RedisStore {
             return Ok(Begin::Refused);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let lead = Some(InFlight(self.in_flight.clone()));
-        Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, _lead: lead, until }) }))
+        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until });
+        Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, lead }) }))
     }
 
     async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
@@ -322,9 +326,9 @@ pub fn is_claim(token: &Token) -> bool {
 }
 
 /// When the lease holding `token` runs out at the earliest, if it is a
-/// claim of a [`RedisStore`].
+/// lease's claim of a [`RedisStore`].
 pub fn claim_until(token: &Token) -> Option<Instant> {
-    claim_of(token).ok().map(|claim| claim.until)
+    claim_of(token).ok()?.lead.as_ref().map(|lead| lead.until)
 }
 
 /// A Redis error as this store reports it: `OOM` is [`StoreError::Full`];

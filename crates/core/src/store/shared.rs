@@ -268,10 +268,10 @@ impl SharedStore {
             // runs out, and a retry after that runs the side effect again:
             // it is tried again, while the lease lasts, once Redis answers.
             let retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
-            let (mut pause, mut first) = (FIRST_END_PAUSE, true);
+            let (mut pause, mut retrying) = (FIRST_END_PAUSE, false);
             loop {
                 // Tried again only once the store is back, not meanwhile.
-                let ended = if !std::mem::take(&mut first) && store.is_down() {
+                let ended = if retrying && store.is_down() {
                     Err(StoreError::Unavailable("the shared store is taken for down".into()))
                 } else {
                     match &value {
@@ -287,6 +287,7 @@ impl SharedStore {
                 }
                 tokio::time::sleep_until(again).await;
                 pause = (pause * 2).min(MAX_END_PAUSE);
+                retrying = true;
             }
         });
     }
