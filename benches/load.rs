@@ -38,7 +38,9 @@
 //! them, as does a machine without `redis-server`) drive a second server
 //! whose idempotency store is a local `redis-server`: fresh `/demo/run`s and
 //! `/demo/commit` replays, with Redis round trips per call and the ratio to
-//! the memory store's rows of the same rounds.
+//! the memory store's rows of the same rounds. Redis runs without
+//! persistence, or with `LOAD_REDIS_APPENDFSYNC=always` (or `everysec`) with
+//! an append-only file synced so.
 //!
 //! The TVM rows (`support/tvm.rs`; `LOAD_TVM=0` skips them) drive two
 //! more servers with one service ticket, one checking it through a tvmtool
@@ -175,6 +177,14 @@ fn baseline(role: &str) -> Server {
     Server::start(command)
 }
 
+/// `LOAD_REDIS_APPENDFSYNC`: how the shared-store rows' Redis syncs its
+/// append-only file (`always`, `everysec`, `no`); unset, it keeps none.
+fn appendfsync() -> Option<&'static str> {
+    let sync = std::env::var("LOAD_REDIS_APPENDFSYNC").ok()?;
+    let known = ["always", "everysec", "no"].into_iter().find(|known| *known == sync);
+    Some(known.unwrap_or_else(|| panic!("LOAD_REDIS_APPENDFSYNC={sync}: always, everysec or no")))
+}
+
 /// The round with the median throughput.
 fn median(mut rounds: Vec<Outcome>) -> Outcome {
     rounds.sort_by(|a, b| a.rps().total_cmp(&b.rps()));
@@ -259,7 +269,7 @@ fn main() {
         // which moves with the machine's caches and its other tenants.
         let small_cache = (env_or("LOAD_SMALL_CACHE", 1) != 0)
             .then(|| ours_with_env::<&str>(&[], &[("MEGAMIND_CACHE_MAX_BYTES", SMALL_CACHE_BYTES)]));
-        let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start() } else { None };
+        let mut shared = if env_or("LOAD_REDIS", 1) != 0 { SharedStoreLoad::start(appendfsync()) } else { None };
         let mut tvm = if env_or("LOAD_TVM", 1) != 0 { Some(TvmLoad::start().await) } else { None };
         let mut assistant = match env_or("LOAD_ASSISTANT", 1) {
             0 => None,

@@ -21,9 +21,11 @@ pub struct SharedStoreLoad {
 }
 
 impl SharedStoreLoad {
-    /// Starts both, or says why not (no `redis-server`).
-    pub fn start() -> Option<SharedStoreLoad> {
-        let redis = RedisServer::start("the load bench's Redis rows")?;
+    /// Starts both, or says why not (no `redis-server`). Redis runs without
+    /// persistence, or with an append-only file synced as `appendfsync`
+    /// says.
+    pub fn start(appendfsync: Option<&'static str>) -> Option<SharedStoreLoad> {
+        let redis = RedisServer::start_with("the load bench's Redis rows", appendfsync)?;
         let server = ours(&["--store-url", &redis.url()]);
         Some(SharedStoreLoad { redis, server, trips: BTreeMap::new() })
     }
@@ -80,7 +82,9 @@ impl SharedStoreLoad {
     /// The round trips per call of each row, and how the rows compare with
     /// the memory store's (`fresh` and `replays` of the same run).
     pub fn report(&self, rows: [&Outcome; 2], memory: [&Outcome; 2]) {
-        println!("\nshared store (Redis on this machine), against the memory store in the same run:");
+        let persistence =
+            self.redis.appendfsync().map_or("persistence off".into(), |sync| format!("appendfsync {sync}"));
+        println!("\nshared store (Redis on this machine, {persistence}), against the memory store in the same run:");
         for ((row, memory), name) in rows.iter().zip(memory).zip([FRESH, REPLAYS]) {
             let (trips, requests) = self.trips.get(name).copied().unwrap_or_default();
             println!(

@@ -202,7 +202,7 @@ fn the_image_build_keeps_target_out_and_caches_dependencies() {
 }
 
 #[test]
-fn the_replicas_share_a_redis_that_never_evicts_and_read_its_url_from_a_secret() {
+fn the_replicas_share_a_redis_that_never_evicts_nor_forgets_and_read_its_url_from_a_secret() {
     let Some(tools) = python_tools::tools_blocking("the_replicas_share_a_redis") else {
         return;
     };
@@ -217,8 +217,15 @@ fn the_replicas_share_a_redis_that_never_evicts_and_read_its_url_from_a_secret()
         .collect();
     let after = |flag: &str| args.iter().position(|a| *a == flag).and_then(|at| args.get(at + 1)).copied();
     assert_eq!(after("--maxmemory-policy"), Some("noeviction"), "{args:?}");
-    assert_eq!(after("--appendonly"), Some("no"), "{args:?}");
     assert!(after("--maxmemory").is_some(), "memory is bounded: {args:?}");
+    // A claim forgotten in a crash lets a retried /commit run again.
+    assert_eq!(after("--appendonly"), Some("yes"), "{args:?}");
+    assert_eq!(after("--appendfsync"), Some("always"), "{args:?}");
+    let mounts = &redis["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    let data = mounts.as_array().expect("volume mounts").iter().find(|m| m["mountPath"] == "/data");
+    let data = data.expect("Redis's directory is a volume")["name"].clone();
+    let claims = redis["spec"]["volumeClaimTemplates"].as_array().expect("a volume claim template");
+    assert!(claims.iter().any(|c| c["metadata"]["name"] == data), "the append-only file outlives the pod");
     let services = of_kind(&documents, "Service");
     assert!(services.iter().any(|s| s["metadata"]["name"] == "megamind-redis"), "a Service in front of it");
 

@@ -29,7 +29,7 @@ const BUDGET: Duration = Duration::from_millis(300);
 pub(crate) struct Replica {
     child: Child,
     pub(crate) base: String,
-    /// Its log lines about the shared store.
+    /// Its log lines about the shared store and Redis.
     store_lines: Arc<Mutex<Vec<String>>>,
 }
 
@@ -58,7 +58,9 @@ impl Replica {
         let store_lines = Arc::new(Mutex::new(Vec::new()));
         let collected = store_lines.clone();
         std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok).filter(|line| line.contains("shared store")) {
+            for line in
+                lines.map_while(Result::ok).filter(|line| line.contains("shared store") || line.contains("Redis"))
+            {
                 collected.lock().unwrap().push(line);
             }
         });
@@ -254,6 +256,84 @@ async fn with_redis_killed_every_replica_answers_in_budget_and_sharing_resumes_b
         assert_eq!(commit_error(&body), None);
     }
     assert_eq!(cluster.pushes().await, 1.0, "shared again: one push for three tries");
+}
+
+/// A replica reads Redis's settings once it answers: it warns where Redis
+/// may evict an answer or forget a claim in a crash, or will not say, and
+/// serves on in every case.
+#[tokio::test]
+async fn a_replica_warns_when_redis_may_evict_or_forget_what_a_commit_needs() {
+    let checked = "Redis's settings checked";
+    let (evicts, forgets, unread) = ("maxmemory-policy allkeys-lru", "no append-only file", "could not be read");
+
+    let Some(durable) = RedisServer::start_durable("Redis's settings: as the deploy runs it") else { return };
+    let replica = Replica::start(&durable.url());
+    assert_eq!(replica.store_lines_with(checked, 1).await, 1, "{:?}", replica.store_lines.lock().unwrap());
+    for warning in [evicts, forgets, unread, "WARN"] {
+        assert_eq!(replica.store_lines_with(warning, 0).await, 0, "{warning}");
+    }
+
+    let Some(careless) = RedisServer::start("Redis's settings: evicting, no file") else { return };
+    let _: () = careless.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru"));
+    let replica = Replica::start(&careless.url());
+    assert_eq!(replica.store_lines_with(checked, 1).await, 1);
+    assert_eq!(replica.store_lines_with(evicts, 1).await, 1);
+    assert_eq!(replica.store_lines_with(forgets, 1).await, 1);
+
+    let Some(locked) = RedisServer::start("Redis's settings: CONFIG refused") else { return };
+    let _: () = locked.query(redis::cmd("ACL").arg("SETUSER").arg("default").arg("-config"));
+    let replica = Replica::start(&locked.url());
+    assert_eq!(replica.store_lines_with(unread, 1).await, 1);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let answer = http.post(format!("{}/demo/commit", replica.base)).body(commit_request("config-refused")).send();
+    let answer = answer.await.expect("the replica answers").bytes().await.expect("a body");
+    assert_eq!(commit_error(&answer), None, "a /commit runs over it all the same");
+}
+
+/// With Redis writing every change to its append-only file before it
+/// answers (as `deploy/k8s/redis.yaml` runs it), a crash forgets neither an
+/// answer nor a claim in flight: a `/commit` retried after Redis is back
+/// replays, and one whose claim was taken before the crash waits for it.
+#[tokio::test]
+async fn with_an_append_only_file_a_redis_crash_forgets_no_commit() {
+    let Some(mut redis) = RedisServer::start_durable("a durable Redis crashes") else { return };
+    let cluster = Cluster::start(&redis);
+    assert!(cluster.wait_until_shared(Duration::from_secs(5)).await.is_some());
+
+    let (_, answered, _) = cluster.post(0, "/demo/commit", commit_request("before-the-crash")).await;
+    assert_eq!(commit_error(&answered), None);
+    // The answer is stored just after it is sent: wait until Redis holds it.
+    let key = "megamind:{demo/commit/before-the-crash}";
+    let stored = Instant::now();
+    while !redis.query::<Option<Vec<u8>>>(redis::cmd("GET").arg(key)).is_some_and(|held| held.starts_with(b"v")) {
+        assert!(stored.elapsed() < Duration::from_secs(5), "the answer reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lease = BUDGET + Duration::from_millis(DETACH_LIMIT_MS);
+    let claim = "megamind:{demo/commit/claimed-before-the-crash}";
+    let _: () =
+        redis.query(redis::cmd("SET").arg(claim).arg("cother-replica:0").arg("PX").arg(lease.as_millis() as u64));
+
+    redis.restart();
+    for at in 1..3 {
+        // A replica that has not yet seen its connection go answers the
+        // first call after the crash `unavailable`, and runs nothing.
+        let retried = Instant::now();
+        let replayed = loop {
+            let (_, body, _) = cluster.post(at, "/demo/commit", commit_request("before-the-crash")).await;
+            if commit_error(&body).as_deref() != Some("unavailable") {
+                break body;
+            }
+            assert!(retried.elapsed() < Duration::from_secs(15), "replica {at} found Redis back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(replayed, answered, "replica {at} answers as before the crash");
+        let replays = r#"megamind_requests_total{handler="commit",outcome="replay",scenario="demo",transport="http"} "#;
+        assert_eq!(sample(&cluster.metrics(at).await, replays), Some(1.0), "replica {at} replayed it");
+    }
+    let (_, body, _) = cluster.post(1, "/demo/commit", commit_request("claimed-before-the-crash")).await;
+    assert_eq!(commit_error(&body).as_deref(), Some("timeout"), "the claim taken before the crash is still waited for");
+    assert_eq!(cluster.pushes().await, 1.0, "the side effect ran once, before the crash");
 }
 
 /// A replica killed between its claim and its answer leaves the claim

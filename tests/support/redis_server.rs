@@ -1,4 +1,5 @@
-//! A `redis-server` of a test's own on an ephemeral port, persistence off,
+//! A `redis-server` of a test's own on an ephemeral port, persistence off
+//! (or an append-only file synced at every write, as the deploy runs it),
 //! that the test can kill (SIGKILL) and start again on the same port.
 //!
 //! Without `redis-server` installed, [`RedisServer::start`] says `SKIPPED`
@@ -17,11 +18,27 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// How it syncs the append-only file it keeps in `dir` (read again at a
+    /// restart); `None` keeps none.
+    appendfsync: Option<&'static str>,
 }
 
 impl RedisServer {
-    /// Starts one, or says why not (see the module's doc).
+    /// Starts one, persistence off, or says why not (see the module's doc).
     pub fn start(test: &str) -> Option<RedisServer> {
+        RedisServer::start_with(test, None)
+    }
+
+    /// Starts one that writes every change to its append-only file before
+    /// it answers (`appendfsync always`) and reads it again when it is
+    /// started again, or says why not.
+    pub fn start_durable(test: &str) -> Option<RedisServer> {
+        RedisServer::start_with(test, Some("always"))
+    }
+
+    /// Starts one with an append-only file synced as `appendfsync` says
+    /// (`always`, `everysec`, `no`), or, with `None`, with none.
+    pub fn start_with(test: &str, appendfsync: Option<&'static str>) -> Option<RedisServer> {
         let found = Command::new("redis-server").arg("--version").stdout(Stdio::null()).status().is_ok();
         if !found {
             let reason = "redis-server is not installed (apt-get install redis-server)";
@@ -36,7 +53,7 @@ impl RedisServer {
         // A port just freed may be taken again before redis binds it: try a few.
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-            let mut server = RedisServer { child: None, port, dir: dir.clone() };
+            let mut server = RedisServer { child: None, port, dir: dir.clone(), appendfsync };
             if server.launch() {
                 return Some(server);
             }
@@ -44,12 +61,18 @@ impl RedisServer {
         panic!("{test}: redis-server did not start");
     }
 
+    /// How it syncs its append-only file, if it keeps one.
+    pub fn appendfsync(&self) -> Option<&'static str> {
+        self.appendfsync
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Kills it with SIGKILL: its data is gone, as after a crash.
+    /// Kills it with SIGKILL, as a crash would: what it held is gone unless
+    /// it keeps an append-only file.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -74,7 +97,8 @@ impl RedisServer {
         assert!(sent.success(), "kill {signal} {pid}");
     }
 
-    /// Starts it again on the same port, empty.
+    /// Starts it again on the same port: empty, or with what its
+    /// append-only file holds.
     pub fn restart(&mut self) {
         self.kill();
         assert!(self.launch(), "redis-server started again on port {}", self.port);
@@ -90,7 +114,11 @@ impl RedisServer {
     /// Starts `redis-server` and reads its log until it accepts connections.
     fn launch(&mut self) -> bool {
         let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(match self.appendfsync {
+                Some(appendfsync) => ["--appendonly", "yes", "--appendfsync", appendfsync],
+                None => ["--appendonly", "no", "--appendfsync", "everysec"],
+            })
             .args(["--maxmemory-policy", "noeviction", "--loglevel", "notice"])
             .arg("--dir")
             .arg(&self.dir)

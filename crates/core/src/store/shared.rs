@@ -77,7 +77,7 @@ pub enum CommitFallback {
 
 /// What one server knows of its Redis's health, shared by every store over
 /// it: one count of failures, one `down` state, one log line when Redis goes
-/// and one when it is back, one watch, one memory policy check.
+/// and one when it is back, one watch, one check of its settings.
 #[derive(Debug)]
 pub struct StoreHealth {
     link: Arc<RedisLink>,
@@ -198,16 +198,16 @@ impl StoreHealth {
         }
     }
 
-    /// Pings the store at start and while it is down, and checks its memory
-    /// policy once it first answers; ends with the last store.
+    /// Pings the store at start and while it is down, and checks its
+    /// settings once it first answers; ends with the last store.
     async fn watch(health: Weak<StoreHealth>) {
-        let (mut first, mut policy_checked) = (true, false);
+        let (mut first, mut settings_checked) = (true, false);
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(health) = health.upgrade() else { return };
-            if policy_checked && !health.is_down() {
+            if settings_checked && !health.is_down() {
                 continue;
             }
             match health.run(Op::Ping, health.link.ping(PING_TIMEOUT)).await {
@@ -217,9 +217,9 @@ impl StoreHealth {
                 Err(_) => {}
             }
             first = false;
-            if !policy_checked && !health.is_down() {
-                policy_checked = true;
-                check_policy(&health.link).await;
+            if !settings_checked && !health.is_down() {
+                settings_checked = true;
+                check_settings(&health.link).await;
             }
         }
     }
@@ -401,21 +401,40 @@ impl Journal for SharedStore {
     }
 }
 
-/// Warns when Redis may evict answers: `/commit` and `/apply` answers must
-/// stay for their TTL, which only `noeviction` promises.
-async fn check_policy(link: &RedisLink) {
+/// Says what Redis promises the answers and claims it holds, and warns
+/// where that is short of what a `/commit` needs: its answer kept for the
+/// TTL, which only `maxmemory-policy noeviction` promises, and its claim
+/// kept across a crash, which only an append-only file does.
+async fn check_settings(link: &RedisLink) {
     let address = link.address();
-    match link.memory_policy(PING_TIMEOUT).await {
-        Ok(policy) if policy == "noeviction" => {}
-        Ok(policy) => tracing::warn!(
+    let settings = link.settings(["maxmemory-policy", "appendonly", "appendfsync"], PING_TIMEOUT).await;
+    let [Some(policy), Some(appendonly), Some(appendfsync)] = (match settings {
+        Ok(settings) => settings,
+        Err(error) => {
+            return tracing::warn!(
+                store = address, %error,
+                "Redis's settings could not be read (CONFIG may be disabled): make sure it runs with \
+                 maxmemory-policy noeviction and appendonly yes"
+            );
+        }
+    }) else {
+        return tracing::warn!(store = address, "Redis did not tell its maxmemory-policy and appendonly settings");
+    };
+    if policy != "noeviction" {
+        tracing::warn!(
             store = address,
             policy,
             "Redis may evict answers under memory pressure (maxmemory-policy {policy}): a /commit retried after its \
              answer was evicted runs again; run Redis with maxmemory-policy noeviction"
-        ),
-        Err(error) => tracing::warn!(
-            store = address, %error,
-            "Redis's maxmemory-policy could not be read (CONFIG may be disabled): make sure it is noeviction"
-        ),
+        );
     }
+    if appendonly != "yes" {
+        tracing::warn!(
+            store = address,
+            "Redis keeps no append-only file: if it crashes or restarts it forgets every claim and answer, and a \
+             /commit retried across that runs again; run Redis with appendonly yes (appendfsync always)"
+        );
+    }
+    let appendfsync = if appendonly == "yes" { appendfsync.as_str() } else { "-" };
+    tracing::info!(store = address, policy, appendonly, appendfsync, "Redis's settings checked");
 }

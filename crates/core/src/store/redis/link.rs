@@ -118,12 +118,18 @@ impl RedisLink {
         within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await.map(drop)
     }
 
-    /// Redis's `maxmemory-policy`, where `CONFIG GET` is allowed.
-    pub async fn memory_policy(&self, timeout: Duration) -> Result<String, StoreError> {
+    /// Redis's settings `names`, where `CONFIG GET` is allowed: each
+    /// name's value, `None` for a setting this Redis does not have.
+    pub async fn settings<const N: usize>(
+        &self,
+        names: [&str; N],
+        timeout: Duration,
+    ) -> Result<[Option<String>; N], StoreError> {
         let mut connection = self.connection()?;
         let mut command = redis::cmd("CONFIG");
-        command.arg("GET").arg("maxmemory-policy");
+        command.arg("GET").arg(&names[..]);
         let pairs: Vec<String> = within(timeout, command.query_async(&mut connection)).await?;
-        pairs.get(1).cloned().ok_or_else(|| StoreError::Unavailable("CONFIG GET answered nothing".into()))
+        let value = |name: &str| pairs.chunks_exact(2).find(|pair| pair[0] == name).map(|pair| pair[1].clone());
+        Ok(names.map(value))
     }
 }
