@@ -116,8 +116,8 @@ impl RedisServer {
         let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(match self.appendfsync {
-                Some(appendfsync) => ["--appendonly", "yes", "--appendfsync", appendfsync],
-                None => ["--appendonly", "no", "--appendfsync", "everysec"],
+                Some(appendfsync) => vec!["--appendonly", "yes", "--appendfsync", appendfsync],
+                None => vec!["--appendonly", "no"],
             })
             .args(["--maxmemory-policy", "noeviction", "--loglevel", "notice"])
             .arg("--dir")

@@ -407,8 +407,7 @@ impl Journal for SharedStore {
 /// kept across a crash, which only an append-only file does.
 async fn check_settings(link: &RedisLink) {
     let address = link.address();
-    let settings = link.settings(["maxmemory-policy", "appendonly", "appendfsync"], PING_TIMEOUT).await;
-    let [Some(policy), Some(appendonly), Some(appendfsync)] = (match settings {
+    let settings = match link.settings(["maxmemory-policy", "appendonly", "appendfsync"], PING_TIMEOUT).await {
         Ok(settings) => settings,
         Err(error) => {
             return tracing::warn!(
@@ -417,7 +416,8 @@ async fn check_settings(link: &RedisLink) {
                  maxmemory-policy noeviction and appendonly yes"
             );
         }
-    }) else {
+    };
+    let [Some(policy), Some(appendonly), Some(appendfsync)] = settings else {
         return tracing::warn!(store = address, "Redis did not tell its maxmemory-policy and appendonly settings");
     };
     if policy != "noeviction" {
