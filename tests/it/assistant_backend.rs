@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     assistant_harness::{apology, ask, client, metrics_text, spawn},
-    helpers::Transport,
+    helpers::{Transport, binary},
     metrics::sample,
     mock_llm::{MockLlm, Reply},
 };
@@ -158,9 +158,8 @@ async fn the_served_binary_warms_a_local_model_server_up_before_its_runtime_serv
     // `serve` builds the scenarios before its runtime starts: the warm-up
     // must not depend on one being there.
     let mock = MockLlm::start(Reply::content("Ок.")).await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+    let mut child = binary()
         .args(["serve", "--addr", "127.0.0.1:0", "--llm-base-url", &mock.base_url()])
-        .env_remove("MEGAMIND_CONFIG")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

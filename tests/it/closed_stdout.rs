@@ -4,17 +4,19 @@
 
 use std::{
     io::Write,
-    process::{Command, Output, Stdio},
+    process::{Output, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::dialog_cmd::{serve, temp};
+use crate::{
+    dialog_cmd::{serve, temp},
+    helpers::binary,
+};
 
 /// Runs the binary with `args` and `stdin`, its standard output closed.
 fn with_stdout_closed(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+    let mut child = binary()
         .args(args)
-        .env_remove("MEGAMIND_CONFIG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

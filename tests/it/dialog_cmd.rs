@@ -12,6 +12,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::helpers::binary;
+
 const BIN: &str = env!("CARGO_BIN_EXE_megamind-scenario");
 
 /// The real server on an ephemeral port, its log going to `log`.
@@ -34,11 +36,9 @@ pub(crate) fn serve(log_level: &str, log: &Path) -> Server {
 /// [`serve`] with more flags.
 fn serve_with(log_level: &str, log: &Path, flags: &[&str]) -> Server {
     let file = std::fs::File::create(log).unwrap();
-    let child = Command::new(BIN)
+    let child = binary()
         .args(["serve", "--addr", "127.0.0.1:0", "--log-level", log_level])
         .args(flags)
-        .env_remove("MEGAMIND_CONFIG")
-        .env_remove("MEGAMIND_DEFAULT_SCENARIO")
         .stdout(file)
         .stderr(Stdio::inherit())
         .spawn()

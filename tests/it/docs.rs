@@ -3,16 +3,12 @@
 //! The repository's texts stand on their own: none points at a document it
 //! does not ship, and every relative link and `docs/` page named resolves.
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
+use std::path::{Path, PathBuf};
 
 use megamind_core::{config::Config, rules::metrics::ServerMetrics, scenario::module};
 use megamind_scenario::scenarios;
 
-use crate::helpers::{served_config, spawn_builtin};
+use crate::helpers::{run_binary, served_config, spawn_builtin};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -384,16 +380,8 @@ fn every_relative_link_and_docs_mention_resolves() {
 }
 
 /// `megamind-scenario ARGS < input`, as the docs run it; its stdout.
-fn binary(args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    child.stdin.take().expect("stdin").write_all(input).expect("write stdin");
-    let output = child.wait_with_output().expect("the binary finishes");
+fn run_as_documented(args: &[&str], input: &[u8]) -> Vec<u8> {
+    let output = run_binary(args, input);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
     output.stdout
 }
@@ -406,11 +394,14 @@ async fn the_assistant_quick_start_answers_as_shown() {
     let shown = blocks(&doc, "").into_iter().find(|b| b.contains("OpenAppDirective")).expect("the answer shown");
 
     let app = spawn_builtin(served_config()).await;
-    let body =
-        binary(&["convert", "-t", "TScenarioRunRequest", "--from", "text", "--to", "binary"], request.as_bytes());
+    let body = run_as_documented(
+        &["convert", "-t", "TScenarioRunRequest", "--from", "text", "--to", "binary"],
+        request.as_bytes(),
+    );
     let (status, answer) = app.post_binary("/assistant/run", body).await;
     assert_eq!(status, 200);
-    let answer = binary(&["convert", "-t", "TScenarioRunResponse", "--from", "binary", "--to", "text"], &answer);
+    let answer =
+        run_as_documented(&["convert", "-t", "TScenarioRunResponse", "--from", "binary", "--to", "text"], &answer);
     let answer = String::from_utf8(answer).expect("text format is UTF-8");
     for line in [
         r#"Intent: "assistant""#,

@@ -3,7 +3,7 @@
 //! un-prefixed paths reach the demo, and a file, a variable or a flag still
 //! wins over a default.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use megamind_core::{
     codec::Format,
@@ -12,15 +12,15 @@ use megamind_core::{
 
 use crate::{
     dialog_cmd::{serve, temp},
-    helpers::{decode_answer, fixture, fixture_body},
+    helpers::{binary, decode_answer, fixture, fixture_body},
 };
 
 /// `serve --print-config` with `args`, the variables `env` set and no other
 /// of ours; its output.
 fn printed(args: &[&str], env: &[(&str, &str)]) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
+    let mut command = binary();
     command.args(["serve", "--print-config"]).args(args);
-    command.env_remove("MEGAMIND_CONFIG").env_remove("MEGAMIND_DEFAULT_SCENARIO").envs(env.iter().copied());
+    command.envs(env.iter().copied());
     let Output { status, stdout, stderr } = command.output().expect("the binary runs");
     assert!(status.success(), "{}", String::from_utf8_lossy(&stderr));
     String::from_utf8(stdout).expect("UTF-8")

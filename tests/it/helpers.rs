@@ -269,9 +269,22 @@ pub fn convert(args: &[&str], input: &[u8]) -> std::process::Output {
     run_binary(&args, input)
 }
 
+/// The server binary as a command that sees none of the `MEGAMIND_*`
+/// settings of the environment the tests run in (a `MEGAMIND_STORE_URL` set
+/// there would point every test at that Redis): each test sets its own.
+pub fn binary() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("MEGAMIND_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// Runs the binary with `args`, `input` on its standard input, to its end.
 pub fn run_binary(args: &[&str], input: &[u8]) -> std::process::Output {
-    run_command(std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario")).args(args), input)
+    run_command(binary().args(args), input)
 }
 
 /// Runs `command` with `input` on its standard input to its end, and what it printed.
@@ -311,11 +324,10 @@ impl LoggedServer {
     /// environment `env` besides.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> LoggedServer {
         use std::{io::BufRead, process::Stdio};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        let mut child = binary()
             .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0"])
             .args(args)
             .envs(env.iter().copied())
-            .env_remove("MEGAMIND_CONFIG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -4,7 +4,7 @@
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::mpsc,
     time::Duration,
 };
@@ -19,7 +19,7 @@ use megamind_core::{
 use prost::Message;
 
 use crate::helpers::{
-    TestApp, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr_in, spawn_builtin, spawn_demo,
+    TestApp, binary, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr_in, spawn_builtin, spawn_demo,
 };
 
 /// `levels` of `list_value{values{` inside the request's experiments: the
@@ -161,9 +161,8 @@ struct DebugServer {
 
 impl DebugServer {
     fn start() -> DebugServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        let mut child = binary()
             .args(["serve", "--addr", "127.0.0.1:0", "--log-level", "debug"])
-            .env_remove("MEGAMIND_CONFIG")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

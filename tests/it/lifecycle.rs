@@ -18,7 +18,7 @@ use megamind_core::{
 use tokio::{sync::Semaphore, task::JoinHandle};
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture_body, registry_of, serving_addr_in, spawn_app, spawn_demo},
+    helpers::{TestApp, binary, decode_answer, fixture_body, registry_of, serving_addr_in, spawn_app, spawn_demo},
     scenarios::Counting,
 };
 
@@ -114,9 +114,8 @@ async fn readyz_turns_503_during_the_shutdown_delay() {
 /// The real binary serving on port 0 with `shutdown_delay_ms`: the
 /// process, the lines of its log after the `serving` one, and its address.
 fn serve_binary(shutdown_delay_ms: &str) -> (Child, Lines<BufReader<ChildStdout>>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+    let mut child = binary()
         .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", shutdown_delay_ms])
-        .env_remove("MEGAMIND_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -168,25 +167,18 @@ fn bad_configuration_fails_at_start_with_every_problem_named() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bad.toml");
     std::fs::write(&path, "[budget]\nrun_ms = 0\n[cache]\nttl_secs = 0\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(&path)
-        .output()
-        .expect("the binary runs");
+    let output =
+        binary().args(["serve", "--addr", "127.0.0.1:0", "--config"]).arg(&path).output().expect("the binary runs");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("budget.run_ms = 0") && stderr.contains("cache.ttl_secs"), "{stderr}");
 
     std::fs::write(&path, "adrr = \"0.0.0.0:1\"\n").unwrap();
-    let output =
-        Command::new(env!("CARGO_BIN_EXE_megamind-scenario")).args(["serve", "--config"]).arg(&path).output().unwrap();
+    let output = binary().args(["serve", "--config"]).arg(&path).output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("adrr"));
 
-    let output = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--default-scenario", "nope"])
-        .output()
-        .unwrap();
+    let output = binary().args(["serve", "--addr", "127.0.0.1:0", "--default-scenario", "nope"]).output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("\"nope\" is not registered"));
     std::fs::remove_dir_all(&dir).ok();

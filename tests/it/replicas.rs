@@ -4,7 +4,7 @@
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -16,7 +16,7 @@ use megamind_core::{
 use prost::Message;
 
 use crate::{
-    helpers::{decode_answer, fixture, serving_addr_in},
+    helpers::{binary, decode_answer, fixture, serving_addr_in},
     metrics::sample,
     redis_server::RedisServer,
 };
@@ -40,15 +40,13 @@ impl Replica {
 
     /// A replica over the Redis at `store_url`, with `args` besides.
     pub(crate) fn start_with(store_url: &str, args: &[&str]) -> Replica {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+        let mut child = binary()
             .args(["serve", "--addr", "127.0.0.1:0", "--store-url", store_url])
             .args(args)
             .args(["--detach-limit-ms", &DETACH_LIMIT_MS.to_string()])
             // Well above a round trip even on a machine busy building tests,
             // well inside the budget.
             .args(["--store-timeout-ms", "100"])
-            .env_remove("MEGAMIND_CONFIG")
-            .env_remove("MEGAMIND_STORE_URL")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

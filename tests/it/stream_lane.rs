@@ -23,7 +23,7 @@ use tokio::{
 
 use crate::{
     assistant_harness::{client, run, signed, spawn_module, spawn_module_in},
-    helpers::{TestApp, Transport, served_config, serving_addr_in, spawn_builtin},
+    helpers::{TestApp, Transport, binary, served_config, serving_addr_in, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
 
@@ -125,9 +125,8 @@ async fn without_the_lane_a_stream_is_served_on_the_main_threads() {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megamind-scenario"))
+    let mut child = binary()
         .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0", "--stream-lane-nice", "5"])
-        .env_remove("MEGAMIND_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
