@@ -40,7 +40,7 @@
 //! `/demo/commit` replays, with Redis round trips per call and the ratio to
 //! the memory store's rows of the same rounds. Redis runs without
 //! persistence, or with `LOAD_REDIS_APPENDFSYNC=always` (or `everysec`) with
-//! an append-only file synced so.
+//! an append-only file synced so (the replica rows' Redis too).
 //!
 //! The TVM rows (`support/tvm.rs`; `LOAD_TVM=0` skips them) drive two
 //! more servers with one service ticket, one checking it through a tvmtool
@@ -177,8 +177,9 @@ fn baseline(role: &str) -> Server {
     Server::start(command)
 }
 
-/// `LOAD_REDIS_APPENDFSYNC`: how the shared-store rows' Redis syncs its
-/// append-only file (`always`, `everysec`, `no`); unset, it keeps none.
+/// `LOAD_REDIS_APPENDFSYNC`: how the Redis of the shared-store and replica
+/// rows syncs its append-only file (`always`, `everysec`, `no`); unset, it
+/// keeps none.
 fn appendfsync() -> Option<&'static str> {
     let sync = std::env::var("LOAD_REDIS_APPENDFSYNC").ok()?;
     let known = ["always", "everysec", "no"].into_iter().find(|known| *known == sync);
@@ -370,7 +371,7 @@ fn main() {
             single.streams = Some(streams::run(&settings).await);
         }
         if env_or("LOAD_REPLICAS", 1) != 0 {
-            replicas::run(single).await;
+            replicas::run(single, appendfsync()).await;
         }
     });
 }

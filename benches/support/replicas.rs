@@ -23,11 +23,15 @@ pub struct Single {
     pub streams: Option<Lateness>,
 }
 
-/// Plays both rows, or says why not (no `redis-server`).
-pub async fn run(single: Single) {
-    let Some(redis) = RedisServer::start("the load bench's replica rows") else {
+/// Plays both rows, or says why not (no `redis-server`); Redis keeps an
+/// append-only file synced as `appendfsync` says, or none.
+pub async fn run(single: Single, appendfsync: Option<&'static str>) {
+    let Some(redis) = RedisServer::start_with("the load bench's replica rows", appendfsync) else {
         return println!("\nreplica rows: skipped, redis-server is not installed");
     };
+    if let Some(sync) = appendfsync {
+        println!("\nreplica rows: Redis with appendfsync {sync}");
+    }
     DialogLoad::over_replicas(&redis.url()).await.run(single.dialogs).await;
     stream_row(&redis, single.streams).await;
 }
