@@ -257,17 +257,19 @@ async fn with_redis_killed_every_replica_answers_in_budget_and_sharing_resumes_b
 }
 
 /// A replica reads Redis's settings once it answers: it warns where Redis
-/// may evict an answer or forget a claim in a crash, or will not say, and
-/// serves on in every case.
+/// may evict an answer, grows without a bound, would forget a claim in a
+/// crash, or will not say, and serves on in every case.
 #[tokio::test]
 async fn a_replica_warns_when_redis_may_evict_or_forget_what_a_commit_needs() {
     let checked = "Redis's settings checked";
     let (evicts, forgets, unread) = ("maxmemory-policy allkeys-lru", "no append-only file", "could not be read");
+    let unbounded = "no maxmemory";
 
     let Some(durable) = RedisServer::start_durable("Redis's settings: as the deploy runs it") else { return };
+    let _: () = durable.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("256mb"));
     let replica = Replica::start(&durable.url());
     assert_eq!(replica.store_lines_with(checked, 1).await, 1, "{:?}", replica.store_lines.lock().unwrap());
-    for warning in [evicts, forgets, unread, "WARN"] {
+    for warning in [evicts, forgets, unread, unbounded, "WARN"] {
         assert_eq!(replica.store_lines_with(warning, 0).await, 0, "{warning}");
     }
 
@@ -277,6 +279,7 @@ async fn a_replica_warns_when_redis_may_evict_or_forget_what_a_commit_needs() {
     assert_eq!(replica.store_lines_with(checked, 1).await, 1);
     assert_eq!(replica.store_lines_with(evicts, 1).await, 1);
     assert_eq!(replica.store_lines_with(forgets, 1).await, 1);
+    assert_eq!(replica.store_lines_with(unbounded, 1).await, 1);
 
     let Some(locked) = RedisServer::start("Redis's settings: CONFIG refused") else { return };
     let _: () = locked.query(redis::cmd("ACL").arg("SETUSER").arg("default").arg("-config"));

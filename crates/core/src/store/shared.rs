@@ -403,11 +403,13 @@ impl Journal for SharedStore {
 
 /// Says what Redis promises the answers and claims it holds, and warns
 /// where that is short of what a `/commit` needs: its answer kept for the
-/// TTL, which only `maxmemory-policy noeviction` promises, and its claim
-/// kept across a crash, which only an append-only file does.
+/// TTL, which only `maxmemory-policy noeviction` promises (under a
+/// `maxmemory` that refuses writes before the process is killed), and its
+/// claim kept across a crash, which only an append-only file does.
 async fn check_settings(link: &RedisLink) {
     let address = link.address();
-    let settings = match link.settings(["maxmemory-policy", "appendonly", "appendfsync"], PING_TIMEOUT).await {
+    let names = ["maxmemory-policy", "maxmemory", "appendonly", "appendfsync"];
+    let settings = match link.settings(names, PING_TIMEOUT).await {
         Ok(settings) => settings,
         Err(error) => {
             return tracing::warn!(
@@ -417,9 +419,16 @@ async fn check_settings(link: &RedisLink) {
             );
         }
     };
-    let [Some(policy), Some(appendonly), Some(appendfsync)] = settings else {
+    let [Some(policy), Some(maxmemory), Some(appendonly), Some(appendfsync)] = settings else {
         return tracing::warn!(store = address, "Redis did not tell its maxmemory-policy and appendonly settings");
     };
+    if maxmemory == "0" {
+        tracing::warn!(
+            store = address,
+            "Redis has no maxmemory: it grows until the memory it is given runs out (a container is then killed), \
+             never refusing a write; set maxmemory below its memory limit"
+        );
+    }
     if policy != "noeviction" {
         tracing::warn!(
             store = address,
@@ -436,5 +445,5 @@ async fn check_settings(link: &RedisLink) {
         );
     }
     let appendfsync = if appendonly == "yes" { appendfsync.as_str() } else { "-" };
-    tracing::info!(store = address, policy, appendonly, appendfsync, "Redis's settings checked");
+    tracing::info!(store = address, policy, maxmemory, appendonly, appendfsync, "Redis's settings checked");
 }
