@@ -14,8 +14,8 @@ use prost::Message;
 
 use crate::{
     assistant_harness::{
-        OPEN_SAFARI, answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over, metrics_text,
-        run, run_request, spawn, speech, state_of,
+        OPEN_SAFARI, answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over,
+        history_carries_over_two_turns, metrics_text, run, run_request, spawn, speech,
     },
     helpers::{Transport, spawn_app},
     mock_llm::{MockLlm, Reply},
@@ -145,32 +145,7 @@ async fn megamind_retrying_run_makes_exactly_one_model_call() {
 
 #[tokio::test]
 async fn the_history_in_state_carries_over_two_turns() {
-    let mock = MockLlm::start(Reply::content("Закрываю.")).await;
-    mock.push(Reply::content(OPEN_SAFARI));
-    let h = spawn(&mock, |_| {}).await;
-    let mut client = client(&h.app, Transport::Http);
-    let first = ask(&mut client, "открой Safari").await;
-    let session = state_of(first.body()).session_id;
-    let second = ask(&mut client, "а теперь закрой").await;
-    assert_eq!(second.speech(), "Закрываю.");
-
-    let state = state_of(second.body());
-    assert_eq!(state.session_id, session);
-    let turns: Vec<(&str, &str)> = state.turns.iter().map(|t| (t.user.as_str(), t.assistant.as_str())).collect();
-    // The history keeps the answer object in its canonical, compact form.
-    let canonical = OPEN_SAFARI.replace("{session_id}", &session).replace("\": ", "\":").replace(", \"", ",\"");
-    assert_eq!(turns, [("открой Safari", canonical.as_str()), ("а теперь закрой", "Закрываю.")]);
-
-    let messages = &mock.received()[1].body["messages"];
-    let sent: Vec<(&str, &str)> = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect();
-    assert_eq!(sent[0].0, "system");
-    assert!(sent[0].1.contains(&session), "the model is told the session id");
-    assert_eq!(&sent[1..], [("user", "открой Safari"), ("assistant", canonical.as_str()), ("user", "а теперь закрой")]);
+    history_carries_over_two_turns(Transport::Http).await;
 }
 
 #[tokio::test]

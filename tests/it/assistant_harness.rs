@@ -25,7 +25,7 @@ use prost_types::Any;
 
 use crate::{
     helpers::{TestApp, Transport, registry_of, scenario_client, spawn_app, spawn_modules},
-    mock_llm::MockLlm,
+    mock_llm::{MockLlm, Reply},
 };
 
 /// Allowed lateness past the budget: scheduling on a shared 2-core machine.
@@ -168,4 +168,35 @@ pub fn fallback() -> String {
 
 pub fn apology() -> String {
     AssistantConfig::default().dialog.apology_text
+}
+
+/// Two turns over `transport`: the second's state keeps both, the answer
+/// object in its canonical form, and the model is sent the first turn back.
+pub async fn history_carries_over_two_turns(transport: Transport) {
+    let mock = MockLlm::start(Reply::content("Закрываю.")).await;
+    mock.push(Reply::content(OPEN_SAFARI));
+    let h = spawn(&mock, |_| {}).await;
+    let mut client = client(&h.app, transport);
+    let first = ask(&mut client, "открой Safari").await;
+    let session = state_of(first.body()).session_id;
+    let second = ask(&mut client, "а теперь закрой").await;
+    assert_eq!(second.speech(), "Закрываю.");
+
+    let state = state_of(second.body());
+    assert_eq!(state.session_id, session);
+    let turns: Vec<(&str, &str)> = state.turns.iter().map(|t| (t.user.as_str(), t.assistant.as_str())).collect();
+    // The history keeps the answer object in its canonical, compact form.
+    let canonical = OPEN_SAFARI.replace("{session_id}", &session).replace("\": ", "\":").replace(", \"", ",\"");
+    assert_eq!(turns, [("открой Safari", canonical.as_str()), ("а теперь закрой", "Закрываю.")]);
+
+    let messages = &mock.received()[1].body["messages"];
+    let sent: Vec<(&str, &str)> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(sent[0].0, "system");
+    assert!(sent[0].1.contains(&session), "the model is told the session id");
+    assert_eq!(&sent[1..], [("user", "открой Safari"), ("assistant", canonical.as_str()), ("user", "а теперь закрой")]);
 }

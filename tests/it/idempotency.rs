@@ -13,10 +13,10 @@ use megamind_core::{
 };
 use megamind_scenario::scenarios::demo::Demo;
 use prost::Message;
-use tokio::sync::Semaphore;
+use tokio::{sync::Semaphore, task::JoinHandle};
 
 use crate::{
-    helpers::{decode_answer, fixture, fixture_body, registry_of, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture, fixture_body, registry_of, spawn_app, spawn_demo},
     metrics::sample,
     scenarios::Counting,
 };
@@ -26,6 +26,32 @@ fn run_request(request_id: &str) -> Vec<u8> {
     let mut request = fixture::<TScenarioRunRequest>("poi_run_request");
     request.base_request.as_mut().expect("a BaseRequest").request_id = request_id.into();
     request.encode_to_vec()
+}
+
+/// Posts `body` to `path` in the background and returns once the gated
+/// scenario has entered the call, where its gate holds it.
+async fn post_until_entered(
+    app: &Arc<TestApp>,
+    counting: &Counting,
+    path: &'static str,
+    body: Vec<u8>,
+) -> JoinHandle<(reqwest::StatusCode, bytes::Bytes)> {
+    let entered = counting.entered.notified();
+    let call = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_binary(path, body).await }
+    });
+    entered.await;
+    call
+}
+
+/// Waits until the server's `metric` reads `value`, for 5 s at most.
+async fn until_metric(app: &TestApp, metric: &str, value: f64, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sample(&app.get("/metrics").await.1, metric) != Some(value) {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::task::yield_now().await;
+    }
 }
 
 #[tokio::test]
@@ -59,12 +85,7 @@ async fn concurrent_repeats_wait_for_the_first_call_in_flight() {
     let app = Arc::new(spawn_app(Config::default(), registry).await);
     let body = fixture_body::<TScenarioApplyRequest>("video_commit_request", Format::Binary);
 
-    let entered = counting.entered.notified();
-    let first = tokio::spawn({
-        let (app, body) = (app.clone(), body.clone());
-        async move { app.post_binary("/counting/commit", body).await }
-    });
-    entered.await;
+    let first = post_until_entered(&app, &counting, "/counting/commit", body.clone()).await;
     let repeats: Vec<_> = (0..10)
         .map(|_| {
             let (app, body) = (app.clone(), body.clone());
@@ -151,12 +172,7 @@ async fn under_overload_a_cached_run_is_replayed_not_refused() {
     assert_eq!(status, 200);
 
     // Another call holds the only slot.
-    let entered = counting.entered.notified();
-    let held = tokio::spawn({
-        let app = app.clone();
-        async move { app.post_binary("/counting/run", run_request("holding")).await }
-    });
-    entered.await;
+    let held = post_until_entered(&app, &counting, "/counting/run", run_request("holding")).await;
     let (status, _) = app.post_binary("/counting/run", run_request("new")).await;
     assert_eq!(status, 429, "a new /run is refused at the limit");
     let (status, replay) = app.post_binary("/counting/run", run_request("cached")).await;
@@ -169,12 +185,7 @@ async fn under_overload_a_cached_run_is_replayed_not_refused() {
         let app = app.clone();
         async move { app.post_binary("/counting/run", run_request("holding")).await }
     });
-    let waits = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_waits_total") };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while waits().await != Some(1.0) {
-        assert!(std::time::Instant::now() < deadline, "the repeat never started waiting");
-        tokio::task::yield_now().await;
-    }
+    until_metric(&app, "megamind_idempotency_waits_total", 1.0, "the repeat never started waiting").await;
     gate.add_permits(1);
     let (held, waited) = (held.await.unwrap(), waiting.await.unwrap());
     assert_eq!((held.0.as_u16(), waited.0.as_u16()), (200, 200));
@@ -195,12 +206,7 @@ async fn a_repeat_that_times_out_waiting_is_counted_replay_timeout() {
     config.budget.run_ms = 150;
     let app = Arc::new(spawn_app(config, registry_of("counting", counting.clone())).await);
 
-    let entered = counting.entered.notified();
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { app.post_binary("/counting/run", run_request("slow")).await }
-    });
-    entered.await;
+    let first = post_until_entered(&app, &counting, "/counting/run", run_request("slow")).await;
     let (status, repeat) = app.post_binary("/counting/run", run_request("slow")).await;
     assert_eq!(status, 200);
     let repeat: TScenarioRunResponse = decode_answer(&repeat, Format::Binary);
@@ -229,22 +235,12 @@ async fn a_first_call_its_client_gave_up_on_lets_a_retry_run_at_once() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
     let app = Arc::new(spawn_app(Config::default(), registry_of("counting", counting.clone())).await);
-    let entered = counting.entered.notified();
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { app.post_binary("/counting/run", run_request("given-up")).await }
-    });
-    entered.await;
+    let first = post_until_entered(&app, &counting, "/counting/run", run_request("given-up")).await;
     first.abort();
 
     // The server drops the call once its connection closes; the call's lease
     // goes with it, rather than holding repeats until it runs out.
-    let in_flight = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_in_flight") };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while in_flight().await != Some(0.0) {
-        assert!(std::time::Instant::now() < deadline, "the lease of the dropped call was kept");
-        tokio::task::yield_now().await;
-    }
+    until_metric(&app, "megamind_idempotency_in_flight", 0.0, "the lease of the dropped call was kept").await;
     gate.add_permits(1);
     let (status, _) = app.post_binary("/counting/run", run_request("given-up")).await;
     assert_eq!(status, 200);
@@ -256,22 +252,12 @@ async fn a_repeat_waiting_for_a_call_its_client_gave_up_on_runs_in_its_place() {
     let gate = Arc::new(Semaphore::new(0));
     let counting = Arc::new(Counting::gated(gate.clone()));
     let app = Arc::new(spawn_app(Config::default(), registry_of("counting", counting.clone())).await);
-    let entered = counting.entered.notified();
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { app.post_binary("/counting/run", run_request("taken-over")).await }
-    });
-    entered.await;
+    let first = post_until_entered(&app, &counting, "/counting/run", run_request("taken-over")).await;
     let repeat = tokio::spawn({
         let app = app.clone();
         async move { app.post_binary("/counting/run", run_request("taken-over")).await }
     });
-    let waits = || async { sample(&app.get("/metrics").await.1, "megamind_idempotency_waits_total") };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while waits().await != Some(1.0) {
-        assert!(std::time::Instant::now() < deadline, "the repeat never waited");
-        tokio::task::yield_now().await;
-    }
+    until_metric(&app, "megamind_idempotency_waits_total", 1.0, "the repeat never waited").await;
     first.abort();
     // Once the server drops the first call, the waiting repeat runs the
     // scenario itself, well inside its own budget.
