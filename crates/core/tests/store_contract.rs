@@ -56,6 +56,7 @@ against_every_store!(
     values_expire_after_their_ttl,
     a_caller_that_may_not_lead_leaves_nothing_behind,
     keys_differ_by_scenario_handler_and_id,
+    identical_answers_under_many_keys_replay_whole,
 );
 
 fn key(id: &str) -> Key {
@@ -196,6 +197,119 @@ async fn keys_differ_by_scenario_handler_and_id(store: Arc<dyn FlightStore>) {
     for key in &keys {
         let Begin::Hit(value) = begin(&*store, key.clone(), LONG).await else { panic!("{key} hits") };
         assert_eq!(value, Bytes::from(key.to_string()));
+    }
+}
+
+/// An answer (big enough to be kept once) stored under many keys, another
+/// beside it: each key replays its own, whole.
+async fn identical_answers_under_many_keys_replay_whole(store: Arc<dyn FlightStore>) {
+    let (same, other) = (big_answer(1), big_answer(2));
+    for n in 0..5 {
+        put(&*store, key(&format!("same-{n}")), same.clone()).await;
+    }
+    put(&*store, key("other"), other.clone()).await;
+    for n in 0..5 {
+        assert!(matches!(begin(&*store, key(&format!("same-{n}")), LONG).await, Begin::Hit(value) if value == same));
+    }
+    assert!(matches!(begin(&*store, key("other"), LONG).await, Begin::Hit(value) if value == other));
+}
+
+/// An answer the size of a card, all bytes `byte`.
+fn big_answer(byte: u8) -> Bytes {
+    Bytes::from(vec![byte; 2900])
+}
+
+/// Another replica's store: a link and an id of its own.
+fn another_replica(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
+    redis_under(server, prefix)
+}
+
+/// What each key holds, and the key.
+type Held = Vec<(String, Vec<u8>)>;
+
+/// The entries and bodies of `prefix`, and what each holds.
+fn held_under(server: &RedisServer, prefix: &str) -> (Vec<Vec<u8>>, Held) {
+    let mut keys: Vec<String> = server.query(redis::cmd("KEYS").arg(format!("{prefix}:*")));
+    keys.sort();
+    let (mut entries, mut bodies) = (Vec::new(), Vec::new());
+    for key in keys {
+        let held: Vec<u8> = server.query(redis::cmd("GET").arg(&key));
+        if key.starts_with(&format!("{prefix}:body:")) { bodies.push((key, held)) } else { entries.push(held) }
+    }
+    (entries, bodies)
+}
+
+/// An answer stored again is kept once: a body of its own, the entries
+/// referring to it by id; a replica that never saw it reads the body and
+/// replays the answer whole, from a hit and from a wait alike.
+#[tokio::test]
+async fn an_answer_stored_again_is_kept_once_and_replays_on_another_replica() {
+    let Some(server) = RedisServer::start("an answer kept once") else { return };
+    let (writer, reader) = (redis_under(&server, "once"), another_replica(&server, "once"));
+    let answer = big_answer(7);
+    for n in 0..3 {
+        put(&*writer, key(&format!("k{n}")), answer.clone()).await;
+    }
+    let (entries, bodies) = held_under(&server, "once");
+    assert_eq!(bodies.len(), 1, "one body");
+    assert_eq!(bodies[0].1, answer, "the body holds the answer");
+    assert_eq!(entries[0], [&b"v"[..], &answer[..]].concat(), "the first store writes the answer whole");
+    for entry in &entries[1..] {
+        assert_eq!(entry[0], b'r', "then a reference");
+        assert!(entry.len() < 64, "of some tens of bytes: {}", entry.len());
+        assert!(bodies[0].0.ends_with(&format!("{{{}}}", String::from_utf8_lossy(&entry[1..]))), "to the body");
+    }
+    let body_ttl: i64 = server.query(redis::cmd("PTTL").arg(&bodies[0].0));
+    assert!(body_ttl > (COMMIT_TTL + Duration::from_secs(19)).as_millis() as i64, "the body outlives its entries");
+    for n in 0..3 {
+        assert!(matches!(begin(&*reader, key(&format!("k{n}")), LONG).await, Begin::Hit(value) if value == answer));
+    }
+    let Begin::Lead(lease) = begin(&*writer, key("w"), LONG).await else { panic!("leads") };
+    let Begin::Wait(waiter) = begin(&*reader, key("w"), LONG).await else { panic!("waits") };
+    writer.complete(lease, answer.clone()).await.unwrap();
+    assert_eq!(reader.wait(&waiter, in_a_while()).await.unwrap(), Waited::Done(answer));
+}
+
+/// A body Redis lost (a flush) leaves the entries referring to it
+/// unreadable: a repeat is refused, never answered with other bytes, and a
+/// `/commit` under it is not led again.
+#[tokio::test]
+async fn an_entry_whose_body_is_gone_is_refused() {
+    let Some(server) = RedisServer::start("a body gone") else { return };
+    let (writer, reader) = (redis_under(&server, "gone"), another_replica(&server, "gone"));
+    put(&*writer, key("g0"), big_answer(3)).await;
+    put(&*writer, key("g1"), big_answer(3)).await;
+    let (_, bodies) = held_under(&server, "gone");
+    let _: () = server.query(redis::cmd("DEL").arg(&bodies[0].0));
+    let repeat = reader.begin(key("g1"), LONG, in_a_while(), &mut || true).await;
+    assert!(repeat.is_err(), "refused: {repeat:?}");
+    assert!(matches!(begin(&*reader, key("g0"), LONG).await, Begin::Hit(value) if value == big_answer(3)));
+}
+
+/// A Redis that restarted empty gets the body written again before a new
+/// entry refers to it: the link's failed command is the sign.
+#[tokio::test]
+async fn after_redis_restarts_empty_bodies_are_written_again() {
+    let Some(mut server) = RedisServer::start("bodies after a restart") else { return };
+    let writer = redis_under(&server, "again");
+    put(&*writer, key("a0"), big_answer(4)).await;
+    put(&*writer, key("a1"), big_answer(4)).await;
+    server.restart();
+    // The first command on each connection finds it closed.
+    let mut failed = 0;
+    for n in 0..10 {
+        match writer.begin(key(&format!("probe-{n}")), LONG, in_a_while(), &mut || true).await {
+            Ok(Begin::Lead(lease)) => writer.abandon(lease).await.unwrap(),
+            Ok(other) => panic!("a fresh key is led: {other:?}"),
+            Err(_) => failed += 1,
+        }
+    }
+    assert!(failed >= 1, "the restart was seen");
+    put(&*writer, key("a2"), big_answer(4)).await;
+    put(&*writer, key("a3"), big_answer(4)).await;
+    let reader = another_replica(&server, "again");
+    for id in ["a2", "a3"] {
+        assert!(matches!(begin(&*reader, key(id), LONG).await, Begin::Hit(value) if value == big_answer(4)), "{id}");
     }
 }
 

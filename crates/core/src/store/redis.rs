@@ -14,18 +14,23 @@
 //!
 //! Each entry is one key, `<prefix>:{<scenario>/<handler>/<RequestId>}`,
 //! holding either a claim (`c` and the leader's token: this replica's id and
-//! a counter, a fencing token no other lease ever had) or the value (`v` and
-//! its bytes). The `{…}` hash tag keeps the keys a later feature adds beside
-//! an entry in its Redis Cluster slot.
+//! a counter, a fencing token no other lease ever had), the value (`v` and
+//! its bytes) or a reference to a value kept once (`r` and the id of its
+//! body, `<prefix>:body:{<id>}`: see `redis/bodies.rs`). The `{…}` hash tag
+//! keeps the keys a later feature adds beside an entry in its Redis Cluster
+//! slot.
 //!
 //! - `begin`, one round trip and no script: `SET key c<token> NX PX <lease>
 //!   GET` claims a free key and answers what the key held before: nothing
 //!   (this caller leads), a value (a hit), or another's claim (wait for it).
 //!   A caller that may not lead only reads (`GET`). Needs Redis 7.0 or
-//!   later (`NX` with `GET`).
+//!   later (`NX` with `GET`). A reference to a body this replica has not
+//!   seen yet costs one more round trip (`GET`), once.
 //! - `complete` and `abandon`, one round trip: a script that writes the value
 //!   (or deletes the key) only if the key still holds this lease's claim; a
 //!   lease that ran out (and was perhaps claimed again) changes nothing.
+//!   The value goes in whole, or as a reference to its body (written first,
+//!   one more round trip, the first time and every few seconds after).
 //! - `wait` polls the key (`GET`), 1 ms after the claim was seen and
 //!   doubling up to 8 ms, until the value comes, the claim goes or the
 //!   deadline passes. A poll costs one round trip of a few microseconds to
@@ -53,11 +58,16 @@ use bytes::Bytes;
 use redis::{Script, aio::ConnectionManager};
 use tokio::time::Instant;
 
+use crate::scenario::Handler;
+
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
+mod bodies;
 mod journal;
 mod link;
 mod url;
+
+use bodies::{BODY_EXTRA, Bodies, Keep};
 
 pub use journal::MAX_BLOCKING;
 pub use link::RedisLink;
@@ -77,6 +87,7 @@ static END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(END));
 /// What a key holds: a claim or a value, told apart by the first byte.
 const CLAIM: u8 = b'c';
 const VALUE: u8 = b'v';
+const REFERENCE: u8 = b'r';
 
 /// The longest pause between two polls of a wait.
 const MAX_POLL: Duration = Duration::from_millis(8);
@@ -108,6 +119,18 @@ pub struct RedisStore {
     commit_ttl_ms: u64,
     /// Leases of this store out now.
     in_flight: Arc<AtomicUsize>,
+    /// Answers kept once.
+    bodies: Bodies,
+}
+
+/// What an entry holds.
+enum Held {
+    Nothing,
+    Value(Bytes),
+    /// Another's claim, `c` and its token.
+    Claim(Bytes),
+    /// The id of a body.
+    Reference(Bytes),
 }
 
 /// A lease's or a waiter's handle: the entry's key and the claim it
@@ -148,6 +171,7 @@ impl RedisStore {
     /// `ttl` (`/run`, `/continue`) and `commit_ttl` (`/commit`, `/apply`).
     pub fn over(link: Arc<RedisLink>, prefix: String, ttl: Duration, commit_ttl: Duration) -> RedisStore {
         RedisStore {
+            bodies: Bodies::new(link.owner()),
             link,
             prefix,
             ttl_ms: millis(ttl),
@@ -177,23 +201,102 @@ impl RedisStore {
         format!("{}:{{{key}}}", self.prefix)
     }
 
-    /// What a key held, as `begin` tells it: a hit, another's claim to wait
-    /// for, or nothing.
-    fn held(&self, key: Key, redis_key: String, held: Option<Vec<u8>>) -> Result<Option<Begin>, StoreError> {
-        let Some(held) = held else { return Ok(None) };
+    fn body_key(&self, id: &[u8]) -> String {
+        format!("{}:body:{{{}}}", self.prefix, String::from_utf8_lossy(id))
+    }
+
+    /// How long a value of `handler` is kept, in ms.
+    fn ttl_ms(&self, handler: Handler) -> u64 {
+        if is_reserved(handler) { self.commit_ttl_ms } else { self.ttl_ms }
+    }
+
+    /// What an entry holds, read from its bytes.
+    fn held(&self, held: Option<Vec<u8>>) -> Result<Held, StoreError> {
+        let Some(held) = held else { return Ok(Held::Nothing) };
         let held = Bytes::from(held);
-        Ok(Some(match held.first() {
-            Some(&VALUE) => Begin::Hit(held.slice(1..)),
-            Some(&CLAIM) => {
-                Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim: held, lead: None }) })
-            }
+        Ok(match held.first() {
+            Some(&VALUE) => Held::Value(held.slice(1..)),
+            Some(&CLAIM) => Held::Claim(held),
+            Some(&REFERENCE) => Held::Reference(held.slice(1..)),
             _ => {
                 return Err(StoreError::Unavailable(format!(
                     "{} holds something this server did not write",
                     self.prefix
                 )));
             }
+        })
+    }
+
+    /// The value an entry holds by reference to the body `id`.
+    async fn resolve(&self, id: Bytes, deadline: Instant) -> Result<Bytes, StoreError> {
+        if let Some(body) = self.bodies.known(&id) {
+            return Ok(body);
+        }
+        let mut connection = self.connection()?;
+        let body: Option<Vec<u8>> = self
+            .command(Some(deadline), redis::cmd("GET").arg(self.body_key(&id)).query_async(&mut connection))
+            .await?;
+        // Bodies outlive the entries that refer to them, unless Redis lost
+        // them (a restart without its file, a flush).
+        let body = Bytes::from(body.ok_or_else(|| StoreError::Unavailable("an answer's body is gone".into()))?);
+        self.bodies.learn(id, body.clone());
+        Ok(body)
+    }
+
+    /// What a key held, as `begin` tells it: a hit, another's claim to wait
+    /// for, or nothing.
+    async fn begun(
+        &self,
+        key: Key,
+        redis_key: String,
+        held: Option<Vec<u8>>,
+        deadline: Instant,
+    ) -> Result<Option<Begin>, StoreError> {
+        Ok(Some(match self.held(held)? {
+            Held::Nothing => return Ok(None),
+            Held::Value(value) => Begin::Hit(value),
+            Held::Reference(id) => Begin::Hit(self.resolve(id, deadline).await?),
+            Held::Claim(claim) => {
+                Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim, lead: None }) })
+            }
         }))
+    }
+
+    /// What `end` puts in the entry for `value`: `v` and the value, or `r`
+    /// and its body's id once Redis holds the body.
+    async fn entry_value(&self, value: &Bytes) -> Vec<u8> {
+        let (sent, failures) = (Instant::now(), self.link.failures());
+        let id = match self.bodies.keep(value, sent, failures) {
+            Keep::Whole => None,
+            Keep::Refer(id) => Some(id),
+            Keep::Write(id) => {
+                let ttl = self.ttl_ms.max(self.commit_ttl_ms).saturating_add(millis(BODY_EXTRA));
+                let mut write = redis::cmd("SET");
+                write.arg(self.body_key(&id)).arg(&value[..]).arg("PX").arg(ttl);
+                let written = match self.connection() {
+                    Ok(mut connection) => self.command(None, write.query_async::<()>(&mut connection)).await,
+                    Err(error) => Err(error),
+                };
+                match written {
+                    Ok(()) => {
+                        self.bodies.written(&id, value, sent, failures);
+                        Some(id)
+                    }
+                    Err(_) => {
+                        self.bodies.unwritten(&id, value);
+                        None
+                    }
+                }
+            }
+        };
+        let (tag, bytes) = match &id {
+            Some(id) => (REFERENCE, &id[..]),
+            None => (VALUE, &value[..]),
+        };
+        let mut held = Vec::with_capacity(1 + bytes.len());
+        held.push(tag);
+        held.extend_from_slice(bytes);
+        held
     }
 
     /// After `OOM`: what a caller that reads only can learn.
@@ -202,7 +305,7 @@ impl RedisStore {
         let mut connection = self.connection()?;
         let held: Option<Vec<u8>> =
             self.command(Some(deadline), redis::cmd("GET").arg(&redis_key).query_async(&mut connection)).await?;
-        match self.held(key.clone(), redis_key, held)? {
+        match self.begun(key.clone(), redis_key, held, deadline).await? {
             Some(begin) => Ok(begin),
             None if is_reserved(key.handler) => Ok(Begin::Full),
             None => Err(StoreError::Unavailable("Redis is full (OOM)".into())),
@@ -214,11 +317,7 @@ impl RedisStore {
         let mut invocation = END_SCRIPT.key(&claim.key);
         invocation.arg(&claim.claim[..]);
         if let Some(value) = &value {
-            let mut held = Vec::with_capacity(1 + value.len());
-            held.push(VALUE);
-            held.extend_from_slice(value);
-            let ttl = if is_reserved(lease.key.handler) { self.commit_ttl_ms } else { self.ttl_ms };
-            invocation.arg(held).arg(ttl.max(1));
+            invocation.arg(self.entry_value(value).await).arg(self.ttl_ms(lease.key.handler).max(1));
         }
         let mut connection = self.connection()?;
         let _ended: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
@@ -253,7 +352,7 @@ impl FlightStore for RedisStore {
             Err(StoreError::Full) => return self.begin_reading(key, deadline).await,
             Err(error) => return Err(error),
         };
-        if let Some(begin) = self.held(key.clone(), redis_key.clone(), held)? {
+        if let Some(begin) = self.begun(key.clone(), redis_key.clone(), held, deadline).await? {
             return Ok(begin);
         }
         if !lead {
@@ -280,11 +379,12 @@ impl FlightStore for RedisStore {
             let mut read = redis::cmd("GET");
             read.arg(&claim.key);
             match self.command(Some(deadline), read.query_async::<Option<Vec<u8>>>(&mut connection)).await {
-                Ok(Some(held)) if held.first() == Some(&VALUE) => {
-                    return Ok(Waited::Done(Bytes::from(held).slice(1..)));
-                }
-                Ok(Some(held)) if held == claim.claim => {}
-                Ok(_) => return Ok(Waited::Abandoned),
+                Ok(held) => match self.held(held)? {
+                    Held::Value(value) => return Ok(Waited::Done(value)),
+                    Held::Reference(id) => return Ok(Waited::Done(self.resolve(id, deadline).await?)),
+                    Held::Claim(held) if held == claim.claim => {}
+                    Held::Claim(_) | Held::Nothing => return Ok(Waited::Abandoned),
+                },
                 // A slow poll is no news: the next one may answer, until the deadline.
                 Err(StoreError::Timeout(_)) => {}
                 Err(error) => return Err(error),

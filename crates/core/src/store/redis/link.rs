@@ -34,6 +34,10 @@ pub struct RedisLink {
     /// This replica's part of every claim token.
     owner: String,
     claims: AtomicU64,
+    /// Commands that failed (not counting those that only ran late): a
+    /// Redis that restarted empty fails the first command on each
+    /// connection.
+    failures: AtomicU64,
     /// Connections for the journals' blocking reads.
     pub(super) blocking: Blocking,
 }
@@ -57,6 +61,7 @@ impl RedisLink {
             connections: connections.max(1),
             owner: format!("{seed:016x}"),
             claims: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
             blocking: Blocking::default(),
         })
     }
@@ -70,6 +75,11 @@ impl RedisLink {
         &self.client
     }
 
+    /// This replica's id, part of every claim token.
+    pub(super) fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// The longest a command may take.
     pub(super) fn timeout(&self) -> Duration {
         self.timeout
@@ -78,8 +88,12 @@ impl RedisLink {
     /// A connection of the pool, in turn.
     pub(super) fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let pool = self.pool.get_or_init(|| {
+            // No response timeout of the client's own: every command runs
+            // under this link's (`command`), and a second timer per command
+            // costs CPU on every call for nothing.
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_response_timeout(None)
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(100));
             (0..self.connections)
@@ -103,7 +117,21 @@ impl RedisLink {
         if let Some(deadline) = deadline {
             bound = bound.min(deadline.saturating_duration_since(Instant::now()));
         }
-        within(bound, run).await
+        self.counted(within(bound, run).await)
+    }
+
+    /// Counts `result` in [`RedisLink::failures`] when a command failed.
+    fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Unavailable(_)) = &result {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// How many commands failed so far (not counting those that only ran
+    /// late or found Redis full).
+    pub(super) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     /// A fresh claim: `c`, this replica's id, a counter: a fencing token no
@@ -115,7 +143,7 @@ impl RedisLink {
     /// Checks that Redis answers.
     pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
         let mut connection = self.connection()?;
-        within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await.map(drop)
+        self.counted(within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await).map(drop)
     }
 
     /// Redis's settings `names`, where `CONFIG GET` is allowed: each

@@ -1,0 +1,268 @@
+//! Answers kept once in Redis: an answer this replica stores again and
+//! again (a decline, a canned card: most of a scenario's calls get one of a
+//! few) is written once, as a body under a key of its own, and each entry
+//! holding it refers to the body by id instead of carrying its bytes.
+//!
+//! A reference costs Redis far less than the answer itself: the script
+//! that ends a lease takes its value as an argument, and Redis copies and
+//! hashes every byte of what enters a script. It also keeps an entry some
+//! tens of bytes instead of kilobytes.
+//!
+//! - An answer becomes a body the second time this replica stores it (the
+//!   last answer seen is watched in each of a few slots, by hash, and
+//!   compared whole): an answer stored once costs a hash and nothing else.
+//! - A body is written (`SET … PX`) before any entry refers to it, and is
+//!   kept [`BODY_EXTRA`] longer than any entry: an entry refers to a body
+//!   only for [`FRESH_FOR`] after the write that made it, and rewrites it
+//!   after [`REFRESH`], so no entry outlives its body.
+//! - The id is this replica's own (its id and a counter): replicas never
+//!   share a body, so none can ever read another's answer under a colliding
+//!   hash.
+//! - A reader resolves an id from the bodies it knows (its own, and those
+//!   it read before), or reads the body once (`GET`).
+//! - A write counts only while the link has seen no failure since: a Redis
+//!   that restarted empty (its connections lost) gets its bodies written
+//!   again before any entry refers to them. A body Redis lost all the same
+//!   (a flush) makes the entries referring to it unreadable, never wrong:
+//!   a `/commit` retried then is refused, not run again.
+
+use std::{
+    hash::BuildHasher,
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+/// Answers shorter than this are written whole: a reference saves little.
+const MIN_BODY: usize = 512;
+/// Answers longer than this are written whole: one is rarely repeated, and
+/// watching it would keep much memory alive.
+const MAX_BODY: usize = 16 << 10;
+/// Answers watched for a repeat.
+const SLOTS: usize = 64;
+/// Bodies known by id (this replica's and those read); past it the
+/// table starts over.
+const MAX_KNOWN: usize = 256;
+/// How long after a body's write it is written again.
+const REFRESH: Duration = Duration::from_secs(10);
+/// How long after a body's write entries may refer to it.
+const FRESH_FOR: Duration = Duration::from_secs(19);
+/// How much longer than the longest-kept entry a body is kept: past
+/// [`FRESH_FOR`], with room for a command sent late.
+pub(super) const BODY_EXTRA: Duration = Duration::from_secs(20);
+/// How long a body's write may stay unanswered before another caller
+/// writes it instead.
+const WRITE_STALLS: Duration = Duration::from_secs(1);
+
+/// How an answer is to be kept.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// Whole, in its entry.
+    Whole,
+    /// By reference to the body `id`, which Redis holds.
+    Refer(Bytes),
+    /// Write the body `id` first (then [`Bodies::written`] or
+    /// [`Bodies::unwritten`]), and refer to it once Redis took it.
+    Write(Bytes),
+}
+
+/// This store's bodies: the answers watched for a repeat, and the bodies
+/// known by id.
+#[derive(Debug)]
+pub(super) struct Bodies {
+    slots: Box<[Mutex<Option<Watched>>]>,
+    // foldhash, seeded per process: answers cannot be chosen to collide
+    // (and a collision only costs a whole write: bytes are compared).
+    hasher: foldhash::fast::RandomState,
+    known: DashMap<Bytes, Bytes, foldhash::fast::RandomState>,
+    owner: String,
+    next: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Watched {
+    hash: u64,
+    value: Bytes,
+    body: Option<Body>,
+}
+
+#[derive(Debug)]
+struct Body {
+    id: Bytes,
+    /// When the last write that Redis took was sent, and the link's
+    /// failure count then.
+    written: Option<(Instant, u64)>,
+    /// When a write in flight was sent.
+    writing: Option<Instant>,
+}
+
+impl Bodies {
+    /// The bodies of a store of the replica `owner`.
+    pub(super) fn new(owner: &str) -> Bodies {
+        Bodies {
+            slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
+            hasher: foldhash::fast::RandomState::default(),
+            known: DashMap::default(),
+            owner: owner.to_owned(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// How `value`, being stored at `now` after the link's `failures`
+    /// failures, is to be kept.
+    pub(super) fn keep(&self, value: &Bytes, now: Instant, failures: u64) -> Keep {
+        if !(MIN_BODY..=MAX_BODY).contains(&value.len()) {
+            return Keep::Whole;
+        }
+        let hash = self.hasher.hash_one(&value[..]);
+        let mut slot = self.slot(hash);
+        let watched = match &mut *slot {
+            Some(watched) if watched.hash == hash && watched.value == *value => watched,
+            _ => {
+                *slot = Some(Watched { hash, value: value.clone(), body: None });
+                return Keep::Whole;
+            }
+        };
+        let body = watched.body.get_or_insert_with(|| Body {
+            id: Bytes::from(format!("{}:{}", self.owner, self.next.fetch_add(1, Ordering::Relaxed))),
+            written: None,
+            writing: None,
+        });
+        let written = body.written.filter(|&(_, then)| then == failures).map(|(written, _)| written);
+        let fresh = written.is_some_and(|written| now < written + FRESH_FOR);
+        let due = written.is_none_or(|written| now >= written + REFRESH);
+        let stalled = body.writing.is_none_or(|writing| now >= writing + WRITE_STALLS);
+        match (fresh, due && stalled) {
+            (_, true) => {
+                body.writing = Some(now);
+                Keep::Write(body.id.clone())
+            }
+            (true, false) => Keep::Refer(body.id.clone()),
+            (false, false) => Keep::Whole,
+        }
+    }
+
+    /// Redis took the body `id` of `value`, sent at `sent` after the
+    /// link's `failures` failures.
+    pub(super) fn written(&self, id: &Bytes, value: &Bytes, sent: Instant, failures: u64) {
+        self.learn(id.clone(), value.clone());
+        self.with_body(value, id, |body| {
+            if body.written.is_none_or(|(written, then)| then != failures || written < sent) {
+                body.written = Some((sent, failures));
+            }
+            body.writing = None;
+        });
+    }
+
+    /// The write of the body `id` of `value` failed.
+    pub(super) fn unwritten(&self, id: &Bytes, value: &Bytes) {
+        self.with_body(value, id, |body| body.writing = None);
+    }
+
+    /// The body `id`, if this store knows it.
+    pub(super) fn known(&self, id: &[u8]) -> Option<Bytes> {
+        self.known.get(id).map(|body| body.clone())
+    }
+
+    /// Keeps the body `id`, read from Redis or written.
+    pub(super) fn learn(&self, id: Bytes, body: Bytes) {
+        if self.known.len() >= MAX_KNOWN && !self.known.contains_key(&id) {
+            self.known.clear();
+        }
+        self.known.insert(id, body);
+    }
+
+    fn slot(&self, hash: u64) -> std::sync::MutexGuard<'_, Option<Watched>> {
+        // The slot count is a power of two: the low bits pick it.
+        let at = usize::try_from(hash % SLOTS as u64).unwrap_or(0);
+        self.slots[at].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with_body(&self, value: &Bytes, id: &Bytes, change: impl FnOnce(&mut Body)) {
+        let hash = self.hasher.hash_one(&value[..]);
+        let mut slot = self.slot(hash);
+        if let Some(body) = slot.as_mut().and_then(|watched| watched.body.as_mut()).filter(|body| body.id == *id) {
+            change(body);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(byte: u8) -> Bytes {
+        Bytes::from(vec![byte; 1000])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_is_referred_to_from_its_second_store_on_once_its_body_is_written() {
+        let bodies = Bodies::new("r1");
+        let now = Instant::now();
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "seen once");
+        let Keep::Write(id) = bodies.keep(&answer(1), now, 0) else { panic!("the second store writes the body") };
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "not referred to before Redis took it");
+        bodies.written(&id, &answer(1), now, 0);
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Refer(id.clone()));
+        assert_eq!(bodies.known(&id), Some(answer(1)));
+        assert!(id.starts_with(b"r1:"), "the replica's own id");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_is_written_again_after_its_refresh_and_never_referred_to_past_its_freshness() {
+        let bodies = Bodies::new("r1");
+        let start = Instant::now();
+        bodies.keep(&answer(1), start, 0);
+        let Keep::Write(id) = bodies.keep(&answer(1), start, 0) else { panic!("written") };
+        bodies.written(&id, &answer(1), start, 0);
+        let refresh = start + REFRESH;
+        assert_eq!(bodies.keep(&answer(1), refresh, 0), Keep::Write(id.clone()), "one caller writes it again");
+        assert_eq!(bodies.keep(&answer(1), refresh, 0), Keep::Refer(id.clone()), "the others still refer");
+        let past = start + FRESH_FOR;
+        assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Write(id.clone()), "a stalled write is taken over");
+        assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Whole, "past its freshness, being written: whole");
+        bodies.written(&id, &answer(1), past, 0);
+        assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Refer(id));
+        assert!(FRESH_FOR + Duration::from_secs(1) <= BODY_EXTRA, "a body outlives every entry referring to it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_write_or_a_link_failure_since_makes_the_next_store_write_again() {
+        let bodies = Bodies::new("r1");
+        let now = Instant::now();
+        bodies.keep(&answer(1), now, 0);
+        let Keep::Write(id) = bodies.keep(&answer(1), now, 0) else { panic!("written") };
+        bodies.unwritten(&id, &answer(1));
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Write(id.clone()));
+        bodies.written(&id, &answer(1), now, 0);
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Refer(id.clone()));
+        assert_eq!(bodies.keep(&answer(1), now, 1), Keep::Write(id.clone()), "the link failed since the write");
+        assert_eq!(bodies.keep(&answer(1), now, 1), Keep::Whole, "one write at a time");
+        assert_eq!(bodies.keep(&answer(1), now + WRITE_STALLS, 1), Keep::Write(id), "a stalled write is taken over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn short_and_long_answers_are_kept_whole() {
+        let bodies = Bodies::new("r1");
+        let now = Instant::now();
+        for value in [Bytes::from(vec![1; MIN_BODY - 1]), Bytes::from(vec![1; MAX_BODY + 1])] {
+            bodies.keep(&value, now, 0);
+            assert_eq!(bodies.keep(&value, now, 0), Keep::Whole);
+        }
+    }
+
+    #[test]
+    fn the_known_bodies_stay_bounded() {
+        let bodies = Bodies::new("r1");
+        for n in 0..MAX_KNOWN * 3 {
+            bodies.learn(Bytes::from(n.to_string()), answer(1));
+            assert!(bodies.known.len() <= MAX_KNOWN);
+        }
+    }
+}
