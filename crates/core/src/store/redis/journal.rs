@@ -57,7 +57,7 @@ return seq
 
 /// `KEYS`: the entry, its stream. `ARGV`: the exclusive start, the count.
 /// Answers whether there is a journal, the entries, and what holds the
-/// entry (`c` a claim, `v` a value, empty: nothing).
+/// entry (`c` a claim, `v` a value, `r` a value kept once, empty: nothing).
 const READ: &str = r"
 local entries = redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
 local holder = redis.call('GETRANGE', KEYS[1], 0, 0)
