@@ -279,11 +279,11 @@ impl RedisStore {
                 };
                 match written {
                     Ok(()) => {
-                        self.bodies.written(&id, value, sent, failures);
+                        self.bodies.written(&id, sent, failures);
                         Some(id)
                     }
                     Err(_) => {
-                        self.bodies.unwritten(&id, value);
+                        self.bodies.unwritten(&id);
                         None
                     }
                 }

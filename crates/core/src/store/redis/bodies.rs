@@ -8,9 +8,13 @@
 //! hashes every byte of what enters a script. It also keeps an entry some
 //! tens of bytes instead of kilobytes.
 //!
-//! - An answer becomes a body the second time this replica stores it (the
-//!   last answer seen is watched in each of a few slots, by hash, and
-//!   compared whole): an answer stored once costs a hash and nothing else.
+//! - An answer becomes a body the second time this replica stores it (by
+//!   hash, in a table of the hashes seen last), at most [`MAX_KEPT`] at a
+//!   time (the least recently stored goes first) and one new one per
+//!   [`KEEP_EVERY`]: an answer stored once costs a hash and nothing else,
+//!   and many answers taking turns cost a body write now and then, not one
+//!   per answer. A body's answer is compared whole before an entry refers
+//!   to it.
 //! - A body is written (`SET … PX`) before any entry refers to it, and is
 //!   kept [`BODY_EXTRA`] longer than any entry: an entry refers to a body
 //!   only for [`FRESH_FOR`] after the write that made it, and rewrites it
@@ -29,7 +33,7 @@
 use std::{
     hash::BuildHasher,
     sync::{
-        Mutex, PoisonError,
+        Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -42,10 +46,14 @@ use tokio::time::Instant;
 /// Answers shorter than this are written whole: a reference saves little.
 const MIN_BODY: usize = 512;
 /// Answers longer than this are written whole: one is rarely repeated, and
-/// watching it would keep much memory alive.
+/// keeping it would hold much memory.
 const MAX_BODY: usize = 16 << 10;
-/// Answers watched for a repeat.
-const SLOTS: usize = 64;
+/// Hashes of the answers stored last, one per slot.
+const SEEN: usize = 4096;
+/// Answers kept once at a time.
+const MAX_KEPT: usize = 64;
+/// How often an answer may at most become a body.
+const KEEP_EVERY: Duration = Duration::from_millis(100);
 /// Bodies known by id (this replica's and those read); past it the
 /// table starts over.
 const MAX_KNOWN: usize = 256;
@@ -72,11 +80,11 @@ pub(super) enum Keep {
     Write(Bytes),
 }
 
-/// This store's bodies: the answers watched for a repeat, and the bodies
-/// known by id.
+/// This store's bodies: the answers kept once, and the bodies known by id.
 #[derive(Debug)]
 pub(super) struct Bodies {
-    slots: Box<[Mutex<Option<Watched>>]>,
+    seen: Box<[AtomicU64]>,
+    kept: Mutex<Kept>,
     // foldhash, seeded per process: answers cannot be chosen to collide
     // (and a collision only costs a whole write: bytes are compared).
     hasher: foldhash::fast::RandomState,
@@ -85,15 +93,20 @@ pub(super) struct Bodies {
     next: AtomicU64,
 }
 
-#[derive(Debug)]
-struct Watched {
-    hash: u64,
-    value: Bytes,
-    body: Option<Body>,
+#[derive(Debug, Default)]
+struct Kept {
+    answers: Vec<Answer>,
+    /// When an answer last became a body.
+    last: Option<Instant>,
 }
 
+/// An answer kept once.
 #[derive(Debug)]
-struct Body {
+struct Answer {
+    hash: u64,
+    value: Bytes,
+    /// When it was last stored.
+    used: Instant,
     id: Bytes,
     /// When the last write that Redis took was sent, and the link's
     /// failure count then.
@@ -102,11 +115,32 @@ struct Body {
     writing: Option<Instant>,
 }
 
+impl Answer {
+    /// How this answer, stored at `now` after `failures` failures of the
+    /// link, is to be kept.
+    fn keep(&mut self, now: Instant, failures: u64) -> Keep {
+        self.used = now;
+        let written = self.written.filter(|&(_, then)| then == failures).map(|(written, _)| written);
+        let fresh = written.is_some_and(|written| now < written + FRESH_FOR);
+        let due = written.is_none_or(|written| now >= written + REFRESH);
+        let stalled = self.writing.is_none_or(|writing| now >= writing + WRITE_STALLS);
+        match (fresh, due && stalled) {
+            (_, true) => {
+                self.writing = Some(now);
+                Keep::Write(self.id.clone())
+            }
+            (true, false) => Keep::Refer(self.id.clone()),
+            (false, false) => Keep::Whole,
+        }
+    }
+}
+
 impl Bodies {
     /// The bodies of a store of the replica `owner`.
     pub(super) fn new(owner: &str) -> Bodies {
         Bodies {
-            slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
+            seen: (0..SEEN).map(|_| AtomicU64::new(0)).collect(),
+            kept: Mutex::default(),
             hasher: foldhash::fast::RandomState::default(),
             known: DashMap::default(),
             owner: owner.to_owned(),
@@ -121,48 +155,48 @@ impl Bodies {
             return Keep::Whole;
         }
         let hash = self.hasher.hash_one(&value[..]);
-        let mut slot = self.slot(hash);
-        let watched = match &mut *slot {
-            Some(watched) if watched.hash == hash && watched.value == *value => watched,
-            _ => {
-                *slot = Some(Watched { hash, value: value.clone(), body: None });
-                return Keep::Whole;
-            }
-        };
-        let body = watched.body.get_or_insert_with(|| Body {
-            id: Bytes::from(format!("{}:{}", self.owner, self.next.fetch_add(1, Ordering::Relaxed))),
-            written: None,
-            writing: None,
-        });
-        let written = body.written.filter(|&(_, then)| then == failures).map(|(written, _)| written);
-        let fresh = written.is_some_and(|written| now < written + FRESH_FOR);
-        let due = written.is_none_or(|written| now >= written + REFRESH);
-        let stalled = body.writing.is_none_or(|writing| now >= writing + WRITE_STALLS);
-        match (fresh, due && stalled) {
-            (_, true) => {
-                body.writing = Some(now);
-                Keep::Write(body.id.clone())
-            }
-            (true, false) => Keep::Refer(body.id.clone()),
-            (false, false) => Keep::Whole,
+        let mut kept = self.kept();
+        if let Some(answer) = kept.answers.iter_mut().find(|answer| answer.hash == hash) {
+            // Other bytes under the same hash are written whole.
+            return if answer.value == *value { answer.keep(now, failures) } else { Keep::Whole };
         }
+        let seen = &self.seen[usize::try_from(hash % SEEN as u64).unwrap_or(0)];
+        if seen.swap(hash, Ordering::Relaxed) != hash || kept.last.is_some_and(|last| now < last + KEEP_EVERY) {
+            return Keep::Whole;
+        }
+        kept.last = Some(now);
+        if kept.answers.len() >= MAX_KEPT
+            && let Some(oldest) =
+                kept.answers.iter().enumerate().min_by_key(|(_, answer)| answer.used).map(|(at, _)| at)
+        {
+            kept.answers.swap_remove(oldest);
+        }
+        let id = Bytes::from(format!("{}:{}", self.owner, self.next.fetch_add(1, Ordering::Relaxed)));
+        let mut answer = Answer { hash, value: value.clone(), used: now, id, written: None, writing: None };
+        let keep = answer.keep(now, failures);
+        kept.answers.push(answer);
+        keep
     }
 
-    /// Redis took the body `id` of `value`, sent at `sent` after the
-    /// link's `failures` failures.
-    pub(super) fn written(&self, id: &Bytes, value: &Bytes, sent: Instant, failures: u64) {
-        self.learn(id.clone(), value.clone());
-        self.with_body(value, id, |body| {
-            if body.written.is_none_or(|(written, then)| then != failures || written < sent) {
-                body.written = Some((sent, failures));
-            }
-            body.writing = None;
-        });
+    /// Redis took the body `id`, sent at `sent` after the link's `failures`
+    /// failures.
+    pub(super) fn written(&self, id: &Bytes, sent: Instant, failures: u64) {
+        let mut kept = self.kept();
+        let Some(answer) = kept.answers.iter_mut().find(|answer| answer.id == *id) else { return };
+        if answer.written.is_none_or(|(written, then)| then != failures || written < sent) {
+            answer.written = Some((sent, failures));
+        }
+        answer.writing = None;
+        let value = answer.value.clone();
+        drop(kept);
+        self.learn(id.clone(), value);
     }
 
-    /// The write of the body `id` of `value` failed.
-    pub(super) fn unwritten(&self, id: &Bytes, value: &Bytes) {
-        self.with_body(value, id, |body| body.writing = None);
+    /// The write of the body `id` failed.
+    pub(super) fn unwritten(&self, id: &Bytes) {
+        if let Some(answer) = self.kept().answers.iter_mut().find(|answer| answer.id == *id) {
+            answer.writing = None;
+        }
     }
 
     /// The body `id`, if this store knows it.
@@ -178,18 +212,8 @@ impl Bodies {
         self.known.insert(id, body);
     }
 
-    fn slot(&self, hash: u64) -> std::sync::MutexGuard<'_, Option<Watched>> {
-        // The slot count is a power of two: the low bits pick it.
-        let at = usize::try_from(hash % SLOTS as u64).unwrap_or(0);
-        self.slots[at].lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn with_body(&self, value: &Bytes, id: &Bytes, change: impl FnOnce(&mut Body)) {
-        let hash = self.hasher.hash_one(&value[..]);
-        let mut slot = self.slot(hash);
-        if let Some(body) = slot.as_mut().and_then(|watched| watched.body.as_mut()).filter(|body| body.id == *id) {
-            change(body);
-        }
+    fn kept(&self) -> MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -201,14 +225,20 @@ mod tests {
         Bytes::from(vec![byte; 1000])
     }
 
+    /// Stores `value` twice, `KEEP_EVERY` after `at`: the body to write.
+    fn made_body(bodies: &Bodies, value: &Bytes, at: Instant) -> Bytes {
+        assert_eq!(bodies.keep(value, at, 0), Keep::Whole, "seen once");
+        let Keep::Write(id) = bodies.keep(value, at, 0) else { panic!("the second store writes the body") };
+        id
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_answer_is_referred_to_from_its_second_store_on_once_its_body_is_written() {
         let bodies = Bodies::new("r1");
         let now = Instant::now();
-        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "seen once");
-        let Keep::Write(id) = bodies.keep(&answer(1), now, 0) else { panic!("the second store writes the body") };
+        let id = made_body(&bodies, &answer(1), now);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "not referred to before Redis took it");
-        bodies.written(&id, &answer(1), now, 0);
+        bodies.written(&id, now, 0);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Refer(id.clone()));
         assert_eq!(bodies.known(&id), Some(answer(1)));
         assert!(id.starts_with(b"r1:"), "the replica's own id");
@@ -218,16 +248,15 @@ mod tests {
     async fn a_body_is_written_again_after_its_refresh_and_never_referred_to_past_its_freshness() {
         let bodies = Bodies::new("r1");
         let start = Instant::now();
-        bodies.keep(&answer(1), start, 0);
-        let Keep::Write(id) = bodies.keep(&answer(1), start, 0) else { panic!("written") };
-        bodies.written(&id, &answer(1), start, 0);
+        let id = made_body(&bodies, &answer(1), start);
+        bodies.written(&id, start, 0);
         let refresh = start + REFRESH;
         assert_eq!(bodies.keep(&answer(1), refresh, 0), Keep::Write(id.clone()), "one caller writes it again");
         assert_eq!(bodies.keep(&answer(1), refresh, 0), Keep::Refer(id.clone()), "the others still refer");
         let past = start + FRESH_FOR;
         assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Write(id.clone()), "a stalled write is taken over");
         assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Whole, "past its freshness, being written: whole");
-        bodies.written(&id, &answer(1), past, 0);
+        bodies.written(&id, past, 0);
         assert_eq!(bodies.keep(&answer(1), past, 0), Keep::Refer(id));
         assert!(FRESH_FOR + Duration::from_secs(1) <= BODY_EXTRA, "a body outlives every entry referring to it");
     }
@@ -236,11 +265,10 @@ mod tests {
     async fn a_failed_write_or_a_link_failure_since_makes_the_next_store_write_again() {
         let bodies = Bodies::new("r1");
         let now = Instant::now();
-        bodies.keep(&answer(1), now, 0);
-        let Keep::Write(id) = bodies.keep(&answer(1), now, 0) else { panic!("written") };
-        bodies.unwritten(&id, &answer(1));
+        let id = made_body(&bodies, &answer(1), now);
+        bodies.unwritten(&id);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Write(id.clone()));
-        bodies.written(&id, &answer(1), now, 0);
+        bodies.written(&id, now, 0);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Refer(id.clone()));
         assert_eq!(bodies.keep(&answer(1), now, 1), Keep::Write(id.clone()), "the link failed since the write");
         assert_eq!(bodies.keep(&answer(1), now, 1), Keep::Whole, "one write at a time");
@@ -255,6 +283,37 @@ mod tests {
             bodies.keep(&value, now, 0);
             assert_eq!(bodies.keep(&value, now, 0), Keep::Whole);
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_become_bodies_one_per_interval_and_the_least_recently_stored_goes_first() {
+        let bodies = Bodies::new("r1");
+        let mut now = Instant::now();
+        made_body(&bodies, &answer(0), now);
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole);
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "one new body per interval");
+        now += KEEP_EVERY;
+        let Keep::Write(first) = bodies.keep(&answer(1), now, 0) else { panic!("its turn came") };
+        for byte in 2..=MAX_KEPT as u8 {
+            now += KEEP_EVERY;
+            made_body(&bodies, &answer(byte), now);
+            bodies.keep(&answer(1), now, 0);
+        }
+        assert_eq!(bodies.kept().answers.len(), MAX_KEPT, "answer 0 made room");
+        let kept = bodies.kept();
+        assert!(kept.answers.iter().any(|kept| kept.value == answer(1) && kept.id == first), "stored all along, kept");
+        assert!(kept.answers.iter().all(|kept| kept.value != answer(0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_bytes_under_a_kept_hash_are_kept_whole() {
+        let bodies = Bodies::new("r1");
+        let now = Instant::now();
+        let id = made_body(&bodies, &answer(1), now);
+        bodies.written(&id, now, 0);
+        // Another answer stands under the hash of `answer(1)`, as a collision would.
+        bodies.kept().answers[0].value = answer(2);
+        assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole);
     }
 
     #[test]
