@@ -213,6 +213,39 @@ async fn a_commit_retried_on_every_replica_or_sent_thirty_times_at_once_runs_onc
     assert_eq!(sample(&cluster.metrics(1).await, replays), Some(1.0));
 }
 
+/// The demo answers every fresh `/run` with the same card: Redis keeps it
+/// once, its entries referring to one body, and every replica replays each
+/// entry whole.
+#[tokio::test]
+async fn an_answer_kept_once_replays_whole_on_every_replica() {
+    let Some(redis) = RedisServer::start("answers kept once") else { return };
+    let cluster = Cluster::start(&redis);
+    let ids: Vec<String> = (0..5).map(|n| format!("kept-once-{n}")).collect();
+    let mut answers = Vec::new();
+    for id in &ids {
+        let (status, body, _) = cluster.post(0, "/demo/run", run_request(id)).await;
+        assert_eq!(status, 200);
+        answers.push(body);
+    }
+    assert!(answers.iter().all(|answer| answer == &answers[0]), "the demo's one card");
+    assert!(answers[0].len() > 1000, "a card big enough to keep once: {} bytes", answers[0].len());
+    for at in [1, 2] {
+        for (id, answer) in ids.iter().zip(&answers) {
+            let (status, repeat, _) = cluster.post(at, "/demo/run", run_request(id)).await;
+            assert_eq!((status, &repeat), (200, answer), "{id} on replica {at}");
+        }
+        let replays = r#"megamind_requests_total{handler="run",outcome="replay",scenario="demo",transport="http"} "#;
+        assert_eq!(sample(&cluster.metrics(at).await, replays), Some(5.0), "replica {at} replayed every one");
+    }
+    let bodies: Vec<String> = redis.query(redis::cmd("KEYS").arg("megamind:body:*"));
+    assert_eq!(bodies.len(), 1, "one body: {bodies:?}");
+    let body: Vec<u8> = redis.query(redis::cmd("GET").arg(&bodies[0]));
+    assert_eq!(body, answers[0], "the body is the card");
+    let last: Vec<u8> = redis.query(redis::cmd("GET").arg(format!("megamind:{{demo/run/{}}}", ids[4])));
+    assert_eq!(last[0], b'r', "a later entry refers to the body");
+    assert!(last.len() < 64, "in some tens of bytes: {}", last.len());
+}
+
 #[tokio::test]
 async fn with_redis_killed_every_replica_answers_in_budget_and_sharing_resumes_by_itself() {
     let Some(mut redis) = RedisServer::start("replicas without Redis") else { return };
