@@ -91,6 +91,10 @@ pub enum StoreError {
     /// The store is out of memory for new entries.
     #[error("the store is full")]
     Full,
+    /// The store serves, but an entry refers to a value it no longer holds
+    /// (an operator flushed it): the entry cannot be read.
+    #[error("the store lost a value: {0}")]
+    Lost(String),
     /// A lease or waiter whose token this store cannot read: it came from
     /// another kind of store.
     #[error("a lease or waiter from another kind of store")]

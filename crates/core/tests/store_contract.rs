@@ -14,7 +14,7 @@ use bytes::Bytes;
 use megamind_core::{
     scenario::Handler,
     store::{
-        Begin, FlightStore, Key, Lease, MemoryStore, RedisStore, Waited,
+        Begin, FlightStore, Key, Lease, MemoryStore, RedisStore, StoreError, Waited,
         memory::{Limits, unregistered_evictions},
     },
 };
@@ -282,7 +282,7 @@ async fn an_entry_whose_body_is_gone_is_refused() {
     let (_, bodies) = held_under(&server, "gone");
     let _: () = server.query(redis::cmd("DEL").arg(&bodies[0].0));
     let repeat = reader.begin(key("g1"), LONG, in_a_while(), &mut || true).await;
-    assert!(repeat.is_err(), "refused: {repeat:?}");
+    assert!(matches!(repeat, Err(StoreError::Lost(_))), "refused: {repeat:?}");
     assert!(matches!(begin(&*reader, key("g0"), LONG).await, Begin::Hit(value) if value == big_answer(3)));
 }
 

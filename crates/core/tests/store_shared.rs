@@ -164,6 +164,40 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     assert!(metrics(&registry).contains(r#"megamind_store_operations_total{op="begin",outcome="timeout"}"#));
 }
 
+/// An entry whose answer Redis lost (its body flushed) is a `/commit` that
+/// ran: refused, never run again on this replica's memory, even with the
+/// local fallback; a `/run` runs there. Redis still serves: it is not taken
+/// for down.
+#[tokio::test]
+async fn an_answer_redis_lost_is_refused_for_a_commit_and_leaves_the_store_up() {
+    let Some(server) = RedisServer::start("an answer lost") else { return };
+    let writer = RedisStore::new(RedisOptions {
+        url: StoreUrl::parse(&server.url()).unwrap(),
+        prefix: "shared".into(),
+        ttl: Duration::from_secs(60),
+        commit_ttl: Duration::from_secs(60),
+        timeout: Duration::from_secs(1),
+        connections: 1,
+    })
+    .unwrap();
+    let card = Bytes::from(vec![7u8; 2900]);
+    for (handler, id) in [(Handler::Commit, "c0"), (Handler::Commit, "c1"), (Handler::Run, "r1")] {
+        let begun = writer.begin(Key::new("demo", handler, id), LEASE, Instant::now() + LEASE, &mut || true).await;
+        let Ok(Begin::Lead(lease)) = begun else { panic!("leads {id}") };
+        writer.complete(lease, card.clone()).await.unwrap();
+    }
+    let bodies: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:body:*"));
+    let _: () = server.query(redis::cmd("DEL").arg(&bodies[..]));
+    let (store, _registry) = shared(&server.url(), CommitFallback::Local);
+    for _ in 0..5 {
+        let (commit, _) = begin(&store, Handler::Commit, "c1").await;
+        assert!(matches!(commit, Err(StoreError::Lost(_))), "refused, not run again: {commit:?}");
+    }
+    assert!(!store.is_down(), "Redis answered every time");
+    assert!(matches!(begin(&store, Handler::Run, "r1").await.0, Ok(Begin::Lead(_))), "a /run runs here");
+    assert!(matches!(begin(&store, Handler::Commit, "c0").await.0, Ok(Begin::Hit(value)) if value == card));
+}
+
 #[tokio::test]
 async fn commits_may_opt_into_this_replicas_memory() {
     // Nothing listens on port 1.

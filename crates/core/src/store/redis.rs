@@ -237,8 +237,8 @@ impl RedisStore {
             .command(Some(deadline), redis::cmd("GET").arg(self.body_key(&id)).query_async(&mut connection))
             .await?;
         // Bodies outlive the entries that refer to them, unless Redis lost
-        // them (a restart without its file, a flush).
-        let body = Bytes::from(body.ok_or_else(|| StoreError::Unavailable("an answer's body is gone".into()))?);
+        // them (a flush).
+        let body = Bytes::from(body.ok_or_else(|| StoreError::Lost("an answer's body is gone".into()))?);
         self.bodies.learn(id, body.clone());
         Ok(body)
     }

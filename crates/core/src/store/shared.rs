@@ -139,7 +139,8 @@ impl StoreHealth {
         };
         self.metrics.observe(op, outcome, started.elapsed());
         match &result {
-            Ok(_) | Err(StoreError::Full) => self.succeeded(),
+            // Redis answered: a value it lost is no sign of a store down.
+            Ok(_) | Err(StoreError::Full | StoreError::Lost(_)) => self.succeeded(),
             // A call whose deadline had passed gave the store no time at
             // all: no sign of a slow store.
             Err(StoreError::Timeout(bound)) if *bound < Duration::from_millis(1) => {}
@@ -329,6 +330,8 @@ impl FlightStore for SharedStore {
             match store.run(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
                 Ok(begin) => return Ok(begin),
                 Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
+                // Its first call ran: never again, whatever the fallback.
+                Err(error @ StoreError::Lost(_)) if is_reserved(key.handler) => return Err(error),
                 Err(_) => {}
             }
         }
