@@ -171,7 +171,7 @@ impl RedisStore {
     /// `ttl` (`/run`, `/continue`) and `commit_ttl` (`/commit`, `/apply`).
     pub fn over(link: Arc<RedisLink>, prefix: String, ttl: Duration, commit_ttl: Duration) -> RedisStore {
         RedisStore {
-            bodies: Bodies::new(link.owner()),
+            bodies: Bodies::new(link.owner(), link.counter()),
             link,
             prefix,
             ttl_ms: millis(ttl),

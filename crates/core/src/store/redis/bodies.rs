@@ -19,9 +19,9 @@
 //!   kept [`BODY_EXTRA`] longer than any entry: an entry refers to a body
 //!   only for [`FRESH_FOR`] after the write that made it, and rewrites it
 //!   after [`REFRESH`], so no entry outlives its body.
-//! - The id is this replica's own (its id and a counter): replicas never
-//!   share a body, so none can ever read another's answer under a colliding
-//!   hash.
+//! - The id is this replica's own (its id and the link's counter, which
+//!   numbers claims too): replicas and stores never share a body, so none
+//!   can ever read another's answer under a colliding hash.
 //! - A reader resolves an id from the bodies it knows (its own, and those
 //!   it read before), or reads the body once (`GET`).
 //! - A write counts only while the link has seen no failure since: a Redis
@@ -33,7 +33,7 @@
 use std::{
     hash::BuildHasher,
     sync::{
-        Mutex, MutexGuard, PoisonError,
+        Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -90,7 +90,7 @@ pub(super) struct Bodies {
     hasher: foldhash::fast::RandomState,
     known: DashMap<Bytes, Bytes, foldhash::fast::RandomState>,
     owner: String,
-    next: AtomicU64,
+    next: Arc<AtomicU64>,
 }
 
 #[derive(Debug, Default)]
@@ -136,15 +136,15 @@ impl Answer {
 }
 
 impl Bodies {
-    /// The bodies of a store of the replica `owner`.
-    pub(super) fn new(owner: &str) -> Bodies {
+    /// The bodies of a store of the replica `owner`, numbered by `next`.
+    pub(super) fn new(owner: &str, next: Arc<AtomicU64>) -> Bodies {
         Bodies {
             seen: (0..SEEN).map(|_| AtomicU64::new(0)).collect(),
             kept: Mutex::default(),
             hasher: foldhash::fast::RandomState::default(),
             known: DashMap::default(),
             owner: owner.to_owned(),
-            next: AtomicU64::new(0),
+            next,
         }
     }
 
@@ -234,7 +234,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_is_referred_to_from_its_second_store_on_once_its_body_is_written() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let now = Instant::now();
         let id = made_body(&bodies, &answer(1), now);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole, "not referred to before Redis took it");
@@ -246,7 +246,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_is_written_again_after_its_refresh_and_never_referred_to_past_its_freshness() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let start = Instant::now();
         let id = made_body(&bodies, &answer(1), start);
         bodies.written(&id, start, 0);
@@ -263,7 +263,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_write_or_a_link_failure_since_makes_the_next_store_write_again() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let now = Instant::now();
         let id = made_body(&bodies, &answer(1), now);
         bodies.unwritten(&id);
@@ -277,7 +277,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn short_and_long_answers_are_kept_whole() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let now = Instant::now();
         for value in [Bytes::from(vec![1; MIN_BODY - 1]), Bytes::from(vec![1; MAX_BODY + 1])] {
             bodies.keep(&value, now, 0);
@@ -287,7 +287,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn answers_become_bodies_one_per_interval_and_the_least_recently_stored_goes_first() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let mut now = Instant::now();
         made_body(&bodies, &answer(0), now);
         assert_eq!(bodies.keep(&answer(1), now, 0), Keep::Whole);
@@ -307,7 +307,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn other_bytes_under_a_kept_hash_are_kept_whole() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         let now = Instant::now();
         let id = made_body(&bodies, &answer(1), now);
         bodies.written(&id, now, 0);
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn the_known_bodies_stay_bounded() {
-        let bodies = Bodies::new("r1");
+        let bodies = Bodies::new("r1", Arc::default());
         for n in 0..MAX_KNOWN * 3 {
             bodies.learn(Bytes::from(n.to_string()), answer(1));
             assert!(bodies.known.len() <= MAX_KNOWN);

@@ -6,7 +6,7 @@
 use std::{
     hash::BuildHasher,
     sync::{
-        OnceLock,
+        Arc, OnceLock,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, SystemTime},
@@ -33,7 +33,9 @@ pub struct RedisLink {
     connections: usize,
     /// This replica's part of every claim token.
     owner: String,
-    claims: AtomicU64,
+    /// Numbers claims and bodies: no two of any store over this link
+    /// ever share one.
+    counter: Arc<AtomicU64>,
     /// Commands that failed (not counting those that only ran late): a
     /// Redis that restarted empty fails the first command on each
     /// connection.
@@ -60,7 +62,7 @@ impl RedisLink {
             timeout,
             connections: connections.max(1),
             owner: format!("{seed:016x}"),
-            claims: AtomicU64::new(0),
+            counter: Arc::default(),
             failures: AtomicU64::new(0),
             blocking: Blocking::default(),
         })
@@ -78,6 +80,11 @@ impl RedisLink {
     /// This replica's id, part of every claim token.
     pub(super) fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// The counter numbering this link's claims, for other ids as unique.
+    pub(super) fn counter(&self) -> Arc<AtomicU64> {
+        self.counter.clone()
     }
 
     /// The longest a command may take.
@@ -137,7 +144,7 @@ impl RedisLink {
     /// A fresh claim: `c`, this replica's id, a counter: a fencing token no
     /// other lease of any store over this Redis ever had.
     pub(super) fn claim(&self) -> Bytes {
-        Bytes::from(format!("c{}:{}", self.owner, self.claims.fetch_add(1, Ordering::Relaxed)))
+        Bytes::from(format!("c{}:{}", self.owner, self.counter.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// Checks that Redis answers.
