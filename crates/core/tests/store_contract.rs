@@ -41,6 +41,7 @@ fn redis(server: &RedisServer) -> Arc<dyn FlightStore> {
     redis_under(server, "contract")
 }
 
+/// A store over a link of its own, as another replica's would be.
 fn redis_under(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
     Arc::new(RedisStore::new(every_store::redis_options(server, prefix, TTL, COMMIT_TTL)).unwrap())
 }
@@ -219,11 +220,6 @@ fn big_answer(byte: u8) -> Bytes {
     Bytes::from(vec![byte; 2900])
 }
 
-/// Another replica's store: a link and an id of its own.
-fn another_replica(server: &RedisServer, prefix: &str) -> Arc<dyn FlightStore> {
-    redis_under(server, prefix)
-}
-
 /// What each key holds, and the key.
 type Held = Vec<(String, Vec<u8>)>;
 
@@ -245,7 +241,7 @@ fn held_under(server: &RedisServer, prefix: &str) -> (Vec<Vec<u8>>, Held) {
 #[tokio::test]
 async fn an_answer_stored_again_is_kept_once_and_replays_on_another_replica() {
     let Some(server) = RedisServer::start("an answer kept once") else { return };
-    let (writer, reader) = (redis_under(&server, "once"), another_replica(&server, "once"));
+    let (writer, reader) = (redis_under(&server, "once"), redis_under(&server, "once"));
     let answer = big_answer(7);
     for n in 0..3 {
         put(&*writer, key(&format!("k{n}")), answer.clone()).await;
@@ -276,7 +272,7 @@ async fn an_answer_stored_again_is_kept_once_and_replays_on_another_replica() {
 #[tokio::test]
 async fn an_entry_whose_body_is_gone_is_refused() {
     let Some(server) = RedisServer::start("a body gone") else { return };
-    let (writer, reader) = (redis_under(&server, "gone"), another_replica(&server, "gone"));
+    let (writer, reader) = (redis_under(&server, "gone"), redis_under(&server, "gone"));
     put(&*writer, key("g0"), big_answer(3)).await;
     put(&*writer, key("g1"), big_answer(3)).await;
     let (_, bodies) = held_under(&server, "gone");
@@ -307,7 +303,7 @@ async fn after_redis_restarts_empty_bodies_are_written_again() {
     assert!(failed >= 1, "the restart was seen");
     put(&*writer, key("a2"), big_answer(4)).await;
     put(&*writer, key("a3"), big_answer(4)).await;
-    let reader = another_replica(&server, "again");
+    let reader = redis_under(&server, "again");
     for id in ["a2", "a3"] {
         assert!(matches!(begin(&*reader, key(id), LONG).await, Begin::Hit(value) if value == big_answer(4)), "{id}");
     }

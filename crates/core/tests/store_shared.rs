@@ -28,18 +28,23 @@ const LEASE: Duration = Duration::from_secs(30);
 /// What a timer may be late by on a machine busy with other tests.
 const SLACK: Duration = Duration::from_millis(40);
 
-fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry) {
-    let registry = Registry::new();
-    let options = RedisOptions {
+/// A Redis store of these tests (prefix `shared`), commands bounded by `timeout`.
+fn redis_store(url: &str, timeout: Duration) -> RedisStore {
+    RedisStore::new(RedisOptions {
         url: StoreUrl::parse(url).unwrap(),
         prefix: "shared".into(),
         ttl: Duration::from_secs(60),
         commit_ttl: Duration::from_secs(60),
-        timeout: TIMEOUT,
+        timeout,
         connections: 2,
-    };
+    })
+    .unwrap()
+}
+
+fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry) {
+    let registry = Registry::new();
     let local = MemoryStore::new(Limits::default(), unregistered_evictions());
-    let redis = RedisStore::new(options).unwrap();
+    let redis = redis_store(url, TIMEOUT);
     let health = StoreHealth::new(redis.link().clone(), StoreMetrics::register(&registry), commit_fallback);
     let store = SharedStore::new(redis, local, commit_fallback, health);
     (store, registry)
@@ -171,15 +176,7 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
 #[tokio::test]
 async fn an_answer_redis_lost_is_refused_for_a_commit_and_leaves_the_store_up() {
     let Some(server) = RedisServer::start("an answer lost") else { return };
-    let writer = RedisStore::new(RedisOptions {
-        url: StoreUrl::parse(&server.url()).unwrap(),
-        prefix: "shared".into(),
-        ttl: Duration::from_secs(60),
-        commit_ttl: Duration::from_secs(60),
-        timeout: Duration::from_secs(1),
-        connections: 1,
-    })
-    .unwrap();
+    let writer = redis_store(&server.url(), Duration::from_secs(1));
     let card = Bytes::from(vec![7u8; 2900]);
     for (handler, id) in [(Handler::Commit, "c0"), (Handler::Commit, "c1"), (Handler::Run, "r1")] {
         let begun = writer.begin(Key::new("demo", handler, id), LEASE, Instant::now() + LEASE, &mut || true).await;

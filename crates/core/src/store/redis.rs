@@ -273,11 +273,11 @@ impl RedisStore {
                 let ttl = self.ttl_ms.max(self.commit_ttl_ms).saturating_add(millis(BODY_EXTRA));
                 let mut write = redis::cmd("SET");
                 write.arg(self.body_key(&id)).arg(&value[..]).arg("PX").arg(ttl);
-                let written = match self.connection() {
-                    Ok(mut connection) => self.command(None, write.query_async::<()>(&mut connection)).await,
-                    Err(error) => Err(error),
+                let written = async {
+                    let mut connection = self.connection()?;
+                    self.command(None, write.query_async::<()>(&mut connection)).await
                 };
-                match written {
+                match written.await {
                     Ok(()) => {
                         self.bodies.written(&id, sent, failures);
                         Some(id)
