@@ -4,18 +4,14 @@
 
 use std::time::Duration;
 
-use megamind_core::{
-    config::Config,
-    proto::n_alice::n_scenarios::t_directive,
-    scenario::{Handler, module},
-};
+use megamind_core::{config::Config, proto::n_alice::n_scenarios::t_directive, scenario::module};
 use megamind_tools::client::Request;
 use prost::Message;
 
 use crate::{
     assistant_harness::{
         OPEN_SAFARI, answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over,
-        history_carries_over_two_turns, metrics_text, run, run_request, spawn, speech,
+        history_carries_over_two_turns, metrics_text, open_safari_hands_over, run, run_request, spawn, speech,
     },
     helpers::{Transport, spawn_app},
     mock_llm::{MockLlm, Reply},
@@ -23,34 +19,13 @@ use crate::{
 
 #[tokio::test]
 async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
-    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(250), OPEN_SAFARI)).await;
-    let h = spawn(&mock, |_| {}).await;
-    let mut client = client(&h.app, Transport::Http);
-
-    let turn = ask(&mut client, "открой Safari").await;
-    let [run, continued] = &turn.hops[..] else { panic!("a 250 ms model hands over: {:?}", turn.hops) };
-    let arguments = handed_over(run);
-    assert!(arguments.type_url.ends_with("megamind_scenario.v1.TAssistantContinueArguments"));
-    assert!(!run.response.as_run().unwrap().features.as_ref().expect("features").is_irrelevant);
-    assert_eq!((continued.handler(), continued.request_id()), (Handler::Continue, "req-1"));
-
-    let body = turn.body();
-    assert_eq!(speech(body), "Открываю Safari.");
-    let layout = body.layout.as_ref().unwrap();
-    let Some(t_directive::Directive::OpenAppDirective(open)) = &layout.directives[0].directive else {
-        panic!("{:?}", layout.directives)
-    };
-    assert_eq!((open.name.as_str(), open.app_name.as_str()), ("open_app", "Safari"));
-    assert!(open.payload.as_ref().is_some_and(|p| p.fields.contains_key("session_id")));
-
-    assert_eq!(mock.calls(), 1);
+    let (mock, h) = open_safari_hands_over(Transport::Http).await;
     let request = &mock.received()[0];
     assert_eq!(request.path, "/v1/chat/completions");
     assert_eq!(request.authorization.as_deref(), Some("Bearer sk-test"));
     assert_eq!(request.body["temperature"], 0.3);
     assert_eq!(request.body["max_tokens"], 512);
     assert_eq!(request.body["messages"][0]["role"], "system");
-    assert_eq!(request.body["messages"][1]["content"], "открой Safari");
     let text = metrics_text(&h.metrics);
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
     assert!(text.contains(r#"megamind_assistant_answers_total{handler="continue",kind="model"} 1"#), "{text}");

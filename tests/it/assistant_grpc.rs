@@ -6,16 +6,13 @@
 
 use std::time::Duration;
 
-use megamind_core::{
-    proto::n_alice::n_scenarios::{TScenarioApplyRequest, t_card, t_directive},
-    scenario::Handler,
-};
+use megamind_core::proto::n_alice::n_scenarios::TScenarioApplyRequest;
 use megamind_tools::client::Request;
 
 use crate::{
     assistant_harness::{
-        OPEN_SAFARI, answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over,
-        history_carries_over_two_turns, metrics_text, run, spawn, speech, state_of,
+        answer, apology, ask, assert_in_budget, client, r#continue, fallback, handed_over,
+        history_carries_over_two_turns, metrics_text, open_safari_hands_over, run, spawn, speech, state_of,
     },
     helpers::{Transport, fixture},
     mock_llm::{MockLlm, Reply},
@@ -23,28 +20,7 @@ use crate::{
 
 #[tokio::test]
 async fn open_safari_run_then_continue_gives_the_directive_and_speech() {
-    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(250), OPEN_SAFARI)).await;
-    let h = spawn(&mock, |_| {}).await;
-    let mut client = client(&h.app, Transport::Grpc);
-
-    let turn = ask(&mut client, "открой Safari").await;
-    let [run, continued] = &turn.hops[..] else { panic!("Run should hand over to Continue: {:?}", turn.hops) };
-    let arguments = handed_over(run);
-    assert!(arguments.type_url.ends_with("megamind_scenario.v1.TAssistantContinueArguments"));
-    assert!(!run.response.as_run().unwrap().features.as_ref().expect("features").is_irrelevant);
-    assert_eq!((continued.handler(), continued.request_id()), (Handler::Continue, "req-1"));
-
-    let body = turn.body();
-    assert_eq!(speech(body), "Открываю Safari.");
-    let layout = body.layout.as_ref().unwrap();
-    assert_eq!(layout.directives.len(), 1, "{:?}", layout.directives);
-    let Some(t_directive::Directive::OpenAppDirective(open)) = &layout.directives[0].directive else {
-        panic!("{:?}", layout.directives)
-    };
-    assert_eq!((open.name.as_str(), open.app_name.as_str()), ("open_app", "Safari"));
-    assert!(matches!(&layout.cards[0].card, Some(t_card::Card::Text(text)) if text == "Открываю Safari."));
-    assert_eq!(mock.calls(), 1);
-    assert_eq!(mock.received()[0].body["messages"][1]["content"], "открой Safari");
+    open_safari_hands_over(Transport::Grpc).await;
 }
 
 #[tokio::test]

@@ -16,8 +16,9 @@ use megamind_core::{
     config::Config,
     proto::n_alice::n_scenarios::{
         TInput, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioResponseBody, TScenarioRunRequest, TTextInput,
-        t_input, t_scenario_run_response,
+        t_card, t_directive, t_input, t_scenario_run_response,
     },
+    scenario::Handler,
 };
 use megamind_tools::client::{Client, Hop, Request, Turn};
 use prost::Message;
@@ -168,6 +169,35 @@ pub fn fallback() -> String {
 
 pub fn apology() -> String {
     AssistantConfig::default().dialog.apology_text
+}
+
+/// "открой Safari" over `transport`, the model answering in 250 ms:
+/// `/run` hands over to `/continue`, whose answer opens Safari (one
+/// directive, the text card, the speech) after one model call. The mock
+/// and the server are given back for what a transport checks besides.
+pub async fn open_safari_hands_over(transport: Transport) -> (MockLlm, Harness) {
+    let mock = MockLlm::start(Reply::content_after(Duration::from_millis(250), OPEN_SAFARI)).await;
+    let h = spawn(&mock, |_| {}).await;
+    let turn = ask(&mut client(&h.app, transport), "открой Safari").await;
+    let [run, continued] = &turn.hops[..] else { panic!("a 250 ms model hands over: {:?}", turn.hops) };
+    let arguments = handed_over(run);
+    assert!(arguments.type_url.ends_with("megamind_scenario.v1.TAssistantContinueArguments"));
+    assert!(!run.response.as_run().unwrap().features.as_ref().expect("features").is_irrelevant);
+    assert_eq!((continued.handler(), continued.request_id()), (Handler::Continue, "req-1"));
+
+    let body = turn.body();
+    assert_eq!(speech(body), "Открываю Safari.");
+    let layout = body.layout.as_ref().unwrap();
+    assert_eq!(layout.directives.len(), 1, "{:?}", layout.directives);
+    let Some(t_directive::Directive::OpenAppDirective(open)) = &layout.directives[0].directive else {
+        panic!("{:?}", layout.directives)
+    };
+    assert_eq!((open.name.as_str(), open.app_name.as_str()), ("open_app", "Safari"));
+    assert!(open.payload.as_ref().is_some_and(|p| p.fields.contains_key("session_id")));
+    assert!(matches!(&layout.cards[0].card, Some(t_card::Card::Text(text)) if text == "Открываю Safari."));
+    assert_eq!(mock.calls(), 1);
+    assert_eq!(mock.received()[0].body["messages"][1]["content"], "открой Safari");
+    (mock, h)
 }
 
 /// Two turns over `transport`: the second's state keeps both, the answer
