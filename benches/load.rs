@@ -4,7 +4,9 @@
 //! Each server runs in a process of its own; this process is the client. Each
 //! `/run` carries a fresh RequestId, so the run measures work, not replays;
 //! the replay run repeats RequestIds on `/commit`. Prints req/s, latency
-//! percentiles, errors, the ratio to the baseline, and the server's peak RSS.
+//! percentiles, errors, the ratio to the baseline (of the median rounds, and
+//! round by round: the median and range of each round's ratio to the
+//! baseline's round beside it), and the server's peak RSS.
 //!
 //! `cargo bench --bench load`; knobs (environment): `LOAD_SECS` per run
 //! (default 5), `LOAD_CONNS` (64), `LOAD_RATE` total req/s for an open-loop
@@ -193,36 +195,75 @@ fn median(mut rounds: Vec<Outcome>) -> Outcome {
     rounds.swap_remove(middle)
 }
 
-fn print(outcomes: &[(Outcome, Option<f64>)]) {
+/// A run against its baseline: the baseline's median req/s, and the run's
+/// req/s over the baseline's of the same round, round by round (each pair
+/// ran minutes apart at most, so a neighbour that came or went between
+/// rounds moves both).
+struct Compared {
+    base_rps: f64,
+    per_round: Vec<f64>,
+}
+
+impl Compared {
+    fn new(base: &[Outcome], run: &[Outcome], base_rps: f64) -> Compared {
+        let mut per_round: Vec<f64> = base.iter().zip(run).map(|(b, r)| r.rps() / b.rps()).collect();
+        per_round.sort_by(f64::total_cmp);
+        Compared { base_rps, per_round }
+    }
+
+    /// The median round's ratio and the range, in percent: `76 (72–79)`.
+    fn per_round(&self) -> String {
+        match &self.per_round[..] {
+            [] => "-".to_owned(),
+            [only] => format!("{:.0}", 100.0 * only),
+            all => {
+                let pct = |r: &f64| 100.0 * r;
+                let (low, mid, high) = (pct(&all[0]), pct(&all[all.len() / 2]), pct(&all[all.len() - 1]));
+                format!("{mid:.0} ({low:.0}–{high:.0})")
+            }
+        }
+    }
+}
+
+fn print(outcomes: &[(Outcome, Option<Compared>)]) {
     println!(
-        "\n{:<34} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>12}",
-        "run", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "vs base", "server µs/req"
+        "\n{:<34} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>14} {:>12}",
+        "run", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "vs base", "% per round", "server µs/req"
     );
-    for (o, base) in outcomes {
-        print_row(o, *base);
+    for (o, compared) in outcomes {
+        print_row(o, compared.as_ref());
     }
 }
 
 /// The medians of a baseline's rounds and of the runs compared with it, each
-/// with the baseline's req/s (none for the baseline itself); nothing for runs
-/// that were skipped.
-fn against<const N: usize>(base: Vec<Outcome>, runs: [Vec<Outcome>; N]) -> Vec<(Outcome, Option<f64>)> {
+/// compared with the baseline (nothing for the baseline itself); nothing for
+/// runs that were skipped.
+fn against<const N: usize>(base: Vec<Outcome>, runs: [Vec<Outcome>; N]) -> Vec<(Outcome, Option<Compared>)> {
     if base.is_empty() {
         return Vec::new();
     }
-    let base = median(base);
-    let base_rps = base.rps();
-    let mut rows = vec![(base, None)];
-    rows.extend(runs.into_iter().filter(|r| !r.is_empty()).map(|r| (median(r), Some(base_rps))));
+    let base_rps = median_rps(&base);
+    let compared: Vec<_> =
+        runs.into_iter().filter(|r| !r.is_empty()).map(|r| (Compared::new(&base, &r, base_rps), r)).collect();
+    let mut rows = vec![(median(base), None)];
+    rows.extend(compared.into_iter().map(|(c, r)| (median(r), Some(c))));
     rows
 }
 
-fn print_row(o: &Outcome, base: Option<f64>) {
+/// The req/s of the median round.
+fn median_rps(rounds: &[Outcome]) -> f64 {
+    let mut rps: Vec<f64> = rounds.iter().map(Outcome::rps).collect();
+    rps.sort_by(f64::total_cmp);
+    rps[rps.len() / 2]
+}
+
+fn print_row(o: &Outcome, compared: Option<&Compared>) {
     let ms = |q: f64| o.latency.value_at_quantile(q) as f64 / 1000.0;
-    let ratio = base.map_or("-".to_owned(), |b| format!("{:.0} %", 100.0 * o.rps() / b));
+    let ratio = compared.map_or("-".to_owned(), |c| format!("{:.0} %", 100.0 * o.rps() / c.base_rps));
+    let per_round = compared.map_or("-".to_owned(), Compared::per_round);
     let cpu = o.cpu_per_request_us().map_or("-".to_owned(), |us| format!("{us:.1}"));
     println!(
-        "{:<34} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9} {:>12}",
+        "{:<34} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9} {:>14} {:>12}",
         o.name,
         o.rps(),
         ms(0.5),
@@ -231,6 +272,7 @@ fn print_row(o: &Outcome, base: Option<f64>) {
         ms(0.999),
         o.errors,
         ratio,
+        per_round,
         cpu
     );
 }
