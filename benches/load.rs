@@ -205,14 +205,15 @@ struct Compared {
 }
 
 impl Compared {
-    fn new(base: &[Outcome], run: &[Outcome], base_rps: f64) -> Compared {
+    /// The ratios of `run`'s rounds to `base`'s, round by round, sorted.
+    fn per_round(base: &[Outcome], run: &[Outcome]) -> Vec<f64> {
         let mut per_round: Vec<f64> = base.iter().zip(run).map(|(b, r)| r.rps() / b.rps()).collect();
         per_round.sort_by(f64::total_cmp);
-        Compared { base_rps, per_round }
+        per_round
     }
 
     /// The median round's ratio and the range, in percent: `76 (72–79)`.
-    fn per_round(&self) -> String {
+    fn spread(&self) -> String {
         match &self.per_round[..] {
             [] => "-".to_owned(),
             [only] => format!("{:.0}", 100.0 * only),
@@ -242,25 +243,19 @@ fn against<const N: usize>(base: Vec<Outcome>, runs: [Vec<Outcome>; N]) -> Vec<(
     if base.is_empty() {
         return Vec::new();
     }
-    let base_rps = median_rps(&base);
-    let compared: Vec<_> =
-        runs.into_iter().filter(|r| !r.is_empty()).map(|r| (Compared::new(&base, &r, base_rps), r)).collect();
-    let mut rows = vec![(median(base), None)];
-    rows.extend(compared.into_iter().map(|(c, r)| (median(r), Some(c))));
+    let runs: Vec<_> =
+        runs.into_iter().filter(|r| !r.is_empty()).map(|r| (Compared::per_round(&base, &r), r)).collect();
+    let base = median(base);
+    let base_rps = base.rps();
+    let mut rows = vec![(base, None)];
+    rows.extend(runs.into_iter().map(|(per_round, r)| (median(r), Some(Compared { base_rps, per_round }))));
     rows
-}
-
-/// The req/s of the median round.
-fn median_rps(rounds: &[Outcome]) -> f64 {
-    let mut rps: Vec<f64> = rounds.iter().map(Outcome::rps).collect();
-    rps.sort_by(f64::total_cmp);
-    rps[rps.len() / 2]
 }
 
 fn print_row(o: &Outcome, compared: Option<&Compared>) {
     let ms = |q: f64| o.latency.value_at_quantile(q) as f64 / 1000.0;
     let ratio = compared.map_or("-".to_owned(), |c| format!("{:.0} %", 100.0 * o.rps() / c.base_rps));
-    let per_round = compared.map_or("-".to_owned(), Compared::per_round);
+    let per_round = compared.map_or("-".to_owned(), Compared::spread);
     let cpu = o.cpu_per_request_us().map_or("-".to_owned(), |us| format!("{us:.1}"));
     println!(
         "{:<34} {:>10.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9} {:>14} {:>12}",

@@ -225,7 +225,7 @@ mod tests {
         Bytes::from(vec![byte; 1000])
     }
 
-    /// Stores `value` twice, `KEEP_EVERY` after `at`: the body to write.
+    /// Stores `value` twice at `at`: the body to write.
     fn made_body(bodies: &Bodies, value: &Bytes, at: Instant) -> Bytes {
         assert_eq!(bodies.keep(value, at, 0), Keep::Whole, "seen once");
         let Keep::Write(id) = bodies.keep(value, at, 0) else { panic!("the second store writes the body") };
