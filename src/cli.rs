@@ -279,7 +279,11 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let stores = Stores::of(&config.store, metrics.registry()).map_err(anyhow::Error::msg)?;
     let built = module::build_all_with(&modules, &config.scenarios, metrics.registry(), stores)?;
     let app = App::from_built(&config, built, metrics)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = config.worker_threads() {
+        runtime.worker_threads(threads.get());
+    }
+    let runtime = runtime.enable_all().build()?;
     // Each connection is a file descriptor: allow as many as the system lets us.
     server::raise_open_files_limit();
     let cut_short = runtime.block_on(async {

@@ -190,6 +190,13 @@ pub(super) fn core() -> Vec<Flag> {
     )
     .env("MEGAMIND_HTTP1_READ_BUFFER_BYTES"),
     Flag::new(
+        "worker-threads",
+        "worker_threads",
+        "Threads that serve calls, and as many for the stream lane; 0: one per CPU the process may use (its CPU \
+         limit, else the machine's cores)",
+    )
+    .env("MEGAMIND_WORKER_THREADS"),
+    Flag::new(
         "stream-lane",
         "stream_lane",
         "Serve connections opening with a `GET` of a long-lived route a scenario registered (a stream) on threads of \

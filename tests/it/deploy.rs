@@ -168,6 +168,26 @@ fn the_image_is_versioned_and_the_drain_fits_the_grace_period() {
 }
 
 #[test]
+fn without_a_cpu_limit_the_worker_threads_are_set_to_a_few() {
+    let Some(tools) = python_tools::tools_blocking("without_a_cpu_limit_the_worker_threads_are_set_to_a_few") else {
+        return;
+    };
+    for deployment in of_kind(&documents(tools), "Deployment") {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let cpu_request = container["resources"]["requests"]["cpu"].as_str().expect("a CPU request");
+        if !container["resources"]["limits"]["cpu"].is_null() {
+            continue;
+        }
+        let env = container["env"].as_array().expect("env");
+        let threads = env.iter().find(|e| e["name"] == "MEGAMIND_WORKER_THREADS");
+        let threads = threads.and_then(|e| e["value"].as_str()?.parse::<usize>().ok());
+        let threads =
+            threads.expect("MEGAMIND_WORKER_THREADS set: the node's cores are no measure of a pod without a CPU limit");
+        assert!((1..=4).contains(&threads), "{threads} worker threads per lane for a {cpu_request} CPU request");
+    }
+}
+
+#[test]
 fn the_image_build_keeps_target_out_and_caches_dependencies() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let ignore = fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore at the build context's root");

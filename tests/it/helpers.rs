@@ -345,6 +345,11 @@ impl LoggedServer {
         LoggedServer { child, stdout, head, app }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops it with SIGTERM (its log is flushed then) and returns its
     /// whole log, standard error after it.
     pub fn stop(mut self) -> String {

@@ -6,7 +6,8 @@
 //! other request on it is hyper's, kept alive. A subscriber that hangs up
 //! gives its stream back at once; one that stops reading is cut off at the
 //! send timeout or the drain's end; a stream waiting on its model is not.
-//! A third-party SSE client reads the same events as our parser.
+//! A third-party SSE client reads the same events as our parser. Each lane
+//! runs the worker threads `worker_threads` asks for, one per CPU by default.
 
 use std::{
     io::{Read, Write},
@@ -23,7 +24,7 @@ use tokio::{
 
 use crate::{
     assistant_harness::{client, run, signed, spawn_module, spawn_module_in},
-    helpers::{TestApp, Transport, binary, served_config, serving_addr_in, spawn_builtin},
+    helpers::{LoggedServer, TestApp, Transport, binary, served_config, serving_addr_in, spawn_builtin},
     mock_llm::{MockLlm, Reply},
 };
 
@@ -162,6 +163,37 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(settled(&nice), "the lane's threads 5 below the main ones: {nice:?}");
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_binary_runs_as_many_worker_threads_as_asked_on_each_lane() {
+    let per_cpu = std::thread::available_parallelism().unwrap().get();
+    for (args, threads) in [(&["--worker-threads", "3"][..], 3), (&[][..], per_cpu)] {
+        let server = LoggedServer::start(args, &[]);
+        let main = format!("megamind_worker_threads{{lane=\"main\"}} {threads}");
+        let metrics = server.app.metrics_line(&main).await;
+        let lane = format!("megamind_worker_threads{{lane=\"stream\"}} {threads}");
+        assert!(metrics.lines().any(|line| line == lane), "{args:?}: no {lane:?} in {metrics}");
+        // Nothing served yet: the lane has no blocking threads, its threads
+        // are its workers. A thread names itself once it first runs, which on
+        // a busy machine may come after the first answer: read again until
+        // all have, or for 10 s.
+        let counted =
+            |names: &std::collections::BTreeMap<String, Vec<i64>>, name: &str| names.get(name).map_or(0, Vec::len);
+        let started = std::time::Instant::now();
+        let names = loop {
+            let names = thread_nice_levels(server.pid());
+            let named = ["stream-lane", "tokio-rt-worker"].iter().all(|name| counted(&names, name) >= threads);
+            if named || started.elapsed() > BOUND {
+                break names;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(counted(&names, "stream-lane"), threads, "{args:?}: {names:?}");
+        assert!(counted(&names, "tokio-rt-worker") >= threads, "{args:?}: {names:?}");
+        server.stop();
+    }
 }
 
 /// Each thread's nice level of process `pid`, by thread name.

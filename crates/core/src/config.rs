@@ -8,7 +8,7 @@
 //! (`[demo]`, ...) belongs to the scenario of that name, which reads and
 //! checks it itself ([`crate::scenario::ScenarioModule`]).
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, num::NonZeroUsize, path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +42,9 @@ pub const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
 
 /// The smallest HTTP/1.1 read buffer hyper accepts.
 pub const MIN_HTTP1_READ_BUFFER: usize = 8192;
+
+/// The most worker threads a runtime may be given.
+pub const MAX_WORKER_THREADS: usize = 1024;
 
 /// Everything `serve` can be told.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -83,6 +86,10 @@ pub struct Config {
     /// The HTTP/1.1 read buffer of a connection, in bytes: the longest request
     /// head accepted.
     pub http1_read_buffer_bytes: usize,
+    /// Threads that serve calls, and as many for the stream lane; 0: one per
+    /// CPU the process may use (its cgroup's CPU limit, else the machine's
+    /// cores). A pod with no CPU limit on a large node needs it set.
+    pub worker_threads: usize,
     /// Serve connections that open with a `GET` of a long-lived route a
     /// scenario registered for the lane on threads of their own, at a lower
     /// OS priority than Megamind's calls.
@@ -183,6 +190,8 @@ impl Default for Config {
             // connection that sent part of a head double to 16 KiB; 8 KiB is
             // also the usual head limit of proxies (nginx, Apache).
             http1_read_buffer_bytes: MIN_HTTP1_READ_BUFFER,
+            // As many as the CPUs the process may use, as tokio sizes itself.
+            worker_threads: 0,
             // Streams are best effort; `/run` has 300 ms. At 10 a lane
             // thread weighs about a tenth of a main one when both want a core.
             stream_lane: true,
@@ -358,6 +367,10 @@ impl Config {
             ),
         );
         check(self.stream_lane_nice <= 19, format!("stream_lane_nice = {}: must be 0..=19", self.stream_lane_nice));
+        check(
+            self.worker_threads <= MAX_WORKER_THREADS,
+            format!("worker_threads = {}: must be 0 (one per CPU) to {MAX_WORKER_THREADS}", self.worker_threads),
+        );
         if let Err(e) = log_filter::check(&self.log_level) {
             errors.push(format!("log_level {:?}: {e}", self.log_level));
         }
@@ -382,6 +395,11 @@ impl Config {
         DispatchLimits { budgets: self.budgets(), detach_limit: Duration::from_millis(self.detach_limit_ms) }
     }
 
+    /// The worker threads asked for; `None`: one per CPU the process may use.
+    pub fn worker_threads(&self) -> Option<NonZeroUsize> {
+        NonZeroUsize::new(self.worker_threads)
+    }
+
     /// The limits on connections: count, timeouts, HTTP/2 streams.
     pub fn connection_limits(&self) -> ConnectionLimits {
         let ms = Duration::from_millis;
@@ -394,6 +412,7 @@ impl Config {
             max_open_requests: self.max_open_requests,
             http1_read_buffer: self.http1_read_buffer_bytes,
             stream_lane_nice: self.stream_lane.then_some(self.stream_lane_nice),
+            stream_lane_threads: self.worker_threads(),
         }
     }
 

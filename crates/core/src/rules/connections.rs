@@ -1,7 +1,7 @@
 //! Limits on connections: how many the server holds open, and how long
 //! each may keep it waiting. The server's connection loop enforces them.
 
-use std::time::Duration;
+use std::{num::NonZeroUsize, time::Duration};
 
 /// Limits on connections: how many, and how long each may keep the server waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,4 +26,6 @@ pub struct ConnectionLimits {
     /// How much lower the stream lane's threads run (`nice`), when
     /// connections opening with a `GET` of a lane route have a lane of their own.
     pub stream_lane_nice: Option<u8>,
+    /// The stream lane's threads; `None`: one per CPU the process may use.
+    pub stream_lane_threads: Option<NonZeroUsize>,
 }

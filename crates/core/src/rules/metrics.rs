@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, PullingGauge, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, PullingGauge,
+    Registry, TextEncoder,
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
@@ -225,6 +225,9 @@ pub struct ConnectionMetrics {
     pub refused_streams: IntCounter,
     /// Connections served, by lane (`main`, `stream`).
     pub served: IntCounterVec,
+    /// Worker threads serving connections, by lane (`main`, `stream`; 0
+    /// without a stream lane).
+    pub threads: IntGaugeVec,
 }
 
 impl ConnectionMetrics {
@@ -260,6 +263,11 @@ impl ConnectionMetrics {
                 &["lane"],
             )
             .expect("valid metric"),
+            threads: IntGaugeVec::new(
+                Opts::new("megamind_worker_threads", "Worker threads serving connections, by lane: main, or stream."),
+                &["lane"],
+            )
+            .expect("valid metric"),
         };
         for reason in CLOSE_REASONS {
             metrics.closed.with_label_values(&[reason]);
@@ -274,6 +282,7 @@ impl ConnectionMetrics {
             Box::new(metrics.closed.clone()),
             Box::new(metrics.refused_streams.clone()),
             Box::new(metrics.served.clone()),
+            Box::new(metrics.threads.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::warn!(%error, "metric not registered");

@@ -138,14 +138,16 @@ impl Connections {
             max_open: limits.max_open_requests,
             head_limit: limits.http1_read_buffer,
         };
-        Ok(Connections {
-            setup: Arc::new(setup),
-            stage: watch::Sender::new(Stage::Serving),
-            lane: match (limits.stream_lane_nice, Prefixes::of(lane_paths)) {
-                (Some(nice), prefixes) if !prefixes.is_empty() => Some((Lane::start(nice)?, prefixes)),
-                _ => None,
-            },
-        })
+        let lane = match (limits.stream_lane_nice, Prefixes::of(lane_paths)) {
+            (Some(nice), prefixes) if !prefixes.is_empty() => {
+                Some((Lane::start(nice, limits.stream_lane_threads)?, prefixes))
+            }
+            _ => None,
+        };
+        let (threads, count) = (&setup.metrics.threads, |n: usize| i64::try_from(n).unwrap_or(i64::MAX));
+        threads.with_label_values(&["main"]).set(count(Handle::current().metrics().num_workers()));
+        threads.with_label_values(&["stream"]).set(count(lane.as_ref().map_or(0, |(lane, _)| lane.threads())));
+        Ok(Connections { setup: Arc::new(setup), stage: watch::Sender::new(Stage::Serving), lane })
     }
 
     /// Moves every connection, open or to come, to `stage`.

@@ -93,9 +93,10 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// Starts the lane: one thread per core, `nice` below the process's priority.
-    pub(super) fn start(nice: u8) -> io::Result<Lane> {
-        let threads = std::thread::available_parallelism().map_or(2, NonZeroUsize::get);
+    /// Starts the lane: `threads` threads, or one per CPU the process may
+    /// use, `nice` below the process's priority.
+    pub(super) fn start(nice: u8, threads: Option<NonZeroUsize>) -> io::Result<Lane> {
+        let threads = threads.or_else(|| std::thread::available_parallelism().ok()).map_or(2, NonZeroUsize::get);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("stream-lane")
@@ -103,6 +104,11 @@ impl Lane {
             .on_thread_start(move || lower_priority(nice))
             .build()?;
         Ok(Lane { runtime: Some(runtime) })
+    }
+
+    /// Its worker threads.
+    pub(super) fn threads(&self) -> usize {
+        self.handle().metrics().num_workers()
     }
 
     /// Where the lane's connections are spawned.
@@ -156,8 +162,9 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_lanes_threads_run_at_a_lower_priority() {
-        let lane = Lane::start(7).unwrap();
+    fn the_lanes_threads_run_at_a_lower_priority_and_as_many_as_asked() {
+        let lane = Lane::start(7, NonZeroUsize::new(3)).unwrap();
+        assert_eq!(lane.threads(), 3);
         let own = rustix::process::getpriority_process(None).unwrap();
         let theirs = lane.handle().block_on(async {
             tokio::spawn(async { rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap() })
