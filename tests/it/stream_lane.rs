@@ -141,10 +141,7 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
     health.read_to_end(&mut answer).unwrap();
     assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
 
-    // A thread names itself and lowers its priority once it first runs,
-    // which on a busy machine may come after the first answer: read again
-    // until every thread has, or for 10 s.
-    let settled = |nice: &std::collections::BTreeMap<String, Vec<i64>>| {
+    let settled = |nice: &Threads| {
         let main = nice.get("tokio-rt-worker").cloned().unwrap_or_default();
         let lane = nice.get("stream-lane").cloned().unwrap_or_default();
         !main.is_empty()
@@ -152,14 +149,7 @@ fn the_binarys_stream_lane_threads_run_below_its_main_ones() {
             && !lane.is_empty()
             && lane.iter().all(|&n| n == (main[0] + 5).min(19))
     };
-    let started = std::time::Instant::now();
-    let nice = loop {
-        let nice = thread_nice_levels(child.id());
-        if settled(&nice) || started.elapsed() > std::time::Duration::from_secs(10) {
-            break nice;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let nice = threads_once(child.id(), settled);
     let _ = child.kill();
     let _ = child.wait();
     assert!(settled(&nice), "the lane's threads 5 below the main ones: {nice:?}");
@@ -176,30 +166,40 @@ async fn the_binary_runs_as_many_worker_threads_as_asked_on_each_lane() {
         let lane = format!("megamind_worker_threads{{lane=\"stream\"}} {threads}");
         assert!(metrics.lines().any(|line| line == lane), "{args:?}: no {lane:?} in {metrics}");
         // Nothing served yet: the lane has no blocking threads, its threads
-        // are its workers. A thread names itself once it first runs, which on
-        // a busy machine may come after the first answer: read again until
-        // all have, or for 10 s.
-        let counted =
-            |names: &std::collections::BTreeMap<String, Vec<i64>>, name: &str| names.get(name).map_or(0, Vec::len);
-        let started = std::time::Instant::now();
-        let names = loop {
-            let names = thread_nice_levels(server.pid());
-            let named = ["stream-lane", "tokio-rt-worker"].iter().all(|name| counted(&names, name) >= threads);
-            if named || started.elapsed() > BOUND {
-                break names;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        // are its workers.
+        let counted = |names: &Threads, name: &str| names.get(name).map_or(0, Vec::len);
+        let names = threads_once(server.pid(), |names| {
+            ["stream-lane", "tokio-rt-worker"].iter().all(|name| counted(names, name) >= threads)
+        });
         assert_eq!(counted(&names, "stream-lane"), threads, "{args:?}: {names:?}");
         assert!(counted(&names, "tokio-rt-worker") >= threads, "{args:?}: {names:?}");
         server.stop();
     }
 }
 
+/// Each thread's nice level, by thread name.
+#[cfg(target_os = "linux")]
+type Threads = std::collections::BTreeMap<String, Vec<i64>>;
+
+/// The threads of process `pid` once `settled` says so, or after 10 s. A
+/// thread names itself and lowers its priority once it first runs, which on
+/// a busy machine may come after the server's first answer.
+#[cfg(target_os = "linux")]
+fn threads_once(pid: u32, settled: impl Fn(&Threads) -> bool) -> Threads {
+    let started = std::time::Instant::now();
+    loop {
+        let threads = thread_nice_levels(pid);
+        if settled(&threads) || started.elapsed() > BOUND {
+            return threads;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Each thread's nice level of process `pid`, by thread name.
 #[cfg(target_os = "linux")]
-fn thread_nice_levels(pid: u32) -> std::collections::BTreeMap<String, Vec<i64>> {
-    let mut nice = std::collections::BTreeMap::<String, Vec<i64>>::new();
+fn thread_nice_levels(pid: u32) -> Threads {
+    let mut nice = Threads::new();
     for thread in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc") {
         let thread = thread.unwrap().path();
         // A thread that ended since the listing has no files left.

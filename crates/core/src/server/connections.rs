@@ -144,9 +144,13 @@ impl Connections {
             }
             _ => None,
         };
-        let (threads, count) = (&setup.metrics.threads, |n: usize| i64::try_from(n).unwrap_or(i64::MAX));
-        threads.with_label_values(&["main"]).set(count(Handle::current().metrics().num_workers()));
-        threads.with_label_values(&["stream"]).set(count(lane.as_ref().map_or(0, |(lane, _)| lane.threads())));
+        let workers = [
+            ("main", Handle::current().metrics().num_workers()),
+            ("stream", lane.as_ref().map_or(0, |(lane, _)| lane.threads())),
+        ];
+        for (name, threads) in workers {
+            setup.metrics.threads.with_label_values(&[name]).set(i64::try_from(threads).unwrap_or(i64::MAX));
+        }
         Ok(Connections { setup: Arc::new(setup), stage: watch::Sender::new(Stage::Serving), lane })
     }
 
