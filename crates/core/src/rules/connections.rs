@@ -26,6 +26,6 @@ pub struct ConnectionLimits {
     /// How much lower the stream lane's threads run (`nice`), when
     /// connections opening with a `GET` of a lane route have a lane of their own.
     pub stream_lane_nice: Option<u8>,
-    /// The stream lane's threads; `None`: one per CPU the process may use.
+    /// The stream lane's threads; `None`: as many as the main runtime runs.
     pub stream_lane_threads: Option<NonZeroUsize>,
 }

@@ -7,6 +7,7 @@
 
 use std::{
     net::SocketAddr,
+    num::NonZeroUsize,
     sync::{Arc, atomic::AtomicUsize},
     time::Duration,
 };
@@ -138,16 +139,15 @@ impl Connections {
             max_open: limits.max_open_requests,
             head_limit: limits.http1_read_buffer,
         };
+        // The main runtime's count, however it was resolved (one per CPU,
+        // or tokio's own TOKIO_WORKER_THREADS), so that "as many" holds.
+        let main_threads = Handle::current().metrics().num_workers();
+        let lane_threads = limits.stream_lane_threads.or(NonZeroUsize::new(main_threads)).unwrap_or(NonZeroUsize::MIN);
         let lane = match (limits.stream_lane_nice, Prefixes::of(lane_paths)) {
-            (Some(nice), prefixes) if !prefixes.is_empty() => {
-                Some((Lane::start(nice, limits.stream_lane_threads)?, prefixes))
-            }
+            (Some(nice), prefixes) if !prefixes.is_empty() => Some((Lane::start(nice, lane_threads)?, prefixes)),
             _ => None,
         };
-        let workers = [
-            ("main", Handle::current().metrics().num_workers()),
-            ("stream", lane.as_ref().map_or(0, |(lane, _)| lane.threads())),
-        ];
+        let workers = [("main", main_threads), ("stream", lane.as_ref().map_or(0, |(lane, _)| lane.threads()))];
         for (name, threads) in workers {
             setup.metrics.threads.with_label_values(&[name]).set(i64::try_from(threads).unwrap_or(i64::MAX));
         }

@@ -93,12 +93,10 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// Starts the lane: `threads` threads, or one per CPU the process may
-    /// use, `nice` below the process's priority.
-    pub(super) fn start(nice: u8, threads: Option<NonZeroUsize>) -> io::Result<Lane> {
-        let threads = threads.or_else(|| std::thread::available_parallelism().ok()).map_or(2, NonZeroUsize::get);
+    /// Starts the lane: `threads` threads, `nice` below the process's priority.
+    pub(super) fn start(nice: u8, threads: NonZeroUsize) -> io::Result<Lane> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
+            .worker_threads(threads.get())
             .thread_name("stream-lane")
             .enable_all()
             .on_thread_start(move || lower_priority(nice))
@@ -163,7 +161,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_lanes_threads_run_at_a_lower_priority_and_as_many_as_asked() {
-        let lane = Lane::start(7, NonZeroUsize::new(3)).unwrap();
+        let lane = Lane::start(7, NonZeroUsize::new(3).unwrap()).unwrap();
         assert_eq!(lane.threads(), 3);
         let own = rustix::process::getpriority_process(None).unwrap();
         let theirs = lane.handle().block_on(async {
