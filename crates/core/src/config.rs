@@ -412,7 +412,6 @@ impl Config {
             max_open_requests: self.max_open_requests,
             http1_read_buffer: self.http1_read_buffer_bytes,
             stream_lane_nice: self.stream_lane.then_some(self.stream_lane_nice),
-            stream_lane_threads: self.worker_threads(),
         }
     }
 

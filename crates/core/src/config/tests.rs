@@ -143,11 +143,9 @@ fn the_stream_lane_is_on_by_default_and_its_nice_is_bounded() {
 
 #[test]
 fn worker_threads_default_to_one_per_cpu_and_are_bounded() {
-    let default = Config::default();
-    assert_eq!((default.worker_threads(), default.connection_limits().stream_lane_threads), (None, None));
+    assert_eq!(Config::default().worker_threads(), None);
     let three = Config::from_toml("worker_threads = 3").unwrap();
-    let expected = std::num::NonZeroUsize::new(3);
-    assert_eq!((three.worker_threads(), three.connection_limits().stream_lane_threads), (expected, expected));
+    assert_eq!(three.worker_threads(), std::num::NonZeroUsize::new(3));
     assert!(Config { worker_threads: MAX_WORKER_THREADS, ..Config::default() }.validate().is_ok());
     let error = Config { worker_threads: 1025, ..Config::default() }.validate().unwrap_err().to_string();
     assert!(error.contains("worker_threads = 1025: must be 0 (one per CPU) to 1024"), "{error}");

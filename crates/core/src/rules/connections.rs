@@ -1,7 +1,7 @@
 //! Limits on connections: how many the server holds open, and how long
 //! each may keep it waiting. The server's connection loop enforces them.
 
-use std::{num::NonZeroUsize, time::Duration};
+use std::time::Duration;
 
 /// Limits on connections: how many, and how long each may keep the server waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,4 @@ pub struct ConnectionLimits {
     /// How much lower the stream lane's threads run (`nice`), when
     /// connections opening with a `GET` of a lane route have a lane of their own.
     pub stream_lane_nice: Option<u8>,
-    /// The stream lane's threads; `None`: as many as the main runtime runs.
-    pub stream_lane_threads: Option<NonZeroUsize>,
 }

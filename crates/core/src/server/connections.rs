@@ -139,10 +139,11 @@ impl Connections {
             max_open: limits.max_open_requests,
             head_limit: limits.http1_read_buffer,
         };
-        // The main runtime's count, however it was resolved (one per CPU,
-        // or tokio's own TOKIO_WORKER_THREADS), so that "as many" holds.
+        // The lane runs as many threads as the runtime serving calls, however
+        // that was sized (`worker_threads`, one per CPU, TOKIO_WORKER_THREADS):
+        // one count, resolved once.
         let main_threads = Handle::current().metrics().num_workers();
-        let lane_threads = limits.stream_lane_threads.or(NonZeroUsize::new(main_threads)).unwrap_or(NonZeroUsize::MIN);
+        let lane_threads = NonZeroUsize::new(main_threads).unwrap_or(NonZeroUsize::MIN);
         let lane = match (limits.stream_lane_nice, Prefixes::of(lane_paths)) {
             (Some(nice), prefixes) if !prefixes.is_empty() => Some((Lane::start(nice, lane_threads)?, prefixes)),
             _ => None,
