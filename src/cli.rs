@@ -284,6 +284,8 @@ fn serve(loaded: Loaded) -> anyhow::Result<()> {
         runtime.worker_threads(threads.get());
     }
     let runtime = runtime.enable_all().build()?;
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    crate::allocator::fit_background_threads(runtime.metrics().num_workers());
     // Each connection is a file descriptor: allow as many as the system lets us.
     server::raise_open_files_limit();
     let cut_short = runtime.block_on(async {

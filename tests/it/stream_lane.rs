@@ -182,6 +182,10 @@ async fn the_binary_runs_as_many_worker_threads_as_asked_on_each_lane() {
         });
         assert_eq!(counted(&names, "stream-lane"), threads, "{args:?} {env:?}: {names:?}");
         assert!(counted(&names, "tokio-rt-worker") >= threads, "{args:?} {env:?}: {names:?}");
+        // jemalloc starts four background threads of its own whatever the
+        // CPUs; the server keeps them to its worker count.
+        let purging = counted(&names, "jemalloc_bg_thd");
+        assert!((1..=threads).contains(&purging), "{args:?} {env:?}: {purging} jemalloc threads: {names:?}");
         server.stop();
     }
 }
