@@ -85,6 +85,15 @@ async fn routing_problems_get_their_status_codes() {
     let answer = app.post("/demo/run", "image/png", None, body.clone()).await;
     assert_eq!(answer.status(), 415);
     assert!(answer.text().await.unwrap().contains("application/protobuf"));
+    // Refused before the scenario, and still a call of it in the metrics.
+    app.metrics_line(&refused_series("http", "unsupported_media_type", 1)).await;
+}
+
+/// `/demo/run`'s count of calls refused before the scenario as `outcome`.
+pub fn refused_series(transport: &str, outcome: &str, count: u32) -> String {
+    format!(
+        r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="demo",transport="{transport}"}} {count}"#
+    )
 }
 
 #[tokio::test]
@@ -106,6 +115,7 @@ async fn oversized_bodies_get_413_declared_or_streamed() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 413);
+    app.metrics_line(&refused_series("http", "body_too_large", 2)).await;
     // Just under the limit is served.
     let valid = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     assert!(valid.len() < 1024);

@@ -138,7 +138,7 @@ fn the_binary_exits_0_on_sigterm() {
     // One call, so that the output also holds its summary line.
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     let request_id = decode_answer::<TScenarioRunRequest>(&body, Format::Binary).base_request.unwrap().request_id;
-    let mut stream = std::net::TcpStream::connect(addr).expect("listening");
+    let mut stream = std::net::TcpStream::connect(&addr).expect("listening");
     let head = format!(
         "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
@@ -148,6 +148,14 @@ fn the_binary_exits_0_on_sigterm() {
     let mut response = Vec::new();
     stream.read_to_end(&mut response).expect("answer read");
     assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
+    // And one refused before the scenario: it has a summary line too.
+    let mut stream = std::net::TcpStream::connect(&addr).expect("listening");
+    let refused = "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: image/png\r\n\
+                   content-length: 0\r\nconnection: close\r\n\r\n";
+    stream.write_all(refused.as_bytes()).expect("request sent");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("answer read");
+    assert!(response.starts_with(b"HTTP/1.1 415"), "{}", String::from_utf8_lossy(&response));
 
     signal(&child, "-TERM");
     let exit = child.wait().unwrap();
@@ -158,6 +166,9 @@ fn the_binary_exits_0_on_sigterm() {
          outcome=ok latency_us="
     );
     assert!(rest.iter().any(|l| l.contains(&summary)), "the call's summary line in {rest:#?}");
+    let refused = " INFO megamind_scenario::access: transport=http scenario=demo handler=run request_id=\"\" \
+                   outcome=unsupported_media_type latency_us=";
+    assert!(rest.iter().any(|l| l.contains(refused)), "the refused call's summary line in {rest:#?}");
     assert!(rest.iter().any(|l| l.contains("stopped")), "logs that it stopped");
 }
 

@@ -292,6 +292,25 @@ impl Dispatcher {
         }
     }
 
+    /// Records a call its transport refused before handing it over (a body
+    /// too large, too slow or unreadable, or in no format the server reads)
+    /// as a dispatched call is recorded: its metrics and its summary line,
+    /// with no `RequestId`, none having been read. The scenario never ran,
+    /// so no budget was overrun.
+    pub fn refused_early(
+        &self,
+        scenario: &Registered,
+        handler: Handler,
+        transport: Transport,
+        started: Instant,
+        refusal: &Refusal,
+    ) {
+        let latency = started.elapsed();
+        let (transport, handler, outcome) = (transport.as_str(), handler.as_str(), refusal.error_type());
+        self.metrics.observe_refused(&scenario.name, handler, transport, outcome, latency);
+        logging::summary(transport, &scenario.name, handler, "", outcome, latency);
+    }
+
     /// Step 6: the summary line, the metrics, and at `debug` the answer.
     fn log(&self, scenario: &Registered, call: &Call, request_id: &str, reply: &Reply, outcome: Outcome) {
         if let (Reply::Answer(body), true) = (reply, logging::bodies_enabled()) {

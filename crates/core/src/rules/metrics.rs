@@ -147,6 +147,15 @@ impl ServerMetrics {
         }
     }
 
+    /// Records one call refused before it reached its scenario (see
+    /// [`Dispatcher::refused_early`](crate::dispatch::Dispatcher::refused_early)):
+    /// counted and timed as calls are, but no budget overrun, as no
+    /// scenario ran.
+    pub fn observe_refused(&self, scenario: &str, handler: &str, transport: &str, outcome: &str, latency: Duration) {
+        self.requests.with_label_values(&[scenario, handler, transport, outcome]).inc();
+        self.latency.with_label_values(&[scenario, handler, transport]).observe(latency.as_secs_f64());
+    }
+
     /// Exposes the cache's counters and its size.
     pub fn watch_cache(&self, cache: &IdempotencyCache) {
         let counters = cache.counters();

@@ -20,7 +20,10 @@ use std::{
     convert::Infallible,
     future::Future,
     pin::Pin,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -31,7 +34,7 @@ use http::{Request, Response, header};
 use hyper::body::{Frame, SizeHint};
 use tokio::time::Instant;
 use tonic::{
-    Status,
+    Code, Status,
     body::Body,
     codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
     server::{Grpc, NamedService, UnaryService},
@@ -169,8 +172,23 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let deadline = started + limit;
     let request = request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None }));
     let meta = CallMeta::from_headers(request.headers());
-    let method = Method { app: app.clone(), scenario, handler, started, client_timeout, meta };
-    Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await
+    let reached = Arc::new(AtomicBool::new(false));
+    let method =
+        Method { app: app.clone(), scenario: scenario.clone(), handler, started, client_timeout, meta, reached };
+    let reached = method.reached.clone();
+    let response =
+        Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await;
+    if !reached.load(Ordering::Relaxed) {
+        // Refused before the dispatcher: counted and logged as its calls are.
+        let status = Status::from_header_map(response.headers());
+        let refusal = match status.as_ref().map(Status::code) {
+            Some(Code::OutOfRange) => Refusal::BodyTooLarge { limit: app.body_limit },
+            Some(Code::DeadlineExceeded) => Refusal::BodyTooSlow { handler, limit },
+            _ => Refusal::BodyUnreadable(status.map(|status| status.message().to_owned()).unwrap_or_default()),
+        };
+        app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
+    }
+    response
 }
 
 /// A request body that fails with `DEADLINE_EXCEEDED` when it has not ended by `deadline`.
@@ -276,6 +294,9 @@ struct Method {
     started: Instant,
     client_timeout: Option<Duration>,
     meta: CallMeta,
+    /// Set when tonic hands the message over: a call it refuses first
+    /// (too large, too slow, badly framed) never reaches the dispatcher.
+    reached: Arc<AtomicBool>,
 }
 
 impl UnaryService<Bytes> for Method {
@@ -283,6 +304,7 @@ impl UnaryService<Bytes> for Method {
     type Future = BoxFuture<'static, Result<tonic::Response<Bytes>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        self.reached.store(true, Ordering::Relaxed);
         let call = Call {
             handler: self.handler,
             body: request.into_inner(),

@@ -54,7 +54,8 @@ pub fn fast_path<'a, B>(app: &'a App, request: &Request<B>) -> Option<Target<'a>
     target(app, request.uri().path())
 }
 
-/// Answers one call of `target`.
+/// Answers one call of `target`. A request refused before the dispatcher
+/// (its format, its body) is counted and logged as a call of `target` too.
 pub async fn handle<B>(
     app: &App,
     Target { scenario, handler }: Target<'_>,
@@ -66,21 +67,45 @@ where
 {
     let started = Instant::now();
     let version = request.version();
+    match read_call(app, handler, started, request).await {
+        Ok((call, answer_format)) => match app.dispatcher.dispatch(scenario, call).await {
+            Reply::Answer(binary) => render(handler, binary, answer_format),
+            Reply::Refused(refusal) => refused(version, &refusal),
+        },
+        Err(refusal) => {
+            app.dispatcher.refused_early(scenario, handler, Transport::Http, started, &refusal);
+            refused(version, &refusal)
+        }
+    }
+}
+
+/// The call `request` makes, and the format its answer is asked in; or why
+/// it cannot be made.
+async fn read_call<B>(
+    app: &App,
+    handler: Handler,
+    started: Instant,
+    request: Request<B>,
+) -> Result<(Call, Format), Refusal>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let headers = request.headers();
     let format = match headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) {
         None => Format::Binary,
         Some(Ok(value)) => match Format::from_media_type(value) {
             Some(format) => format,
-            None => return refused(version, &Refusal::UnsupportedMediaType(value.to_owned())),
+            None => return Err(Refusal::UnsupportedMediaType(value.to_owned())),
         },
-        Some(Err(_)) => return refused(version, &Refusal::UnsupportedMediaType("(not ASCII)".into())),
+        Some(Err(_)) => return Err(Refusal::UnsupportedMediaType("(not ASCII)".into())),
     };
     let answer_format =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
     let meta = CallMeta::from_headers(headers);
     let too_large = Refusal::BodyTooLarge { limit: app.body_limit };
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
-        return refused(version, &too_large);
+        return Err(too_large);
     }
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
@@ -88,15 +113,12 @@ where
     let read = Limited::new(request.into_body(), app.body_limit).collect();
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(error)) if error.is::<LengthLimitError>() => return refused(version, &too_large),
-        Ok(Err(error)) => return refused(version, &Refusal::BodyUnreadable(error.to_string())),
-        Err(_elapsed) => return refused(version, &Refusal::BodyTooSlow { handler, limit: budget }),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => return Err(too_large),
+        Ok(Err(error)) => return Err(Refusal::BodyUnreadable(error.to_string())),
+        Err(_elapsed) => return Err(Refusal::BodyTooSlow { handler, limit: budget }),
     };
     let call = Call { handler, body, format, started, client_timeout: None, meta, transport: Transport::Http };
-    match app.dispatcher.dispatch(scenario, call).await {
-        Reply::Answer(binary) => render(handler, binary, answer_format),
-        Reply::Refused(refusal) => refused(version, &refusal),
-    }
+    Ok((call, answer_format))
 }
 
 /// The HTTP answer of each refusal: its status and a plain-text reason. A
