@@ -13,7 +13,7 @@ use megamind_core::{
     store::Stores,
 };
 
-use crate::scenarios;
+use crate::{cli::flags::Bound, scenarios};
 
 pub mod flags;
 
@@ -45,8 +45,8 @@ pub enum Command {
 /// (added when the command line is built: see [`flags`]).
 #[derive(Debug, Args, Default)]
 pub struct ServeArgs {
-    /// TOML configuration file: the core's keys at the top level and in `[budget]` and `[cache]`, each scenario's
-    /// in a table of its name (`[assistant]`); `--print-config` shows them all [env: MEGAMIND_CONFIG].
+    /// TOML configuration file: the core's keys at the top level and in `[budget]`, `[cache]`, `[store]` and `[auth]`,
+    /// each scenario's in a table of its name (`[assistant]`); `--print-config` shows them all [env: MEGAMIND_CONFIG].
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Sets any key of the configuration, e.g. `--set cache.ttl_secs=60` or `--set assistant.model=qwen`; applied
@@ -73,16 +73,61 @@ pub struct Loaded {
 impl Loaded {
     /// The whole configuration as TOML, defaults included, secrets hidden.
     pub fn to_toml(&self) -> String {
-        let mut table = toml::Table::try_from(&self.config).unwrap_or_default();
-        for module in &self.modules {
-            let own = module::table_of(&**module, self.config.scenarios.get(module.name()));
-            table.insert(module.name().to_owned(), toml::Value::Table(own));
-        }
+        let mut table = whole_table(&self.config, &self.modules);
         for key in &self.secret_keys {
             hide(&mut table, key);
         }
         toml::to_string(&table).unwrap_or_default()
     }
+}
+
+/// The core's keys and each scenario's table under its name, as one table.
+fn whole_table(config: &Config, modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
+    let mut table = toml::Table::try_from(config).unwrap_or_default();
+    for module in modules {
+        let own = module::table_of(&**module, config.scenarios.get(module.name()));
+        table.insert(module.name().to_owned(), toml::Value::Table(own));
+    }
+    table
+}
+
+/// The value at a dotted key of `table`.
+fn value_at<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let (path, last) = key.rsplit_once('.').map_or((None, key), |(path, last)| (Some(path), last));
+    let mut table = table;
+    for part in path.into_iter().flat_map(|path| path.split('.')) {
+        table = table.get(part)?.as_table()?;
+    }
+    table.get(last)
+}
+
+/// Secrets that hold the placeholder `--print-config` writes in their place
+/// (`<hidden>`, or a URL's `:<hidden>@`): a configuration saved from its
+/// output and loaded again would otherwise send the placeholder as a key
+/// or a password.
+fn placeholder_secrets(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
+    let hidden = megamind_core::config::HIDDEN;
+    let in_url = format!(":{hidden}@");
+    secrets
+        .iter()
+        .filter_map(|bound| {
+            let value = value_at(table, &bound.key)?.as_str()?;
+            let what = if value == hidden {
+                format!("{} = {hidden:?}", bound.key)
+            } else if value.contains(&in_url) {
+                format!("{}: the password {hidden:?}", bound.key)
+            } else {
+                return None;
+            };
+            let variable = bound.flag.env.as_deref().map(|env| format!(" or {env}")).unwrap_or_default();
+            let message = format!(
+                "{what} is the placeholder --print-config writes in place of a secret, not a value; give the real \
+                 one (in the file, or with --{}{variable})",
+                bound.flag.long
+            );
+            Some(Problem::new(bound.key.clone(), message))
+        })
+        .collect()
 }
 
 /// Replaces a set value at a dotted key with a placeholder: all of it, or
@@ -217,6 +262,7 @@ pub fn parse(
         Command::Serve(args) => args,
     };
     let mut overrides = flags::overrides(&flags, matches.subcommand_matches("serve"), env);
+    let secrets: Vec<&Bound> = flags.iter().filter(|bound| bound.flag.secret).collect();
     let mut problems = Vec::new();
     for pair in &args.set {
         match pair.split_once('=') {
@@ -245,6 +291,7 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
+        found.extend(placeholder_secrets(&whole_table(config, &modules), &secrets));
         found
     });
     let mut config = match config {

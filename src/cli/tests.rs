@@ -244,6 +244,39 @@ fn help_shows_every_default_from_the_defaults_themselves() {
 }
 
 #[test]
+fn a_printed_configuration_loaded_again_is_refused_while_its_secrets_are_placeholders() {
+    let env = [
+        ("MEGAMIND_STORE_URL", "redis://app:s3cret@redis.internal:6379/2"),
+        ("TVMTOOL_LOCAL_AUTHTOKEN", "tvm-s3cret"),
+        ("MEGAMIND_LLM_API_KEY", "sk-s3cret"),
+        ("MEGAMIND_LLM_SIGNING_KEY", "signing-s3cret-signing-s3cret-32b"),
+    ];
+    let printed = serve_with(&[], &env).unwrap().to_toml();
+    let path = std::env::temp_dir().join(format!("megamind-printed-{}.toml", std::process::id()));
+    std::fs::write(&path, &printed).unwrap();
+    let error = serve_with(&["--config", path.to_str().unwrap()], &[]).unwrap_err().to_string();
+    for (key, flag) in [
+        ("store.url", "--store-url or MEGAMIND_STORE_URL"),
+        ("auth.tvmtool_token", "--tvmtool-token or TVMTOOL_LOCAL_AUTHTOKEN"),
+        ("assistant.backend.api_key", "MEGAMIND_LLM_API_KEY"),
+        ("assistant.llm.signing_key", "MEGAMIND_LLM_SIGNING_KEY"),
+    ] {
+        let said = [format!("{key} = \"<hidden>\" is the placeholder"), format!("{key}: the password \"<hidden>\" is")];
+        assert!(said.iter().any(|said| error.contains(said)), "{key}: {error}");
+        assert!(error.contains(flag), "{key}: {error}");
+    }
+    assert!(!error.contains("s3cret"), "{error}");
+    // The real values, given where the file has placeholders, start the server.
+    let real = [("MEGAMIND_STORE_URL", "redis://app:s3cret@redis.internal:6379/2")];
+    let unset: String =
+        printed.lines().filter(|line| !line.contains("<hidden>")).map(|line| format!("{line}\n")).collect();
+    std::fs::write(&path, unset).unwrap();
+    let loaded = serve_with(&["--config", path.to_str().unwrap()], &real).unwrap();
+    assert_eq!(loaded.config.store.url, "redis://app:s3cret@redis.internal:6379/2");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
 fn print_config_shows_every_table_and_reads_back() {
     let loaded = serve_with(&["--max-in-flight", "9"], &[]).unwrap();
     let text = loaded.to_toml();
