@@ -47,10 +47,20 @@ impl Format {
         NAMES.iter().find(|(name, _)| name.eq_ignore_ascii_case(essence)).map(|&(_, format)| format)
     }
 
-    /// The format an `Accept` header asks for: its first entry we know, or
-    /// `None` when it names none of ours (`*/*`, absent).
+    /// The format an `Accept` header asks for: of the entries we know, the
+    /// one of the highest quality (`q`, 1 when not given; the first of
+    /// equals), leaving out `q=0`; `None` when it names none of ours
+    /// (`*/*`, absent), and the answer then takes the request's format.
     pub fn from_accept(value: &str) -> Option<Format> {
-        value.split(',').find_map(Format::from_media_type)
+        let mut best: Option<(f32, Format)> = None;
+        for entry in value.split(',') {
+            let Some(format) = Format::from_media_type(entry) else { continue };
+            let quality = accept_quality(entry);
+            if quality > 0.0 && best.is_none_or(|(top, _)| quality > top) {
+                best = Some((quality, format));
+            }
+        }
+        best.map(|(_, format)| format)
     }
 
     /// The `Content-Type` this format is answered with.
@@ -71,6 +81,16 @@ impl Format {
             _ => None,
         }
     }
+}
+
+/// The quality an `Accept` entry gives itself (`;q=0.5`): 1 when it gives
+/// none, or none that reads as a number from 0 to 1.
+fn accept_quality(entry: &str) -> f32 {
+    let q = entry.split(';').skip(1).find_map(|parameter| {
+        let (name, value) = parameter.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("q").then(|| value.trim().parse::<f32>().ok()).flatten()
+    });
+    q.filter(|q| (0.0..=1.0).contains(q)).unwrap_or(1.0)
 }
 
 /// Why a body could not be decoded or a message not rendered.
@@ -247,6 +267,26 @@ mod tests {
         assert_eq!(Format::from_media_type("image/png"), None);
         assert_eq!(Format::from_accept("*/*, application/json;q=0.9"), Some(Format::Json));
         assert_eq!(Format::from_accept("*/*"), None);
+    }
+
+    #[test]
+    fn accept_takes_the_known_entry_of_the_highest_quality() {
+        let cases = [
+            ("application/json;q=0.1, text/protobuf", Some(Format::Text)),
+            ("text/protobuf;q=0.5, application/json;q=0.8, application/protobuf;q=0.2", Some(Format::Json)),
+            ("application/json, text/protobuf", Some(Format::Json)),
+            ("text/protobuf; Q=0.3, application/json ; q = 0.9", Some(Format::Json)),
+            ("application/json;q=0, text/html", None),
+            ("application/json;q=0, text/protobuf;q=0.01", Some(Format::Text)),
+            // A quality that is not one counts as 1.
+            ("text/protobuf;q=high, application/json;q=0.9", Some(Format::Text)),
+            ("text/protobuf;q=7, application/json;q=0.9", Some(Format::Text)),
+            ("text/html, image/png", None),
+            ("", None),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(Format::from_accept(accept), want, "{accept}");
+        }
     }
 
     #[test]
