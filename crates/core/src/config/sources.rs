@@ -213,7 +213,16 @@ fn typed(default: Option<&toml::Value>, raw: &str) -> Result<toml::Value, String
             _ => Err(format!("{raw:?} is not true or false")),
         },
         // A list may be written without its brackets: `--tvm-allowed-src 1,2`.
-        Some(Value::Array(_)) if !raw.trim_start().starts_with('[') => typed(None, &format!("[{raw}]")),
+        Some(Value::Array(_)) => {
+            let bracketed = if raw.trim_start().starts_with('[') { raw.to_owned() } else { format!("[{raw}]") };
+            match typed(None, &bracketed)? {
+                list @ Value::Array(_) => Ok(list),
+                _ => Err(format!(
+                    "{raw:?} is not a list: write its items separated by commas, numbers as they are and words \
+                     in double quotes (1,2 or \"a\",\"b\")"
+                )),
+            }
+        }
         _ => Ok(toml::from_str::<toml::Table>(&format!("v = {raw}"))
             .ok()
             .and_then(|mut table| table.remove("v"))
@@ -232,6 +241,21 @@ mod tests {
         assert_eq!(table, toml::toml! { other = 1 [backend] stream = true model = "qwen" });
         let table = with_aliases(toml::toml! { skills_dir = "x" }, &aliases);
         assert_eq!(table, toml::toml! { [skills] dir = "x" });
+    }
+
+    #[test]
+    fn a_list_is_read_with_or_without_its_brackets_and_anything_else_is_refused_saying_how() {
+        let list = toml::Value::Array(Vec::new());
+        let numbers = toml::Value::Array(vec![toml::Value::Integer(2_000_860), toml::Value::Integer(42)]);
+        for raw in ["2000860,42", "[2000860, 42]", " 2000860 , 42 "] {
+            assert_eq!(typed(Some(&list), raw).unwrap(), numbers, "{raw}");
+        }
+        let words = toml::Value::Array(vec![toml::Value::String("a".into()), toml::Value::String("b".into())]);
+        assert_eq!(typed(Some(&list), r#""a","b""#).unwrap(), words);
+        for raw in ["abc", "1,x", "[1,", "a b"] {
+            let error = typed(Some(&list), raw).unwrap_err();
+            assert!(error.contains("is not a list") && error.contains("separated by commas"), "{raw}: {error}");
+        }
     }
 
     #[test]
