@@ -122,6 +122,16 @@ pub fn load(path: &Path) -> Result<Loaded, ScriptError> {
     parse(&file, &text)
 }
 
+/// A YAML error's message without the `error: line N column M: ` the
+/// crate opens it with, which `file:line:column` says already.
+fn without_position(message: &str) -> &str {
+    let message = message.strip_prefix("error: ").unwrap_or(message);
+    match message.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+        Some((position, rest)) if position.contains(" column ") => rest,
+        _ => message,
+    }
+}
+
 /// Parses and checks the script `text` of `file`.
 pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
     let script: Script = serde_saphyr::from_str(text).map_err(|error| {
@@ -129,7 +139,10 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
         // The crate's message may carry its own position and a snippet:
         // the first line says what is wrong.
         let message = error.to_string();
-        let first = message.lines().next().unwrap_or("invalid YAML");
+        let mut first = message.lines().next().unwrap_or("invalid YAML");
+        if !at.is_empty() {
+            first = without_position(first);
+        }
         ScriptError(format!("{file}{at}: {first}{}", near_field(first)))
     })?;
     if script.dialogs.is_empty() || script.dialogs.len() > MAX_DIALOGS {
@@ -290,6 +303,9 @@ dialogs:
         let broken = "dialogs:\n  - name: x\n    turns:\n      - say: [unclosed\n";
         let error = parse("bad.yaml", broken).unwrap_err().to_string();
         assert!(error.starts_with("bad.yaml:4:"), "{error}");
+        let wrong_type = "dialogs:\n  - name: x\n    turns:\n      - say: [1, 2]\n";
+        let error = parse("bad.yaml", wrong_type).unwrap_err().to_string();
+        assert!(error.starts_with("bad.yaml:4:14: expected string"), "the position once: {error}");
         let unknown = "dialogs:\n  - name: x\n    turns:\n      - sya: hi\n";
         let error = parse("typo.yaml", unknown).unwrap_err().to_string();
         assert!(error.starts_with("typo.yaml:4:") && error.contains("sya"), "{error}");
