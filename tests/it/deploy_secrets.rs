@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::docs::texts;
+use crate::docs::{repository, texts};
 
 /// A Secret's name and the keys of it a text or a manifest names.
 type Secrets = BTreeMap<String, BTreeSet<String>>;
@@ -53,6 +53,16 @@ fn created(text: &str) -> Secrets {
     secrets
 }
 
+/// Each Secret key of `wanted` that `have` lacks, as `NAME key KEY`.
+fn missing_from(wanted: &Secrets, have: &Secrets) -> Vec<String> {
+    wanted
+        .iter()
+        .flat_map(|(name, keys)| keys.iter().map(move |key| (name, key)))
+        .filter(|(name, key)| !have.get(*name).is_some_and(|keys| keys.contains(*key)))
+        .map(|(name, key)| format!("{name} key {key}"))
+        .collect()
+}
+
 #[test]
 fn the_readers_find_names_and_keys() {
     let refs = key_refs("valueFrom: {secretKeyRef: {name: megamind-model, key: api-key, optional: true}}");
@@ -96,11 +106,28 @@ fn every_secret_the_texts_name_is_one_the_manifests_read() {
         .map(|(file, name, key)| format!("{file}: Secret {name} key {key}"))
         .collect();
     assert!(unknown.is_empty(), "not read by deploy/k8s (it reads {read:?}): {unknown:#?}");
-    let never_shown: Vec<String> = read
-        .iter()
-        .flat_map(|(name, keys)| keys.iter().map(move |key| (name, key)))
-        .filter(|(name, key)| !shown.get(*name).is_some_and(|keys| keys.contains(*key)))
-        .map(|(name, key)| format!("{name} key {key}"))
-        .collect();
+    let never_shown = missing_from(&read, &shown);
     assert!(never_shown.is_empty(), "no text shows how to create {never_shown:?}");
+}
+
+/// Following `deploy/README.md`'s steps creates every Secret a pod cannot
+/// start without (those the manifests read without `optional: true`).
+#[test]
+fn the_deploy_steps_create_every_secret_a_pod_needs() {
+    let steps = created(&std::fs::read_to_string(repository().join("deploy/README.md")).unwrap());
+    let mut needed = Secrets::new();
+    for (relative, path) in texts() {
+        if !relative.starts_with("deploy/k8s/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{relative}: {e}"));
+        let required =
+            text.lines().filter(|line| !line.trim_start().starts_with('#') && !line.contains("optional: true"));
+        for (name, key) in required.flat_map(key_refs) {
+            needed.entry(name).or_default().insert(key);
+        }
+    }
+    assert!(needed.contains_key("megamind-store"), "the manifests need the store's Secret: {needed:?}");
+    let missing = missing_from(&needed, &steps);
+    assert!(missing.is_empty(), "deploy/README.md's steps do not create {missing:?}");
 }

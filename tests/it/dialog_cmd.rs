@@ -103,6 +103,20 @@ fn the_golden_dialogs_pass_and_write_junit() {
 }
 
 #[test]
+fn the_script_docs_dialog_md_shows_passes_as_written() {
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dialog.md")).unwrap();
+    let scripts = docs.split_once("## Scripts").expect("a Scripts section").1;
+    let yaml = scripts.split("```yaml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a YAML block");
+    let script = temp("docs.yaml");
+    std::fs::write(&script, yaml).unwrap();
+    let server = serve("info", &temp("docs.log"));
+    let out = dialog(&["--server", &server.url, "--script", script.to_str().unwrap()], "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("1 dialogs: 1 passed, 0 failed"), "{stdout}");
+}
+
+#[test]
 fn a_wrong_expectation_fails_with_a_readable_diff() {
     let server = serve("info", &temp("wrong.log"));
     let script = temp("wrong.yaml");

@@ -126,7 +126,7 @@ fn the_shipped_system_prompt_is_the_built_in_one() {
 
 /// The repository's root: the nearest folder above the package holding
 /// `README.md` and `docs/` (the package itself, or a workspace's root).
-fn repository() -> PathBuf {
+pub(crate) fn repository() -> PathBuf {
     let package = root();
     package
         .ancestors()
