@@ -306,27 +306,33 @@ fn skills_copy(name: &str) -> PathBuf {
     dir
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
+/// A server with a copy of `skills/` (in a folder named `name`) whose model
+/// answers `answers` in turn, then 500.
+async fn skill_server(name: &str, answers: &[&str]) -> (crate::mock_llm::MockLlm, Server, PathBuf) {
     use crate::mock_llm::{MockLlm, Reply};
     let mock = MockLlm::start(Reply::status(500)).await;
-    for answer in ["[CMD] git --version", "[ASK] Сообщение коммита?", "[CMD] git status --porcelain", "[DONE] Готово."]
-    {
+    for answer in answers {
         mock.push(Reply::content(answer));
     }
-    let skills = skills_copy("skills-played");
+    let skills = skills_copy(name);
     let (url, dir) = (mock.base_url(), skills.to_str().unwrap().to_owned());
     let flags = ["--llm-base-url", &url, "--llm-warmup", "off", "--skills-dir", &dir];
-    let server = serve_with("info", &temp("skills-played.log"), &flags);
+    let server = serve_with("info", &temp(&format!("{name}.log")), &flags);
+    (mock, server, skills)
+}
+
+/// `dialog` against `server`, with `lines` typed.
+async fn session(server: &Server, lines: &'static str) -> Output {
     let address = server.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        dialog(
-            &["--server", &address],
-            "запусти навык git-quick-commit\n/run\nfix: test\n/say какие навыки\n/skip\n/quit\n",
-        )
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(move || dialog(&["--server", &address], lines)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
+    let answers = ["[CMD] git --version", "[ASK] Сообщение коммита?", "[CMD] git status --porcelain", "[DONE] Готово."];
+    let (mock, server, skills) = skill_server("skills-played", &answers).await;
+    let out =
+        session(&server, "запусти навык git-quick-commit\n/run\nfix: test\n/say какие навыки\n/skip\n/quit\n").await;
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("run_command (waiting for its result): git --version"), "{stdout}");
@@ -361,4 +367,17 @@ async fn a_skill_is_played_turn_by_turn_and_sighup_reloads_the_catalog() {
     }
     let metrics = client.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("megamind_assistant_skills_loaded 4"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_as_the_result_of_a_command_no_longer_awaited_is_said_instead() {
+    let (mock, server, _skills) = skill_server("skills-stopped", &["[CMD] git --version"]).await;
+    let out = session(&server, "запусти навык git-quick-commit\n/say стоп\nкакие навыки\n/quit\n").await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("остановлен"), "the skill stopped: {stdout}");
+    let (_, after) = stdout.split_once("> какие навыки").expect("the line played");
+    assert!(after.contains("(the command's result is no longer awaited: said instead)"), "{stdout}");
+    assert!(after.contains("Навыки: disk-usage"), "the line was said: {stdout}");
+    assert_eq!(mock.received().len(), 1, "no model call but the skill's first step");
 }

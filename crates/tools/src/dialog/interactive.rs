@@ -15,7 +15,8 @@
 //! a skill's step), the next line is its result: `/run` runs it here with
 //! `sh -c` (the user's choice, each time), `/skip` skips it, `/say WORDS`
 //! says words instead (`/say стоп`), anything else is taken as what it
-//! printed (`\n` for a new line).
+//! printed (`\n` for a new line). A typed result the scenario declines
+//! (the command is no longer awaited) is said instead.
 
 use std::{
     io::{BufRead, Write},
@@ -96,21 +97,23 @@ pub async fn run(
         }
         let words = &words[..end];
         let pending = client.pending_command().map(|run| run.command.clone());
-        let spec = match pending.filter(|_| !words.starts_with("/say ")) {
+        let said = |words: &str| TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
+        let (spec, typed_output) = match pending.filter(|_| !words.starts_with("/say ")) {
             Some(command) => {
                 let result = command_result(&command, words, out).await?;
-                TurnSpec { command_result: Some(result), ..TurnSpec::default() }
+                (TurnSpec { command_result: Some(result), ..TurnSpec::default() }, !matches!(words, "/run" | "/skip"))
             }
-            None => {
-                let words = words.strip_prefix("/say ").unwrap_or(words).trim();
-                TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() }
-            }
+            None => (said(words.strip_prefix("/say ").unwrap_or(words).trim()), false),
         };
-        let played = play(&mut client, &spec).await?;
-        let (answer, _) = answer_of(&played);
-        print_turn(out, args, words, &played).map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-        clean &= answer.error.is_none();
-        recorded.push(recorded_turn(&spec, &answer));
+        let declined = turn(&mut client, args, out, words, &spec, &mut recorded, &mut clean).await?;
+        // A result declined is no longer awaited (the skill ended meanwhile,
+        // by `/say стоп` or on its own): a line typed as it was most likely
+        // meant to be said, so it is, rather than lost.
+        if declined && typed_output {
+            writeln!(out, "  (the command's result is no longer awaited: said instead)")
+                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+            turn(&mut client, args, out, words, &said(words), &mut recorded, &mut clean).await?;
+        }
         if let Some(run) = client.pending_command() {
             writeln!(out, "  run_command (waiting for its result): {}", run.command)
                 .and_then(|()| {
@@ -190,6 +193,26 @@ fn local_command(line: &str, pending: bool) -> Option<Local> {
             (!word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(Local::Unknown)
         }
     }
+}
+
+/// Plays `spec`, typed as `words`, prints it and records it; whether the
+/// scenario declined it (`IsIrrelevant`). `clean` turns false on a protocol
+/// `Error`.
+async fn turn(
+    client: &mut crate::client::Client,
+    args: &DialogArgs,
+    out: &mut impl Write,
+    words: &str,
+    spec: &TurnSpec,
+    recorded: &mut Vec<TurnSpec>,
+    clean: &mut bool,
+) -> Result<bool, Unplayable> {
+    let played = play(client, spec).await?;
+    let (answer, _) = answer_of(&played);
+    print_turn(out, args, words, &played).map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+    *clean &= answer.error.is_none();
+    recorded.push(recorded_turn(spec, &answer));
+    Ok(answer.irrelevant)
 }
 
 /// The result of `command` the user's `line` gives: `/run` runs it here,
