@@ -432,6 +432,18 @@ async fn malformed_skills_are_skipped_counted_and_the_folder_is_watched() {
     assert_eq!(ask(&mut client, "какие навыки").await.speech(), "Навыки: bad, good.");
     let turn = ask(&mut client, "run skill bad").await;
     assert_eq!(turn.speech(), "Готово.");
+    // A new folder with its file written by the next command, as from a
+    // shell: the file may come before the new folder's watch is in place,
+    // and each one is found all the same.
+    for n in 0..8 {
+        let script =
+            format!("mkdir new{n} && printf -- '---\\nname: other{n}\\n---\\nno description\\n' > new{n}/SKILL.md");
+        let made = std::process::Command::new("sh").arg("-c").arg(&script).current_dir(&dir).status().unwrap();
+        assert!(made.success(), "{script}");
+        let wanted = format!("megamind_assistant_skills_invalid {}", 2 + n);
+        let text = until_metrics(&server.metrics, &wanted).await;
+        assert!(text.contains(&wanted), "new{n} read: {text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

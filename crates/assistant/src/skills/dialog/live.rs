@@ -6,12 +6,24 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, RwLock, Weak},
+    sync::{Arc, Mutex, RwLock, Weak, mpsc},
+    time::Duration,
 };
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::{background, metrics::AssistantMetrics, skills::catalog::Catalog};
+
+/// How long the folder must stay still before a change reloads it. A new
+/// skill's folder is watched only once its creation is seen, so a file
+/// written into it at once may come before the watch and never be told:
+/// a reload this long after the last change finds it all the same (and a
+/// copy of several files reloads once, not once per file).
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// The longest a change waits for the folder to settle: one that never
+/// stops changing is still reloaded this often.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
 
 /// The catalog of a skills folder, kept current.
 #[derive(Debug)]
@@ -53,21 +65,24 @@ impl LiveCatalog {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
     }
 
-    /// Reloads whenever a file under the folder changes. A folder that
-    /// cannot be watched (no inotify instances left) is only logged: SIGHUP
-    /// still reloads it.
+    /// Reloads once the folder has been still for [`SETTLE`] after a change
+    /// of a file under it. A folder that cannot be watched (no inotify
+    /// instances left) is only logged: SIGHUP still reloads it.
     pub(crate) fn watch(self: &Arc<Self>) {
         let Some(dir) = self.dir.clone() else { return };
-        let weak = Arc::downgrade(self);
+        let (changed, changes) = mpsc::channel::<()>();
         let handler = move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             if matches!(event.kind, EventKind::Access(_)) || !touches_skills(&event.paths) {
                 return;
             }
-            if let Some(live) = weak.upgrade() {
-                live.reload("change");
-            }
+            let _ = changed.send(());
         };
+        let weak = Arc::downgrade(self);
+        let reloader = std::thread::Builder::new().name("skills-watch".into()).spawn(move || settle(&changes, &weak));
+        if let Err(error) = reloader {
+            return tracing::warn!(%error, "skills: cannot start the folder's reloader; SIGHUP reloads it");
+        }
         let watcher = notify::recommended_watcher(handler)
             .and_then(|mut watcher| watcher.watch(&dir, RecursiveMode::Recursive).map(|()| watcher));
         match watcher {
@@ -87,6 +102,24 @@ impl LiveCatalog {
         if let Err(error) = background::spawn("skills-sighup", on_sighup(Arc::downgrade(self))) {
             tracing::warn!(%error, "skills: cannot start the SIGHUP listener");
         }
+    }
+}
+
+/// Reloads `live` each time `changes` has told of a change and then been
+/// quiet for [`SETTLE`] (or [`SETTLE_AT_MOST`] after the first change);
+/// ends with the watcher (its sender) or the catalog.
+fn settle(changes: &mpsc::Receiver<()>, live: &Weak<LiveCatalog>) {
+    while changes.recv().is_ok() {
+        let first = std::time::Instant::now();
+        while first.elapsed() < SETTLE_AT_MOST {
+            match changes.recv_timeout(SETTLE) {
+                Ok(()) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let Some(live) = live.upgrade() else { return };
+        live.reload("change");
     }
 }
 
