@@ -92,26 +92,26 @@ fn whole_table(config: &Config, modules: &[Box<dyn ScenarioModule>]) -> toml::Ta
 }
 
 /// The value at a dotted key of `table`.
-fn value_at<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+fn value_at<'a>(table: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::Value> {
     let (path, last) = key.rsplit_once('.').map_or((None, key), |(path, last)| (Some(path), last));
     let mut table = table;
     for part in path.into_iter().flat_map(|path| path.split('.')) {
-        table = table.get(part)?.as_table()?;
+        table = table.get_mut(part)?.as_table_mut()?;
     }
-    table.get(last)
+    table.get_mut(last)
 }
 
 /// Secrets that hold the placeholder `--print-config` writes in their place
 /// (`<hidden>`, or a URL's `:<hidden>@`): a configuration saved from its
 /// output and loaded again would otherwise send the placeholder as a key
 /// or a password.
-fn placeholder_secrets(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
+fn placeholder_secrets(mut table: toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
     let hidden = megamind_core::config::HIDDEN;
     let in_url = format!(":{hidden}@");
     secrets
         .iter()
         .filter_map(|bound| {
-            let value = value_at(table, &bound.key)?.as_str()?;
+            let value = value_at(&mut table, &bound.key)?.as_str()?;
             let what = if value == hidden {
                 format!("{} = {hidden:?}", bound.key)
             } else if value.contains(&in_url) {
@@ -133,15 +133,7 @@ fn placeholder_secrets(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem> 
 /// Replaces a set value at a dotted key with a placeholder: all of it, or
 /// only the password of a URL (`redis://user:<hidden>@host:port`).
 fn hide(table: &mut toml::Table, key: &str) {
-    let (path, last) = key.rsplit_once('.').map_or((None, key), |(path, last)| (Some(path), last));
-    let mut table = table;
-    for part in path.into_iter().flat_map(|path| path.split('.')) {
-        match table.get_mut(part).and_then(toml::Value::as_table_mut) {
-            Some(inner) => table = inner,
-            None => return,
-        }
-    }
-    if let Some(toml::Value::String(value)) = table.get_mut(last) {
+    if let Some(toml::Value::String(value)) = value_at(table, key) {
         if value.contains("://") {
             *value = megamind_core::store::redis::redact_url(value);
         } else if !value.is_empty() {
@@ -291,7 +283,7 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
-        found.extend(placeholder_secrets(&whole_table(config, &modules), &secrets));
+        found.extend(placeholder_secrets(whole_table(config, &modules), &secrets));
         found
     });
     let mut config = match config {

@@ -15,7 +15,7 @@ use megamind_scenario::scenarios::demo::Demo;
 use tokio::sync::Semaphore;
 
 use crate::{
-    helpers::{TestApp, decode_answer, fixture_body, registry_of, spawn_app, spawn_demo},
+    helpers::{TestApp, decode_answer, fixture_body, refused_series, registry_of, spawn_app, spawn_demo},
     scenarios::{Counting, Panicking},
 };
 
@@ -87,13 +87,6 @@ async fn routing_problems_get_their_status_codes() {
     assert!(answer.text().await.unwrap().contains("application/protobuf"));
     // Refused before the scenario, and still a call of it in the metrics.
     app.metrics_line(&refused_series("http", "unsupported_media_type", 1)).await;
-}
-
-/// `/demo/run`'s count of calls refused before the scenario as `outcome`.
-pub fn refused_series(transport: &str, outcome: &str, count: u32) -> String {
-    format!(
-        r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="demo",transport="{transport}"}} {count}"#
-    )
 }
 
 #[tokio::test]

@@ -164,7 +164,7 @@ async fn a_body_that_never_ends_is_answered_408_within_the_budget_and_the_connec
         assert!(closed_by_server(&mut stream).await, "{case}: the connection is closed");
     }
     // Counted as calls of /demo/run, though no scenario ran: no budget overrun.
-    let metrics = app.metrics_line(&crate::bad_input::refused_series("http", "body_too_slow", 3)).await;
+    let metrics = app.metrics_line(&crate::helpers::refused_series("http", "body_too_slow", 3)).await;
     let overruns = r#"megamind_budget_overruns_total{handler="run",scenario="demo"} 0"#;
     assert!(metrics.lines().any(|line| line == overruns), "{metrics}");
 }

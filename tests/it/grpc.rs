@@ -271,7 +271,7 @@ async fn messages_over_the_body_limit_are_refused() {
     let status = raw_call(&app, "Run", None, vec![0u8; 4096]).await.expect_err("over the limit");
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
     // Refused by tonic before the dispatcher, and still a call of Run in the metrics.
-    app.metrics_line(&crate::bad_input::refused_series("grpc", "body_too_large", 1)).await;
+    app.metrics_line(&crate::helpers::refused_series("grpc", "body_too_large", 1)).await;
     let valid = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     assert!(valid.len() < 1024);
     let answer: TScenarioRunResponse =

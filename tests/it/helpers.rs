@@ -374,3 +374,10 @@ impl Drop for LoggedServer {
         let _ = self.child.wait();
     }
 }
+
+/// `/demo/run`'s count of calls refused before the scenario as `outcome`.
+pub fn refused_series(transport: &str, outcome: &str, count: u32) -> String {
+    format!(
+        r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="demo",transport="{transport}"}} {count}"#
+    )
+}
