@@ -60,9 +60,7 @@ pub async fn run(
     out: &mut impl Write,
     prompt: &mut impl Write,
 ) -> Result<bool, Unplayable> {
-    let mut client = super::client(args, &args.scenario)?;
-    let mut recorded = Vec::new();
-    let mut clean = true;
+    let mut session = Session { client: super::client(args, &args.scenario)?, args, recorded: Vec::new(), clean: true };
     // Nobody may be reading the prompts: they cannot fail the session.
     let _ = writeln!(prompt, "{HINT}");
     let mut lines = input.lines();
@@ -77,7 +75,7 @@ pub async fn run(
         if words.is_empty() {
             continue;
         }
-        let pending = client.pending_command().is_some();
+        let pending = session.client.pending_command().is_some();
         match local_command(words, pending) {
             Some(Local::Quit) => break,
             Some(Local::Help) => {
@@ -96,7 +94,7 @@ pub async fn run(
             end -= 1;
         }
         let words = &words[..end];
-        let pending = client.pending_command().map(|run| run.command.clone());
+        let pending = session.client.pending_command().map(|run| run.command.clone());
         let said = |words: &str| TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
         let (spec, typed_output) = match pending.filter(|_| !words.starts_with("/say ")) {
             Some(command) => {
@@ -105,16 +103,16 @@ pub async fn run(
             }
             None => (said(words.strip_prefix("/say ").unwrap_or(words).trim()), false),
         };
-        let declined = turn(&mut client, args, out, words, &spec, &mut recorded, &mut clean).await?;
+        let declined = session.turn(out, words, &spec).await?;
         // A result declined is no longer awaited (the skill ended meanwhile,
         // by `/say стоп` or on its own): a line typed as it was most likely
         // meant to be said, so it is, rather than lost.
         if declined && typed_output {
             writeln!(out, "  (the command's result is no longer awaited: said instead)")
                 .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-            turn(&mut client, args, out, words, &said(words), &mut recorded, &mut clean).await?;
+            session.turn(out, words, &said(words)).await?;
         }
-        if let Some(run) = client.pending_command() {
+        if let Some(run) = session.client.pending_command() {
             writeln!(out, "  run_command (waiting for its result): {}", run.command)
                 .and_then(|()| {
                     writeln!(
@@ -126,10 +124,33 @@ pub async fn run(
         }
     }
     if let Some(path) = &args.record {
-        let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: recorded };
+        let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: session.recorded };
         write_script(path, &Script { dialogs: vec![dialog] })?;
     }
-    Ok(clean)
+    Ok(session.clean)
+}
+
+/// A terminal session's state across its turns.
+struct Session<'a> {
+    client: crate::client::Client,
+    args: &'a DialogArgs,
+    /// The turns played, with what came back as their expectations.
+    recorded: Vec<TurnSpec>,
+    /// False once the server answered a protocol `Error`.
+    clean: bool,
+}
+
+impl Session<'_> {
+    /// Plays `spec`, typed as `words`, prints it and records it; whether the
+    /// scenario declined it (`IsIrrelevant`).
+    async fn turn(&mut self, out: &mut impl Write, words: &str, spec: &TurnSpec) -> Result<bool, Unplayable> {
+        let played = play(&mut self.client, spec).await?;
+        let (answer, _) = answer_of(&played);
+        print_turn(out, self.args, words, &played).map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+        self.clean &= answer.error.is_none();
+        self.recorded.push(recorded_turn(spec, &answer));
+        Ok(answer.irrelevant)
+    }
 }
 
 fn print_turn(
@@ -193,26 +214,6 @@ fn local_command(line: &str, pending: bool) -> Option<Local> {
             (!word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(Local::Unknown)
         }
     }
-}
-
-/// Plays `spec`, typed as `words`, prints it and records it; whether the
-/// scenario declined it (`IsIrrelevant`). `clean` turns false on a protocol
-/// `Error`.
-async fn turn(
-    client: &mut crate::client::Client,
-    args: &DialogArgs,
-    out: &mut impl Write,
-    words: &str,
-    spec: &TurnSpec,
-    recorded: &mut Vec<TurnSpec>,
-    clean: &mut bool,
-) -> Result<bool, Unplayable> {
-    let played = play(client, spec).await?;
-    let (answer, _) = answer_of(&played);
-    print_turn(out, args, words, &played).map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-    *clean &= answer.error.is_none();
-    recorded.push(recorded_turn(spec, &answer));
-    Ok(answer.irrelevant)
 }
 
 /// The result of `command` the user's `line` gives: `/run` runs it here,
