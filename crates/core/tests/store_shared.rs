@@ -338,3 +338,106 @@ async fn blocking_journal_reads_open_a_bounded_number_of_connections() {
         assert_eq!(follower.await.unwrap(), entries.to_vec(), "every follower got the entry in time");
     }
 }
+
+/// A claim Redis carries out only after its command ran late (Redis stalled
+/// past the store's timeout: a fork, an fsync, a pause) is given back once
+/// Redis answers: the call was refused, and a retry on any replica must run
+/// it rather than wait for a claim no call will end.
+#[tokio::test]
+async fn a_claim_redis_took_too_late_is_given_back_once_it_answers() {
+    let Some(server) = RedisServer::start("a claim taken late") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    // The pool's two connections, both open: the claim is sent, not stuck connecting.
+    for n in 0..2 {
+        assert!(matches!(begin(&store, Handler::Run, &format!("warm-{n}")).await.0, Ok(Begin::Lead(_))));
+    }
+    server.freeze();
+    let (commit, _) = begin(&store, Handler::Commit, "stalled").await;
+    assert!(matches!(commit, Err(StoreError::Unavailable(_))), "refused while Redis stalls: {commit:?}");
+    server.thaw();
+    let key = "shared:{demo/commit/stalled}";
+    let gone =
+        eventually(Duration::from_secs(5), || server.query::<Option<Vec<u8>>>(redis::cmd("GET").arg(key)).is_none());
+    assert!(gone.await, "the late claim still holds {key}");
+    let (other_replica, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (retry, _) = begin(&other_replica, Handler::Commit, "stalled").await;
+    assert!(matches!(retry, Ok(Begin::Lead(_))), "a retry on another replica runs the call: {retry:?}");
+}
+
+/// A Redis full under `noeviction` is up: a fresh `/run` runs on this
+/// replica's memory, a fresh `/commit` is `Full`, and the store is not taken
+/// for down however many calls find it full.
+#[tokio::test]
+async fn a_full_redis_is_not_taken_for_down() {
+    let Some(server) = RedisServer::start("a full Redis") else { return };
+    let (store, registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    assert!(matches!(begin(&store, Handler::Run, "warm").await.0, Ok(Begin::Lead(_))));
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1"));
+    for n in 0..10 {
+        let (run, _) = begin(&store, Handler::Run, &format!("full-{n}")).await;
+        assert!(matches!(run, Ok(Begin::Lead(_))), "a /run runs here: {run:?}");
+    }
+    let (commit, _) = begin(&store, Handler::Commit, "full").await;
+    assert!(matches!(commit, Ok(Begin::Full)), "a /commit is told Redis is full: {commit:?}");
+    assert!(!store.is_down(), "a full Redis answers: it is up");
+    assert!(metrics(&registry).contains("megamind_store_up 1"));
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
+}
+
+/// A Redis that answers `PING` but refuses writes (a replica left read-only
+/// after a failover) stays taken for down until it takes writes again,
+/// rather than found back at every probe and lost at the next call.
+#[tokio::test]
+async fn a_redis_that_refuses_writes_stays_down_until_it_takes_them() {
+    let Some(server) = RedisServer::start("a read-only Redis") else { return };
+    let (store, registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let probed = r#"megamind_store_operations_total{op="ping",outcome="ok"} 1"#;
+    assert!(eventually(Duration::from_secs(5), || metrics(&registry).contains(probed)).await, "probed at start");
+    // A replica of a master that is nowhere: it answers, and refuses writes.
+    let _: () = server.query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg("1"));
+    let (commit, _) = begin(&store, Handler::Commit, "ro").await;
+    assert!(matches!(commit, Err(StoreError::Unavailable(ref why)) if why.contains("READONLY")), "{commit:?}");
+    for n in 0..2 {
+        let (commit, _) = begin(&store, Handler::Commit, &format!("ro-{n}")).await;
+        assert!(matches!(commit, Err(StoreError::Unavailable(_))), "{commit:?}");
+    }
+    assert!(store.is_down(), "refused writes take the store for down");
+    // Four probes' time: none may find it back.
+    let found_back = eventually(Duration::from_secs(2), || !store.is_down()).await;
+    assert!(!found_back, "a store that refuses writes was found back");
+    let _: () = server.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+    assert!(eventually(Duration::from_secs(5), || !store.is_down()).await, "found back once it takes writes");
+    let text = metrics(&registry);
+    assert!(text.contains("megamind_store_up 1"), "{text}");
+}
+
+/// After Redis restarts, every connection of the pool is stale until a
+/// command finds it so: that command is sent again over the connection
+/// made anew, and the call never sees the restart.
+#[tokio::test]
+async fn calls_after_a_redis_restart_go_through_on_connections_made_anew() {
+    let Some(mut server) = RedisServer::start("a Redis restarted") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    // The pool's two connections, both open.
+    for n in 0..2 {
+        assert!(matches!(begin(&store, Handler::Run, &format!("warm-{n}")).await.0, Ok(Begin::Lead(_))));
+    }
+    server.restart();
+    for n in 0..4 {
+        let (commit, _) = begin(&store, Handler::Commit, &format!("after-{n}")).await;
+        assert!(matches!(commit, Ok(Begin::Lead(_))), "call {n} after the restart: {commit:?}");
+    }
+    assert!(!store.is_down());
+}
+
+/// Redis's own words reach the error (and the log line), never the URL.
+#[tokio::test]
+async fn redis_errors_say_what_redis_said() {
+    let Some(server) = RedisServer::start("a database out of range") else { return };
+    let (store, _registry) = shared(&format!("{}/99", server.url()), CommitFallback::Refuse);
+    let (commit, _) = begin(&store, Handler::Commit, "c").await;
+    let error = commit.expect_err("no database 99").to_string();
+    assert!(error.contains("out of range"), "{error}");
+}

@@ -163,7 +163,7 @@ impl Drop for InFlight {
 impl RedisStore {
     /// A store over a link of its own to the Redis at `options.url`.
     pub fn new(options: RedisOptions) -> Result<RedisStore, StoreError> {
-        let link = RedisLink::new(&options.url, options.timeout, options.connections)?;
+        let link = RedisLink::new(&options.url, &options.prefix, options.timeout, options.connections)?;
         Ok(RedisStore::over(Arc::new(link), options.prefix, options.ttl, options.commit_ttl))
     }
 
@@ -195,6 +195,38 @@ impl RedisStore {
         run: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
         self.link.command(deadline, run).await
+    }
+
+    /// Runs `command`, which may run twice ([`RedisLink::idempotent`]).
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        deadline: Option<Instant>,
+        connection: ConnectionManager,
+        command: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        self.link
+            .idempotent(
+                deadline,
+                connection,
+                |mut connection| async move { command.query_async(&mut connection).await },
+            )
+            .await
+    }
+
+    /// Runs `invocation`, which may run twice ([`RedisLink::idempotent`]).
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        deadline: Option<Instant>,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let connection = self.connection()?;
+        self.link
+            .idempotent(
+                deadline,
+                connection,
+                |mut connection| async move { invocation.invoke_async(&mut connection).await },
+            )
+            .await
     }
 
     fn key(&self, key: &Key) -> String {
@@ -232,10 +264,9 @@ impl RedisStore {
         if let Some(body) = self.bodies.known(&id) {
             return Ok(body);
         }
-        let mut connection = self.connection()?;
-        let body: Option<Vec<u8>> = self
-            .command(Some(deadline), redis::cmd("GET").arg(self.body_key(&id)).query_async(&mut connection))
-            .await?;
+        let mut read = redis::cmd("GET");
+        read.arg(self.body_key(&id));
+        let body: Option<Vec<u8>> = self.query(Some(deadline), self.connection()?, &read).await?;
         // Bodies outlive the entries that refer to them, unless Redis lost
         // them (a flush).
         let body = Bytes::from(body.ok_or_else(|| StoreError::Lost("an answer's body is gone".into()))?);
@@ -273,10 +304,7 @@ impl RedisStore {
                 let ttl = self.ttl_ms.max(self.commit_ttl_ms).saturating_add(millis(BODY_EXTRA));
                 let mut write = redis::cmd("SET");
                 write.arg(self.body_key(&id)).arg(&value[..]).arg("PX").arg(ttl);
-                let written = async {
-                    let mut connection = self.connection()?;
-                    self.command(None, write.query_async::<()>(&mut connection)).await
-                };
+                let written = async { self.query::<()>(None, self.connection()?, &write).await };
                 match written.await {
                     Ok(()) => {
                         self.bodies.written(&id, sent, failures);
@@ -302,13 +330,14 @@ impl RedisStore {
     /// After `OOM`: what a caller that reads only can learn.
     async fn begin_reading(&self, key: Key, deadline: Instant) -> Result<Begin, StoreError> {
         let redis_key = self.key(&key);
-        let mut connection = self.connection()?;
-        let held: Option<Vec<u8>> =
-            self.command(Some(deadline), redis::cmd("GET").arg(&redis_key).query_async(&mut connection)).await?;
+        let mut read = redis::cmd("GET");
+        read.arg(&redis_key);
+        let held: Option<Vec<u8>> = self.query(Some(deadline), self.connection()?, &read).await?;
         match self.begun(key.clone(), redis_key, held, deadline).await? {
             Some(begin) => Ok(begin),
             None if is_reserved(key.handler) => Ok(Begin::Full),
-            None => Err(StoreError::Unavailable("Redis is full (OOM)".into())),
+            // Not a store down: this replica's memory takes the call.
+            None => Err(StoreError::Full),
         }
     }
 
@@ -319,9 +348,33 @@ impl RedisStore {
         if let Some(value) = &value {
             invocation.arg(self.entry_value(value).await).arg(self.ttl_ms(lease.key.handler).max(1));
         }
-        let mut connection = self.connection()?;
-        let _ended: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
+        let _ended: i64 = self.invoke(None, &invocation).await?;
         Ok(())
+    }
+
+    /// Gives back `claim` of `key`, sent over `connection` but not known to
+    /// have been taken (its command ran late, or its connection dropped):
+    /// Redis may yet carry it out, and then hold, for the whole lease, a
+    /// claim no call will end, every retry of the call waiting for it. The
+    /// claim is given back over the same connection, so after it in
+    /// Redis's order, whenever Redis answers while the lease lasts.
+    fn give_back(&self, connection: ConnectionManager, key: String, claim: Bytes, until: Instant) {
+        self.link.background().spawn(async move {
+            let mut invocation = END_SCRIPT.key(&key);
+            invocation.arg(&claim[..]);
+            let sent = async {
+                let mut connection = connection;
+                match invocation.invoke_async::<i64>(&mut connection).await {
+                    Err(error) if error.is_connection_dropped() => {
+                        invocation.invoke_async::<i64>(&mut connection).await
+                    }
+                    done => done,
+                }
+            };
+            if let Err(error) = within(until.saturating_duration_since(Instant::now()), sent).await {
+                tracing::debug!(%error, "a claim not known to be taken was not given back; it runs out by its lease");
+            }
+        });
     }
 }
 
@@ -346,12 +399,19 @@ impl FlightStore for RedisStore {
         if lead {
             command.arg(&claim[..]).arg("NX").arg("PX").arg(millis(lease_ttl).max(1)).arg("GET");
         }
-        let mut connection = self.connection()?;
-        let held: Option<Vec<u8>> = match self.command(Some(deadline), command.query_async(&mut connection)).await {
-            Ok(held) => held,
-            Err(StoreError::Full) => return self.begin_reading(key, deadline).await,
-            Err(error) => return Err(error),
-        };
+        let connection = self.connection()?;
+        let held: Option<Vec<u8>> =
+            match self.query::<Option<Vec<u8>>>(Some(deadline), connection.clone(), &command).await {
+                // A claim sent again after a dropped connection may find the first one taken.
+                Ok(held) => held.filter(|held| !lead || held[..] != claim[..]),
+                Err(StoreError::Full) => return self.begin_reading(key, deadline).await,
+                Err(error) => {
+                    if lead {
+                        self.give_back(connection, redis_key, claim, until);
+                    }
+                    return Err(error);
+                }
+            };
         if let Some(begin) = self.begun(key.clone(), redis_key.clone(), held, deadline).await? {
             return Ok(begin);
         }
@@ -375,10 +435,9 @@ impl FlightStore for RedisStore {
         let claim = claim_of(&waiter.token)?;
         let mut pause = Duration::from_millis(1);
         loop {
-            let mut connection = self.connection()?;
             let mut read = redis::cmd("GET");
             read.arg(&claim.key);
-            match self.command(Some(deadline), read.query_async::<Option<Vec<u8>>>(&mut connection)).await {
+            match self.query::<Option<Vec<u8>>>(Some(deadline), self.connection()?, &read).await {
                 Ok(held) => match self.held(held)? {
                     Held::Value(value) => return Ok(Waited::Done(value)),
                     Held::Reference(id) => return Ok(Waited::Done(self.resolve(id, deadline).await?)),
@@ -438,7 +497,12 @@ fn unavailable(error: &redis::RedisError) -> StoreError {
         return StoreError::Full;
     }
     let what = match (error.code(), error.kind()) {
-        (Some(code), _) => format!("Redis answered {code}"),
+        // Redis's own words say what is wrong (a database out of range, an
+        // ACL); they never hold the URL.
+        (Some(code), _) => match error.detail() {
+            Some(detail) => format!("Redis answered {code}: {}", crate::text::clip(detail, 200)),
+            None => format!("Redis answered {code}"),
+        },
         (None, kind) if error.is_connection_refusal() => format!("connection refused ({kind:?})"),
         (None, kind) if error.is_timeout() => format!("connection timed out ({kind:?})"),
         (None, kind) if error.is_connection_dropped() => format!("connection lost ({kind:?})"),

@@ -6,7 +6,7 @@
 //! deadline and the store's timeout; three failures in a row mark the store
 //! down (when they are only timeouts, once they have lasted a second: a
 //! replica short of CPU sees its commands time out too), after which calls
-//! stop asking it until a background ping finds it back (a log line at
+//! stop asking it until a background probe (a write) finds it back (a log line at
 //! each change, not one per call). While it is down:
 //!
 //! - `/run` and `/continue` lead, wait and replay in this replica's memory
@@ -53,10 +53,10 @@ const FAILURES_TO_DOWN: u32 = 3;
 /// starved of CPU sees its commands time out too, and a store taken for
 /// down makes the assistant's replicas run model calls twice.
 const SLOW_TO_DOWN: Duration = Duration::from_secs(1);
-/// How often a store taken for down is pinged.
+/// How often a store taken for down is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// How long a ping may take.
-const PING_TIMEOUT: Duration = Duration::from_millis(250);
+/// How long a probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// The first pause before a `/commit` or `/apply` answer that was not
 /// stored is tried again; it doubles up to [`MAX_END_PAUSE`].
 const FIRST_END_PAUSE: Duration = Duration::from_millis(10);
@@ -92,8 +92,6 @@ pub struct StoreHealth {
     down: AtomicBool,
     /// Set by the first store started: one watch per server.
     watched: AtomicBool,
-    /// Where the stores over this link end their entries after the answer.
-    background: Background,
 }
 
 impl StoreHealth {
@@ -108,14 +106,13 @@ impl StoreHealth {
             born: Instant::now(),
             down: AtomicBool::new(false),
             watched: AtomicBool::new(false),
-            background: Background::new(),
         })
     }
 
     /// The work the stores over this link left running after answers
     /// (entries being ended), which a stopping server waits for.
     pub fn background(&self) -> &Background {
-        &self.background
+        self.link.background()
     }
 
     /// The link whose Redis this is.
@@ -199,8 +196,9 @@ impl StoreHealth {
         }
     }
 
-    /// Pings the store at start and while it is down, and checks its
-    /// settings once it first answers; ends with the last store.
+    /// Probes the store (a write: see [`RedisLink::probe`]) at start and
+    /// while it is down, and checks its settings once it first answers;
+    /// ends with the last store.
     async fn watch(health: Weak<StoreHealth>) {
         let (mut first, mut settings_checked) = (true, false);
         let mut tick = tokio::time::interval(PROBE_EVERY);
@@ -211,9 +209,9 @@ impl StoreHealth {
             if settings_checked && !health.is_down() {
                 continue;
             }
-            match health.run(Op::Ping, health.link.ping(PING_TIMEOUT)).await {
+            match health.run(Op::Ping, health.link.probe(PROBE_TIMEOUT)).await {
                 Ok(()) => health.back(),
-                // A first ping that fails marks the store down at once.
+                // A first probe that fails marks the store down at once.
                 Err(error) if first => health.went_down(&error),
                 Err(_) => {}
             }
@@ -263,7 +261,7 @@ impl SharedStore {
     /// Ends a lease in the background (see the module's doc).
     fn end(&self, lease: Lease, value: Option<Bytes>) {
         let store = self.0.clone();
-        self.0.health.background.spawn(async move {
+        self.0.health.background().spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
             // A `/commit` answer not stored leaves its claim until the lease
             // runs out, and a retry after that runs the side effect again:
@@ -303,11 +301,17 @@ impl Inner {
         self.health.run(op, command).await
     }
 
-    /// Whether a call of `handler` may run on this replica's memory.
-    fn may_fall_back(&self, key: &Key) -> Result<(), StoreError> {
+    /// Whether a call of `handler` may run on this replica's memory, the
+    /// shared store having failed it for `cause` (none when taken for down).
+    fn may_fall_back(&self, key: &Key, cause: Option<&StoreError>) -> Result<(), StoreError> {
         if is_reserved(key.handler) && self.commit_fallback == CommitFallback::Refuse {
+            let cause = match cause {
+                Some(StoreError::Unavailable(why)) => format!(" ({why})"),
+                Some(error) => format!(" ({error})"),
+                None => String::new(),
+            };
             return Err(StoreError::Unavailable(format!(
-                "the shared store is out of reach, and /{} runs only with a claim every replica sees",
+                "the shared store is out of reach{cause}, and /{} runs only with a claim every replica sees",
                 key.handler
             )));
         }
@@ -326,16 +330,17 @@ impl FlightStore for SharedStore {
         may_lead: &mut (dyn FnMut() -> bool + Send),
     ) -> Result<Begin, StoreError> {
         let store = &self.0;
+        let mut cause = None;
         if !store.is_down() {
             match store.run(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
                 Ok(begin) => return Ok(begin),
                 Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
                 // Its first call ran: never again, whatever the fallback.
                 Err(error @ StoreError::Lost(_)) if is_reserved(key.handler) => return Err(error),
-                Err(_) => {}
+                Err(error) => cause = Some(error),
             }
         }
-        store.may_fall_back(&key)?;
+        store.may_fall_back(&key, cause.as_ref())?;
         store.local.begin(key, lease_ttl, deadline, may_lead).await
     }
 
@@ -412,7 +417,7 @@ impl Journal for SharedStore {
 async fn check_settings(link: &RedisLink) {
     let address = link.address();
     let names = ["maxmemory-policy", "maxmemory", "appendonly", "appendfsync"];
-    let settings = match link.settings(names, PING_TIMEOUT).await {
+    let settings = match link.settings(names, PROBE_TIMEOUT).await {
         Ok(settings) => settings,
         Err(error) => {
             return tracing::warn!(

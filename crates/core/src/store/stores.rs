@@ -64,7 +64,8 @@ impl Stores {
     /// them too, over the same connections).
     pub fn of(config: &StoreConfig, registry: &prometheus::Registry) -> Result<Stores, String> {
         let Some(url) = config.url()? else { return Ok(Stores::memory()) };
-        let link = RedisLink::new(&url, config.timeout(), config.connections).map_err(|e| format!("store.url: {e}"))?;
+        let link = RedisLink::new(&url, &config.prefix, config.timeout(), config.connections)
+            .map_err(|e| format!("store.url: {e}"))?;
         let health = StoreHealth::new(Arc::new(link), StoreMetrics::register(registry), config.commit_fallback);
         Ok(Stores { redis: Some(Redis { health, prefix: config.prefix.clone() }) })
     }

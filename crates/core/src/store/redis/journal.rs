@@ -185,9 +185,7 @@ impl Journal for RedisStore {
         let stream = Self::journal_key(&entry);
         let mut invocation = READ_SCRIPT.key(&entry);
         invocation.key(&stream).arg(format!("(0-{after}")).arg(READ_BATCH);
-        let mut connection = self.connection()?;
-        let (exists, read, holder): (i64, Vec<Value>, Vec<u8>) =
-            self.command(Some(deadline), invocation.invoke_async(&mut connection)).await?;
+        let (exists, read, holder): (i64, Vec<Value>, Vec<u8>) = self.invoke(Some(deadline), &invocation).await?;
         if exists == 0 {
             return Ok(None);
         }

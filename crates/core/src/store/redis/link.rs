@@ -17,7 +17,10 @@ use redis::{Client, aio::ConnectionManager};
 use tokio::time::Instant;
 
 use super::{StoreUrl, journal::Blocking, within};
-use crate::store::StoreError;
+use crate::{background::Background, store::StoreError};
+
+/// How long the key a probe writes is kept.
+const PROBE_TTL_MS: u64 = 5_000;
 
 /// The connections to one Redis.
 #[derive(Debug)]
@@ -42,29 +45,38 @@ pub struct RedisLink {
     failures: AtomicU64,
     /// Connections for the journals' blocking reads.
     pub(super) blocking: Blocking,
+    /// The key a probe writes: under the stores' prefix, where an ACL that
+    /// lets the stores write lets the probe write too.
+    probe_key: String,
+    /// Work the stores over this link left running after answers (entries
+    /// being ended, claims given back), which a stopping server waits for.
+    background: Background,
 }
 
 impl RedisLink {
     /// A link to the Redis at `url`, commands bounded by `timeout`, over a
-    /// pool of `connections`. Connects at the first command, and again by
-    /// itself whenever a connection is lost.
-    pub fn new(url: &StoreUrl, timeout: Duration, connections: usize) -> Result<RedisLink, StoreError> {
+    /// pool of `connections`, its probe's key under `prefix`. Connects at
+    /// the first command, and again by itself whenever a connection is lost.
+    pub fn new(url: &StoreUrl, prefix: &str, timeout: Duration, connections: usize) -> Result<RedisLink, StoreError> {
         // `rediss://` takes the process's provider.
         crate::http_client::install_tls_provider();
         let client =
             Client::open(url.as_str()).map_err(|_| StoreError::Unavailable(format!("{url} is not a Redis URL")))?;
         let seed = std::hash::RandomState::new().hash_one((std::process::id(), SystemTime::now()));
+        let owner = format!("{seed:016x}");
         Ok(RedisLink {
+            probe_key: format!("{prefix}:probe:{{{owner}}}"),
             client,
             address: url.to_string(),
             pool: OnceLock::new(),
             next: AtomicUsize::new(0),
             timeout,
             connections: connections.max(1),
-            owner: format!("{seed:016x}"),
+            owner,
             counter: Arc::default(),
             failures: AtomicU64::new(0),
             blocking: Blocking::default(),
+            background: Background::new(),
         })
     }
 
@@ -101,7 +113,9 @@ impl RedisLink {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(1)))
                 .set_response_timeout(None)
-                .set_number_of_retries(1)
+                // One attempt: a Redis that refuses it is taken for down by
+                // the store's health, which probes it on its own.
+                .set_number_of_retries(0)
                 .set_max_delay(Duration::from_millis(100));
             (0..self.connections)
                 .filter_map(|_| ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone()).ok())
@@ -127,6 +141,35 @@ impl RedisLink {
         self.counted(within(bound, run).await)
     }
 
+    /// Runs an idempotent command (or script) as [`RedisLink::command`]
+    /// does, sent again once when its connection turns out dropped (a Redis
+    /// restarted: each connection of the pool finds out at its next
+    /// command, and reconnects). `run` sends it over the connection it is
+    /// given (`connection`, both times); the first send may have been
+    /// carried out.
+    pub(super) async fn idempotent<T, F, Fut>(
+        &self,
+        deadline: Option<Instant>,
+        connection: ConnectionManager,
+        mut run: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let attempts = async {
+            match run(connection.clone()).await {
+                Err(error) if error.is_connection_dropped() => {
+                    // Still a failure: a Redis that restarted empty lost the bodies kept once.
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    run(connection).await
+                }
+                done => done,
+            }
+        };
+        self.command(deadline, attempts).await
+    }
+
     /// Counts `result` in [`RedisLink::failures`] when a command failed.
     fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Unavailable(_)) = &result {
@@ -147,10 +190,32 @@ impl RedisLink {
         Bytes::from(format!("c{}:{}", self.owner, self.counter.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// Checks that Redis answers.
-    pub async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
+    /// Checks that Redis takes writes: a Redis that answers `PING` but
+    /// refuses writes (a read-only replica after a failover) serves no
+    /// claim. A Redis that is full answers: it is up, and each call finds
+    /// out what it may still do.
+    pub async fn probe(&self, timeout: Duration) -> Result<(), StoreError> {
+        let mut write = redis::cmd("SET");
+        write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(PROBE_TTL_MS);
         let mut connection = self.connection()?;
-        self.counted(within(timeout, redis::cmd("PING").query_async::<String>(&mut connection)).await).map(drop)
+        let sent = async {
+            match write.query_async::<()>(&mut connection).await {
+                Err(error) if error.is_connection_dropped() => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    write.query_async::<()>(&mut connection).await
+                }
+                done => done,
+            }
+        };
+        match self.counted(within(timeout, sent).await) {
+            Ok(()) | Err(StoreError::Full) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The work the stores over this link left running after answers.
+    pub fn background(&self) -> &Background {
+        &self.background
     }
 
     /// Redis's settings `names`, where `CONFIG GET` is allowed: each
