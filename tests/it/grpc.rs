@@ -155,6 +155,55 @@ async fn a_shorter_grpc_timeout_of_the_client_is_the_deadline() {
     assert!(error.message.contains("the 300 ms budget of /run"), "{}", error.message);
 }
 
+/// One gRPC call over a bare HTTP/2 connection, `grpc-timeout` sent as
+/// is: tonic's client would enforce it too, and give up first.
+async fn call_with_grpc_timeout(app: &TestApp, method: &str, message: Vec<u8>, timeout: &str) -> Bytes {
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!("/megamind_scenario.v1.Scenario/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-scenario", "demo")
+        .header("grpc-timeout", timeout)
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    let mut framed = vec![0];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    body.send_data(Bytes::from(framed), true).unwrap();
+    let mut answer = response.await.unwrap().into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = answer.data().await {
+        let chunk = chunk.unwrap();
+        answer.flow_control().release_capacity(chunk.len()).unwrap();
+        bytes.extend_from_slice(&chunk);
+    }
+    assert!(bytes.len() >= 5, "a message came back: {bytes:?}");
+    Bytes::from(bytes).slice(5..)
+}
+
+/// A client deadline no longer than the server's reserve is gone before
+/// anything could run for it: `timeout`, and no side effect ran.
+#[tokio::test]
+async fn a_client_deadline_gone_on_arrival_runs_nothing() {
+    let (app, demo) = spawn_demo().await;
+    for (n, timeout) in ["0m", "5m", "10000u"].into_iter().enumerate() {
+        let mut commit = fixture::<TScenarioApplyRequest>("video_commit_request");
+        commit.base_request.as_mut().expect("a BaseRequest").request_id = format!("gone-{n}");
+        let answer = call_with_grpc_timeout(&app, "Commit", commit.encode_to_vec(), timeout).await;
+        let answer = TScenarioCommitResponse::decode(answer).unwrap();
+        let Some(t_scenario_commit_response::Response::Error(error)) = &answer.response else {
+            panic!("grpc-timeout {timeout}: {answer:?}")
+        };
+        assert_eq!(error.r#type, "timeout", "{}", error.message);
+        assert!(error.message.contains("left no time to run the call"), "{}", error.message);
+    }
+    assert_eq!(demo.payment_pushes(), 0, "no side effect ran");
+}
+
 #[tokio::test]
 async fn a_separate_grpc_address_serves_grpc_only_and_drains_with_the_main_one() {
     let demo = Arc::new(Demo::new());

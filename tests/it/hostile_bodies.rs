@@ -71,6 +71,43 @@ async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &
     text
 }
 
+/// A JSON body of `numbers` zeros in one `Experiments` list: a megabyte of
+/// it takes seconds to decode.
+fn slow_json(request_id: &str, numbers: usize) -> Vec<u8> {
+    let zeros = vec!["0"; numbers].join(",");
+    format!(r#"{{"BaseRequest":{{"RequestId":"{request_id}","Experiments":{{"k":[{zeros}]}}}}}}"#).into_bytes()
+}
+
+/// Bodies that take seconds to decode are answered `timeout` by their
+/// deadline, one worker each or not, and a small call beside them is
+/// answered at once: they are decoded aside, never on a worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker() {
+    let (app, _) = spawn_demo().await;
+    let app = std::sync::Arc::new(app);
+    let slow: Vec<_> = (0..2)
+        .map(|n| {
+            let (app, body) = (app.clone(), slow_json(&format!("slow-{n}"), 500_000));
+            tokio::spawn(async move {
+                let sent = std::time::Instant::now();
+                let message = error_of(&app, "/demo/run", "application/json", body, "timeout").await;
+                (sent.elapsed(), message)
+            })
+        })
+        .collect();
+    let small = std::time::Instant::now();
+    let (status, _) =
+        app.post_binary("/demo/run", fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary)).await;
+    let small = small.elapsed();
+    assert_eq!(status, 200);
+    for slow in slow {
+        let (took, message) = slow.await.unwrap();
+        assert!(took < Duration::from_secs(1), "answered {took:?} after it was sent: {message}");
+        assert!(message.contains("was not decoded within the 300 ms budget"), "{message}");
+    }
+    assert!(small < Duration::from_secs(1), "a small call beside them took {small:?}");
+}
+
 #[tokio::test]
 async fn nesting_past_the_limit_is_a_bad_request_on_every_handler_and_format() {
     let app = spawn_builtin(crate::helpers::served_config()).await;

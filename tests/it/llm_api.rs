@@ -143,6 +143,28 @@ async fn a_failed_model_call_ends_its_stream_with_error_then_completed() {
     assert_eq!(data(&events[events.len() - 2])["code"], "model_failed");
 }
 
+/// A model server's error body may quote the request's credentials: the
+/// screens following the call are told the status alone.
+#[tokio::test]
+async fn a_failed_model_calls_own_words_never_reach_the_screens() {
+    let mock = MockLlm::start(Reply::status(401)).await;
+    let app = spawn_module(&mock, |config| {
+        config.backend.max_retries = 0;
+        config.backend.api_key = "sk-secret-222".into();
+    })
+    .await;
+    run(&client(&app, Transport::Http), "llm-denied", "привет").await;
+    let (_, stream) = read_stream(&app, "/llm/stream/llm-denied", &[]).await;
+    let events = valid(&stream);
+    assert_eq!(data(&events[events.len() - 2])["message"], "the model answered HTTP 401", "{stream}");
+    let answer = app.http.get(app.url(&signed("/llm/answers/llm-denied"))).send().await.unwrap();
+    let answer = answer.text().await.unwrap();
+    assert!(answer.contains("the model answered HTTP 401"), "{answer}");
+    for text in [&stream, &answer] {
+        assert!(!text.contains("mock status") && !text.contains(&mock.base_url()), "{text}");
+    }
+}
+
 #[tokio::test]
 async fn a_draining_server_ends_open_streams_with_an_error_event() {
     let mock = MockLlm::start(Reply::Hang).await;

@@ -214,6 +214,19 @@ impl BackendError {
         }
     }
 
+    /// What a screen following the call is told: the kind of failure and
+    /// its status, never the backend's own words (an error body may quote
+    /// the request's credentials) nor where the backend is. The log line
+    /// has the whole error.
+    pub fn for_screens(&self) -> String {
+        match self {
+            BackendError::Connect(_) => "the model could not be reached".into(),
+            BackendError::Status { status, .. } => format!("the model answered HTTP {status}"),
+            BackendError::BadResponse(_) => "the model's answer was malformed".into(),
+            BackendError::Timeout(_) | BackendError::CircuitOpen => self.to_string(),
+        }
+    }
+
     /// Worth another attempt: the backend may answer the same request next time.
     pub fn is_retryable(&self) -> bool {
         match self {

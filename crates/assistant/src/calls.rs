@@ -487,7 +487,7 @@ impl Running {
         let outcome = AssertUnwindSafe(call).catch_unwind().await;
         // Whoever sees the outcome sees the whole record, and how it ended.
         match &outcome {
-            Ok(Err(error)) => self.record.fail(&error.to_string()),
+            Ok(Err(error)) => self.record.fail(&error.for_screens()),
             Err(_) => self.record.fail("the model call failed"),
             Ok(Ok(_)) => self.record.finish(),
         }

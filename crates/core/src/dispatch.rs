@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 mod authenticator;
 pub mod call;
+mod decoding;
 mod request;
 mod wire;
 mod work;
@@ -45,7 +46,8 @@ pub use request::MAX_REQUEST_ID;
 pub use wire::{error_body, response_descriptor};
 
 use self::{
-    request::{Request, log_text},
+    decoding::{Aside, Decoding},
+    request::{BadRequest, Request, log_text},
     work::{detach, run_scenario},
 };
 use crate::{
@@ -87,6 +89,7 @@ pub struct Dispatcher {
     admission: Admission,
     metrics: ServerMetrics,
     authenticator: Arc<dyn Authenticator>,
+    decoding: Decoding,
 }
 
 impl Dispatcher {
@@ -107,7 +110,8 @@ impl Dispatcher {
         metrics.watch_cache(&cache);
         metrics.watch_admission(&admission);
         let authenticator = Arc::new(AcceptAll);
-        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, authenticator }
+        let decoding = Decoding::new();
+        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, authenticator, decoding }
     }
 
     /// The same dispatcher, asking `authenticator` about every call.
@@ -153,10 +157,16 @@ impl Dispatcher {
                 return (Reply::Refused(refusal), outcome);
             }
         }
-        let request = match self.decode(registered, call, request_id) {
+        let request = match self.decode(registered, call, request_id, &deadline).await {
             Ok(request) => request,
             Err(failed) => return failed,
         };
+        // A client's deadline may be gone already (a `grpc-timeout` shorter
+        // than the reserve, or spent on the body): nothing may run for it.
+        if deadline.client.is_some() && Instant::now() >= deadline.at {
+            let message = format!("{} left no time to run the call", deadline.limit());
+            return failure(registered, call.handler, "timeout", message);
+        }
         let lead = match self.lookup(registered, call.handler, request_id, &deadline).await {
             Ok(lead) => lead,
             Err(answered) => return answered,
@@ -187,19 +197,39 @@ impl Dispatcher {
         &self.authenticator
     }
 
-    /// Step 2: the request, its `RequestId` copied into `request_id`.
-    fn decode(
+    /// Step 2: the request, its `RequestId` copied into `request_id`. A
+    /// body that may take long to decode is decoded aside ([`Decoding`]),
+    /// within the deadline.
+    async fn decode(
         &self,
         registered: &Registered,
         call: &Call,
         request_id: &mut String,
+        deadline: &Deadline,
     ) -> Result<Request, (Reply, Outcome)> {
-        let request = Request::decode(call.handler, &call.body, call.format)
-            .map_err(|error| failure(registered, call.handler, "bad_request", error.to_string()))?;
+        let (handler, body, format) = (call.handler, &call.body, call.format);
+        let decoded = if Decoding::inline(body, format) {
+            decode_request(handler, body, format)
+        } else {
+            match self.decoding.decode(handler, body, format, deadline.at).await {
+                Ok(decoded) => decoded,
+                Err(Aside::TimedOut) => {
+                    let message =
+                        format!("the request body ({} bytes) was not decoded within {}", body.len(), deadline.limit());
+                    return Err(failure(registered, handler, "timeout", message));
+                }
+                Err(Aside::Failed(why)) => {
+                    return Err(failure(
+                        registered,
+                        handler,
+                        "internal",
+                        format!("decoding the request failed: {why}"),
+                    ));
+                }
+            }
+        };
+        let request = decoded.map_err(|error| failure(registered, handler, "bad_request", error.to_string()))?;
         request.request_id().clone_into(request_id);
-        if logging::bodies_enabled() {
-            request.log();
-        }
         Ok(request)
     }
 
@@ -322,6 +352,15 @@ impl Dispatcher {
         self.metrics.observe(&scenario.name, handler, transport, outcome, latency, budget);
         logging::summary(transport, &scenario.name, handler, request_id, outcome, latency);
     }
+}
+
+/// Decodes a request and, at `debug`, logs it.
+fn decode_request(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
+    let request = Request::decode(handler, body, format)?;
+    if logging::bodies_enabled() {
+        request.log();
+    }
+    Ok(request)
 }
 
 /// The protocol `Error` answer of `kind`.

@@ -178,7 +178,7 @@ impl OpenAi {
             let body = read_body(&mut response, MAX_ERROR_BODY, error_body_deadline(request.deadline))
                 .await
                 .unwrap_or_default();
-            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
+            let message = self.error_text(&body);
             return Err(Failure {
                 error: BackendError::Status { status: status.as_u16(), message },
                 retry_after,
@@ -220,6 +220,14 @@ impl OpenAi {
             usage: whole.usage,
         })
     }
+
+    /// The start of an error body, for the log, the API key hidden where
+    /// the server quotes it back.
+    fn error_text(&self, body: &[u8]) -> String {
+        let text = String::from_utf8_lossy(body);
+        let text = if self.api_key.is_empty() { text } else { text.replace(self.api_key.expose(), "<hidden>").into() };
+        clip(&text, MAX_ERROR_BODY).trim().to_owned()
+    }
 }
 
 /// The factory of `kind = "openai"`.
@@ -257,7 +265,7 @@ impl ModelBackend for OpenAi {
         let status = response.status();
         let body = read_body(&mut response, MAX_ERROR_BODY, deadline).await?;
         if !status.is_success() {
-            let message = clip(&String::from_utf8_lossy(&body), MAX_ERROR_BODY).trim().to_owned();
+            let message = self.error_text(&body);
             return Err(BackendError::Status { status: status.as_u16(), message });
         }
         Ok(())
@@ -419,5 +427,17 @@ mod tests {
         let config = AssistantConfig::with_base_url("http://llm/v1/chat/completions");
         let backend = OpenAi::new(&config.backend, IntCounter::new("r", "r").unwrap()).unwrap();
         assert_eq!(backend.url(), "http://llm/v1/chat/completions");
+    }
+
+    #[test]
+    fn an_error_body_quoting_the_api_key_is_logged_without_it() {
+        let mut config = AssistantConfig::with_base_url("http://llm/v1");
+        config.backend.api_key = "sk-secret-111".into();
+        let backend = OpenAi::new(&config.backend, IntCounter::new("r", "r").unwrap()).unwrap();
+        let body = br#"{"error":{"message":"Incorrect API key provided: Bearer sk-secret-111"}}"#;
+        let text = backend.error_text(body);
+        assert!(!text.contains("sk-secret-111") && text.contains("Bearer <hidden>"), "{text}");
+        let error = BackendError::Status { status: 401, message: text };
+        assert_eq!(error.for_screens(), "the model answered HTTP 401", "screens get no body at all");
     }
 }
