@@ -235,6 +235,66 @@ async fn a_separate_grpc_address_serves_grpc_only_and_drains_with_the_main_one()
     }
 }
 
+/// Health watches need no ticket: past `MAX_PUBLIC_STREAMS` open at once a
+/// new one is refused, and each ends with `UNAVAILABLE` after the idle
+/// timeout, its slot free again.
+#[tokio::test]
+async fn public_streams_are_capped_and_end_by_their_lifetime() {
+    use megamind_core::transport::grpc::MAX_PUBLIC_STREAMS;
+    let config = Config { idle_timeout_ms: 1_500, ..Config::default() };
+    let app = spawn_app(config, registry_of("demo", Arc::new(Demo::new()))).await;
+    let watch = || HealthCheckRequest { service: String::new() };
+    // Three connections: each carries 32 streams at most.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(HealthClient::new(channel(&app).await));
+    }
+    let opened = Instant::now();
+    let mut open = Vec::new();
+    for n in 0..MAX_PUBLIC_STREAMS {
+        let mut stream = clients[n % 3].watch(watch()).await.expect("a watch opens").into_inner();
+        let first = stream.message().await.unwrap().expect("the status at once");
+        assert_eq!(first.status, ServingStatus::Serving as i32);
+        open.push(stream);
+    }
+    let refused = clients[0].watch(watch()).await.expect_err("one watch too many");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    for mut stream in open {
+        let ended = stream.message().await.expect_err("ends with a status");
+        assert_eq!(ended.code(), Code::Unavailable, "{ended:?}");
+    }
+    assert!(opened.elapsed() >= Duration::from_millis(1_400), "ended early: {:?}", opened.elapsed());
+    let mut again = clients[1].watch(watch()).await.expect("slots are free again").into_inner();
+    assert!(again.message().await.unwrap().is_some());
+}
+
+/// An open watch sees the drain (`NOT_SERVING`), then ends as the server
+/// closes: it never holds the drain to its timeout.
+#[tokio::test]
+async fn an_open_watch_ends_as_the_server_closes() {
+    let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 10_000, ..Config::default() };
+    let app = spawn_app(config, registry_of("demo", Arc::new(Demo::new()))).await;
+    let mut health = HealthClient::new(channel(&app).await);
+    let mut stream = health.watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    assert_eq!(stream.message().await.unwrap().unwrap().status, ServingStatus::Serving as i32);
+    let reading = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            match stream.message().await {
+                Ok(Some(update)) => seen.push(update.status),
+                Ok(None) => return (seen, Code::Ok),
+                Err(status) => return (seen, status.code()),
+            }
+        }
+    });
+    let stopping = Instant::now();
+    app.stop().await.expect("drains");
+    assert!(stopping.elapsed() < Duration::from_secs(5), "the drain took {:?}", stopping.elapsed());
+    let (seen, ended) = reading.await.unwrap();
+    assert_eq!(seen, [ServingStatus::NotServing as i32], "told of the drain first");
+    assert_eq!(ended, Code::Unavailable);
+}
+
 #[tokio::test]
 async fn under_overload_run_gets_resource_exhausted_while_commit_keeps_priority() {
     let gate = Arc::new(Semaphore::new(0));

@@ -124,6 +124,29 @@ async fn a_grpc_call_whose_ticket_cannot_be_checked_is_refused() {
     assert_eq!(metric(&app, "megamind_auth_total{result=\"unavailable\"}").await, 1.0);
 }
 
+/// A `grpc` probe sees what `/readyz` sees: with tvmtool gone the health
+/// check says `NOT_SERVING`, and `SERVING` again once tvmtool is back.
+#[tokio::test]
+async fn the_grpc_health_check_follows_readiness() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let mut tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let mut health = HealthClient::new(crate::helpers::grpc_channel(&app).await);
+    let mut check = async |service: &str| {
+        let request = HealthCheckRequest { service: service.to_owned() };
+        health.check(request).await.expect("a health check answers").into_inner().status
+    };
+    assert_eq!(check("").await, ServingStatus::Serving as i32);
+    tvmtool.kill();
+    assert_eq!(app.get("/readyz").await.0, 503);
+    for service in ["", "megamind_scenario.v1.Scenario"] {
+        assert_eq!(check(service).await, ServingStatus::NotServing as i32, "{service:?}");
+    }
+    tvmtool.restart().await;
+    assert_eq!(app.get("/readyz").await.0, 200);
+    assert_eq!(check("").await, ServingStatus::Serving as i32);
+}
+
 #[tokio::test]
 async fn a_check_cut_short_by_the_callers_deadline_is_refused_and_counted() {
     let tvmtool = Tvmtool::start(tickets()).await;

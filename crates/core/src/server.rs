@@ -101,6 +101,7 @@ pub async fn serve_all(listeners: Listeners, app: Arc<App>, shutdown: impl Futur
     drop(acceptor);
     tracing::info!("shutting down: draining in-flight requests");
     connections.enter(Stage::Closing);
+    grpc.close_streams();
     let drain_ends = tokio::time::Instant::now() + app.drain_timeout;
     if tokio::time::timeout_at(drain_ends, connections.closed()).await.is_err() {
         tracing::warn!(timeout_ms = app.drain_timeout.as_millis() as u64, "drain timed out; closing the rest");

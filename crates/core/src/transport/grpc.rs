@@ -42,6 +42,8 @@ use tonic::{
 };
 use tonic_health::{ServingStatus, server::HealthReporter};
 
+mod streams;
+
 pub use crate::scenario::meta::SCENARIO_KEY;
 use crate::{
     app::App,
@@ -50,6 +52,11 @@ use crate::{
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
 };
+pub use streams::MAX_OPEN as MAX_PUBLIC_STREAMS;
+use streams::PublicStreams;
+
+/// The health check's path, answered by what `/readyz` would say.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
 /// Whether `request` is gRPC (`application/grpc`, `application/grpc+proto`, ...).
 pub fn is_grpc<B>(request: &Request<B>) -> bool {
@@ -66,13 +73,20 @@ pub struct GrpcError(#[from] tonic_reflection::server::Error);
 pub struct GrpcRoutes {
     routes: Routes,
     health: HealthReporter,
+    streams: PublicStreams,
+    app: Arc<App>,
+    /// Whether the status reported is `SERVING`: reported again only when
+    /// it changes, as each report wakes every watch.
+    serving: Arc<tokio::sync::Mutex<bool>>,
 }
 
 impl GrpcRoutes {
     /// The scenario service over `app`'s dispatcher, `grpc.health.v1.Health`
     /// (SERVING for the server and for the scenario service), and server
-    /// reflection `v1` and `v1alpha` describing all of them.
+    /// reflection `v1` and `v1alpha` describing all of them; health's and
+    /// reflection's streams last the idle timeout at most.
     pub async fn new(app: Arc<App>) -> Result<GrpcRoutes, GrpcError> {
+        let streams = PublicStreams::new(app.connection_limits.idle_timeout);
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_service_status(SERVICE_NAME, ServingStatus::Serving).await;
         // Older grpcurl, ghz and Python's grpcio-reflection speak only v1alpha.
@@ -85,21 +99,42 @@ impl GrpcRoutes {
                 .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         };
-        let routes = Routes::new(ScenarioService { app })
+        let routes = Routes::new(ScenarioService { app: app.clone() })
             .add_service(health_service)
             .add_service(reflection().build_v1()?)
             .add_service(reflection().build_v1alpha()?)
             .prepare();
-        Ok(GrpcRoutes { routes, health })
+        let serving = Arc::new(tokio::sync::Mutex::new(true));
+        Ok(GrpcRoutes { routes, health, streams, app, serving })
     }
 
     /// Reports the serving status of the whole server (service `""`) and of
     /// the scenario service, for health checks that should see a drain.
     pub async fn set_serving(&self, serving: bool) {
+        let mut reported = self.serving.lock().await;
+        if *reported == serving {
+            return;
+        }
+        *reported = serving;
         let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
         for service in ["", SERVICE_NAME] {
             self.health.set_service_status(service, status).await;
         }
+    }
+
+    /// Reports what `/readyz` would answer before a health check is
+    /// answered: a replica whose callers' tickets cannot be checked is not
+    /// serving to a `grpc` probe either. A draining server stays
+    /// `NOT_SERVING`.
+    async fn refresh_health(&self) {
+        let ready = !self.app.is_draining() && self.app.dispatcher.authenticator().ready().await.is_ok();
+        // Asked again: the drain may have begun while tvmtool was asked.
+        self.set_serving(ready && !self.app.is_draining()).await;
+    }
+
+    /// Ends health's and reflection's open streams: the server is closing.
+    pub fn close_streams(&self) {
+        self.streams.close();
     }
 
     /// Answers one gRPC request (on a clone: the routes are shared behind `Arc`s).
@@ -109,10 +144,22 @@ impl GrpcRoutes {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         use tonic::codegen::Service;
+        if request.uri().path() == HEALTH_CHECK {
+            self.refresh_health().await;
+        }
+        let slot = match PublicStreams::is_public_stream(request.uri().path()).then(|| self.streams.admit()) {
+            Some(None) => return PublicStreams::refused(),
+            Some(slot) => slot,
+            None => None,
+        };
         // axum's router, under the routes, is always ready: no `poll_ready` needed.
-        match self.routes.call(request).await {
+        let response = match self.routes.call(request).await {
             Ok(response) => response,
             Err(infallible) => match infallible {},
+        };
+        match slot {
+            Some(slot) => self.streams.bound(response, slot),
+            None => response,
         }
     }
 }
