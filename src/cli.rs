@@ -77,7 +77,21 @@ impl Loaded {
         for key in &self.secret_keys {
             hide(&mut table, key);
         }
+        for (_, value) in table.iter_mut() {
+            hide_url_passwords(value);
+        }
         toml::to_string(&table).unwrap_or_default()
+    }
+}
+
+/// Hides the password of every URL in `value` (tvmtool's, the model's): a
+/// key marked secret or not, a password written into a URL is one.
+fn hide_url_passwords(value: &mut toml::Value) {
+    match value {
+        toml::Value::String(text) if text.contains("://") => *text = megamind_core::store::redis::redact_url(text),
+        toml::Value::Table(table) => table.iter_mut().for_each(|(_, value)| hide_url_passwords(value)),
+        toml::Value::Array(values) => values.iter_mut().for_each(hide_url_passwords),
+        _ => {}
     }
 }
 
@@ -126,6 +140,36 @@ fn placeholder_secrets(mut table: toml::Table, secrets: &[&Bound]) -> Vec<Proble
                 bound.flag.long
             );
             Some(Problem::new(bound.key.clone(), message))
+        })
+        .collect()
+}
+
+/// URLs outside the secret keys (tvmtool's, the model's) whose password is
+/// the placeholder `--print-config` writes, by their dotted keys.
+fn placeholder_passwords(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
+    fn walk(value: &toml::Value, key: String, found: &mut Vec<String>) {
+        match value {
+            toml::Value::String(text) if text.contains(&format!(":{}@", megamind_core::config::HIDDEN)) => {
+                found.push(key)
+            }
+            toml::Value::Table(table) => {
+                table.iter().for_each(|(name, value)| walk(value, format!("{key}.{name}"), found))
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    table.iter().for_each(|(name, value)| walk(value, name.clone(), &mut found));
+    found
+        .into_iter()
+        .filter(|key| !secrets.iter().any(|bound| &bound.key == key))
+        .map(|key| {
+            let message = format!(
+                "{key}: the password \"{}\" is the placeholder --print-config writes in place of a secret, not a \
+                 value; give the real one",
+                megamind_core::config::HIDDEN
+            );
+            Problem::new(key, message)
         })
         .collect()
 }
@@ -283,7 +327,9 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
-        found.extend(placeholder_secrets(whole_table(config, &modules), &secrets));
+        let table = whole_table(config, &modules);
+        found.extend(placeholder_secrets(table.clone(), &secrets));
+        found.extend(placeholder_passwords(&table, &secrets));
         found
     });
     let mut config = match config {

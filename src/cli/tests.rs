@@ -88,6 +88,22 @@ fn the_store_flags_reach_their_table_and_the_url_s_password_never_shows() {
     assert!(error.contains("refuse") && error.contains("local"), "{error}");
 }
 
+/// A password written into any URL (tvmtool's, the model's) is a secret:
+/// hidden when printed, and the printed placeholder refused when loaded.
+#[test]
+fn passwords_in_any_url_are_hidden_when_printed_and_their_placeholder_refused() {
+    let urls = ["--tvmtool-url", "http://u:tvm-pw@tvm:1", "--llm-base-url", "http://k:llm-pw@llm:8000/v1"];
+    let printed = serve_with(&urls, &[]).unwrap().to_toml();
+    assert!(!printed.contains("tvm-pw") && !printed.contains("llm-pw"), "{printed}");
+    assert!(printed.contains(r#"tvmtool_url = "http://u:<hidden>@tvm:1/""#), "{printed}");
+    let path = std::env::temp_dir().join(format!("megamind-printed-urls-{}.toml", std::process::id()));
+    std::fs::write(&path, &printed).unwrap();
+    let error = serve_with(&["--config", path.to_str().unwrap()], &[]).unwrap_err().to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(error.contains("auth.tvmtool_url: the password \"<hidden>\" is the placeholder"), "{error}");
+    assert!(error.contains("assistant.backend.base_url: the password"), "{error}");
+}
+
 #[test]
 fn tvm_is_read_from_the_deployments_variables_where_nothing_else_set_it_and_the_token_never_shows() {
     let deployment = [("DEPLOY_TVM_TOOL_URL", "http://localhost:18080"), ("QLOUD_TVM_TOKEN", "qloud-s3cret")];

@@ -69,7 +69,8 @@ impl TvmAuthenticator {
         metrics.set_up(false);
         let inner = Inner {
             tvmtool,
-            address: url.trim().to_owned(),
+            // A password in the URL stays out of the log.
+            address: crate::store::redis::redact_url(url.trim()),
             allowed: config.tvm_allowed_src.clone(),
             user_ticket: config.user_ticket,
             timeout: config.check_timeout(),
