@@ -50,6 +50,7 @@ fn dispatch(c: &mut Criterion) {
                         client_timeout: None,
                         meta: Default::default(),
                         transport: Transport::Http,
+                        admitted: None,
                     };
                     let scenario = app.dispatcher.scenario(Some("demo")).unwrap();
                     runtime.block_on(app.dispatcher.dispatch(scenario, call))

@@ -298,3 +298,39 @@ async fn dialog_plays_against_a_server_that_checks_tickets_when_given_one() {
     assert_ne!(refused.status.code(), Some(0), "{told}");
     assert!(told.contains("403") && told.contains("forbidden"), "{told}");
 }
+
+/// A caller is asked for its ticket before its body is read: a request
+/// with no ticket whose body never comes is refused 403 at once (the
+/// connection closed, its body unread), not held for the body, over HTTP
+/// and gRPC alike.
+#[tokio::test]
+async fn a_caller_without_a_ticket_is_refused_before_its_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head =
+        "POST /demo/run HTTP/1.1\r\nhost: x\r\ncontent-type: application/protobuf\r\ncontent-length: 1000000\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(BUDGET, stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(read.is_ok(), "no answer before the budget: {answer}");
+    assert!(answer.starts_with("http/1.1 403") && answer.contains("connection: close"), "{answer}");
+
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post("/megamind_scenario.v1.Scenario/Run")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-scenario", "demo")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    // A message header announcing 1000 bytes, and none of them.
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 3, 232]), false).unwrap();
+    let response = tokio::time::timeout(BUDGET, response).await.expect("an answer before the budget").unwrap();
+    assert_eq!(response.headers().get("grpc-status").map(|v| v.to_str().unwrap()), Some("7"), "PERMISSION_DENIED");
+}

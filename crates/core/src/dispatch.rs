@@ -150,7 +150,11 @@ impl Dispatcher {
     /// The steps up to the reply; `request_id` is filled in once decoded.
     async fn handle(&self, registered: &Registered, call: &mut Call, request_id: &mut String) -> (Reply, Outcome) {
         let deadline = Deadline::new(&self.limits.budgets, call);
-        match self.authenticate(call, &deadline).await {
+        let admitted = match call.admitted.take() {
+            Some(admitted) => Ok(admitted),
+            None => self.admit(&call.meta, deadline.at).await,
+        };
+        match admitted {
             Ok(admitted) => call.meta.default_uid = admitted.default_uid,
             Err(refusal) => {
                 let outcome = Outcome::Error(refusal.error_type());
@@ -177,12 +181,14 @@ impl Dispatcher {
         self.run(registered, call.handler, request, ctx, lead, &deadline).await
     }
 
-    /// Step 1: whether the caller may make this call at all. A check that
-    /// must wait (for tvmtool) waits no longer than the call's deadline.
-    async fn authenticate(&self, call: &Call, deadline: &Deadline) -> Result<Admitted, Refusal> {
-        match self.authenticator.authenticate(&call.meta) {
+    /// Step 1: whether the caller with `meta` may make a call at all. A
+    /// check that must wait (for tvmtool) waits no longer than `deadline`.
+    /// Transports ask it from the request's head, before reading its body
+    /// ([`Call::admitted`]): a caller let in nowhere costs no body's memory.
+    pub async fn admit(&self, meta: &CallMeta, deadline: Instant) -> Result<Admitted, Refusal> {
+        match self.authenticator.authenticate(meta) {
             Check::Done(verdict) => verdict,
-            Check::Pending(check) => match tokio::time::timeout_at(deadline.at, check).await {
+            Check::Pending(check) => match tokio::time::timeout_at(deadline, check).await {
                 Ok(verdict) => verdict,
                 Err(_) => {
                     self.authenticator.cut_short();

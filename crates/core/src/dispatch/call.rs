@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::Admitted;
 pub use crate::scenario::meta::{CallMeta, SERVICE_TICKET, USER_TICKET};
 use crate::{codec::Format, scenario::Handler};
 
@@ -47,6 +48,10 @@ pub struct Call {
     pub meta: CallMeta,
     /// The transport.
     pub transport: Transport,
+    /// What the caller was let in as, when the transport asked the
+    /// authenticator before reading the body ([`super::Dispatcher::admit`]);
+    /// otherwise the dispatcher asks it first.
+    pub admitted: Option<Admitted>,
 }
 
 /// What the transport sends back.

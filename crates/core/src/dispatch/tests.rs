@@ -53,6 +53,7 @@ fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
         client_timeout: None,
         meta: CallMeta { user_ticket: user_ticket.map(str::to_owned), ..CallMeta::default() },
         transport: Transport::Http,
+        admitted: None,
     }
 }
 

@@ -48,7 +48,7 @@ pub use crate::scenario::meta::SCENARIO_KEY;
 use crate::{
     app::App,
     codec::Format,
-    dispatch::{Call, CallMeta, Refusal, Reply, Transport},
+    dispatch::{Admitted, Call, CallMeta, Refusal, Reply, Transport},
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
 };
@@ -219,9 +219,27 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let deadline = started + limit;
     let request = request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None }));
     let meta = CallMeta::from_headers(request.headers());
+    // Asked before the message is read: a caller let in nowhere costs no body.
+    let by = app.budgets.deadline(handler, started);
+    let by = client_timeout.map_or(by, |client| by.min(started + client.saturating_sub(app.budgets.reserve)));
+    let admitted = match app.dispatcher.admit(&meta, by).await {
+        Ok(admitted) => Some(admitted),
+        Err(refusal) => {
+            app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
+            return status(&refusal).into_http();
+        }
+    };
     let reached = Arc::new(AtomicBool::new(false));
-    let method =
-        Method { app: app.clone(), scenario: scenario.clone(), handler, started, client_timeout, meta, reached };
+    let method = Method {
+        app: app.clone(),
+        scenario: scenario.clone(),
+        handler,
+        started,
+        client_timeout,
+        meta,
+        admitted,
+        reached,
+    };
     let reached = method.reached.clone();
     let response =
         Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await;
@@ -341,6 +359,8 @@ struct Method {
     started: Instant,
     client_timeout: Option<Duration>,
     meta: CallMeta,
+    /// What the caller was let in as, asked before the message was read.
+    admitted: Option<Admitted>,
     /// Set when tonic hands the message over: a call it refuses first
     /// (too large, too slow, badly framed) never reaches the dispatcher.
     reached: Arc<AtomicBool>,
@@ -361,6 +381,7 @@ impl UnaryService<Bytes> for Method {
             // Called once per request: the tickets move into the call.
             meta: std::mem::take(&mut self.meta),
             transport: Transport::Grpc,
+            admitted: self.admitted.take(),
         };
         let (app, scenario) = (self.app.clone(), self.scenario.clone());
         Box::pin(async move {

@@ -103,6 +103,8 @@ where
     let answer_format =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
     let meta = CallMeta::from_headers(headers);
+    // Asked before the body is read: a caller let in nowhere costs no body.
+    let admitted = app.dispatcher.admit(&meta, app.budgets.deadline(handler, started)).await?;
     let too_large = Refusal::BodyTooLarge { limit: app.body_limit };
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
         return Err(too_large);
@@ -117,7 +119,8 @@ where
         Ok(Err(error)) => return Err(Refusal::BodyUnreadable(error.to_string())),
         Err(_elapsed) => return Err(Refusal::BodyTooSlow { handler, limit: budget }),
     };
-    let call = Call { handler, body, format, started, client_timeout: None, meta, transport: Transport::Http };
+    let transport = Transport::Http;
+    let call = Call { handler, body, format, started, client_timeout: None, meta, transport, admitted: Some(admitted) };
     Ok((call, answer_format))
 }
 
@@ -154,7 +157,17 @@ pub fn refused(version: Version, refusal: &Refusal) -> Response<Full<Bytes>> {
         ),
     };
     let mut response = plain(status, reason);
-    if matches!(refusal, Refusal::BodyTooLarge { .. } | Refusal::BodyTooSlow { .. } | Refusal::BodyUnreadable(_)) {
+    // A caller refused is refused before its body is read.
+    let unread = |refusal: &Refusal| {
+        matches!(
+            refusal,
+            Refusal::Forbidden(_)
+                | Refusal::BodyTooLarge { .. }
+                | Refusal::BodyTooSlow { .. }
+                | Refusal::BodyUnreadable(_)
+        )
+    };
+    if unread(refusal) {
         close_after(version, &mut response);
     }
     response
