@@ -359,18 +359,13 @@ impl RedisStore {
     /// claim is given back over the same connection, so after it in
     /// Redis's order, whenever Redis answers while the lease lasts.
     fn give_back(&self, connection: ConnectionManager, key: String, claim: Bytes, until: Instant) {
+        let link = self.link.clone();
         self.link.background().spawn(async move {
             let mut invocation = END_SCRIPT.key(&key);
             invocation.arg(&claim[..]);
-            let sent = async {
-                let mut connection = connection;
-                match invocation.invoke_async::<i64>(&mut connection).await {
-                    Err(error) if error.is_connection_dropped() => {
-                        invocation.invoke_async::<i64>(&mut connection).await
-                    }
-                    done => done,
-                }
-            };
+            let invocation = &invocation;
+            let sent =
+                link.again_if_dropped(connection, |mut c| async move { invocation.invoke_async::<i64>(&mut c).await });
             if let Err(error) = within(until.saturating_duration_since(Instant::now()), sent).await {
                 tracing::debug!(%error, "a claim not known to be taken was not given back; it runs out by its lease");
             }

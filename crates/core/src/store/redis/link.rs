@@ -151,23 +151,35 @@ impl RedisLink {
         &self,
         deadline: Option<Instant>,
         connection: ConnectionManager,
-        mut run: F,
+        run: F,
     ) -> Result<T, StoreError>
     where
         F: FnMut(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let attempts = async {
-            match run(connection.clone()).await {
-                Err(error) if error.is_connection_dropped() => {
-                    // Still a failure: a Redis that restarted empty lost the bodies kept once.
-                    self.failures.fetch_add(1, Ordering::Relaxed);
-                    run(connection).await
-                }
-                done => done,
+        self.command(deadline, self.again_if_dropped(connection, run)).await
+    }
+
+    /// Runs `run` over `connection`, and once more when the connection
+    /// turns out dropped (the manager has reconnected by then), counting
+    /// the dropped one as a failure: a Redis that restarted empty lost the
+    /// bodies kept once.
+    pub(super) async fn again_if_dropped<T, F, Fut>(
+        &self,
+        connection: ConnectionManager,
+        mut run: F,
+    ) -> redis::RedisResult<T>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match run(connection.clone()).await {
+            Err(error) if error.is_connection_dropped() => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                run(connection).await
             }
-        };
-        self.command(deadline, attempts).await
+            done => done,
+        }
     }
 
     /// Counts `result` in [`RedisLink::failures`] when a command failed.
@@ -197,16 +209,9 @@ impl RedisLink {
     pub async fn probe(&self, timeout: Duration) -> Result<(), StoreError> {
         let mut write = redis::cmd("SET");
         write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(PROBE_TTL_MS);
-        let mut connection = self.connection()?;
-        let sent = async {
-            match write.query_async::<()>(&mut connection).await {
-                Err(error) if error.is_connection_dropped() => {
-                    self.failures.fetch_add(1, Ordering::Relaxed);
-                    write.query_async::<()>(&mut connection).await
-                }
-                done => done,
-            }
-        };
+        let write = &write;
+        let sent =
+            self.again_if_dropped(self.connection()?, |mut c| async move { write.query_async::<()>(&mut c).await });
         match self.counted(within(timeout, sent).await) {
             Ok(()) | Err(StoreError::Full) => Ok(()),
             Err(error) => Err(error),
