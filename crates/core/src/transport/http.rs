@@ -157,17 +157,12 @@ pub fn refused(version: Version, refusal: &Refusal) -> Response<Full<Bytes>> {
         ),
     };
     let mut response = plain(status, reason);
-    // A caller refused is refused before its body is read.
-    let unread = |refusal: &Refusal| {
-        matches!(
-            refusal,
-            Refusal::Forbidden(_)
-                | Refusal::BodyTooLarge { .. }
-                | Refusal::BodyTooSlow { .. }
-                | Refusal::BodyUnreadable(_)
-        )
-    };
-    if unread(refusal) {
+    // A caller refused is refused before its body is read, as are bodies refused.
+    let unread = matches!(
+        refusal,
+        Refusal::Forbidden(_) | Refusal::BodyTooLarge { .. } | Refusal::BodyTooSlow { .. } | Refusal::BodyUnreadable(_)
+    );
+    if unread {
         close_after(version, &mut response);
     }
     response
