@@ -216,6 +216,12 @@ impl Mapper {
         matches!(self.reader, Reader::ThinkingMl(_))
     }
 
+    /// Whether the answer is read as JSON Lines of events: they set the
+    /// final apart from the rest (a summary, a thought).
+    pub fn reads_events(&self) -> bool {
+        matches!(&self.reader, Reader::Jsonl(reader) if reader.reads_events())
+    }
+
     /// Whether `final_end` has been sent.
     pub fn is_finished(&self) -> bool {
         self.sequence.is_ended()

@@ -46,8 +46,10 @@ pub fn read(format: Format, text: &str, finished: bool) -> Reading {
             _ => {}
         }
     }
-    // Plain text and JSON are the answer as written: only tags set a thought apart.
-    if !mapper.reads_tags() {
+    // Plain text and a JSON object (an app action, read whole by its own
+    // reader) are the answer as written: only tags and events set the
+    // final apart from the rest.
+    if !mapper.reads_tags() && !mapper.reads_events() {
         reading.answer = text.trim().to_owned();
     }
     reading.thought.truncate(reading.thought.trim_end().len());
@@ -126,5 +128,28 @@ mod tests {
     fn plain_text_is_the_answer_as_written() {
         assert_eq!(read(Format::Auto, "  Число 3 < 5, да.  ", true), reading("Число 3 < 5, да.", ""));
         assert_eq!(read(Format::Auto, "<b>жирный</b> текст", true), reading("<b>жирный</b> текст", ""));
+    }
+
+    #[test]
+    fn json_lines_of_events_are_read_as_the_stream_shows_them() {
+        let text = [
+            r#"{"event":"serp_summary","text":"Сводка запроса."}"#,
+            r#"{"event":"thinking_start"}"#,
+            r#"{"event":"phase_start","id":1,"title":"Разбор"}"#,
+            r#"{"event":"phase_delta","id":1,"text":"Думаю."}"#,
+            r#"{"event":"thinking_end"}"#,
+            r#"{"event":"final_delta","text":"Настоящий "}"#,
+            r#"{"event":"final_delta","text":"ответ."}"#,
+        ]
+        .join("\n");
+        for format in [Format::Auto, Format::Jsonl] {
+            assert_eq!(read(format, &text, true), reading("Настоящий ответ.", "Думаю."), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn an_app_action_object_stays_whole_for_its_reader() {
+        let action = r#"{"session_id":"s1","command":"open_app","args":{"app_path":"/Applications/Safari.app"},"text":"Открываю."}"#;
+        assert_eq!(read(Format::Auto, action, true).answer, action);
     }
 }

@@ -78,21 +78,15 @@ impl Sequence {
         }
     }
 
-    /// Starts a phase, numbered `id` when that follows the latest phase and
-    /// the next number otherwise; whether it started.
-    pub(super) fn phase_start(&mut self, id: Option<u64>, title: &str, out: &mut Vec<SeqEvent>) -> bool {
+    /// Starts a phase, numbered next after the latest (1, 2, 3, …, whatever
+    /// the model numbered it: screens may count on the numbers running on
+    /// without a gap); whether it started.
+    pub(super) fn phase_start(&mut self, title: &str, out: &mut Vec<SeqEvent>) -> bool {
         if !self.may_think() {
             return false;
         }
-        let last = self.phase.unwrap_or(0);
-        let id = match id {
-            Some(id) if id > last => id,
-            // Past u64::MAX nothing follows: the text goes on in the latest phase.
-            _ => match last.checked_add(1) {
-                Some(next) => next,
-                None => return false,
-            },
-        };
+        // Past u64::MAX nothing follows: the text goes on in the latest phase.
+        let Some(id) = self.phase.unwrap_or(0).checked_add(1) else { return false };
         self.thinking_start(out);
         let title = clip(title.trim(), MAX_TITLE_BYTES).split_whitespace().collect::<Vec<_>>().join(" ");
         let title = if title.is_empty() { mapper::THINKING_TITLE.to_owned() } else { title };
@@ -109,7 +103,7 @@ impl Sequence {
         if !self.may_think() || (!open && text.trim().is_empty()) {
             return;
         }
-        if !open && !self.phase_start(None, title, out) {
+        if !open && !self.phase_start(title, out) {
             return;
         }
         if let (Some(text), Some(id)) = (self.body.push(text), self.phase) {
@@ -122,7 +116,7 @@ impl Sequence {
             return;
         }
         if self.phase.is_none() {
-            self.phase_start(None, ANSWER_TITLE, out);
+            self.phase_start(ANSWER_TITLE, out);
         }
         out.push(SeqEvent::new("thinking_end", []));
         self.stage = Stage::Thought;

@@ -6,8 +6,6 @@
 //! [`MAX_COMMENT_BYTES`], else it was text). Where each part belongs is
 //! [`Context`]; what the tags mean is [`ThinkingMl::on_tag`].
 
-use std::sync::LazyLock;
-
 use megamind_core::text::clip;
 
 use crate::jsonseq::mapper::{MAX_TAG_BYTES, SeqEvent, THINKING_TITLE, sequence::Sequence};
@@ -44,8 +42,6 @@ const NAMES: [(&str, Name); 7] = [
 struct Tag {
     name: Name,
     close: bool,
-    /// A phase's `id` attribute.
-    id: Option<u64>,
 }
 
 /// What a held `<...` is so far.
@@ -96,8 +92,6 @@ pub(super) struct ThinkingMl {
     context: Context,
     /// The summary, title or query list of the context.
     collected: String,
-    /// The `id` of the phase whose title is awaited.
-    phase_id: Option<u64>,
     /// Where a bare `<serp_queries>` was opened.
     queries_in: Context,
 }
@@ -145,7 +139,7 @@ impl ThinkingMl {
                 Some(end) if end < room && rest[end..].starts_with('>') => {
                     self.held.push_str(&rest[..=end]);
                     let source = self.take_held();
-                    self.on_tag(Tag { name: Name::Phase, close: false, id: phase_id(&source) }, &source, seq, out);
+                    self.on_tag(Tag { name: Name::Phase, close: false }, &source, seq, out);
                     &rest[end + 1..]
                 }
                 None if rest.len() <= room => {
@@ -296,7 +290,7 @@ impl ThinkingMl {
     /// Starts the phase whose head was read, with the title collected.
     fn start_phase(&mut self, seq: &mut Sequence, out: &mut Vec<SeqEvent>) {
         let title = if self.context == Context::Title { std::mem::take(&mut self.collected) } else { String::new() };
-        seq.phase_start(self.phase_id.take(), &title, out);
+        seq.phase_start(&title, out);
         self.context = Context::Phase;
     }
 
@@ -330,12 +324,8 @@ impl ThinkingMl {
             }
             (Name::Phase, false) if matches!(context, Top | Thinking | PhaseHead | Phase) && seq.may_think() => {
                 self.context = PhaseHead;
-                self.phase_id = tag.id;
             }
             (Name::Title, false) if matches!(context, Thinking | PhaseHead) && seq.may_think() => {
-                if context == Thinking {
-                    self.phase_id = None;
-                }
                 self.context = Title;
             }
             (Name::Phase, true) if matches!(context, PhaseHead | Phase) => self.context = Thinking,
@@ -385,18 +375,11 @@ fn classify(held: &str) -> Class {
     };
     let blanks = after.len() - after.trim_start().len();
     match &after[blanks..] {
-        ">" => Class::Tag(Tag { name, close, id: None }),
+        ">" => Class::Tag(Tag { name, close }),
         "" if name == Name::Phase && !close => Class::Attributes,
         "" => Class::Partial,
         _ => Class::Text,
     }
-}
-
-/// The `id` attribute of `<phase ...>`: `id="2"`, `id='2'` or `id=2`.
-fn phase_id(tag: &str) -> Option<u64> {
-    static ID: LazyLock<regex::Regex> =
-        LazyLock::new(|| regex::Regex::new(r#"(?i)\sid\s*=\s*["']?\s*(\d{1,20})\s*["'\s>]"#).expect("a valid pattern"));
-    ID.captures(tag)?.get(1)?.as_str().parse().ok()
 }
 
 /// The queries of a JSON list of strings; none when it is no such list.
