@@ -481,14 +481,14 @@ impl Scenario for Assistant {
         let screen = has_screen(Some(&base));
         let Some(input) = request.input.as_ref().and_then(TurnInput::from_input) else {
             self.metrics.answer("run", "irrelevant");
-            return Ok(reply::irrelevant(NO_WORDS).into());
+            return Ok(reply::irrelevant(NO_WORDS, base.state.as_ref()).into());
         };
         let mut state = state::of_request(&base, &ctx.request_id, self.caps);
         let args = match input {
             TurnInput::Callback { name, payload } if name == callback::NAME => {
                 let Some(args) = self.resumed(payload.as_ref(), state) else {
                     self.metrics.answer("run", "stale_callback");
-                    return Ok(reply::irrelevant(NOTHING_PENDING).into());
+                    return Ok(reply::irrelevant(NOTHING_PENDING, base.state.as_ref()).into());
                 };
                 args
             }
@@ -496,7 +496,7 @@ impl Scenario for Assistant {
                 TurnPlan::CallModel { utterance } => self.asked(&ctx.request_id, utterance, state),
                 TurnPlan::Decline { reason } => {
                     self.metrics.answer("run", "irrelevant");
-                    return Ok(reply::irrelevant(&reason).into());
+                    return Ok(reply::irrelevant(&reason, base.state.as_ref()).into());
                 }
                 TurnPlan::Answer { body, kind } => {
                     self.metrics.answer("run", kind);
@@ -509,7 +509,7 @@ impl Scenario for Assistant {
         let Ok(handle) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
-            return Ok(reply::irrelevant(BUSY).into());
+            return Ok(reply::irrelevant(BUSY, base.state.as_ref()).into());
         };
         let response = match self.outcome(&args, handle, stop_by).await {
             Some(outcome) => {

@@ -329,6 +329,17 @@ async fn requests_that_make_no_sense_are_declined_or_errors() {
     }
 }
 
+/// A declined answer that Megamind gives all the same must not wipe the
+/// dialog's state: it carries the request's state as it came.
+#[tokio::test(start_paused = true)]
+async fn a_declined_answer_keeps_the_state_it_was_given() {
+    let (assistant, _) = assistant(Scripted::new(10, Ok("x")), AssistantConfig::default());
+    let kept = Any { type_url: "type.googleapis.com/NAlice.TAssistantState".into(), value: vec![8, 1] };
+    let declined = assistant.run(run_request("r1", "   ", Some(kept.clone())), ctx("r1")).await.unwrap().into_owned();
+    assert!(declined.features.as_ref().unwrap().is_irrelevant);
+    assert_eq!(body_of(declined).state, Some(kept));
+}
+
 #[tokio::test(start_paused = true)]
 async fn voice_input_is_heard_too() {
     let backend = Scripted::new(10, Ok("Слышу."));

@@ -59,13 +59,17 @@ pub(crate) fn said(
     body
 }
 
-/// `/run` declines, saying why (Megamind picks another scenario).
-pub(crate) fn irrelevant(reason: &str) -> TScenarioRunResponse {
+/// `/run` declines, saying why (Megamind picks another scenario), with
+/// the request's `state` as it came: a declined answer Megamind gives all
+/// the same (nothing else would answer) must not wipe the dialog's state,
+/// a skill in progress among it.
+pub(crate) fn irrelevant(reason: &str, state: Option<&prost_types::Any>) -> TScenarioRunResponse {
     let layout = layout(reason, Vec::new(), false);
     TScenarioRunResponse {
         features: Some(TScenarioFeatures { is_irrelevant: true, ..features() }),
         response: Some(t_scenario_run_response::Response::ResponseBody(TScenarioResponseBody {
             layout: Some(layout),
+            state: state.cloned(),
             ..Default::default()
         })),
         ..Default::default()
