@@ -7,7 +7,9 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::{
-    proto::n_alice::n_scenarios::{TScenarioBaseRequest, TScenarioRunRequest, TScenarioRunResponse},
+    proto::n_alice::n_scenarios::{
+        TScenarioBaseRequest, TScenarioFeatures, TScenarioRunRequest, TScenarioRunResponse, t_scenario_run_response,
+    },
     rules::idempotency::Limits,
     scenario::{Scenario, ScenarioResult, meta::CallMeta},
 };
@@ -115,4 +117,16 @@ async fn a_check_cut_short_by_the_deadline_is_refused_and_the_authenticator_told
     let why = "the caller's tickets could not be checked in time".to_owned();
     assert_eq!(refused, Reply::Refused(Refusal::Forbidden(why)));
     assert_eq!(never.cut_short.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_run_error_has_its_features_as_every_run_answer_does() {
+    let dispatcher = dispatcher(8);
+    let echo = dispatcher.scenario(None).unwrap();
+    let mut call = run_call("r1", None);
+    call.body = bytes::Bytes::from_static(b"\xff\xff not protobuf");
+    let Reply::Answer(body) = dispatcher.dispatch(echo, call).await else { panic!("an answer") };
+    let answer = TScenarioRunResponse::decode(body).unwrap();
+    assert!(matches!(answer.response, Some(t_scenario_run_response::Response::Error(_))), "{answer:?}");
+    assert_eq!(answer.features, Some(TScenarioFeatures::default()));
 }

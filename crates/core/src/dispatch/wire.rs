@@ -8,8 +8,9 @@ use prost_reflect::{MessageDescriptor, ReflectMessage};
 
 use crate::{
     proto::n_alice::n_scenarios::{
-        TError, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
-        t_scenario_apply_response, t_scenario_commit_response, t_scenario_continue_response, t_scenario_run_response,
+        TError, TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioFeatures,
+        TScenarioRunResponse, t_scenario_apply_response, t_scenario_commit_response, t_scenario_continue_response,
+        t_scenario_run_response,
     },
     scenario::{Answer, Handler, Scenario},
 };
@@ -51,7 +52,9 @@ pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) 
     let error = TError { message, r#type: kind.to_owned() };
     let version = version.to_owned();
     let body = match handler {
+        // Every `/run` answer has its `Features`, an error's too.
         Handler::Run => TScenarioRunResponse {
+            features: Some(TScenarioFeatures::default()),
             response: Some(t_scenario_run_response::Response::Error(error)),
             version,
             ..Default::default()
