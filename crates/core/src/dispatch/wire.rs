@@ -57,7 +57,6 @@ pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) 
             features: Some(TScenarioFeatures::default()),
             response: Some(t_scenario_run_response::Response::Error(error)),
             version,
-            ..Default::default()
         }
         .encode_to_vec(),
         Handler::Continue => {
