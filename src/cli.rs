@@ -146,7 +146,7 @@ fn placeholder_secrets(mut table: toml::Table, secrets: &[&Bound]) -> Vec<Proble
 
 /// URLs outside the secret keys (tvmtool's, the model's) whose password is
 /// the placeholder `--print-config` writes, by their dotted keys.
-fn placeholder_passwords(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
+fn placeholder_passwords(table: &toml::Table, secrets: &[&Bound], flags: &[Bound]) -> Vec<Problem> {
     fn walk(value: &toml::Value, key: String, found: &mut Vec<String>) {
         match value {
             toml::Value::String(text) if text.contains(&format!(":{}@", megamind_core::config::HIDDEN)) => {
@@ -164,10 +164,15 @@ fn placeholder_passwords(table: &toml::Table, secrets: &[&Bound]) -> Vec<Problem
         .into_iter()
         .filter(|key| !secrets.iter().any(|bound| &bound.key == key))
         .map(|key| {
+            let flag = flags.iter().find(|bound| bound.key == key).map(|bound| {
+                let variable = bound.flag.env.as_deref().map(|env| format!(" or {env}")).unwrap_or_default();
+                format!(" (in the file, or with --{}{variable})", bound.flag.long)
+            });
             let message = format!(
                 "{key}: the password \"{}\" is the placeholder --print-config writes in place of a secret, not a \
-                 value; give the real one",
-                megamind_core::config::HIDDEN
+                 value; give the real one{}",
+                megamind_core::config::HIDDEN,
+                flag.unwrap_or_default()
             );
             Problem::new(key, message)
         })
@@ -329,7 +334,7 @@ pub fn parse(
         found.extend(module::problems(&modules, config));
         let table = whole_table(config, &modules);
         found.extend(placeholder_secrets(table.clone(), &secrets));
-        found.extend(placeholder_passwords(&table, &secrets));
+        found.extend(placeholder_passwords(&table, &secrets, &flags));
         found
     });
     let mut config = match config {

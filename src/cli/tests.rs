@@ -102,6 +102,7 @@ fn passwords_in_any_url_are_hidden_when_printed_and_their_placeholder_refused() 
     let _ = std::fs::remove_file(&path);
     assert!(error.contains("auth.tvmtool_url: the password \"<hidden>\" is the placeholder"), "{error}");
     assert!(error.contains("assistant.backend.base_url: the password"), "{error}");
+    assert!(error.contains("--tvmtool-url or MEGAMIND_TVMTOOL_URL"), "{error}");
 }
 
 #[test]

@@ -12,14 +12,15 @@ use std::{
 use megamind_core::{
     codec::Format,
     proto::n_alice::n_scenarios::{
-        TClientInfo, TOptions, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest, TScenarioRunResponse,
-        t_scenario_run_response,
+        TClientInfo, TInput, TOptions, TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest,
+        TScenarioRunResponse, TSemanticFrame, t_scenario_run_response,
     },
 };
 use prost::Message;
 
 use crate::helpers::{
-    TestApp, binary, decode_answer, fixture_body, grpc_client, grpc_request, serving_addr_in, spawn_builtin, spawn_demo,
+    TestApp, binary, decode_answer, fixture_body, grpc_client, grpc_request, registry_of, serving_addr_in, spawn_app,
+    spawn_builtin, spawn_demo,
 };
 
 /// `levels` of `list_value{values{` inside the request's experiments: the
@@ -71,26 +72,30 @@ async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &
     text
 }
 
-/// A JSON body of `numbers` zeros in one `Experiments` list: a megabyte of
-/// it takes seconds to decode.
-fn slow_json(request_id: &str, numbers: usize) -> Vec<u8> {
-    let zeros = vec!["0"; numbers].join(",");
-    format!(r#"{{"BaseRequest":{{"RequestId":"{request_id}","Experiments":{{"k":[{zeros}]}}}}}}"#).into_bytes()
+/// A binary run request of `frames` empty semantic frames: a couple of
+/// megabytes of them take long to decode.
+fn slow_binary(request_id: &str, frames: usize) -> Vec<u8> {
+    let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
+    let input = Some(TInput { semantic_frames: vec![TSemanticFrame::default(); frames], ..Default::default() });
+    TScenarioRunRequest { base_request, input }.encode_to_vec()
 }
 
-/// Bodies that take seconds to decode are answered `timeout` by their
+/// Bodies that take long to decode are answered `timeout` by their
 /// deadline, one worker each or not, and a small call beside them is
 /// answered at once: they are decoded aside, never on a worker thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker() {
-    let (app, _) = spawn_demo().await;
-    let app = std::sync::Arc::new(app);
+    // A short budget: half a million empty frames take longer than that to decode on any machine.
+    let mut config = megamind_core::config::Config::default();
+    config.budget.run_ms = 60;
+    let demo = std::sync::Arc::new(megamind_scenario::scenarios::demo::Demo::new());
+    let app = std::sync::Arc::new(spawn_app(config, registry_of("demo", demo)).await);
     let slow: Vec<_> = (0..2)
         .map(|n| {
-            let (app, body) = (app.clone(), slow_json(&format!("slow-{n}"), 500_000));
+            let (app, body) = (app.clone(), slow_binary(&format!("slow-{n}"), 500_000));
             tokio::spawn(async move {
                 let sent = std::time::Instant::now();
-                let message = error_of(&app, "/demo/run", "application/json", body, "timeout").await;
+                let message = error_of(&app, "/demo/run", "application/protobuf", body, "timeout").await;
                 (sent.elapsed(), message)
             })
         })
@@ -103,9 +108,26 @@ async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker()
     for slow in slow {
         let (took, message) = slow.await.unwrap();
         assert!(took < Duration::from_secs(1), "answered {took:?} after it was sent: {message}");
-        assert!(message.contains("was not decoded within the 300 ms budget"), "{message}");
+        assert!(message.contains("was not decoded within the 60 ms budget"), "{message}");
     }
     assert!(small < Duration::from_secs(1), "a small call beside them took {small:?}");
+}
+
+/// A JSON or text body of more values than any request holds is refused
+/// before it is parsed: parsed, a few megabytes of tiny values take seconds
+/// and a gigabyte or more.
+#[tokio::test]
+async fn json_and_text_bodies_of_too_many_values_are_refused_before_parsing() {
+    let (app, _) = spawn_demo().await;
+    let zeros = vec!["0"; 500_000].join(",");
+    let json = format!(r#"{{"BaseRequest":{{"RequestId":"many","Experiments":{{"k":[{zeros}]}}}}}}"#);
+    let text = format!("BaseRequest {{ RequestId: \"many\" }} Input {{ {} }}", "SemanticFrames {} ".repeat(100_000));
+    for (media, body) in [("application/json", json), ("text/protobuf", text)] {
+        let started = std::time::Instant::now();
+        let message = error_of(&app, "/demo/run", media, body.into_bytes(), "bad_request").await;
+        assert!(message.contains("holds more than the limit of 65536 values"), "{media}: {message}");
+        assert!(started.elapsed() < Duration::from_millis(300), "{media}: {:?}", started.elapsed());
+    }
 }
 
 #[tokio::test]

@@ -126,6 +126,12 @@ pub enum CodecError {
         /// The message type.
         message: String,
     },
+    /// A JSON or text body holding more than [`depth::MAX_VALUES`] values.
+    #[error("{message} holds more than the limit of {} values", depth::MAX_VALUES)]
+    TooManyValues {
+        /// The message type.
+        message: String,
+    },
     /// A JSON or text body that is not UTF-8.
     #[error("body is not valid UTF-8: {0}")]
     Utf8(#[from] std::str::Utf8Error),
@@ -179,17 +185,21 @@ pub fn message_descriptor(name: &str) -> Result<MessageDescriptor, CodecError> {
 pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> Result<DynamicMessage, CodecError> {
     let message = desc.full_name().to_owned();
     let too_deep = |_| CodecError::TooDeep { message: message.clone() };
+    let refused = |shape| match shape {
+        depth::Shape::TooDeep => CodecError::TooDeep { message: message.clone() },
+        depth::Shape::TooMany => CodecError::TooManyValues { message: message.clone() },
+    };
     let decoded = match format {
         Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source)),
         Format::Json => {
             // serde_json stops at 128 levels; prost-reflect would recurse again
             // over what it returns: both are kept under the one limit.
-            depth::check_json(body).map_err(too_deep)?;
+            depth::check_json(body).map_err(refused)?;
             json::from_slice(desc, body).map_err(|source| CodecError::Json { message: message.clone(), source })
         }
         Format::Text => {
             let text = std::str::from_utf8(body)?;
-            depth::check_text(text).map_err(too_deep)?;
+            depth::check_text(text).map_err(refused)?;
             DynamicMessage::parse_text_format(desc, text)
                 .map_err(|source| CodecError::Text { message: message.clone(), source })
         }

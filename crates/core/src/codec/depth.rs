@@ -1,5 +1,6 @@
 //! The nesting limit: no decoder, printer or redactor goes deeper than
-//! [`MAX_DEPTH`] levels of messages, `Any` payloads included.
+//! [`MAX_DEPTH`] levels of messages, `Any` payloads included; and the size
+//! limit of text and JSON bodies in values ([`MAX_VALUES`]).
 //!
 //! Parsers and printers recurse once per level, so a body nested a few
 //! thousand levels deep would overflow a worker's stack. Text and JSON bodies
@@ -13,43 +14,72 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMe
 /// Levels of nesting accepted: protobuf's default recursion limit.
 pub const MAX_DEPTH: usize = 100;
 
+/// Values a text or JSON body may hold (fields, list items, objects),
+/// counted before it is parsed. Parsed, each costs some hundreds of bytes
+/// and of nanoseconds: a few megabytes of tiny values (`[0,0,0,…]`) would
+/// take seconds and a gigabyte or more. Real requests hold a few thousand.
+pub const MAX_VALUES: usize = 65_536;
+
 /// A body or message nested deeper than [`MAX_DEPTH`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("nesting deeper than the limit of {MAX_DEPTH} levels")]
 pub struct TooDeep;
 
+/// Why a text or JSON body is refused before it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Shape {
+    /// Nested deeper than [`MAX_DEPTH`].
+    #[error("nesting deeper than the limit of {MAX_DEPTH} levels")]
+    TooDeep,
+    /// More than [`MAX_VALUES`] values.
+    #[error("more than the limit of {MAX_VALUES} values")]
+    TooMany,
+}
+
 /// The type name behind `google.protobuf.Any`.
 pub(crate) const ANY: &str = "google.protobuf.Any";
 
 /// Checks the brace depth of Protobuf text format (`{`/`<` outside strings
-/// and comments) without parsing it.
-pub fn check_text(text: &str) -> Result<(), TooDeep> {
-    check_brackets(text.as_bytes(), Syntax { open: b"{<", close: b"}>", quotes: b"\"'", comment: Some(b'#') })
+/// and comments) and its values (each `:`, `,`, `[` and opening brace)
+/// without parsing it.
+pub fn check_text(text: &str) -> Result<(), Shape> {
+    // `[` opens a list or an `Any`'s type name: a value, not a level.
+    let syntax = Syntax { open: b"{<", close: b"}>", more: b":,[", quotes: b"\"'", comment: Some(b'#') };
+    check_brackets(text.as_bytes(), syntax)
 }
 
-/// Checks the bracket depth of JSON (`{`/`[` outside strings) without parsing it.
-pub fn check_json(json: &[u8]) -> Result<(), TooDeep> {
-    check_brackets(json, Syntax { open: b"{[", close: b"}]", quotes: b"\"", comment: None })
+/// Checks the bracket depth of JSON (`{`/`[` outside strings) and its
+/// values (each `,` and opening bracket) without parsing it.
+pub fn check_json(json: &[u8]) -> Result<(), Shape> {
+    check_brackets(json, Syntax { open: b"{[", close: b"}]", more: b",", quotes: b"\"", comment: None })
 }
 
 /// What a bracket scan of one format needs to know.
 struct Syntax {
     open: &'static [u8],
     close: &'static [u8],
+    /// What starts one more value, besides an opening bracket.
+    more: &'static [u8],
     quotes: &'static [u8],
     /// The byte that starts a comment running to the end of the line.
     comment: Option<u8>,
 }
 
-/// One pass, no stack: the depth is a counter.
-fn check_brackets(body: &[u8], syntax: Syntax) -> Result<(), TooDeep> {
-    let mut depth = 0usize;
+/// One pass, no stack: the depth and the values are counters.
+fn check_brackets(body: &[u8], syntax: Syntax) -> Result<(), Shape> {
+    let (mut depth, mut values) = (0usize, 0usize);
     let mut bytes = body.iter().copied();
     while let Some(byte) = bytes.next() {
+        if syntax.open.contains(&byte) || syntax.more.contains(&byte) {
+            values += 1;
+            if values > MAX_VALUES {
+                return Err(Shape::TooMany);
+            }
+        }
         if syntax.open.contains(&byte) {
             depth += 1;
             if depth > MAX_DEPTH {
-                return Err(TooDeep);
+                return Err(Shape::TooDeep);
             }
         } else if syntax.close.contains(&byte) {
             depth = depth.saturating_sub(1);
@@ -172,20 +202,31 @@ pub(crate) mod tests {
     #[test]
     fn text_depth_counts_braces_outside_strings_and_comments() {
         assert_eq!(check_text(&"a{".repeat(MAX_DEPTH)), Ok(()));
-        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH + 1)), Err(TooDeep));
-        assert_eq!(check_text(&"a<".repeat(MAX_DEPTH + 1)), Err(TooDeep));
+        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
+        assert_eq!(check_text(&"a<".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
         assert_eq!(check_text(&format!("s: \"{}\"", "{".repeat(500))), Ok(()));
         assert_eq!(check_text(&format!("s: '{}\\'{}'", "{".repeat(5), "<".repeat(500))), Ok(()));
         assert_eq!(check_text(&format!("# {}\nx: 1", "{".repeat(500))), Ok(()));
-        assert_eq!(check_text(&nested_text(500)), Err(TooDeep));
+        assert_eq!(check_text(&nested_text(500)), Err(Shape::TooDeep));
     }
 
     #[test]
     fn json_depth_counts_brackets_outside_strings() {
         assert_eq!(check_json("[".repeat(MAX_DEPTH).as_bytes()), Ok(()));
-        assert_eq!(check_json("[".repeat(MAX_DEPTH + 1).as_bytes()), Err(TooDeep));
+        assert_eq!(check_json("[".repeat(MAX_DEPTH + 1).as_bytes()), Err(Shape::TooDeep));
         assert_eq!(check_json(format!("{{\"a\\\"{}\": 1}}", "[".repeat(500)).as_bytes()), Ok(()));
-        assert_eq!(check_json("{\"a\":".repeat(MAX_DEPTH + 1).as_bytes()), Err(TooDeep));
+        assert_eq!(check_json("{\"a\":".repeat(MAX_DEPTH + 1).as_bytes()), Err(Shape::TooDeep));
+    }
+
+    #[test]
+    fn values_past_the_limit_are_refused_before_parsing() {
+        let list = |n: usize| format!("{{\"k\":[{}]}}", vec!["0"; n].join(","));
+        assert_eq!(check_json(list(MAX_VALUES - 2).as_bytes()), Ok(()), "the object, the list and its commas");
+        assert_eq!(check_json(list(MAX_VALUES).as_bytes()), Err(Shape::TooMany));
+        assert_eq!(check_json(format!("{{\"s\":\"{}\"}}", ",".repeat(MAX_VALUES)).as_bytes()), Ok(()), "in a string");
+        assert_eq!(check_text(&"f: 1 ".repeat(MAX_VALUES)), Ok(()));
+        assert_eq!(check_text(&"f: 1 ".repeat(MAX_VALUES + 1)), Err(Shape::TooMany));
+        assert_eq!(check_text(&"f {} ".repeat(MAX_VALUES + 1)), Err(Shape::TooMany));
     }
 
     /// A request whose `State` holds `levels` `Any`s, each in the next.
