@@ -77,22 +77,31 @@ impl Loaded {
         for key in &self.secret_keys {
             hide(&mut table, key);
         }
-        for (_, value) in table.iter_mut() {
-            hide_url_passwords(value);
-        }
+        // A key marked secret or not (tvmtool's URL, the model's), a
+        // password written into a URL is one.
+        for_each_string(&mut table, &mut |_, text| {
+            if text.contains("://") {
+                *text = megamind_core::store::redis::redact_url(text);
+            }
+        });
         toml::to_string(&table).unwrap_or_default()
     }
 }
 
-/// Hides the password of every URL in `value` (tvmtool's, the model's): a
-/// key marked secret or not, a password written into a URL is one.
-fn hide_url_passwords(value: &mut toml::Value) {
-    match value {
-        toml::Value::String(text) if text.contains("://") => *text = megamind_core::store::redis::redact_url(text),
-        toml::Value::Table(table) => table.iter_mut().for_each(|(_, value)| hide_url_passwords(value)),
-        toml::Value::Array(values) => values.iter_mut().for_each(hide_url_passwords),
-        _ => {}
+/// Calls `visit` with the dotted key and the text of every string in
+/// `table`, those in lists included (under the list's key).
+fn for_each_string(table: &mut toml::Table, visit: &mut dyn FnMut(&str, &mut String)) {
+    fn walk(value: &mut toml::Value, key: &str, visit: &mut dyn FnMut(&str, &mut String)) {
+        match value {
+            toml::Value::String(text) => visit(key, text),
+            toml::Value::Table(table) => {
+                table.iter_mut().for_each(|(name, value)| walk(value, &format!("{key}.{name}"), visit))
+            }
+            toml::Value::Array(values) => values.iter_mut().for_each(|value| walk(value, key, visit)),
+            _ => {}
+        }
     }
+    table.iter_mut().for_each(|(name, value)| walk(value, name, visit));
 }
 
 /// The core's keys and each scenario's table under its name, as one table.
@@ -115,68 +124,33 @@ fn value_at<'a>(table: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::V
     table.get_mut(last)
 }
 
-/// Secrets that hold the placeholder `--print-config` writes in their place
-/// (`<hidden>`, or a URL's `:<hidden>@`): a configuration saved from its
-/// output and loaded again would otherwise send the placeholder as a key
-/// or a password.
-fn placeholder_secrets(mut table: toml::Table, secrets: &[&Bound]) -> Vec<Problem> {
+/// Values that hold the placeholder `--print-config` writes in place of a
+/// secret: a secret's `<hidden>`, or any URL's `:<hidden>@` password. A
+/// configuration saved from its output and loaded again would otherwise
+/// send the placeholder as a key or a password.
+fn placeholder_secrets(mut table: toml::Table, flags: &[Bound]) -> Vec<Problem> {
     let hidden = megamind_core::config::HIDDEN;
     let in_url = format!(":{hidden}@");
-    secrets
-        .iter()
-        .filter_map(|bound| {
-            let value = value_at(&mut table, &bound.key)?.as_str()?;
-            let what = if value == hidden {
-                format!("{} = {hidden:?}", bound.key)
-            } else if value.contains(&in_url) {
-                format!("{}: the password {hidden:?}", bound.key)
-            } else {
-                return None;
-            };
+    let mut problems = Vec::new();
+    for_each_string(&mut table, &mut |key, value| {
+        let what = if value == hidden && flags.iter().any(|bound| bound.flag.secret && bound.key == key) {
+            format!("{key} = {hidden:?}")
+        } else if value.contains(&in_url) {
+            format!("{key}: the password {hidden:?}")
+        } else {
+            return;
+        };
+        let hint = flags.iter().find(|bound| bound.key == key).map(|bound| {
             let variable = bound.flag.env.as_deref().map(|env| format!(" or {env}")).unwrap_or_default();
-            let message = format!(
-                "{what} is the placeholder --print-config writes in place of a secret, not a value; give the real \
-                 one (in the file, or with --{}{variable})",
-                bound.flag.long
-            );
-            Some(Problem::new(bound.key.clone(), message))
-        })
-        .collect()
-}
-
-/// URLs outside the secret keys (tvmtool's, the model's) whose password is
-/// the placeholder `--print-config` writes, by their dotted keys.
-fn placeholder_passwords(table: &toml::Table, secrets: &[&Bound], flags: &[Bound]) -> Vec<Problem> {
-    fn walk(value: &toml::Value, key: String, found: &mut Vec<String>) {
-        match value {
-            toml::Value::String(text) if text.contains(&format!(":{}@", megamind_core::config::HIDDEN)) => {
-                found.push(key)
-            }
-            toml::Value::Table(table) => {
-                table.iter().for_each(|(name, value)| walk(value, format!("{key}.{name}"), found))
-            }
-            _ => {}
-        }
-    }
-    let mut found = Vec::new();
-    table.iter().for_each(|(name, value)| walk(value, name.clone(), &mut found));
-    found
-        .into_iter()
-        .filter(|key| !secrets.iter().any(|bound| &bound.key == key))
-        .map(|key| {
-            let flag = flags.iter().find(|bound| bound.key == key).map(|bound| {
-                let variable = bound.flag.env.as_deref().map(|env| format!(" or {env}")).unwrap_or_default();
-                format!(" (in the file, or with --{}{variable})", bound.flag.long)
-            });
-            let message = format!(
-                "{key}: the password \"{}\" is the placeholder --print-config writes in place of a secret, not a \
-                 value; give the real one{}",
-                megamind_core::config::HIDDEN,
-                flag.unwrap_or_default()
-            );
-            Problem::new(key, message)
-        })
-        .collect()
+            format!(" (in the file, or with --{}{variable})", bound.flag.long)
+        });
+        let message = format!(
+            "{what} is the placeholder --print-config writes in place of a secret, not a value; give the real one{}",
+            hint.unwrap_or_default()
+        );
+        problems.push(Problem::new(key.to_owned(), message));
+    });
+    problems
 }
 
 /// Replaces a set value at a dotted key with a placeholder: all of it, or
@@ -303,7 +277,6 @@ pub fn parse(
         Command::Serve(args) => args,
     };
     let mut overrides = flags::overrides(&flags, matches.subcommand_matches("serve"), env);
-    let secrets: Vec<&Bound> = flags.iter().filter(|bound| bound.flag.secret).collect();
     let mut problems = Vec::new();
     for pair in &args.set {
         match pair.split_once('=') {
@@ -332,9 +305,7 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
-        let table = whole_table(config, &modules);
-        found.extend(placeholder_secrets(table.clone(), &secrets));
-        found.extend(placeholder_passwords(&table, &secrets, &flags));
+        found.extend(placeholder_secrets(whole_table(config, &modules), &flags));
         found
     });
     let mut config = match config {

@@ -395,10 +395,7 @@ impl Deadline {
     fn new(budgets: &Budgets, call: &Call) -> Deadline {
         let (handler, budget) = (call.handler, budgets.of(call.handler));
         let client = call.client_timeout.filter(|client| *client < budget);
-        let at = match client {
-            Some(client) => call.started + client.saturating_sub(budgets.reserve),
-            None => budgets.deadline(handler, call.started),
-        };
+        let at = budgets.deadline_within(handler, call.started, client);
         Deadline { at, handler, budget, client }
     }
 

@@ -50,6 +50,13 @@ impl Budgets {
     pub fn deadline(&self, handler: Handler, started: Instant) -> Instant {
         started + self.of(handler).saturating_sub(self.reserve)
     }
+
+    /// As [`Budgets::deadline`], or sooner when the client waits `client`
+    /// at most (gRPC's `grpc-timeout`), less the reserve too.
+    pub fn deadline_within(&self, handler: Handler, started: Instant, client: Option<Duration>) -> Instant {
+        let due = self.deadline(handler, started);
+        client.map_or(due, |client| due.min(started + client.saturating_sub(self.reserve)))
+    }
 }
 
 #[cfg(test)]

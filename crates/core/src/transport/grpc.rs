@@ -220,8 +220,7 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let request = request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None }));
     let meta = CallMeta::from_headers(request.headers());
     // Asked before the message is read: a caller let in nowhere costs no body.
-    let by = app.budgets.deadline(handler, started);
-    let by = client_timeout.map_or(by, |client| by.min(started + client.saturating_sub(app.budgets.reserve)));
+    let by = app.budgets.deadline_within(handler, started, client_timeout);
     let admitted = match app.dispatcher.admit(&meta, by).await {
         Ok(admitted) => Some(admitted),
         Err(refusal) => {
