@@ -17,6 +17,10 @@ pub fn decode_requests(data: &[u8], format: Format) {
 }
 
 fn decode_as<T: Message + ReflectMessage + Default>(data: &[u8], format: Format) {
+    // The values count of long binary bodies, on bytes of any length.
+    if format == Format::Binary {
+        let _ = codec::depth::check_binary(data, &T::default().descriptor());
+    }
     if let Ok(typed) = codec::decode::<T>(data, format) {
         // May refuse an `Any` nested too deep: the dispatcher measures those
         // before it logs.

@@ -72,12 +72,18 @@ async fn error_of(app: &TestApp, path: &str, media: &str, body: Vec<u8>, kind: &
     text
 }
 
-/// A binary run request of `frames` empty semantic frames: a couple of
-/// megabytes of them take long to decode.
-fn slow_binary(request_id: &str, frames: usize) -> Vec<u8> {
+/// A binary run request of `frames` empty semantic frames.
+fn frames_binary(request_id: &str, frames: usize) -> Vec<u8> {
     let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
     let input = Some(TInput { semantic_frames: vec![TSemanticFrame::default(); frames], ..Default::default() });
     TScenarioRunRequest { base_request, input }.encode_to_vec()
+}
+
+/// A JSON run request of `values` numbers in its experiments: tens of
+/// thousands of them, inside the values limit, take long to parse.
+fn slow_json(request_id: &str, values: usize) -> Vec<u8> {
+    let zeros = vec!["0"; values].join(",");
+    format!(r#"{{"BaseRequest":{{"RequestId":"{request_id}","Experiments":{{"k":[{zeros}]}}}}}}"#).into_bytes()
 }
 
 /// Bodies that take long to decode are answered `timeout` by their
@@ -85,17 +91,17 @@ fn slow_binary(request_id: &str, frames: usize) -> Vec<u8> {
 /// answered at once: they are decoded aside, never on a worker thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker() {
-    // A short budget: half a million empty frames take longer than that to decode on any machine.
+    // A short budget: sixty thousand JSON values take longer than that to parse on any machine.
     let mut config = megamind_core::config::Config::default();
     config.budget.run_ms = 60;
     let demo = std::sync::Arc::new(megamind_scenario::scenarios::demo::Demo::new());
     let app = std::sync::Arc::new(spawn_app(config, registry_of("demo", demo)).await);
     let slow: Vec<_> = (0..2)
         .map(|n| {
-            let (app, body) = (app.clone(), slow_binary(&format!("slow-{n}"), 500_000));
+            let (app, body) = (app.clone(), slow_json(&format!("slow-{n}"), 60_000));
             tokio::spawn(async move {
                 let sent = std::time::Instant::now();
-                let message = error_of(&app, "/demo/run", "application/protobuf", body, "timeout").await;
+                let message = error_of(&app, "/demo/run", "application/json", body, "timeout").await;
                 (sent.elapsed(), message)
             })
         })
@@ -113,18 +119,20 @@ async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker()
     assert!(small < Duration::from_secs(1), "a small call beside them took {small:?}");
 }
 
-/// A JSON or text body of more values than any request holds is refused
-/// before it is parsed: parsed, a few megabytes of tiny values take seconds
-/// and a gigabyte or more.
+/// A body of more values than any request holds is refused before it is
+/// parsed: parsed, a few megabytes of tiny values or empty messages take
+/// seconds and a gigabyte or more.
 #[tokio::test]
-async fn json_and_text_bodies_of_too_many_values_are_refused_before_parsing() {
+async fn bodies_of_too_many_values_are_refused_before_parsing() {
     let (app, _) = spawn_demo().await;
-    let zeros = vec!["0"; 500_000].join(",");
-    let json = format!(r#"{{"BaseRequest":{{"RequestId":"many","Experiments":{{"k":[{zeros}]}}}}}}"#);
+    let json = slow_json("many", 500_000);
     let text = format!("BaseRequest {{ RequestId: \"many\" }} Input {{ {} }}", "SemanticFrames {} ".repeat(100_000));
-    for (media, body) in [("application/json", json), ("text/protobuf", text)] {
+    let binary = frames_binary("many", 2_000_000);
+    for (media, body) in
+        [("application/json", json), ("text/protobuf", text.into_bytes()), ("application/protobuf", binary)]
+    {
         let started = std::time::Instant::now();
-        let message = error_of(&app, "/demo/run", media, body.into_bytes(), "bad_request").await;
+        let message = error_of(&app, "/demo/run", media, body, "bad_request").await;
         assert!(message.contains("holds more than the limit of 65536 values"), "{media}: {message}");
         assert!(started.elapsed() < Duration::from_millis(300), "{media}: {:?}", started.elapsed());
     }

@@ -124,6 +124,41 @@ async fn a_grpc_call_whose_ticket_cannot_be_checked_is_refused() {
     assert_eq!(metric(&app, "megamind_auth_total{result=\"unavailable\"}").await, 1.0);
 }
 
+/// `/readyz` is public: a flood of it, with tvmtool hanging, costs
+/// tvmtool one probe at a time, whose answer every probe waiting gets,
+/// inside the check's timeout.
+#[tokio::test]
+async fn a_flood_of_readiness_probes_asks_tvmtool_one_probe_at_a_time() {
+    const PROBES: usize = 40;
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let mut config = config(&tvmtool);
+    config.auth.check_timeout_ms = 300;
+    let app = Arc::new(spawn_builtin(config).await);
+    assert_eq!(app.get("/readyz").await.0, 200);
+    tvmtool.hang(true);
+    let before = tvmtool.pings();
+    let probes: Vec<_> = (0..PROBES)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                (app.get("/readyz").await, started.elapsed())
+            })
+        })
+        .collect();
+    for probe in probes {
+        let ((status, why), took) = probe.await.unwrap();
+        assert_eq!(status, 503, "{why}");
+        assert!(why.contains("tvmtool"), "{why}");
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    }
+    assert_eq!(tvmtool.most_pings_at_once(), 1, "one probe at a time");
+    let pings = tvmtool.pings() - before;
+    assert!(pings < PROBES / 2, "{pings} pings for {PROBES} probes at once");
+    tvmtool.hang(false);
+    assert_eq!(app.get("/readyz").await.0, 200, "asked anew once the last probe ended");
+}
+
 /// A `grpc` probe sees what `/readyz` sees: with tvmtool gone the health
 /// check says `NOT_SERVING`, and `SERVING` again once tvmtool is back.
 #[tokio::test]

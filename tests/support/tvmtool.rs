@@ -49,24 +49,31 @@ struct Shared {
     hang: AtomicBool,
     /// Service checks by ticket.
     by_ticket: Mutex<HashMap<String, usize>>,
-    in_flight: AtomicUsize,
-    most_in_flight: AtomicUsize,
+    checks: Gauge,
+    pinging: Gauge,
 }
 
-/// A check in flight, from its arrival until it is answered or dropped.
-struct InFlight<'a>(&'a Shared);
+/// Requests of one kind in flight now, and the most there were at once.
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// A request in flight, from its arrival until it is answered or dropped.
+struct InFlight<'a>(&'a Gauge);
 
 impl<'a> InFlight<'a> {
-    fn new(shared: &'a Shared) -> InFlight<'a> {
-        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        shared.most_in_flight.fetch_max(now, Ordering::SeqCst);
-        InFlight(shared)
+    fn new(gauge: &'a Gauge) -> InFlight<'a> {
+        let now = gauge.now.fetch_add(1, Ordering::SeqCst) + 1;
+        gauge.most.fetch_max(now, Ordering::SeqCst);
+        InFlight(gauge)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -105,7 +112,17 @@ impl Tvmtool {
 
     /// The most checks (service and user) that were in flight at once.
     pub fn most_checks_at_once(&self) -> usize {
-        self.shared.most_in_flight.load(Ordering::SeqCst)
+        self.shared.checks.most.load(Ordering::SeqCst)
+    }
+
+    /// `/tvm/ping` requests served so far.
+    pub fn pings(&self) -> usize {
+        self.shared.pings.load(Ordering::SeqCst)
+    }
+
+    /// The most pings that were in flight at once.
+    pub fn most_pings_at_once(&self) -> usize {
+        self.shared.pinging.most.load(Ordering::SeqCst)
     }
 
     /// `/tvm/checkusr` requests served so far.
@@ -190,6 +207,7 @@ async fn gate(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
 
 async fn ping(State(shared): State<Arc<Shared>>) -> Response {
     shared.pings.fetch_add(1, Ordering::SeqCst);
+    let _in_flight = InFlight::new(&shared.pinging);
     if shared.hang.load(Ordering::SeqCst) {
         std::future::pending::<()>().await;
     }
@@ -204,7 +222,7 @@ async fn checksrv(
     shared.checksrv.fetch_add(1, Ordering::SeqCst);
     let ticket = headers.get("x-ya-service-ticket").and_then(|v| v.to_str().ok()).unwrap_or("");
     *shared.by_ticket.lock().unwrap().entry(ticket.to_owned()).or_default() += 1;
-    let _in_flight = InFlight::new(&shared);
+    let _in_flight = InFlight::new(&shared.checks);
     if let Some(refusal) = gate(&shared, &headers).await {
         return refusal;
     }
@@ -228,7 +246,7 @@ async fn checksrv(
 
 async fn checkusr(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     shared.checkusr.fetch_add(1, Ordering::SeqCst);
-    let _in_flight = InFlight::new(&shared);
+    let _in_flight = InFlight::new(&shared.checks);
     if let Some(refusal) = gate(&shared, &headers).await {
         return refusal;
     }

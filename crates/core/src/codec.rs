@@ -126,7 +126,7 @@ pub enum CodecError {
         /// The message type.
         message: String,
     },
-    /// A JSON or text body holding more than [`depth::MAX_VALUES`] values.
+    /// A body holding more than [`depth::MAX_VALUES`] values.
     #[error("{message} holds more than the limit of {} values", depth::MAX_VALUES)]
     TooManyValues {
         /// The message type.
@@ -185,12 +185,14 @@ pub fn message_descriptor(name: &str) -> Result<MessageDescriptor, CodecError> {
 pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> Result<DynamicMessage, CodecError> {
     let message = desc.full_name().to_owned();
     let too_deep = |_| CodecError::TooDeep { message: message.clone() };
-    let refused = |shape| match shape {
-        depth::Shape::TooDeep => CodecError::TooDeep { message: message.clone() },
-        depth::Shape::TooMany => CodecError::TooManyValues { message: message.clone() },
-    };
+    let refused = |shape| shape_error(shape, message.clone());
     let decoded = match format {
-        Format::Binary => DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source)),
+        Format::Binary => {
+            if body.len() > depth::SHORT_BINARY {
+                depth::check_binary(body, &desc).map_err(refused)?;
+            }
+            DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source))
+        }
         Format::Json => {
             // serde_json stops at 128 levels; prost-reflect would recurse again
             // over what it returns: both are kept under the one limit.
@@ -213,10 +215,23 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
 pub fn decode<T: Message + ReflectMessage + Default>(body: &[u8], format: Format) -> Result<T, CodecError> {
     let name = || T::default().descriptor().full_name().to_owned();
     match format {
-        Format::Binary => T::decode(body).map_err(|source| binary_error(name(), source)),
+        Format::Binary => {
+            if body.len() > depth::SHORT_BINARY {
+                depth::check_binary(body, &T::default().descriptor()).map_err(|shape| shape_error(shape, name()))?;
+            }
+            T::decode(body).map_err(|source| binary_error(name(), source))
+        }
         Format::Json | Format::Text => decode_dynamic(T::default().descriptor(), body, format)?
             .transcode_to::<T>()
             .map_err(|source| binary_error(name(), source)),
+    }
+}
+
+/// A body refused before it is parsed, said as such.
+fn shape_error(shape: depth::Shape, message: String) -> CodecError {
+    match shape {
+        depth::Shape::TooDeep => CodecError::TooDeep { message },
+        depth::Shape::TooMany => CodecError::TooManyValues { message },
     }
 }
 

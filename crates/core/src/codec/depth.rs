@@ -1,6 +1,6 @@
 //! The nesting limit: no decoder, printer or redactor goes deeper than
 //! [`MAX_DEPTH`] levels of messages, `Any` payloads included; and the size
-//! limit of text and JSON bodies in values ([`MAX_VALUES`]).
+//! limit of bodies in values ([`MAX_VALUES`]), counted before decoding.
 //!
 //! Parsers and printers recurse once per level, so a body nested a few
 //! thousand levels deep would overflow a worker's stack. Text and JSON bodies
@@ -9,15 +9,20 @@
 //! is the same 100; `Any` payloads, which decoders leave as bytes, are
 //! measured by [`check_message`] and [`check_any`] before anything expands them.
 
+mod wire;
+
+pub use wire::{SHORT_BINARY, check_binary};
+
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};
 
 /// Levels of nesting accepted: protobuf's default recursion limit.
 pub const MAX_DEPTH: usize = 100;
 
-/// Values a text or JSON body may hold (fields, list items, objects),
-/// counted before it is parsed. Parsed, each costs some hundreds of bytes
-/// and of nanoseconds: a few megabytes of tiny values (`[0,0,0,…]`) would
-/// take seconds and a gigabyte or more. Real requests hold a few thousand.
+/// Values a body may hold (fields, list items, objects), counted before
+/// it is parsed. Parsed, each costs some hundreds of bytes and of
+/// nanoseconds: a few megabytes of tiny values (`[0,0,0,…]`, empty
+/// messages) would take seconds and a gigabyte or more. Real requests hold
+/// a few thousand.
 pub const MAX_VALUES: usize = 65_536;
 
 /// A body or message nested deeper than [`MAX_DEPTH`].
@@ -25,7 +30,7 @@ pub const MAX_VALUES: usize = 65_536;
 #[error("nesting deeper than the limit of {MAX_DEPTH} levels")]
 pub struct TooDeep;
 
-/// Why a text or JSON body is refused before it is parsed.
+/// Why a body is refused before it is parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Shape {
     /// Nested deeper than [`MAX_DEPTH`].

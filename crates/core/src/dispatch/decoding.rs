@@ -1,8 +1,8 @@
-//! Decoding bodies that may take long aside: a body of a few megabytes of
-//! tiny repeated messages (millions of empty `SemanticFrames`, a JSON list
-//! of numbers in `Experiments`) takes seconds to decode, and decoded on a
-//! worker thread it would hold every call queued behind it and answer far
-//! past its budget. Small bodies, nearly every call, are decoded where they
+//! Decoding bodies that may take long aside: even within the values limit
+//! ([`crate::codec::depth::MAX_VALUES`]), a body of tens of thousands of
+//! tiny values (a JSON list of numbers in `Experiments`) takes a good part
+//! of a budget to parse, and parsed on a worker thread it would hold every
+//! call queued behind it and answer past its budget. Small bodies, nearly every call, are decoded where they
 //! arrive: a thread hop would cost them more than decoding.
 //!
 //! Larger ones go to the blocking pool, at most one per CPU at a time (a

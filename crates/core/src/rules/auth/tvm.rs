@@ -46,7 +46,14 @@ struct Inner {
     /// Whether tickets can be checked, as tvmtool answered last: each
     /// change is logged once.
     health: HealthCell,
+    /// The readiness probe in flight: `/readyz` and gRPC health checks are
+    /// public, and however many come at once, tvmtool is asked one probe
+    /// at a time, whose answer they all get.
+    probes: Arc<Verdicts<Result<(), Unavailable>>>,
 }
+
+/// The one key of [`Inner::probes`].
+const PROBE: u128 = 0;
 
 /// Good tickets' verdicts are kept their TTL, refusals a few seconds apart
 /// from them (a flood of made-up tickets never pushes Megamind's verdict
@@ -79,6 +86,8 @@ impl TvmAuthenticator {
             metrics,
             turns: Semaphore::new(config.max_checks_in_flight.max(1)),
             health: HealthCell::default(),
+            // Nothing is kept: each probe after the last one ended asks anew.
+            probes: Arc::new(Verdicts::new(Duration::ZERO, Duration::ZERO, 1)),
         };
         Ok(TvmAuthenticator { inner: Arc::new(inner) })
     }
@@ -134,7 +143,10 @@ impl Authenticator for TvmAuthenticator {
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<(), String>> {
-        async move { self.inner.probe().await.map_err(|e| format!("tickets cannot be checked: {e}")) }.boxed()
+        let inner = Arc::clone(&self.inner);
+        let probe = async move { inner.probe().await }.boxed();
+        let probed = self.inner.probes.check(PROBE, probe, |_| Keep::No);
+        async move { probed.await.map_err(|e| format!("tickets cannot be checked: {e}")) }.boxed()
     }
 
     /// A check the call's own deadline cut short ended without a verdict.
