@@ -138,6 +138,35 @@ async fn bodies_of_too_many_values_are_refused_before_parsing() {
     }
 }
 
+/// `Any`s in `Any`s down to just past the nesting limit, with two
+/// megabytes of empty messages there, where the values count no longer
+/// looks: refused for its depth before the level past the limit is decoded,
+/// no level copying the levels below it. Decoded, that level took seconds
+/// and hundreds of megabytes.
+#[tokio::test]
+async fn payloads_nested_past_the_limit_are_refused_before_they_are_decoded() {
+    let (app, _) = spawn_demo().await;
+    let bottom = frames_binary("deep", 1_000_000);
+    let mut state = prost_types::Any {
+        type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioRunRequest".into(),
+        value: bottom,
+    };
+    // The request is level 1, its base request 2, `State` 3: its payload
+    // is 4, and the frames' request 101.
+    for _ in 0..97 {
+        state = prost_types::Any {
+            type_url: "type.googleapis.com/google.protobuf.Any".into(),
+            value: state.encode_to_vec(),
+        };
+    }
+    let base = TScenarioBaseRequest { request_id: "deep".into(), state: Some(state), ..Default::default() };
+    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
+    let started = std::time::Instant::now();
+    let message = error_of(&app, "/demo/run", "application/protobuf", body, "bad_request").await;
+    assert!(message.contains("BaseRequest.State") && message.contains("limit of 100"), "{message}");
+    assert!(started.elapsed() < Duration::from_millis(300), "{:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn nesting_past_the_limit_is_a_bad_request_on_every_handler_and_format() {
     let app = spawn_builtin(crate::helpers::served_config()).await;

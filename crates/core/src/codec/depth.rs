@@ -13,6 +13,7 @@ mod wire;
 
 pub use wire::{SHORT_BINARY, check_binary};
 
+use bytes::Bytes;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};
 
 /// Levels of nesting accepted: protobuf's default recursion limit.
@@ -122,7 +123,7 @@ pub fn check_message(message: &DynamicMessage, depth: usize) -> Result<(), TooDe
         return Err(TooDeep);
     }
     if message.descriptor().full_name() == ANY {
-        return match expand_any(message)? {
+        return match expand_any(message, depth + 1)? {
             Some(inner) => check_message(&inner, depth + 1),
             None => Ok(()),
         };
@@ -152,18 +153,17 @@ pub fn check_any(any: &prost_types::Any, depth: usize) -> Result<(), TooDeep> {
     let Some(desc) = any_type(&crate::proto::DESCRIPTOR_POOL, &any.type_url) else {
         return Ok(());
     };
-    match DynamicMessage::decode(desc, any.value.as_slice()) {
-        Ok(inner) => check_message(&inner, depth + 1),
-        // Bytes that do not decode stay bytes; only a failure of prost's own
-        // recursion limit says something about depth.
-        Err(error) if is_recursion_error(&error) => Err(TooDeep),
-        Err(_) => Ok(()),
+    // Copied once: the `Any`s inside it are then decoded as slices of it.
+    match decode_payload(desc, Bytes::copy_from_slice(&any.value), depth + 1)? {
+        Some(inner) => check_message(&inner, depth + 1),
+        None => Ok(()),
     }
 }
 
 /// The payload of a dynamic `Any` when its type is known and it decodes;
-/// `None` when it stays bytes.
-pub(crate) fn expand_any(any: &DynamicMessage) -> Result<Option<DynamicMessage>, TooDeep> {
+/// `None` when it stays bytes. `level` is where the payload sits (1 for a
+/// request): past the limit it is refused before it is decoded.
+pub(crate) fn expand_any(any: &DynamicMessage, level: usize) -> Result<Option<DynamicMessage>, TooDeep> {
     let (Some(type_url), Some(bytes)) = (any.get_field_by_number(1), any.get_field_by_number(2)) else {
         return Ok(None);
     };
@@ -173,8 +173,21 @@ pub(crate) fn expand_any(any: &DynamicMessage) -> Result<Option<DynamicMessage>,
     let Some(desc) = any_type(any.descriptor().parent_pool(), type_url) else {
         return Ok(None);
     };
-    match DynamicMessage::decode(desc, bytes.as_ref()) {
+    decode_payload(desc, bytes.clone(), level)
+}
+
+/// Decodes an `Any`'s payload of type `desc` at `level`. From `Bytes`, so
+/// that the payloads inside it stay slices of these bytes: decoded from a
+/// slice, each level of `Any`s in `Any`s would copy all the levels below it,
+/// and a few megabytes nested a hundred deep would take hundreds.
+fn decode_payload(desc: MessageDescriptor, payload: Bytes, level: usize) -> Result<Option<DynamicMessage>, TooDeep> {
+    if level > MAX_DEPTH {
+        return Err(TooDeep);
+    }
+    match DynamicMessage::decode(desc, payload) {
         Ok(inner) => Ok(Some(inner)),
+        // Bytes that do not decode stay bytes; only a failure of prost's own
+        // recursion limit says something about depth.
         Err(error) if is_recursion_error(&error) => Err(TooDeep),
         Err(_) => Ok(None),
     }
@@ -258,6 +271,30 @@ pub(crate) mod tests {
         assert_eq!(check_any(state, 2), Err(TooDeep));
         let state = shallow.base_request.as_ref().and_then(|b| b.state.as_ref()).unwrap();
         assert_eq!(check_any(state, 2), Ok(()));
+    }
+
+    #[test]
+    fn payloads_inside_payloads_are_slices_not_copies() {
+        let base = TScenarioBaseRequest { request_id: "x".into(), ..Default::default() };
+        let inner = prost_types::Any {
+            type_url: "type.googleapis.com/NAlice.NScenarios.TScenarioBaseRequest".into(),
+            value: base.encode_to_vec(),
+        };
+        let outer = Bytes::from(inner.encode_to_vec());
+        let any = crate::proto::DESCRIPTOR_POOL.get_message_by_name(ANY).unwrap();
+        let decoded = decode_payload(any, outer.clone(), 2).unwrap().expect("an Any");
+        let value = decoded.get_field_by_number(2).unwrap();
+        let Value::Bytes(value) = &*value else { panic!("bytes: {value:?}") };
+        let within = outer.as_ptr_range();
+        assert!(within.contains(&value.as_ptr()), "the inner payload was copied");
+    }
+
+    #[test]
+    fn payloads_past_the_limit_are_refused_before_they_are_decoded() {
+        let any = crate::proto::DESCRIPTOR_POOL.get_message_by_name(ANY).unwrap();
+        // Bytes that would not decode: refused for where they sit, not for what they hold.
+        assert_eq!(decode_payload(any.clone(), Bytes::from_static(&[0xff]), MAX_DEPTH + 1), Err(TooDeep));
+        assert_eq!(decode_payload(any, Bytes::from_static(&[0xff]), MAX_DEPTH), Ok(None));
     }
 
     #[test]

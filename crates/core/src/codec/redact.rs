@@ -69,7 +69,7 @@ fn redact_value(value: &mut Value, level: usize) -> Result<(), TooDeep> {
 /// redacted and encoded back. A payload of an unknown type stays bytes, which
 /// the printer shows escaped, as it must show any opaque bytes.
 fn redact_any(any: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> {
-    let Some(mut inner) = depth::expand_any(any)? else {
+    let Some(mut inner) = depth::expand_any(any, level + 1)? else {
         return Ok(());
     };
     redact_at(&mut inner, level + 1)?;

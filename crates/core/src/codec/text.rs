@@ -33,7 +33,8 @@ fn print_fields(out: &mut String, message: &DynamicMessage, depth: usize) -> Res
         return Err(TooDeep);
     }
     if message.descriptor().full_name() == depth::ANY && has_readable_type_url(message) {
-        if let Some(inner) = depth::expand_any(message)? {
+        // Printed a level below `message`, which sits at `depth + 1` counted from 1.
+        if let Some(inner) = depth::expand_any(message, depth + 2)? {
             return print_expanded_any(out, message, &inner, depth);
         }
     }
