@@ -13,8 +13,9 @@ use megamind_core::{
     store::Stores,
 };
 
-use crate::{cli::flags::Bound, scenarios};
+use crate::scenarios;
 
+mod checks;
 pub mod flags;
 
 /// A Megamind scenario server: hosts scenarios behind the dialog orchestrator.
@@ -79,29 +80,13 @@ impl Loaded {
         }
         // A key marked secret or not (tvmtool's URL, the model's), a
         // password written into a URL is one.
-        for_each_string(&mut table, &mut |_, text| {
+        checks::for_each_string(&mut table, &mut |_, text| {
             if text.contains("://") {
                 *text = megamind_core::store::redis::redact_url(text);
             }
         });
         toml::to_string(&table).unwrap_or_default()
     }
-}
-
-/// Calls `visit` with the dotted key and the text of every string in
-/// `table`, those in lists included (under the list's key).
-fn for_each_string(table: &mut toml::Table, visit: &mut dyn FnMut(&str, &mut String)) {
-    fn walk(value: &mut toml::Value, key: &str, visit: &mut dyn FnMut(&str, &mut String)) {
-        match value {
-            toml::Value::String(text) => visit(key, text),
-            toml::Value::Table(table) => {
-                table.iter_mut().for_each(|(name, value)| walk(value, &format!("{key}.{name}"), visit))
-            }
-            toml::Value::Array(values) => values.iter_mut().for_each(|value| walk(value, key, visit)),
-            _ => {}
-        }
-    }
-    table.iter_mut().for_each(|(name, value)| walk(value, name, visit));
 }
 
 /// The core's keys and each scenario's table under its name, as one table.
@@ -122,35 +107,6 @@ fn value_at<'a>(table: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::V
         table = table.get_mut(part)?.as_table_mut()?;
     }
     table.get_mut(last)
-}
-
-/// Values that hold the placeholder `--print-config` writes in place of a
-/// secret: a secret's `<hidden>`, or any URL's `:<hidden>@` password. A
-/// configuration saved from its output and loaded again would otherwise
-/// send the placeholder as a key or a password.
-fn placeholder_secrets(mut table: toml::Table, flags: &[Bound]) -> Vec<Problem> {
-    let hidden = megamind_core::config::HIDDEN;
-    let in_url = format!(":{hidden}@");
-    let mut problems = Vec::new();
-    for_each_string(&mut table, &mut |key, value| {
-        let what = if value == hidden && flags.iter().any(|bound| bound.flag.secret && bound.key == key) {
-            format!("{key} = {hidden:?}")
-        } else if value.contains(&in_url) {
-            format!("{key}: the password {hidden:?}")
-        } else {
-            return;
-        };
-        let hint = flags.iter().find(|bound| bound.key == key).map(|bound| {
-            let variable = bound.flag.env.as_deref().map(|env| format!(" or {env}")).unwrap_or_default();
-            format!(" (in the file, or with --{}{variable})", bound.flag.long)
-        });
-        let message = format!(
-            "{what} is the placeholder --print-config writes in place of a secret, not a value; give the real one{}",
-            hint.unwrap_or_default()
-        );
-        problems.push(Problem::new(key.to_owned(), message));
-    });
-    problems
 }
 
 /// Replaces a set value at a dotted key with a placeholder: all of it, or
@@ -305,7 +261,9 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
-        found.extend(placeholder_secrets(whole_table(config, &modules), &flags));
+        let table = whole_table(config, &modules);
+        found.extend(checks::long_durations(&table));
+        found.extend(checks::placeholder_secrets(table, &flags));
         found
     });
     let mut config = match config {

@@ -105,6 +105,30 @@ fn passwords_in_any_url_are_hidden_when_printed_and_their_placeholder_refused() 
     assert!(error.contains("--tvmtool-url or MEGAMIND_TVMTOOL_URL"), "{error}");
 }
 
+/// Durations are added to clocks: one near the integer's limit overflowed
+/// there (a cache TTL of `i64::MAX` seconds made every answer a panic).
+/// Any key's, the core's or a scenario's, is refused past a day.
+#[test]
+fn durations_longer_than_a_day_are_refused_wherever_they_are() {
+    let huge = i64::MAX.to_string();
+    let sets = [
+        format!("cache.ttl_secs={huge}"),
+        format!("idle_timeout_ms={huge}"),
+        "detach_limit_ms=86400001".to_owned(),
+        format!("assistant.llm.heartbeat_secs={huge}"),
+    ];
+    let mut args = vec!["--idle-timeout-ms", "86400000"];
+    for set in &sets {
+        args.extend(["--set", set]);
+    }
+    let error = serve_with(&args, &[]).unwrap_err().to_string();
+    for key in ["cache.ttl_secs", "idle_timeout_ms", "detach_limit_ms", "assistant.llm.heartbeat_secs"] {
+        assert!(error.contains(&format!("{key} = ")) && error.contains("must be at most a day"), "{key}: {error}");
+    }
+    assert!(error.contains("(86400 s)") && error.contains("(86400000 ms)"), "{error}");
+    assert!(serve_with(&["--idle-timeout-ms", "86400000", "--set", "cache.ttl_secs=86400"], &[]).is_ok());
+}
+
 #[test]
 fn tvm_is_read_from_the_deployments_variables_where_nothing_else_set_it_and_the_token_never_shows() {
     let deployment = [("DEPLOY_TVM_TOOL_URL", "http://localhost:18080"), ("QLOUD_TVM_TOKEN", "qloud-s3cret")];
@@ -167,6 +191,19 @@ fn every_problem_of_a_file_is_reported_in_one_pass_with_its_line_and_the_key_it_
         assert!(error.contains(&line), "missing {line:?} in:\n{error}");
     }
     assert_eq!(error.lines().count(), 8, "a heading and one line per problem:\n{error}");
+}
+
+/// A file a scenario reads at start is checked with every other value:
+/// a missing one is listed beside the flags' problems, and
+/// `--print-config` refuses it too.
+#[test]
+fn a_missing_system_prompt_file_is_one_problem_among_the_others() {
+    let args = ["--llm-system-prompt-file", "/nonexistent/prompt.txt", "--budget-ms", "70000"];
+    let error = serve_with(&args, &[]).unwrap_err().to_string();
+    assert!(error.contains("assistant.dialog.system_prompt_file = /nonexistent/prompt.txt: not a file"), "{error}");
+    assert!(error.contains("budget.run_ms"), "{error}");
+    let printing = ["--llm-system-prompt-file", "/nonexistent/prompt.txt", "--print-config"];
+    assert!(serve_with(&printing, &[]).is_err());
 }
 
 #[test]

@@ -297,7 +297,7 @@ mod tests {
         assert!(error.to_string().contains("assistant.calls.max_in_flight"), "{error}");
         assert!(error.to_string().contains("assistant.backend.base_url"), "{error}");
         let error = refused(table("system_prompt_file = \"/nonexistent/prompt.txt\""));
-        assert!(error.to_string().contains("system_prompt_file"), "{error}");
+        assert!(error.to_string().contains("assistant.dialog.system_prompt_file"), "{error}");
         let error = refused(table("[skills]\ndir = \"/nonexistent/skills\"\npolicy.deny = [\"(unclosed\"]"));
         assert!(error.to_string().contains("assistant.skills.dir"), "{error}");
         assert!(error.to_string().contains("assistant.skills.policy"), "{error}");

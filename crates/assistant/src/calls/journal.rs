@@ -162,7 +162,7 @@ pub(crate) async fn mirror(
             }
             Ok(Some(read)) => {
                 failures = 0;
-                if read.first > after + 1 && !read.entries.is_empty() {
+                if read.first > after.saturating_add(1) && !read.entries.is_empty() {
                     record.fail("the model call's journal lost events");
                     return;
                 }

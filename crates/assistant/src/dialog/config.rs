@@ -56,5 +56,9 @@ impl DialogConfig {
             format!("dialog.max_speech_chars = {}: must be at least 40", self.max_speech_chars),
         );
         check(!self.apology_text.trim().is_empty(), "dialog.apology_text must not be empty".into());
+        // Read at start; a file that is not there is reported with the rest.
+        if let Some(file) = &self.system_prompt_file {
+            check(file.is_file(), format!("dialog.system_prompt_file = {}: not a file", file.display()));
+        }
     }
 }

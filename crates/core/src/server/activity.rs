@@ -175,20 +175,20 @@ impl Activity {
 pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: bool) -> Result<u64, Expiry> {
     // Whatever the state, look again after the shortest timeout: a state
     // change may bring a deadline closer than the one computed now.
-    let recheck = now + limits.header.min(limits.idle).min(limits.send);
+    let recheck = now.saturating_add(limits.header.min(limits.idle).min(limits.send));
     let (at, expiry) = if s.sending > 0 {
-        (s.progress + limits.send, Expiry::Send)
+        (s.progress.saturating_add(limits.send), Expiry::Send)
     } else if s.in_flight > 0 {
         // A call runs: its own deadline bounds it.
         return Ok(recheck);
     } else if let (Some(head), false) = (s.head_since, s.h2) {
         // HTTP/2 reads pings and settings between requests: only HTTP/1
         // bytes start a request head.
-        (head + limits.header, Expiry::Header)
+        (head.saturating_add(limits.header), Expiry::Header)
     } else if closing {
         return Ok(recheck);
     } else {
-        (s.idle_since + limits.idle, Expiry::Idle)
+        (s.idle_since.saturating_add(limits.idle), Expiry::Idle)
     };
     if now >= at { Err(expiry) } else { Ok(at.min(recheck)) }
 }

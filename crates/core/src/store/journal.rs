@@ -64,7 +64,8 @@ pub struct Entries {
 impl Entries {
     /// The number of the last entry read, or `after` if none was.
     pub fn last(&self, after: u64) -> u64 {
-        if self.entries.is_empty() { after } else { self.first + self.entries.len() as u64 - 1 }
+        // Saturating: a journal's numbers come from the store, whatever it holds.
+        if self.entries.is_empty() { after } else { self.first.saturating_add(self.entries.len() as u64 - 1) }
     }
 }
 

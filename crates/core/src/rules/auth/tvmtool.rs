@@ -229,17 +229,28 @@ fn read_answer<B: serde::de::DeserializeOwned, T>(
     }
 }
 
+/// The longest answer read from tvmtool, whose answers are a few hundred
+/// bytes: a longer one is no answer, and is not held whole.
+const MAX_ANSWER: usize = 64 * 1024;
+
 /// One request's status and body, the whole exchange within `timeout`.
 async fn exchange(request: reqwest::RequestBuilder, timeout: Duration) -> Result<(u16, String), Unavailable> {
     let exchange = async {
-        let response = request.send().await?;
+        let mut response = request.send().await?;
         let status = response.status().as_u16();
-        Ok((status, response.text().await?))
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Ok(Err(Unavailable::Unreadable(format!("an answer longer than {MAX_ANSWER} bytes"))));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Ok((status, String::from_utf8_lossy(&body).into_owned())))
     };
     match tokio::time::timeout(timeout, exchange).await {
         Err(_) => Err(Unavailable::Timeout(timeout)),
         Ok(Err(error)) => Err(Unavailable::Unreachable(causes(error))),
-        Ok(Ok(answer)) => Ok(answer),
+        Ok(Ok(answer)) => answer,
     }
 }
 
@@ -309,5 +320,30 @@ mod tests {
         let shortened = shorten(&format!("bad\n{}", "x".repeat(500)));
         assert_eq!(shortened.chars().count(), MAX_ERROR_CHARS);
         assert!(shortened.starts_with("badx"));
+    }
+
+    /// A peer that answers every connection 200 with a body of `len` bytes.
+    async fn answering(len: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/tvm/ping", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut head = [0; 1024];
+                let _ = stream.read(&mut head).await;
+                let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n{}", "a".repeat(len));
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn answers_longer_than_the_cap_are_not_read_whole() {
+        let client = reqwest::Client::new();
+        let short = exchange(client.get(answering(100).await), Duration::from_secs(5)).await;
+        assert_eq!(short, Ok((200, "a".repeat(100))));
+        let long = exchange(client.get(answering(4 << 20).await), Duration::from_secs(5)).await;
+        assert_eq!(long, Err(Unavailable::Unreadable(format!("an answer longer than {MAX_ANSWER} bytes"))));
     }
 }

@@ -192,7 +192,7 @@ impl Journal for MemoryStore {
             // (read anew each time round: its holder may have renewed it).
             let until = if slot.outcome.get().is_none() { deadline.min(slot.lease_until()) } else { deadline };
             if Instant::now() >= until {
-                return Ok(Some(Entries { first: after + 1, ..Entries::default() }));
+                return Ok(Some(Entries { first: after.saturating_add(1), ..Entries::default() }));
             }
             let _ = tokio::time::timeout_at(until, grew).await;
         }

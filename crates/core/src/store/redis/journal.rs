@@ -222,7 +222,7 @@ fn array(value: Value) -> Option<Vec<Value>> {
 /// Stream entries (`[id, [field, value]]`) as journal entries after `after`.
 fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
     let garbage = || StoreError::Unavailable("a journal holds something this server did not write".into());
-    let mut out = Entries { first: after + 1, ..Entries::default() };
+    let mut out = Entries { first: after.saturating_add(1), ..Entries::default() };
     for (index, entry) in read.into_iter().enumerate() {
         let mut parts = array(entry).ok_or_else(garbage)?.into_iter();
         let (Some(Value::BulkString(id)), Some(fields)) = (parts.next(), parts.next()) else { return Err(garbage()) };
@@ -247,7 +247,27 @@ fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
         }
     }
     if out.entries.is_empty() && !out.ended {
-        out.first = after + 1;
+        out.first = after.saturating_add(1);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, field: &str, value: &str) -> Value {
+        let fields = Value::Array(vec![Value::BulkString(field.into()), Value::BulkString(value.into())]);
+        Value::Array(vec![Value::BulkString(id.into()), fields])
+    }
+
+    #[test]
+    fn numbers_at_the_integers_limit_neither_wrap_nor_panic() {
+        let read = entries(vec![entry(&format!("0-{}", u64::MAX), "d", "x")], u64::MAX - 1).unwrap();
+        assert_eq!((read.first, read.entries.len()), (u64::MAX, 1));
+        assert_eq!(read.last(u64::MAX - 1), u64::MAX);
+        let none = entries(Vec::new(), u64::MAX).unwrap();
+        assert_eq!((none.first, none.last(u64::MAX)), (u64::MAX, u64::MAX));
+        assert!(entries(vec![entry("1-2", "d", "x")], 0).is_err(), "not an id this server writes");
+    }
 }
