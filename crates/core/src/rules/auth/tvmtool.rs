@@ -340,7 +340,7 @@ mod tests {
 
     #[tokio::test]
     async fn answers_longer_than_the_cap_are_not_read_whole() {
-        let client = reqwest::Client::new();
+        let client = crate::http_client::client_builder().build().unwrap();
         let short = exchange(client.get(answering(100).await), Duration::from_secs(5)).await;
         assert_eq!(short, Ok((200, "a".repeat(100))));
         let long = exchange(client.get(answering(4 << 20).await), Duration::from_secs(5)).await;
