@@ -261,9 +261,9 @@ pub fn parse(
         let completed = auth.problems().into_iter().filter(|problem| !own.contains(problem));
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
-        let table = whole_table(config, &modules);
-        found.extend(checks::long_durations(&table));
-        found.extend(checks::placeholder_secrets(table, &flags));
+        let mut table = whole_table(config, &modules);
+        found.extend(checks::long_durations(&mut table));
+        found.extend(checks::placeholder_secrets(&mut table, &flags));
         found
     });
     let mut config = match config {

@@ -39,19 +39,20 @@ pub(super) fn for_each_string(table: &mut toml::Table, visit: &mut dyn FnMut(&st
 }
 
 /// Durations (keys ending in `_ms` or `_secs`) longer than a day.
-pub(super) fn long_durations(table: &toml::Table) -> Vec<Problem> {
+pub(super) fn long_durations(table: &mut toml::Table) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for_each_leaf(&mut table.clone(), &mut |key, value| {
-        let (Some(amount), name) = (value.as_integer(), key.rsplit('.').next().unwrap_or(key)) else { return };
-        let most = if name.ends_with("_ms") {
-            MAX_DURATION_SECS * 1_000
+    for_each_leaf(table, &mut |key, value| {
+        let name = key.rsplit('.').next().unwrap_or(key);
+        let (most, unit) = if name.ends_with("_ms") {
+            (MAX_DURATION_SECS * 1_000, "ms")
         } else if name.ends_with("_secs") {
-            MAX_DURATION_SECS
+            (MAX_DURATION_SECS, "s")
         } else {
             return;
         };
-        if u64::try_from(amount).is_ok_and(|amount| amount > most) {
-            let unit = if name.ends_with("_ms") { "ms" } else { "s" };
+        // A negative one is refused as a value already.
+        let Some(amount) = value.as_integer().and_then(|amount| u64::try_from(amount).ok()) else { return };
+        if amount > most {
             let message = format!("{key} = {amount}: must be at most a day ({most} {unit})");
             problems.push(Problem::new(key.to_owned(), message));
         }
@@ -63,10 +64,10 @@ pub(super) fn long_durations(table: &toml::Table) -> Vec<Problem> {
 /// secret: a secret's `<hidden>`, or any URL's `:<hidden>@` password. A
 /// configuration saved from its output and loaded again would otherwise
 /// send the placeholder as a key or a password.
-pub(super) fn placeholder_secrets(mut table: toml::Table, flags: &[Bound]) -> Vec<Problem> {
+pub(super) fn placeholder_secrets(table: &mut toml::Table, flags: &[Bound]) -> Vec<Problem> {
     let in_url = format!(":{HIDDEN}@");
     let mut problems = Vec::new();
-    for_each_string(&mut table, &mut |key, value| {
+    for_each_string(table, &mut |key, value| {
         let what = if value == HIDDEN && flags.iter().any(|bound| bound.flag.secret && bound.key == key) {
             format!("{key} = {HIDDEN:?}")
         } else if value.contains(&in_url) {

@@ -188,9 +188,7 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
     let refused = |shape| shape_error(shape, message.clone());
     let decoded = match format {
         Format::Binary => {
-            if body.len() > depth::SHORT_BINARY {
-                depth::check_binary(body, &desc).map_err(refused)?;
-            }
+            count_binary(body, || desc.clone()).map_err(refused)?;
             DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source))
         }
         Format::Json => {
@@ -216,15 +214,19 @@ pub fn decode<T: Message + ReflectMessage + Default>(body: &[u8], format: Format
     let name = || T::default().descriptor().full_name().to_owned();
     match format {
         Format::Binary => {
-            if body.len() > depth::SHORT_BINARY {
-                depth::check_binary(body, &T::default().descriptor()).map_err(|shape| shape_error(shape, name()))?;
-            }
+            count_binary(body, || T::default().descriptor()).map_err(|shape| shape_error(shape, name()))?;
             T::decode(body).map_err(|source| binary_error(name(), source))
         }
         Format::Json | Format::Text => decode_dynamic(T::default().descriptor(), body, format)?
             .transcode_to::<T>()
             .map_err(|source| binary_error(name(), source)),
     }
+}
+
+/// The values of a binary body long enough to hold too many, counted
+/// ([`depth::check_binary`]); a shorter one cannot, and costs nothing.
+fn count_binary(body: &[u8], desc: impl FnOnce() -> MessageDescriptor) -> Result<(), depth::Shape> {
+    if body.len() > depth::SHORT_BINARY { depth::check_binary(body, &desc()) } else { Ok(()) }
 }
 
 /// A body refused before it is parsed, said as such.
