@@ -79,8 +79,8 @@ fn frames_binary(request_id: &str, frames: usize) -> Vec<u8> {
     TScenarioRunRequest { base_request, input }.encode_to_vec()
 }
 
-/// A JSON run request of `values` numbers in its experiments: tens of
-/// thousands of them, inside the values limit, take long to parse.
+/// A JSON run request of `values` numbers in its experiments: thousands
+/// of them, inside the values limits, take long to parse.
 fn slow_json(request_id: &str, values: usize) -> Vec<u8> {
     let zeros = vec!["0"; values].join(",");
     format!(r#"{{"BaseRequest":{{"RequestId":"{request_id}","Experiments":{{"k":[{zeros}]}}}}}}"#).into_bytes()
@@ -91,14 +91,14 @@ fn slow_json(request_id: &str, values: usize) -> Vec<u8> {
 /// answered at once: they are decoded aside, never on a worker thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_slow_to_decode_are_answered_by_the_deadline_and_hold_no_worker() {
-    // A short budget: sixty thousand JSON values take longer than that to parse on any machine.
+    // A short budget: sixteen thousand JSON values take longer than that to parse in a test build.
     let mut config = megamind_core::config::Config::default();
     config.budget.run_ms = 60;
     let demo = std::sync::Arc::new(megamind_scenario::scenarios::demo::Demo::new());
     let app = std::sync::Arc::new(spawn_app(config, registry_of("demo", demo)).await);
     let slow: Vec<_> = (0..2)
         .map(|n| {
-            let (app, body) = (app.clone(), slow_json(&format!("slow-{n}"), 60_000));
+            let (app, body) = (app.clone(), slow_json(&format!("slow-{n}"), 16_000));
             tokio::spawn(async move {
                 let sent = std::time::Instant::now();
                 let message = error_of(&app, "/demo/run", "application/json", body, "timeout").await;
@@ -128,12 +128,40 @@ async fn bodies_of_too_many_values_are_refused_before_parsing() {
     let json = slow_json("many", 500_000);
     let text = format!("BaseRequest {{ RequestId: \"many\" }} Input {{ {} }}", "SemanticFrames {} ".repeat(100_000));
     let binary = frames_binary("many", 2_000_000);
-    for (media, body) in
-        [("application/json", json), ("text/protobuf", text.into_bytes()), ("application/protobuf", binary)]
-    {
+    for (media, body, limit) in [
+        ("application/json", json, 16_384),
+        ("text/protobuf", text.into_bytes(), 16_384),
+        ("application/protobuf", binary, 65_536),
+    ] {
         let started = std::time::Instant::now();
         let message = error_of(&app, "/demo/run", media, body, "bad_request").await;
-        assert!(message.contains("holds more than the limit of 65536 values"), "{media}: {message}");
+        assert!(message.contains(&format!("holds more than the limit of {limit} values")), "{media}: {message}");
+        assert!(started.elapsed() < Duration::from_millis(300), "{media}: {:?}", started.elapsed());
+    }
+}
+
+/// Values deep down cost their parse once per level above them: 65,000
+/// numbers forty lists down took about a second to decode, past the
+/// budget, and ten thousand some hundred milliseconds. Counted once per
+/// level they sit at, fewer values than the count allows are refused
+/// before they are parsed, in JSON and in text, within the budget.
+#[tokio::test]
+async fn many_values_deep_down_are_refused_before_parsing() {
+    let (app, _) = spawn_demo().await;
+    let zeros = vec!["0"; 10_000].join(",");
+    let lists = format!("{}{zeros}{}", "[".repeat(40), "]".repeat(40));
+    let json = format!(r#"{{"BaseRequest":{{"RequestId":"deep","Experiments":{{"k":{lists}}}}}}}"#);
+    let mut value = format!("list_value {{ {} }}", "values { number_value: 0 } ".repeat(7_000));
+    for _ in 0..20 {
+        value = format!("list_value {{ values {{ {value} }} }}");
+    }
+    let text =
+        format!(r#"BaseRequest {{ RequestId: "deep" Experiments {{ fields {{ key: "k" value {{ {value} }} }} }}"#);
+    for (media, body) in [("application/json", json), ("text/protobuf", text)] {
+        let started = std::time::Instant::now();
+        let message = error_of(&app, "/demo/run", media, body.into_bytes(), "bad_request").await;
+        assert!(message.contains("too many values too deep"), "{media}: {message}");
+        assert!(message.contains("limit of 131072"), "{media}: {message}");
         assert!(started.elapsed() < Duration::from_millis(300), "{media}: {:?}", started.elapsed());
     }
 }

@@ -126,9 +126,22 @@ pub enum CodecError {
         /// The message type.
         message: String,
     },
-    /// A body holding more than [`depth::MAX_VALUES`] values.
-    #[error("{message} holds more than the limit of {} values", depth::MAX_VALUES)]
+    /// A body holding more values than its format's limit
+    /// ([`depth::MAX_VALUES`] in binary, [`depth::MAX_TEXT_VALUES`] in JSON and text).
+    #[error("{message} holds more than the limit of {limit} values")]
     TooManyValues {
+        /// The message type.
+        message: String,
+        /// The format's limit.
+        limit: usize,
+    },
+    /// A JSON or text body past [`depth::MAX_VALUE_LEVELS`].
+    #[error(
+        "{message} holds too many values too deep: counting each once per level of nesting it sits at, \
+         more than the limit of {}",
+        depth::MAX_VALUE_LEVELS
+    )]
+    TooNested {
         /// The message type.
         message: String,
     },
@@ -199,7 +212,7 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
         }
         Format::Text => {
             let text = std::str::from_utf8(body)?;
-            depth::check_text(text).map_err(refused)?;
+            depth::check_text(body).map_err(refused)?;
             DynamicMessage::parse_text_format(desc, text)
                 .map_err(|source| CodecError::Text { message: message.clone(), source })
         }
@@ -233,7 +246,8 @@ fn count_binary(body: &[u8], desc: impl FnOnce() -> MessageDescriptor) -> Result
 fn shape_error(shape: depth::Shape, message: String) -> CodecError {
     match shape {
         depth::Shape::TooDeep => CodecError::TooDeep { message },
-        depth::Shape::TooMany => CodecError::TooManyValues { message },
+        depth::Shape::TooMany { limit } => CodecError::TooManyValues { message, limit },
+        depth::Shape::TooNested => CodecError::TooNested { message },
     }
 }
 

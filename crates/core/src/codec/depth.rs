@@ -1,6 +1,7 @@
 //! The nesting limit: no decoder, printer or redactor goes deeper than
 //! [`MAX_DEPTH`] levels of messages, `Any` payloads included; and the size
-//! limit of bodies in values ([`MAX_VALUES`]), counted before decoding.
+//! limits of bodies in values ([`MAX_VALUES`], [`MAX_TEXT_VALUES`],
+//! [`MAX_VALUE_LEVELS`]), counted before decoding.
 //!
 //! Parsers and printers recurse once per level, so a body nested a few
 //! thousand levels deep would overflow a worker's stack. Text and JSON bodies
@@ -19,12 +20,25 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMe
 /// Levels of nesting accepted: protobuf's default recursion limit.
 pub const MAX_DEPTH: usize = 100;
 
-/// Values a body may hold (fields, list items, objects), counted before
-/// it is parsed. Parsed, each costs some hundreds of bytes and of
-/// nanoseconds: a few megabytes of tiny values (`[0,0,0,…]`, empty
-/// messages) would take seconds and a gigabyte or more. Real requests hold
-/// a few thousand.
+/// Values a binary body may hold (fields, list items, objects), counted
+/// before it is parsed. Parsed, each costs some hundreds of bytes and of
+/// nanoseconds: a few megabytes of tiny values (empty messages) would take
+/// seconds and a gigabyte or more. Real requests hold a few thousand.
 pub const MAX_VALUES: usize = 65_536;
+
+/// Values a JSON or text body may hold. Parsed, each costs a few
+/// microseconds (prost-reflect builds it as a dynamic value, then encodes
+/// it for the typed request), a hundred times what binary costs: these
+/// bounds keep the dearest body these formats admit to some tens of
+/// milliseconds of a CPU.
+pub const MAX_TEXT_VALUES: usize = 16_384;
+
+/// A JSON or text body's values counted once per level of nesting they
+/// sit at, at most. Each value costs its parse once more per level above
+/// it (each level's length is measured again as the message is encoded),
+/// so without this bound a few thousand values forty levels down would
+/// cost a second.
+pub const MAX_VALUE_LEVELS: usize = 131_072;
 
 /// A body or message nested deeper than [`MAX_DEPTH`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -37,9 +51,26 @@ pub enum Shape {
     /// Nested deeper than [`MAX_DEPTH`].
     #[error("nesting deeper than the limit of {MAX_DEPTH} levels")]
     TooDeep,
-    /// More than [`MAX_VALUES`] values.
-    #[error("more than the limit of {MAX_VALUES} values")]
-    TooMany,
+    /// More values than the format's limit: [`MAX_VALUES`] in binary,
+    /// [`MAX_TEXT_VALUES`] in JSON and text.
+    #[error("more than the limit of {limit} values")]
+    TooMany {
+        /// The limit passed.
+        limit: usize,
+    },
+    /// JSON or text values past [`MAX_VALUE_LEVELS`], each counted once
+    /// per level it sits at.
+    #[error("more than the limit of {MAX_VALUE_LEVELS} values counted once per level of nesting")]
+    TooNested,
+}
+
+/// What a scan of a JSON or text body counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Size {
+    /// Its values.
+    pub values: usize,
+    /// Its values, each counted once per level it sits at.
+    pub levels: usize,
 }
 
 /// The type name behind `google.protobuf.Any`.
@@ -47,17 +78,17 @@ pub(crate) const ANY: &str = "google.protobuf.Any";
 
 /// Checks the brace depth of Protobuf text format (`{`/`<` outside strings
 /// and comments) and its values (each `:`, `,`, `[` and opening brace)
-/// without parsing it.
-pub fn check_text(text: &str) -> Result<(), Shape> {
+/// without parsing it (nor checking that it is UTF-8).
+pub fn check_text(text: impl AsRef<[u8]>) -> Result<Size, Shape> {
     // `[` opens a list or an `Any`'s type name: a value, not a level.
     let syntax = Syntax { open: b"{<", close: b"}>", more: b":,[", quotes: b"\"'", comment: Some(b'#') };
-    check_brackets(text.as_bytes(), syntax)
+    check_brackets(text.as_ref(), syntax)
 }
 
 /// Checks the bracket depth of JSON (`{`/`[` outside strings) and its
 /// values (each `,` and opening bracket) without parsing it.
-pub fn check_json(json: &[u8]) -> Result<(), Shape> {
-    check_brackets(json, Syntax { open: b"{[", close: b"}]", more: b",", quotes: b"\"", comment: None })
+pub fn check_json(json: impl AsRef<[u8]>) -> Result<Size, Shape> {
+    check_brackets(json.as_ref(), Syntax { open: b"{[", close: b"}]", more: b",", quotes: b"\"", comment: None })
 }
 
 /// What a bracket scan of one format needs to know.
@@ -72,14 +103,19 @@ struct Syntax {
 }
 
 /// One pass, no stack: the depth and the values are counters.
-fn check_brackets(body: &[u8], syntax: Syntax) -> Result<(), Shape> {
-    let (mut depth, mut values) = (0usize, 0usize);
+fn check_brackets(body: &[u8], syntax: Syntax) -> Result<Size, Shape> {
+    let (mut depth, mut size) = (0usize, Size::default());
     let mut bytes = body.iter().copied();
     while let Some(byte) = bytes.next() {
         if syntax.open.contains(&byte) || syntax.more.contains(&byte) {
-            values += 1;
-            if values > MAX_VALUES {
-                return Err(Shape::TooMany);
+            size.values += 1;
+            if size.values > MAX_TEXT_VALUES {
+                return Err(Shape::TooMany { limit: MAX_TEXT_VALUES });
+            }
+            // The body's own braces open at depth 0: their values are at level 1.
+            size.levels += depth.max(1);
+            if size.levels > MAX_VALUE_LEVELS {
+                return Err(Shape::TooNested);
             }
         }
         if syntax.open.contains(&byte) {
@@ -95,7 +131,7 @@ fn check_brackets(body: &[u8], syntax: Syntax) -> Result<(), Shape> {
             bytes.by_ref().find(|&b| b == b'\n');
         }
     }
-    Ok(())
+    Ok(size)
 }
 
 /// Moves past a quoted string whose opening `quote` was just read.
@@ -219,32 +255,47 @@ pub(crate) mod tests {
 
     #[test]
     fn text_depth_counts_braces_outside_strings_and_comments() {
-        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH)), Ok(()));
-        assert_eq!(check_text(&"a{".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
-        assert_eq!(check_text(&"a<".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
-        assert_eq!(check_text(&format!("s: \"{}\"", "{".repeat(500))), Ok(()));
-        assert_eq!(check_text(&format!("s: '{}\\'{}'", "{".repeat(5), "<".repeat(500))), Ok(()));
-        assert_eq!(check_text(&format!("# {}\nx: 1", "{".repeat(500))), Ok(()));
-        assert_eq!(check_text(&nested_text(500)), Err(Shape::TooDeep));
+        assert!(check_text("a{".repeat(MAX_DEPTH)).is_ok());
+        assert_eq!(check_text("a{".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
+        assert_eq!(check_text("a<".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
+        assert!(check_text(format!("s: \"{}\"", "{".repeat(500))).is_ok());
+        assert!(check_text(format!("s: '{}\\'{}'", "{".repeat(5), "<".repeat(500))).is_ok());
+        assert!(check_text(format!("# {}\nx: 1", "{".repeat(500))).is_ok());
+        assert_eq!(check_text(nested_text(500)), Err(Shape::TooDeep));
     }
 
     #[test]
     fn json_depth_counts_brackets_outside_strings() {
-        assert_eq!(check_json("[".repeat(MAX_DEPTH).as_bytes()), Ok(()));
-        assert_eq!(check_json("[".repeat(MAX_DEPTH + 1).as_bytes()), Err(Shape::TooDeep));
-        assert_eq!(check_json(format!("{{\"a\\\"{}\": 1}}", "[".repeat(500)).as_bytes()), Ok(()));
-        assert_eq!(check_json("{\"a\":".repeat(MAX_DEPTH + 1).as_bytes()), Err(Shape::TooDeep));
+        assert!(check_json("[".repeat(MAX_DEPTH)).is_ok());
+        assert_eq!(check_json("[".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
+        assert!(check_json(format!("{{\"a\\\"{}\": 1}}", "[".repeat(500))).is_ok());
+        assert_eq!(check_json("{\"a\":".repeat(MAX_DEPTH + 1)), Err(Shape::TooDeep));
     }
 
     #[test]
     fn values_past_the_limit_are_refused_before_parsing() {
+        let too_many = Err(Shape::TooMany { limit: MAX_TEXT_VALUES });
         let list = |n: usize| format!("{{\"k\":[{}]}}", vec!["0"; n].join(","));
-        assert_eq!(check_json(list(MAX_VALUES - 2).as_bytes()), Ok(()), "the object, the list and its commas");
-        assert_eq!(check_json(list(MAX_VALUES).as_bytes()), Err(Shape::TooMany));
-        assert_eq!(check_json(format!("{{\"s\":\"{}\"}}", ",".repeat(MAX_VALUES)).as_bytes()), Ok(()), "in a string");
-        assert_eq!(check_text(&"f: 1 ".repeat(MAX_VALUES)), Ok(()));
-        assert_eq!(check_text(&"f: 1 ".repeat(MAX_VALUES + 1)), Err(Shape::TooMany));
-        assert_eq!(check_text(&"f {} ".repeat(MAX_VALUES + 1)), Err(Shape::TooMany));
+        let size = check_json(list(MAX_TEXT_VALUES - 1)).expect("the object, the list and its commas");
+        assert_eq!(size.values, MAX_TEXT_VALUES);
+        assert_eq!(size.levels, 2 + 2 * (MAX_TEXT_VALUES - 2), "the commas sit at level 2");
+        assert_eq!(check_json(list(MAX_TEXT_VALUES)), too_many);
+        assert!(check_json(format!("{{\"s\":\"{}\"}}", ",".repeat(MAX_VALUES))).is_ok(), "in a string");
+        assert_eq!(check_text("f: 1 ".repeat(MAX_TEXT_VALUES)).map(|size| size.levels), Ok(MAX_TEXT_VALUES));
+        assert_eq!(check_text("f: 1 ".repeat(MAX_TEXT_VALUES + 1)), too_many);
+        assert_eq!(check_text("f {} ".repeat(MAX_TEXT_VALUES + 1)), too_many);
+    }
+
+    #[test]
+    fn values_deep_down_count_once_per_level() {
+        // A list 40 levels down: 3,000 values there weigh 120,000 or so, 3,500 too much.
+        let deep = |n: usize| format!("{}{}{}", "[".repeat(40), vec!["0"; n].join(","), "]".repeat(40));
+        let size = check_json(deep(3_000)).expect("within the bound");
+        assert_eq!(size.levels, (1..40).sum::<usize>() + 1 + 40 * 2_999);
+        assert_eq!(check_json(deep(3_500)), Err(Shape::TooNested));
+        let text = |n: usize| format!("{}{}{}", "a{".repeat(40), "f: 1 ".repeat(n), "}".repeat(40));
+        assert!(check_text(text(3_000)).is_ok());
+        assert_eq!(check_text(text(3_500)), Err(Shape::TooNested));
     }
 
     /// A request whose `State` holds `levels` `Any`s, each in the next.

@@ -1,9 +1,9 @@
-//! Decoding bodies that may take long aside: even within the values limit
-//! ([`crate::codec::depth::MAX_VALUES`]), a body of tens of thousands of
-//! tiny values (a JSON list of numbers in `Experiments`) takes a good part
-//! of a budget to parse, and parsed on a worker thread it would hold every
-//! call queued behind it and answer past its budget. Small bodies, nearly every call, are decoded where they
-//! arrive: a thread hop would cost them more than decoding.
+//! Decoding bodies that may take long aside: even within the values limits
+//! ([`crate::codec::depth`]), a body of thousands of tiny values (a JSON
+//! list of numbers in `Experiments`) takes tens of milliseconds to parse,
+//! and parsed on a worker thread it would hold every call queued behind
+//! it. Small bodies, nearly every call, are decoded where they arrive: a
+//! thread hop would cost them more than decoding.
 //!
 //! Larger ones go to the blocking pool, at most one per CPU at a time (a
 //! flood of them takes that many threads, never the workers), and the call
@@ -15,7 +15,10 @@ use bytes::Bytes;
 use tokio::{sync::Semaphore, time::Instant};
 
 use super::{BadRequest, Request, decode_request};
-use crate::{codec::Format, scenario::Handler};
+use crate::{
+    codec::{Format, depth},
+    scenario::Handler,
+};
 
 /// Largest binary body decoded where it arrives: at worst (tiny repeated
 /// messages) a few milliseconds.
@@ -23,6 +26,11 @@ const INLINE_BINARY_BYTES: usize = 64 * 1024;
 /// Largest JSON or text body decoded where it arrives: those formats cost
 /// several times binary's per byte.
 const INLINE_TEXT_BYTES: usize = 8 * 1024;
+/// Most values, counted once per level of nesting, of a JSON or text body
+/// decoded where it arrives: a few milliseconds at worst. Values deep down
+/// cost once per level above them, so a short body can cost more than
+/// its bytes say.
+const INLINE_TEXT_LEVELS: usize = 4 * 1024;
 
 /// The bodies being decoded aside, bounded.
 #[derive(Debug)]
@@ -44,10 +52,16 @@ impl Decoding {
         Decoding { slots: Arc::new(Semaphore::new(cpus)) }
     }
 
-    /// Whether `body` is decoded where it arrives.
+    /// Whether `body` is decoded where it arrives. A body whose scan
+    /// refuses it is: the decoder's own scan refuses it at once.
     pub(super) fn inline(body: &[u8], format: Format) -> bool {
-        let limit = if format == Format::Binary { INLINE_BINARY_BYTES } else { INLINE_TEXT_BYTES };
-        body.len() <= limit
+        let small =
+            |size: Result<depth::Size, depth::Shape>| size.map_or(true, |size| size.levels <= INLINE_TEXT_LEVELS);
+        match format {
+            Format::Binary => body.len() <= INLINE_BINARY_BYTES,
+            Format::Json => body.len() <= INLINE_TEXT_BYTES && small(depth::check_json(body)),
+            Format::Text => body.len() <= INLINE_TEXT_BYTES && small(depth::check_text(body)),
+        }
     }
 
     /// Decodes `body` on the blocking pool once a slot is free, by `deadline`.
@@ -70,5 +84,27 @@ impl Decoding {
             Ok(Err(error)) => Err(Aside::Failed(error.to_string())),
             Err(_) => Err(Aside::TimedOut),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_bodies_are_decoded_aside_when_their_values_sit_deep() {
+        let flat = format!("{{\"k\":[{}]}}", vec!["0"; 1_000].join(","));
+        assert!(Decoding::inline(flat.as_bytes(), Format::Json), "a thousand values near the top");
+        // Fewer values, forty levels down: some 8,000 counted once per level.
+        let deep = format!("{}{}{}", "[".repeat(40), vec!["0"; 200].join(","), "]".repeat(40));
+        assert!(deep.len() < INLINE_TEXT_BYTES);
+        assert!(!Decoding::inline(deep.as_bytes(), Format::Json));
+        let deep_text = format!("{}{}{}", "a{".repeat(40), "f: 1 ".repeat(200), "}".repeat(40));
+        assert!(!Decoding::inline(deep_text.as_bytes(), Format::Text));
+        assert!(Decoding::inline(b"BaseRequest { RequestId: \"r\" }", Format::Text));
+        // Refused by the decoder's own scan at once: no thread hop for it.
+        assert!(Decoding::inline("[".repeat(500).as_bytes(), Format::Json));
+        assert!(!Decoding::inline(&vec![0; INLINE_TEXT_BYTES + 1], Format::Json));
+        assert!(Decoding::inline(&vec![0; INLINE_TEXT_BYTES + 1], Format::Binary));
     }
 }

@@ -60,7 +60,7 @@ fn count(body: &[u8], desc: &MessageDescriptor, depth: usize, values: &mut usize
 /// Counts `n` more values.
 fn add(values: &mut usize, n: usize) -> Result<(), Shape> {
     *values += n;
-    if *values > MAX_VALUES { Err(Shape::TooMany) } else { Ok(()) }
+    if *values > MAX_VALUES { Err(Shape::TooMany { limit: MAX_VALUES }) } else { Ok(()) }
 }
 
 /// Counts a nested message within the nesting limit. Deeper ones are left
@@ -157,8 +157,8 @@ mod tests {
 
     #[test]
     fn empty_messages_past_the_limit_are_refused() {
-        assert_eq!(check(&frames(MAX_VALUES + 10)), Err(Shape::TooMany));
-        assert_eq!(check(&frames(2_000_000)), Err(Shape::TooMany));
+        assert_eq!(check(&frames(MAX_VALUES + 10)), Err(Shape::TooMany { limit: MAX_VALUES }));
+        assert_eq!(check(&frames(2_000_000)), Err(Shape::TooMany { limit: MAX_VALUES }));
         let mut fine = frames(MAX_VALUES - 10);
         fine.base_request = Some(TScenarioBaseRequest { request_id: "x".repeat(1_000), ..Default::default() });
         assert!(fine.encoded_len() > SHORT_BINARY, "long enough to be counted");
@@ -179,7 +179,10 @@ mod tests {
             value: inner.encode_to_vec(),
         };
         let base = TScenarioBaseRequest { state: Some(state.clone()), ..Default::default() };
-        assert_eq!(check(&TScenarioRunRequest { base_request: Some(base), input: None }), Err(Shape::TooMany));
+        assert_eq!(
+            check(&TScenarioRunRequest { base_request: Some(base), input: None }),
+            Err(Shape::TooMany { limit: MAX_VALUES })
+        );
         let unknown = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), ..state };
         let base = TScenarioBaseRequest { state: Some(unknown), ..Default::default() };
         assert_eq!(check(&TScenarioRunRequest { base_request: Some(base), input: None }), Ok(()), "stays bytes");
@@ -199,6 +202,6 @@ mod tests {
         let desc = &TScenarioRunRequest::default().descriptor();
         assert_eq!(check_binary(&body, desc), Ok(()), "Input's length runs past the end");
         assert_eq!(check_binary(&vec![0xff; 200_000], desc), Ok(()));
-        assert_eq!(check_binary(&vec![0x0b; 200_000], desc), Err(Shape::TooMany), "group starts");
+        assert_eq!(check_binary(&vec![0x0b; 200_000], desc), Err(Shape::TooMany { limit: MAX_VALUES }), "group starts");
     }
 }
