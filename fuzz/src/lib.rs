@@ -17,9 +17,11 @@ pub fn decode_requests(data: &[u8], format: Format) {
 }
 
 fn decode_as<T: Message + ReflectMessage + Default>(data: &[u8], format: Format) {
-    // The values count of long binary bodies, on bytes of any length.
+    // The values count of long binary bodies, on bytes of any length, and
+    // the answers' count before JSON or text, through the server's path.
     if format == Format::Binary {
         let _ = codec::depth::check_binary(data, &T::default().descriptor());
+        let _ = codec::transcode(T::default().descriptor(), &bytes::Bytes::copy_from_slice(data), Format::Text);
     }
     if let Ok(typed) = codec::decode::<T>(data, format) {
         // May refuse an `Any` nested too deep: the dispatcher measures those

@@ -166,6 +166,43 @@ async fn many_values_deep_down_are_refused_before_parsing() {
     }
 }
 
+/// A `State` of `values` empty values `lists` lists down in a `Struct`.
+fn deep_struct_state(values: usize, lists: usize) -> prost_types::Any {
+    use prost_types::{ListValue, Struct, Value, value::Kind};
+    let mut value = Value { kind: Some(Kind::ListValue(ListValue { values: vec![Value::default(); values] })) };
+    for _ in 1..lists {
+        value = Value { kind: Some(Kind::ListValue(ListValue { values: vec![value] })) };
+    }
+    let state = Struct { fields: [("k".to_owned(), value)].into() };
+    prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Struct".into(), value: state.encode_to_vec() }
+}
+
+/// An answer holding more than a JSON or text body may is not rendered in
+/// those formats: the assistant hands a declined request's `State` back,
+/// and 120 KB of binary `State`, numbers forty-five lists down, rendered
+/// as 18 MB of text, or as JSON past the budget. It answers 406 saying
+/// why, and the answer, kept, is there in binary for a repeat.
+#[tokio::test]
+async fn answers_too_large_for_json_or_text_are_kept_for_a_binary_repeat() {
+    let app = spawn_builtin(crate::helpers::served_config()).await;
+    let state = deep_struct_state(30_000, 45);
+    let base =
+        TScenarioBaseRequest { request_id: "large-answer".into(), state: Some(state.clone()), ..Default::default() };
+    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
+    for accept in ["application/json", "text/protobuf"] {
+        let response = app.post("/assistant/run", "application/protobuf", Some(accept), body.clone()).await;
+        assert_eq!(response.status(), 406, "{accept}");
+        let reason = response.text().await.unwrap();
+        assert!(reason.contains("too many values too deep"), "{accept}: {reason}");
+        assert!(reason.contains("repeat the call with its RequestId, asking for application/protobuf"), "{reason}");
+    }
+    let (status, answer) = app.post_binary("/assistant/run", body).await;
+    assert_eq!(status, 200);
+    let answer: TScenarioRunResponse = decode_answer(&answer, Format::Binary);
+    let Some(t_scenario_run_response::Response::ResponseBody(body)) = answer.response else { panic!("{answer:?}") };
+    assert_eq!(body.state, Some(state), "the declined request's State, handed back");
+}
+
 /// `Any`s in `Any`s down to just past the nesting limit, with two
 /// megabytes of empty messages there, where the values count no longer
 /// looks: refused for its depth before the level past the limit is decoded,
@@ -398,6 +435,19 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
     let log = server.log_until_summary("after-long");
     let longest = log.iter().map(String::len).max().unwrap_or(0);
     assert!(longest < 70 * 1024, "a log line of {longest} bytes");
+
+    // A State that would print as megabytes of indented text is not printed.
+    let base = TScenarioBaseRequest {
+        request_id: "deep-struct".into(),
+        state: Some(deep_struct_state(30_000, 45)),
+        ..Default::default()
+    };
+    server.post("/demo/run", &TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec());
+    let log = server.log_until_summary("deep-struct").join("\n");
+    assert!(
+        log.contains("request not printable: more than the limit of 131072 values counted once per level"),
+        "{log}"
+    );
 }
 
 #[test]

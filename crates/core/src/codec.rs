@@ -284,11 +284,14 @@ pub fn encode_dynamic(message: &DynamicMessage, format: Format) -> Result<Bytes,
 }
 
 /// Converts a binary body of type `desc` into `format`: how a cached
-/// binary answer is served to a client that asked for JSON or text.
+/// binary answer is served to a client that asked for JSON or text. A body
+/// holding more than a JSON or text body may ([`depth::check_binary_as_text`])
+/// is not rendered: those formats cost as much to write as to read.
 pub fn transcode(desc: MessageDescriptor, binary: &Bytes, format: Format) -> Result<Bytes, CodecError> {
     if format == Format::Binary {
         return Ok(binary.clone());
     }
+    depth::check_binary_as_text(binary, &desc).map_err(|shape| shape_error(shape, desc.full_name().to_owned()))?;
     let message = decode_dynamic(desc, binary, Format::Binary)?;
     encode_dynamic(&message, format)
 }

@@ -364,7 +364,7 @@ impl Dispatcher {
 fn decode_request(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
     let request = Request::decode(handler, body, format)?;
     if logging::bodies_enabled() {
-        request.log();
+        request.log(body, format);
     }
     Ok(request)
 }
@@ -408,9 +408,13 @@ impl Deadline {
     }
 }
 
+/// Logs a binary body as redacted text, unless it holds more than text
+/// format prints in good time.
 fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
-    let text =
-        codec::decode_dynamic(desc, binary, Format::Binary).map_err(|e| e.to_string()).and_then(|mut message| {
+    let measured = codec::depth::check_binary_as_text(binary, &desc).map_err(|e| e.to_string());
+    let text = measured
+        .and_then(|()| codec::decode_dynamic(desc, binary, Format::Binary).map_err(|e| e.to_string()))
+        .and_then(|mut message| {
             codec::redact::redact(&mut message).map_err(|e| e.to_string())?;
             codec::text::print(&message).map_err(|e| e.to_string())
         });

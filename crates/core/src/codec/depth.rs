@@ -12,7 +12,7 @@
 
 mod wire;
 
-pub use wire::{SHORT_BINARY, check_binary};
+pub use wire::{SHORT_BINARY, check_binary, check_binary_as_text};
 
 use bytes::Bytes;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};

@@ -2,6 +2,8 @@
 //! limits a scenario must not have to think about (`RequestId` length,
 //! nesting of `Any` payloads).
 
+use prost_reflect::ReflectMessage;
+
 use crate::{
     codec::{self, Format},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
@@ -78,10 +80,20 @@ impl Request {
     }
 
     /// Writes the redacted request to the debug log.
-    pub(super) fn log(&self) {
+    /// Logs the request decoded from `body`, in `format`. A binary body may
+    /// hold more than text format prints in good time (JSON and text ones
+    /// were bounded as they were parsed): such a body is not printed.
+    pub(super) fn log(&self, body: &[u8], format: Format) {
+        let desc = match self {
+            Request::Run(r) => r.descriptor(),
+            Request::Apply(r) => r.descriptor(),
+        };
+        if let (Format::Binary, Err(shape)) = (format, codec::depth::check_binary_as_text(body, &desc)) {
+            return log_text("request", Err::<String, _>(shape));
+        }
         let text = match self {
-            Request::Run(r) => codec::redact::redacted_text(r),
-            Request::Apply(r) => codec::redact::redacted_text(r),
+            Request::Run(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
+            Request::Apply(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
         };
         log_text("request", text);
     }

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::{
     app::App,
-    codec::{self, Format},
+    codec::{self, CodecError, Format},
     dispatch::{Call, CallMeta, Refusal, Reply, Transport, response_descriptor},
     scenario::{Handler, registry::Registered},
 };
@@ -181,10 +181,14 @@ fn render(handler: Handler, binary: Bytes, format: Format) -> Response<Full<Byte
             response
         }
         // The answer exists (and is cached); only this format cannot carry it.
-        Err(error) => plain(
-            StatusCode::NOT_ACCEPTABLE,
-            format!("{error}; ask for application/protobuf or text/protobuf instead\n"),
-        ),
+        Err(error) => {
+            let instead = match error {
+                CodecError::TooManyValues { .. } | CodecError::TooNested { .. } => "application/protobuf",
+                _ => "application/protobuf or text/protobuf",
+            };
+            let again = "the answer is kept: repeat the call with its RequestId";
+            plain(StatusCode::NOT_ACCEPTABLE, format!("{error}; {again}, asking for {instead}\n"))
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! The size limit of binary bodies in values, counted on the wire before
 //! anything is decoded: a few megabytes of empty messages (two bytes each
 //! on the wire, hundreds of bytes each decoded) would take hundreds of
-//! milliseconds and of megabytes to decode.
+//! milliseconds and of megabytes to decode. The same count, with the JSON
+//! and text limits, says whether a binary answer may be rendered in those
+//! formats.
 //!
 //! The scan follows the schema: a length-delimited field is walked into
 //! when the schema says it holds a message (map entries included), and an
@@ -11,7 +13,7 @@
 
 use prost_reflect::{Kind, MessageDescriptor};
 
-use super::{ANY, MAX_DEPTH, MAX_VALUES, Shape, any_type};
+use super::{ANY, MAX_DEPTH, MAX_TEXT_VALUES, MAX_VALUE_LEVELS, MAX_VALUES, Shape, Size, any_type};
 
 /// The longest binary body that cannot hold more than [`MAX_VALUES`]
 /// values: every field takes at least two bytes on the wire (a key and the
@@ -22,8 +24,15 @@ pub const SHORT_BINARY: usize = 2 * MAX_VALUES;
 /// [`MAX_VALUES`] fields, counting each field on the wire once (a packed
 /// list is one).
 pub fn check_binary(body: &[u8], desc: &MessageDescriptor) -> Result<(), Shape> {
-    let mut values = 0;
-    count(body, desc, 1, &mut values)
+    Count::new(MAX_VALUES, usize::MAX).message(body, desc, 1)
+}
+
+/// Checks that the binary `body` of type `desc` holds no more than a JSON
+/// or text body may ([`MAX_TEXT_VALUES`], [`MAX_VALUE_LEVELS`]): whether it
+/// may be rendered in those formats, which cost as much to write as to
+/// parse, and whose indentation grows with the depth.
+pub fn check_binary_as_text(body: &[u8], desc: &MessageDescriptor) -> Result<(), Shape> {
+    Count::new(MAX_TEXT_VALUES, MAX_VALUE_LEVELS).message(body, desc, 1)
 }
 
 /// Wire types of the protobuf encoding.
@@ -34,43 +43,60 @@ const GROUP_START: u64 = 3;
 const GROUP_END: u64 = 4;
 const FIXED32: u64 = 5;
 
-/// Counts the fields of `body`, a message of type `desc` at `depth`, into `values`.
-fn count(body: &[u8], desc: &MessageDescriptor, depth: usize, values: &mut usize) -> Result<(), Shape> {
-    if desc.full_name() == ANY {
-        add(values, 2)?;
-        return match any_payload(body) {
-            Some((type_url, payload)) => match any_type(desc.parent_pool(), type_url) {
-                Some(inner) => nested(payload, &inner, depth + 1, values),
+/// A count of a body's fields, each once and once per level it sits at, against limits.
+struct Count {
+    size: Size,
+    max_values: usize,
+    max_levels: usize,
+}
+
+impl Count {
+    fn new(max_values: usize, max_levels: usize) -> Count {
+        Count { size: Size::default(), max_values, max_levels }
+    }
+
+    /// Counts the fields of `body`, a message of type `desc` at `depth`.
+    fn message(&mut self, body: &[u8], desc: &MessageDescriptor, depth: usize) -> Result<(), Shape> {
+        if desc.full_name() == ANY {
+            self.add(2, depth)?;
+            return match any_payload(body) {
+                Some((type_url, payload)) => match any_type(desc.parent_pool(), type_url) {
+                    Some(inner) => self.nested(payload, &inner, depth + 1),
+                    None => Ok(()),
+                },
                 None => Ok(()),
-            },
-            None => Ok(()),
-        };
-    }
-    for field in Fields(body) {
-        add(values, 1)?;
-        let Field::Delimited { number, payload } = field else { continue };
-        let inner = u32::try_from(number).ok().and_then(|number| desc.get_field(number));
-        if let Some(Kind::Message(inner)) = inner.map(|field| field.kind()) {
-            nested(payload, &inner, depth + 1, values)?;
+            };
         }
+        for field in Fields(body) {
+            self.add(1, depth)?;
+            let Field::Delimited { number, payload } = field else { continue };
+            let inner = u32::try_from(number).ok().and_then(|number| desc.get_field(number));
+            if let Some(Kind::Message(inner)) = inner.map(|field| field.kind()) {
+                self.nested(payload, &inner, depth + 1)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Counts `n` more values.
-fn add(values: &mut usize, n: usize) -> Result<(), Shape> {
-    *values += n;
-    if *values > MAX_VALUES { Err(Shape::TooMany { limit: MAX_VALUES }) } else { Ok(()) }
-}
-
-/// Counts a nested message within the nesting limit. Deeper ones are left
-/// to the decoder and the request's checks, which refuse them and say
-/// where (`BaseRequest.State`).
-fn nested(body: &[u8], desc: &MessageDescriptor, depth: usize, values: &mut usize) -> Result<(), Shape> {
-    if depth > MAX_DEPTH {
-        return Ok(());
+    /// Counts `n` more values at `depth`.
+    fn add(&mut self, n: usize, depth: usize) -> Result<(), Shape> {
+        self.size.values += n;
+        if self.size.values > self.max_values {
+            return Err(Shape::TooMany { limit: self.max_values });
+        }
+        self.size.levels = self.size.levels.saturating_add(n * depth);
+        if self.size.levels > self.max_levels { Err(Shape::TooNested) } else { Ok(()) }
     }
-    count(body, desc, depth, values)
+
+    /// Counts a nested message within the nesting limit. Deeper ones are left
+    /// to the decoder and the request's checks, which refuse them and say
+    /// where (`BaseRequest.State`).
+    fn nested(&mut self, body: &[u8], desc: &MessageDescriptor, depth: usize) -> Result<(), Shape> {
+        if depth > MAX_DEPTH {
+            return Ok(());
+        }
+        self.message(body, desc, depth)
+    }
 }
 
 /// An `Any`'s `type_url` (field 1) and `value` (field 2), in either order.
@@ -163,6 +189,32 @@ mod tests {
         fine.base_request = Some(TScenarioBaseRequest { request_id: "x".repeat(1_000), ..Default::default() });
         assert!(fine.encoded_len() > SHORT_BINARY, "long enough to be counted");
         assert_eq!(check(&fine), Ok(()), "the base request, its id, Input and its frames");
+    }
+
+    /// `values` numbers in a list `lists` lists down in the request's experiments.
+    fn deep_experiments(values: usize, lists: usize) -> TScenarioRunRequest {
+        use prost_types::{ListValue, Struct, Value, value::Kind as ValueKind};
+        let number = Value { kind: Some(ValueKind::NumberValue(0.0)) };
+        let mut value = Value { kind: Some(ValueKind::ListValue(ListValue { values: vec![number; values] })) };
+        for _ in 1..lists {
+            value = Value { kind: Some(ValueKind::ListValue(ListValue { values: vec![value] })) };
+        }
+        let experiments = Struct { fields: [("k".to_owned(), value)].into() };
+        let base = TScenarioBaseRequest { experiments: Some(experiments), ..Default::default() };
+        TScenarioRunRequest { base_request: Some(base), input: None }
+    }
+
+    #[test]
+    fn what_may_be_rendered_as_text_is_bounded_as_text_bodies_are() {
+        let as_text =
+            |request: &TScenarioRunRequest| check_binary_as_text(&request.encode_to_vec(), &request.descriptor());
+        assert_eq!(as_text(&frames(MAX_TEXT_VALUES + 10)), Err(Shape::TooMany { limit: MAX_TEXT_VALUES }));
+        assert_eq!(check(&frames(MAX_TEXT_VALUES + 10)), Ok(()), "a binary body may hold more");
+        assert_eq!(as_text(&frames(MAX_TEXT_VALUES - 10)), Ok(()));
+        // Each list level is two message levels (a `Value`, its `ListValue`), each number two fields.
+        assert_eq!(as_text(&deep_experiments(1_000, 10)), Ok(()));
+        assert_eq!(as_text(&deep_experiments(1_000, 40)), Err(Shape::TooNested));
+        assert_eq!(check(&deep_experiments(1_000, 40)), Ok(()));
     }
 
     #[test]
