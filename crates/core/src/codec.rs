@@ -135,7 +135,8 @@ pub enum CodecError {
         /// The format's limit.
         limit: usize,
     },
-    /// A JSON or text body past [`depth::MAX_VALUE_LEVELS`].
+    /// A JSON or text body, or a binary one to be rendered so, past
+    /// [`depth::MAX_VALUE_LEVELS`].
     #[error(
         "{message} holds too many values too deep: counting each once per level of nesting it sits at, \
          more than the limit of {}",
@@ -212,7 +213,7 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
         }
         Format::Text => {
             let text = std::str::from_utf8(body)?;
-            depth::check_text(body).map_err(refused)?;
+            depth::check_text(text).map_err(refused)?;
             DynamicMessage::parse_text_format(desc, text)
                 .map_err(|source| CodecError::Text { message: message.clone(), source })
         }

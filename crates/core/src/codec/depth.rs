@@ -58,13 +58,13 @@ pub enum Shape {
         /// The limit passed.
         limit: usize,
     },
-    /// JSON or text values past [`MAX_VALUE_LEVELS`], each counted once
-    /// per level it sits at.
+    /// Values past [`MAX_VALUE_LEVELS`], each counted once per level it
+    /// sits at: a JSON or text body, or a binary one to be rendered so.
     #[error("more than the limit of {MAX_VALUE_LEVELS} values counted once per level of nesting")]
     TooNested,
 }
 
-/// What a scan of a JSON or text body counted.
+/// What a count of a body's values found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Size {
     /// Its values.

@@ -79,21 +79,22 @@ impl Request {
         Ok(())
     }
 
-    /// Writes the redacted request to the debug log.
-    /// Logs the request decoded from `body`, in `format`. A binary body may
-    /// hold more than text format prints in good time (JSON and text ones
-    /// were bounded as they were parsed): such a body is not printed.
+    /// Writes the redacted request, decoded from `body` in `format`, to the
+    /// debug log. A binary body may hold more than text format prints in
+    /// good time (JSON and text ones were bounded as they were parsed):
+    /// such a body is not printed.
     pub(super) fn log(&self, body: &[u8], format: Format) {
         let desc = match self {
             Request::Run(r) => r.descriptor(),
             Request::Apply(r) => r.descriptor(),
         };
-        if let (Format::Binary, Err(shape)) = (format, codec::depth::check_binary_as_text(body, &desc)) {
-            return log_text("request", Err::<String, _>(shape));
-        }
-        let text = match self {
-            Request::Run(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
-            Request::Apply(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
+        let measured = if format == Format::Binary { codec::depth::check_binary_as_text(body, &desc) } else { Ok(()) };
+        let text = match measured {
+            Err(shape) => Err(shape.to_string()),
+            Ok(()) => match self {
+                Request::Run(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
+                Request::Apply(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
+            },
         };
         log_text("request", text);
     }
