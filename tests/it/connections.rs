@@ -368,3 +368,48 @@ async fn past_max_open_requests_a_busy_h2_connection_has_its_new_streams_refused
     let (status, _) = app.get("/healthz").await;
     assert_eq!(status, 200);
 }
+
+/// A run request whose `State`, of a type the server does not know, is 3 MB:
+/// the assistant hands a declined request's `State` back whole.
+fn large_answer_request() -> Vec<u8> {
+    use megamind_core::proto::n_alice::n_scenarios::TScenarioBaseRequest;
+    use prost::Message;
+    let state = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), value: vec![7; 3 << 20] };
+    let base = TScenarioBaseRequest { request_id: "large".into(), state: Some(state), ..Default::default() };
+    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
+    let head = format!(
+        "POST /assistant/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    [head.into_bytes(), body].concat()
+}
+
+/// A whole answer of megabytes, given at once, is handed to the connection a
+/// frame at a time: a client that reads none of it is cut off at the send
+/// timeout, over HTTP/1.1 and HTTP/2, not held (with the answer) to the idle
+/// timeout as when the connection took it all in one frame.
+#[tokio::test]
+async fn a_large_answer_left_unread_is_cut_off_at_the_send_timeout() {
+    let config = Config { send_timeout_ms: 300, idle_timeout_ms: 60_000, ..crate::helpers::served_config() };
+    let app = crate::helpers::spawn_builtin(config).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut http1 = socket.connect(app.addr).await.unwrap();
+    http1.write_all(&large_answer_request()).await.unwrap();
+    app.metrics_line(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#).await;
+
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request =
+        http::Request::post("/assistant/run").header("content-type", "application/protobuf").body(()).unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    let request = large_answer_request();
+    let at = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    body.send_data(Bytes::copy_from_slice(&request[at..]), true).unwrap();
+    // The head, kept: its body is never read, so the window never opens again.
+    let _response = tokio::time::timeout(BOUND, response).await.expect("a head in time").unwrap();
+    app.metrics_line(r#"megamind_connections_closed_total{reason="send_timeout"} 2"#).await;
+    drop(http1);
+}

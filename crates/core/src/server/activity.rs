@@ -205,7 +205,7 @@ impl InFlight {
     /// The answer is given: follow its body until it is all handed over.
     pub(crate) fn answer<B>(mut self, body: B) -> Tracked<B> {
         self.sending(true);
-        Tracked { body, in_flight: Some(self) }
+        Tracked { body, in_flight: Some(self), rest: Bytes::new() }
     }
 
     /// Whether the answer has bytes for the client, or waits for its body's
@@ -237,38 +237,68 @@ impl Drop for InFlight {
     }
 }
 
+/// The most of an answer handed to the connection at once. A whole answer
+/// handed over in one frame would leave the request ended while the
+/// connection still holds all of it for a client that reads nothing: the
+/// send timeout would not run, and the connection would keep those bytes
+/// until its idle timeout. In frames of this size, hyper asks for the next
+/// one only once the one before is written (HTTP/1.1) or the client's
+/// window has room (HTTP/2), so the send timeout runs while the client
+/// leaves the rest unread.
+const MAX_FRAME: usize = 64 * 1024;
+
 /// An answer body that ends its request's [`InFlight`] when it is done or
-/// dropped. While it waits for its next frame, its answer does not count as
-/// sending: hyper (or the stream lane) asks for a frame once the ones before
-/// are buffered or written, so the send timeout runs only while the client
-/// has yet to take bytes.
+/// dropped, in frames of [`MAX_FRAME`] bytes at most. While it waits for its
+/// next frame, its answer does not count as sending: hyper (or the stream
+/// lane) asks for a frame once the ones before are buffered or written, so
+/// the send timeout runs only while the client has yet to take bytes.
 #[derive(Debug)]
 pub(crate) struct Tracked<B> {
     body: B,
     in_flight: Option<InFlight>,
+    /// What is left of a frame longer than [`MAX_FRAME`].
+    rest: Bytes,
 }
 
-impl<B: Body + Unpin> Body for Tracked<B> {
-    type Data = B::Data;
+impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
-        match (&frame, self.in_flight.as_mut()) {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if !self.rest.is_empty() {
+            let n = self.rest.len().min(MAX_FRAME);
+            let data = self.rest.split_to(n);
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        let mut frame = Pin::new(&mut self.body).poll_frame(cx);
+        match (&mut frame, self.in_flight.as_mut()) {
             (Poll::Ready(None | Some(Err(_))), _) => self.in_flight = None,
             (Poll::Pending, Some(in_flight)) => in_flight.sending(false),
-            (Poll::Ready(Some(Ok(_))), Some(in_flight)) => in_flight.sending(true),
+            (Poll::Ready(Some(Ok(frame))), in_flight) => {
+                if let Some(in_flight) = in_flight {
+                    in_flight.sending(true);
+                }
+                if let Some(data) = frame.data_mut().filter(|data| data.len() > MAX_FRAME) {
+                    self.rest = data.split_off(MAX_FRAME);
+                }
+            }
             (_, None) => {}
         }
         frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        let (body, rest) = (self.body.size_hint(), u64::try_from(self.rest.len()).unwrap_or(u64::MAX));
+        let mut hint = SizeHint::new();
+        hint.set_lower(body.lower().saturating_add(rest));
+        if let Some(upper) = body.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint
     }
 }
 
@@ -423,6 +453,26 @@ mod tests {
         drop(frames);
         assert!(matches!(Pin::new(&mut body).poll_frame(&mut cx), Poll::Ready(None)));
         assert_eq!((activity.snapshot().sending, activity.snapshot().in_flight), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_long_answer_is_handed_over_a_frame_at_a_time() {
+        use http_body_util::{BodyExt, Full};
+
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let answer = Bytes::from((0..200 * 1024).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        let mut body = activity.begin().answer(Full::new(answer.clone()));
+        assert_eq!(body.size_hint().exact(), Some(200 * 1024));
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            assert!(!body.is_end_stream() || frames.len() == 3, "ended early");
+            frames.push(frame.unwrap().into_data().unwrap());
+            let left = 200 * 1024 - frames.iter().map(Bytes::len).sum::<usize>();
+            assert_eq!(body.size_hint().exact(), Some(left as u64), "the hint counts what is held back");
+        }
+        assert_eq!(frames.iter().map(Bytes::len).collect::<Vec<_>>(), [MAX_FRAME, MAX_FRAME, MAX_FRAME, 8 * 1024]);
+        assert_eq!(frames.concat(), answer);
+        assert_eq!(activity.snapshot().in_flight, 0);
     }
 
     #[tokio::test]
