@@ -203,6 +203,43 @@ async fn answers_too_large_for_json_or_text_are_kept_for_a_binary_repeat() {
     assert_eq!(body.state, Some(state), "the declined request's State, handed back");
 }
 
+/// A scenario's error message quoting a megabyte of its request is cut
+/// short: the demo quotes an unexpected `Arguments` type, and a 4 MB type
+/// made a 4 MB `Error`, kept and replayed to every repeat.
+#[tokio::test]
+async fn error_messages_quoting_megabytes_are_cut_short() {
+    let (app, _) = spawn_demo().await;
+    let arguments = prost_types::Any { type_url: "\u{1}".repeat(3 << 20), value: Vec::new() };
+    let base = TScenarioBaseRequest { request_id: "long-type".into(), ..Default::default() };
+    let request = TScenarioApplyRequest { base_request: Some(base), arguments: Some(arguments), input: None };
+    let (status, answer) = app.post_binary("/demo/continue", request.encode_to_vec()).await;
+    assert_eq!(status, 200);
+    assert!(answer.len() < 2048, "an answer of {} bytes", answer.len());
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("expected Arguments of") && text.contains('…'), "{text}");
+}
+
+/// An answer longer than JSON or text render is served in binary only:
+/// those formats write a byte as up to six, and a 4 MB answer replayed as
+/// JSON to a 134-byte request was 24 MB.
+#[tokio::test]
+async fn answers_too_long_for_json_or_text_are_kept_for_a_binary_repeat() {
+    let app = spawn_builtin(crate::helpers::served_config()).await;
+    let state = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), value: vec![1; 300 * 1024] };
+    let base = TScenarioBaseRequest { request_id: "long-answer".into(), state: Some(state), ..Default::default() };
+    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
+    for accept in ["text/protobuf", "application/json"] {
+        let response = app.post("/assistant/run", "application/protobuf", Some(accept), body.clone()).await;
+        assert_eq!(response.status(), 406, "{accept}");
+        let reason = response.text().await.unwrap();
+        assert!(reason.contains("longer than the 262144 bytes rendered in JSON or text"), "{accept}: {reason}");
+        assert!(reason.contains("asking for application/protobuf"), "{reason}");
+    }
+    let (status, answer) = app.post_binary("/assistant/run", body).await;
+    assert_eq!(status, 200);
+    assert!(answer.len() > 300 * 1024, "the State handed back: {} bytes", answer.len());
+}
+
 /// `Any`s in `Any`s down to just past the nesting limit, with two
 /// megabytes of empty messages there, where the values count no longer
 /// looks: refused for its depth before the level past the limit is decoded,

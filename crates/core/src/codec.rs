@@ -135,6 +135,16 @@ pub enum CodecError {
         /// The format's limit.
         limit: usize,
     },
+    /// A binary answer too long to be rendered in JSON or text.
+    #[error("{message} of {size} bytes is longer than the {limit} bytes rendered in JSON or text")]
+    TooLong {
+        /// The message type.
+        message: String,
+        /// Its size in binary.
+        size: usize,
+        /// [`MAX_RENDERED`].
+        limit: usize,
+    },
     /// A JSON or text body, or a binary one to be rendered so, past
     /// [`depth::MAX_VALUE_LEVELS`].
     #[error(
@@ -284,13 +294,23 @@ pub fn encode_dynamic(message: &DynamicMessage, format: Format) -> Result<Bytes,
     }
 }
 
+/// Longest binary answer rendered in JSON or text. Those formats may write
+/// a byte as six (`\u0001`): an answer of this size renders as 1.5 MiB at
+/// most, where real answers take some kilobytes.
+pub const MAX_RENDERED: usize = 256 * 1024;
+
 /// Converts a binary body of type `desc` into `format`: how a cached
 /// binary answer is served to a client that asked for JSON or text. A body
-/// holding more than a JSON or text body may ([`depth::check_binary_as_text`])
-/// is not rendered: those formats cost as much to write as to read.
+/// longer than [`MAX_RENDERED`], or holding more than a JSON or text body
+/// may ([`depth::check_binary_as_text`]), is not rendered: those formats
+/// cost as much to write as to read, and write more bytes than they read.
 pub fn transcode(desc: MessageDescriptor, binary: &Bytes, format: Format) -> Result<Bytes, CodecError> {
     if format == Format::Binary {
         return Ok(binary.clone());
+    }
+    if binary.len() > MAX_RENDERED {
+        let message = desc.full_name().to_owned();
+        return Err(CodecError::TooLong { message, size: binary.len(), limit: MAX_RENDERED });
     }
     depth::check_binary_as_text(binary, &desc).map_err(|shape| shape_error(shape, desc.full_name().to_owned()))?;
     let message = decode_dynamic(desc, binary, Format::Binary)?;

@@ -69,11 +69,16 @@ fn is_name(text: &str) -> bool {
 }
 
 /// At most [`MAX_MESSAGE`] bytes, cut at a character boundary.
-pub fn cap(mut text: String) -> String {
-    if text.len() <= MAX_MESSAGE {
+pub fn cap(text: String) -> String {
+    cap_at(text, MAX_MESSAGE)
+}
+
+/// At most `max` bytes, cut at a character boundary, an ellipsis added.
+pub fn cap_at(mut text: String, max: usize) -> String {
+    if text.len() <= max {
         return text;
     }
-    let mut end = MAX_MESSAGE;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -112,5 +117,7 @@ mod tests {
         assert!(sanitize(&many).len() <= MAX_MESSAGE + '…'.len_utf8());
         let cyrillic = "я".repeat(1_000);
         assert!(cap(cyrillic).ends_with('…'));
+        assert_eq!(cap_at("яя".into(), 3), "я…", "cut at a character boundary");
+        assert_eq!(cap_at("short".into(), 5), "short");
     }
 }

@@ -47,8 +47,15 @@ pub(crate) fn encode<T: Versioned>(scenario: &dyn Scenario, answer: Answer<T>) -
     message.encode_to_vec()
 }
 
-/// The binary protocol `Error` answer of `handler`'s response type.
+/// Longest protocol `Error` message, in bytes. A scenario's message may
+/// quote its request (a type it did not expect, a field's value): a
+/// megabyte quoted would be a megabyte answered, kept and replayed.
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// The binary protocol `Error` answer of `handler`'s response type, its
+/// message cut at [`MAX_ERROR_MESSAGE`] bytes.
 pub fn error_body(handler: Handler, version: &str, kind: &str, message: String) -> Bytes {
+    let message = crate::codec::quote::cap_at(message, MAX_ERROR_MESSAGE);
     let error = TError { message, r#type: kind.to_owned() };
     let version = version.to_owned();
     let body = match handler {

@@ -183,7 +183,9 @@ fn render(handler: Handler, binary: Bytes, format: Format) -> Response<Full<Byte
         // The answer exists (and is cached); only this format cannot carry it.
         Err(error) => {
             let instead = match error {
-                CodecError::TooManyValues { .. } | CodecError::TooNested { .. } => "application/protobuf",
+                CodecError::TooManyValues { .. } | CodecError::TooNested { .. } | CodecError::TooLong { .. } => {
+                    "application/protobuf"
+                }
                 _ => "application/protobuf or text/protobuf",
             };
             let again = "the answer is kept: repeat the call with its RequestId";
