@@ -177,30 +177,39 @@ fn deep_struct_state(values: usize, lists: usize) -> prost_types::Any {
     prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Struct".into(), value: state.encode_to_vec() }
 }
 
-/// An answer holding more than a JSON or text body may is not rendered in
-/// those formats: the assistant hands a declined request's `State` back,
-/// and 120 KB of binary `State`, numbers forty-five lists down, rendered
-/// as 18 MB of text, or as JSON past the budget. It answers 406 saying
-/// why, and the answer, kept, is there in binary for a repeat.
+/// An answer longer than 256 KiB, or holding more than a JSON or text body
+/// may, is not rendered in those formats; the assistant hands a declined
+/// request's `State` back. 120 KB of binary `State`, numbers forty-five
+/// lists down, rendered as 18 MB of text, or as JSON past the budget; and
+/// those formats write a byte as up to six: a 4 MB answer replayed as JSON
+/// to a 134-byte request was 24 MB. It answers 406 saying why, and the
+/// answer, kept, is there in binary for a repeat.
 #[tokio::test]
 async fn answers_too_large_for_json_or_text_are_kept_for_a_binary_repeat() {
     let app = spawn_builtin(crate::helpers::served_config()).await;
-    let state = deep_struct_state(30_000, 45);
-    let base =
-        TScenarioBaseRequest { request_id: "large-answer".into(), state: Some(state.clone()), ..Default::default() };
-    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
-    for accept in ["application/json", "text/protobuf"] {
-        let response = app.post("/assistant/run", "application/protobuf", Some(accept), body.clone()).await;
-        assert_eq!(response.status(), 406, "{accept}");
-        let reason = response.text().await.unwrap();
-        assert!(reason.contains("too many values too deep"), "{accept}: {reason}");
-        assert!(reason.contains("repeat the call with its RequestId, asking for application/protobuf"), "{reason}");
+    let long = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), value: vec![1; 300 * 1024] };
+    let cases = [
+        ("deep-answer", deep_struct_state(30_000, 45), "too many values too deep"),
+        ("long-answer", long, "longer than the 262144 bytes rendered in JSON or text"),
+    ];
+    for (request_id, state, why) in cases {
+        let base =
+            TScenarioBaseRequest { request_id: request_id.into(), state: Some(state.clone()), ..Default::default() };
+        let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
+        for accept in ["application/json", "text/protobuf"] {
+            let response = app.post("/assistant/run", "application/protobuf", Some(accept), body.clone()).await;
+            assert_eq!(response.status(), 406, "{request_id} as {accept}");
+            let reason = response.text().await.unwrap();
+            assert!(reason.contains(why), "{request_id} as {accept}: {reason}");
+            let again = "repeat the call with its RequestId, asking for application/protobuf";
+            assert!(reason.contains(again), "{reason}");
+        }
+        let (status, answer) = app.post_binary("/assistant/run", body).await;
+        assert_eq!(status, 200);
+        let answer: TScenarioRunResponse = decode_answer(&answer, Format::Binary);
+        let Some(t_scenario_run_response::Response::ResponseBody(body)) = answer.response else { panic!("{answer:?}") };
+        assert_eq!(body.state, Some(state), "{request_id}: the declined request's State, handed back");
     }
-    let (status, answer) = app.post_binary("/assistant/run", body).await;
-    assert_eq!(status, 200);
-    let answer: TScenarioRunResponse = decode_answer(&answer, Format::Binary);
-    let Some(t_scenario_run_response::Response::ResponseBody(body)) = answer.response else { panic!("{answer:?}") };
-    assert_eq!(body.state, Some(state), "the declined request's State, handed back");
 }
 
 /// A scenario's error message quoting a megabyte of its request is cut
@@ -217,27 +226,6 @@ async fn error_messages_quoting_megabytes_are_cut_short() {
     assert!(answer.len() < 2048, "an answer of {} bytes", answer.len());
     let text = String::from_utf8_lossy(&answer);
     assert!(text.contains("expected Arguments of") && text.contains('…'), "{text}");
-}
-
-/// An answer longer than JSON or text render is served in binary only:
-/// those formats write a byte as up to six, and a 4 MB answer replayed as
-/// JSON to a 134-byte request was 24 MB.
-#[tokio::test]
-async fn answers_too_long_for_json_or_text_are_kept_for_a_binary_repeat() {
-    let app = spawn_builtin(crate::helpers::served_config()).await;
-    let state = prost_types::Any { type_url: "type.googleapis.com/No.Such".into(), value: vec![1; 300 * 1024] };
-    let base = TScenarioBaseRequest { request_id: "long-answer".into(), state: Some(state), ..Default::default() };
-    let body = TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec();
-    for accept in ["text/protobuf", "application/json"] {
-        let response = app.post("/assistant/run", "application/protobuf", Some(accept), body.clone()).await;
-        assert_eq!(response.status(), 406, "{accept}");
-        let reason = response.text().await.unwrap();
-        assert!(reason.contains("longer than the 262144 bytes rendered in JSON or text"), "{accept}: {reason}");
-        assert!(reason.contains("asking for application/protobuf"), "{reason}");
-    }
-    let (status, answer) = app.post_binary("/assistant/run", body).await;
-    assert_eq!(status, 200);
-    assert!(answer.len() > 300 * 1024, "the State handed back: {} bytes", answer.len());
 }
 
 /// `Any`s in `Any`s down to just past the nesting limit, with two
