@@ -2,11 +2,13 @@
 //! call's answer as a live JSONSeq stream or whole, the skills catalog, and
 //! the API's own description.
 //!
+//! - [`kept`]: ended calls' whole answers, rendered once.
 //! - [`routes`]: the routes the assistant registers.
 //! - [`schema`]: what `GET /llm/schema` answers.
 //! - [`stream`]: a model call's record as JSONSeq events.
 
 pub mod config;
+mod kept;
 pub(crate) mod routes;
 pub(crate) mod schema;
 pub mod stream;

@@ -216,6 +216,12 @@ impl CallRecord {
         self.finish_at(at);
     }
 
+    /// How many events the call had when it ended; `None` while it runs.
+    pub(crate) fn ended_with(&self) -> Option<usize> {
+        let recording = self.tx.borrow();
+        (recording.ending() != Ending::Running).then(|| recording.ends.len())
+    }
+
     /// How the call ended, so far.
     #[cfg(test)]
     pub(crate) fn ending(&self) -> Ending {

@@ -48,6 +48,7 @@ use crate::{
     dialog::{answer, reply, speech},
     jsonseq,
     llm::{
+        kept::KeptAnswers,
         schema,
         stream::{self, Sequencer, Subscription},
     },
@@ -67,6 +68,7 @@ struct Api {
     streams: Arc<Semaphore>,
     parts: Parts,
     gate: Gate,
+    answers: KeptAnswers,
 }
 
 /// What the `/llm` routes read: the assistant's settings and metrics, its
@@ -90,7 +92,7 @@ pub(crate) fn routes(sources: Sources, setup: &mut Setup<'_>) {
     let config = &sources.config;
     let parts = Parts::new(PartsConfig { chunk_bytes: config.llm.chunk_bytes, ..PartsConfig::default() });
     let streams = Arc::new(Semaphore::new(config.llm.max_streams));
-    let api = Arc::new(Api { streams, parts, sources, gate: setup.gate() });
+    let api = Arc::new(Api { streams, parts, sources, gate: setup.gate(), answers: KeptAnswers::default() });
     setup.route_in_lane("/llm/stream/{request_id}", get(stream_route).with_state(api.clone()));
     setup.route("/llm/answers/{request_id}", get(answers_route).with_state(api.clone()));
     setup.route("/llm/skills", get(skills_route).with_state(api.clone()));
@@ -215,7 +217,7 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
             return error(status, code, &message);
         }
     };
-    let whole = api.answer(&id, &record).to_string();
+    let whole = api.answers.get_or_render(&id, &record, || api.answer(&id, &record).to_string());
     api.respond("answers", &format!("/llm/answers/{id}"), &whole, &uri, &headers)
 }
 
