@@ -216,10 +216,9 @@ impl CallRecord {
         self.finish_at(at);
     }
 
-    /// How many events the call had when it ended; `None` while it runs.
-    pub(crate) fn ended_with(&self) -> Option<usize> {
-        let recording = self.tx.borrow();
-        (recording.ending() != Ending::Running).then(|| recording.ends.len())
+    /// Whether the record is finished: it then changes no more.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.tx.borrow().finished
     }
 
     /// How the call ended, so far.

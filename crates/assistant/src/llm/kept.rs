@@ -7,7 +7,7 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, Weak},
 };
 
 use crate::calls::record::CallRecord;
@@ -20,16 +20,20 @@ const KEPT: usize = 4;
 /// The latest renderings of ended calls' answers.
 #[derive(Debug, Default)]
 pub(crate) struct KeptAnswers {
-    /// Call id, its events when it ended, its answer; oldest first.
-    kept: Mutex<VecDeque<(String, usize, Arc<str>)>>,
+    /// Each call's record (weak: its place only, so that a later record
+    /// cannot take its address and be taken for it) and its answer; oldest first.
+    kept: Mutex<VecDeque<(Weak<CallRecord>, Arc<str>)>>,
 }
 
 impl KeptAnswers {
-    /// Call `id`'s answer: kept when `record` has ended and was rendered
-    /// since, else `render`'s (kept when the call has ended).
-    pub(crate) fn get_or_render(&self, id: &str, record: &CallRecord, render: impl FnOnce() -> String) -> Arc<str> {
-        let Some(events) = record.ended_with() else { return render().into() };
-        let found = self.lock().iter().find(|(kid, kevents, _)| kid == id && *kevents == events).map(|k| k.2.clone());
+    /// The answer of the call `record` holds: kept when it has ended and
+    /// was rendered since, else `render`'s (kept when the call has ended).
+    pub(crate) fn get_or_render(&self, record: &Arc<CallRecord>, render: impl FnOnce() -> String) -> Arc<str> {
+        if !record.has_ended() {
+            return render().into();
+        }
+        let this = Arc::as_ptr(record);
+        let found = self.lock().iter().find(|(kept, _)| kept.as_ptr() == this).map(|(_, whole)| whole.clone());
         if let Some(whole) = found {
             return whole;
         }
@@ -39,11 +43,11 @@ impl KeptAnswers {
         if kept.len() == KEPT {
             kept.pop_front();
         }
-        kept.push_back((id.to_owned(), events, whole.clone()));
+        kept.push_back((Arc::downgrade(record), whole.clone()));
         whole
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(String, usize, Arc<str>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Weak<CallRecord>, Arc<str>)>> {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -63,18 +67,26 @@ mod tests {
             renders.set(renders.get() + 1);
             format!("rendering {}", renders.get())
         };
-        let record = CallRecord::new(1 << 20);
+        let ended_record = || {
+            let record = Arc::new(CallRecord::new(1 << 20));
+            record.finish();
+            record
+        };
+        let record = Arc::new(CallRecord::new(1 << 20));
         record.event(ModelEvent::TextDelta("Жили-были".into()));
-        let first = kept.get_or_render("r1", &record, render);
-        let second = kept.get_or_render("r1", &record, render);
+        let first = kept.get_or_render(&record, render);
+        let second = kept.get_or_render(&record, render);
         assert_ne!(first, second, "a running call's answer is rendered anew");
         record.finish();
-        let ended = kept.get_or_render("r1", &record, render);
-        assert!(Arc::ptr_eq(&ended, &kept.get_or_render("r1", &record, render)), "rendered once");
+        let ended = kept.get_or_render(&record, render);
+        assert!(Arc::ptr_eq(&ended, &kept.get_or_render(&record, render)), "rendered once");
         assert_eq!(renders.get(), 3);
-        for other in 2..=KEPT + 1 {
-            kept.get_or_render(&format!("r{other}"), &record, render);
+        let another = ended_record();
+        assert!(!Arc::ptr_eq(&ended, &kept.get_or_render(&another, render)), "another call, its own answer");
+        let others: Vec<_> = (0..KEPT).map(|_| ended_record()).collect();
+        for other in &others {
+            kept.get_or_render(other, render);
         }
-        assert!(!Arc::ptr_eq(&ended, &kept.get_or_render("r1", &record, render)), "the oldest is let go");
+        assert!(!Arc::ptr_eq(&ended, &kept.get_or_render(&record, render)), "the oldest is let go");
     }
 }

@@ -217,7 +217,7 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
             return error(status, code, &message);
         }
     };
-    let whole = api.answers.get_or_render(&id, &record, || api.answer(&id, &record).to_string());
+    let whole = api.answers.get_or_render(&record, || api.answer(&id, &record).to_string());
     api.respond("answers", &format!("/llm/answers/{id}"), &whole, &uri, &headers)
 }
 
