@@ -413,3 +413,23 @@ async fn a_large_answer_left_unread_is_cut_off_at_the_send_timeout() {
     app.metrics_line(r#"megamind_connections_closed_total{reason="send_timeout"} 2"#).await;
     drop(http1);
 }
+
+/// A body in one-byte chunks costs the server a microsecond or so a chunk:
+/// 500,000 of them took half a second of CPU before the budget ran out.
+/// Past 65,536 pieces the body is refused, at once.
+#[tokio::test]
+async fn a_body_in_too_many_chunks_is_refused() {
+    // Time enough for a test build to take them all in.
+    let mut config = Config::default();
+    config.budget.run_ms = 10_000;
+    let app = spawn(config).await;
+    let mut tcp = TcpStream::connect(app.addr).await.unwrap();
+    let head = "POST /demo/run HTTP/1.1\r\nhost: test\r\ncontent-type: application/protobuf\r\ntransfer-encoding: chunked\r\n\r\n";
+    let chunks = "1\r\nx\r\n".repeat(70_000);
+    tcp.write_all(format!("{head}{chunks}0\r\n\r\n").as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, tcp.read_to_end(&mut answer)).await.expect("answered and closed").unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("the body came in more than 65536 pieces"), "{answer}");
+}

@@ -4,4 +4,5 @@
 
 pub mod grpc;
 pub mod http;
+pub mod pieces;
 pub mod router;

@@ -51,6 +51,7 @@ use crate::{
     dispatch::{Admitted, Call, CallMeta, Refusal, Reply, Transport},
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
+    transport::pieces::{Pieces, TooManyPieces},
 };
 pub use streams::MAX_OPEN as MAX_PUBLIC_STREAMS;
 use streams::PublicStreams;
@@ -217,7 +218,8 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let budget = app.budgets.of(handler);
     let limit = client_timeout.map_or(budget, |client| client.min(budget));
     let deadline = started + limit;
-    let request = request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None }));
+    let request =
+        request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None, pieces: 0 }));
     let meta = CallMeta::from_headers(request.headers());
     // Asked before the message is read: a caller let in nowhere costs no body.
     let by = app.budgets.deadline_within(handler, started, client_timeout);
@@ -263,6 +265,8 @@ struct BodyDeadline {
     limit: Duration,
     /// Set the first time the body is not ready: most messages arrive at once.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// DATA frames read, bounded ([`Pieces`]).
+    pieces: usize,
 }
 
 impl hyper::body::Body for BodyDeadline {
@@ -271,6 +275,9 @@ impl hyper::body::Body for BodyDeadline {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            if matches!(frame, Some(Ok(_))) && Pieces::<Body>::too_many(&mut self.pieces) {
+                return Poll::Ready(Some(Err(Status::invalid_argument(TooManyPieces.to_string()))));
+            }
             return Poll::Ready(frame);
         }
         let deadline = self.deadline;

@@ -21,6 +21,7 @@ use crate::{
     codec::{self, CodecError, Format},
     dispatch::{Call, CallMeta, Refusal, Reply, Transport, response_descriptor},
     scenario::{Handler, registry::Registered},
+    transport::pieces::Pieces,
 };
 
 /// The scenario handler a request calls.
@@ -62,7 +63,7 @@ pub async fn handle<B>(
     request: Request<B>,
 ) -> Response<Full<Bytes>>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let started = Instant::now();
@@ -88,7 +89,7 @@ async fn read_call<B>(
     request: Request<B>,
 ) -> Result<(Call, Format), Refusal>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let headers = request.headers();
@@ -112,7 +113,7 @@ where
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
     let deadline = started + budget;
-    let read = Limited::new(request.into_body(), app.body_limit).collect();
+    let read = Limited::new(Pieces::new(request.into_body()), app.body_limit).collect();
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) if error.is::<LengthLimitError>() => return Err(too_large),
