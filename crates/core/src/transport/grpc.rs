@@ -51,7 +51,7 @@ use crate::{
     dispatch::{Admitted, Call, CallMeta, Refusal, Reply, Transport},
     proto::{self, megamind_scenario::v1::scenario_server::SERVICE_NAME},
     scenario::{Handler, registry::Registered},
-    transport::pieces::{Pieces, TooManyPieces},
+    transport::pieces,
 };
 pub use streams::MAX_OPEN as MAX_PUBLIC_STREAMS;
 use streams::PublicStreams;
@@ -265,7 +265,7 @@ struct BodyDeadline {
     limit: Duration,
     /// Set the first time the body is not ready: most messages arrive at once.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// DATA frames read, bounded ([`Pieces`]).
+    /// DATA frames read, bounded ([`pieces::MAX_PIECES`]).
     pieces: usize,
 }
 
@@ -275,8 +275,10 @@ impl hyper::body::Body for BodyDeadline {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
-            if matches!(frame, Some(Ok(_))) && Pieces::<Body>::too_many(&mut self.pieces) {
-                return Poll::Ready(Some(Err(Status::invalid_argument(TooManyPieces.to_string()))));
+            if matches!(frame, Some(Ok(_)))
+                && let Err(too_many) = pieces::count(&mut self.pieces)
+            {
+                return Poll::Ready(Some(Err(Status::invalid_argument(too_many.to_string()))));
             }
             return Poll::Ready(frame);
         }

@@ -32,12 +32,12 @@ impl<B> Pieces<B> {
     pub(crate) fn new(body: B) -> Pieces<B> {
         Pieces { body, pieces: 0 }
     }
+}
 
-    /// Counts a frame just read; whether it is one too many.
-    pub(crate) fn too_many(pieces: &mut usize) -> bool {
-        *pieces += 1;
-        *pieces > MAX_PIECES
-    }
+/// Counts one more piece of a body into `pieces`: past [`MAX_PIECES`], refused.
+pub(crate) fn count(pieces: &mut usize) -> Result<(), TooManyPieces> {
+    *pieces += 1;
+    if *pieces > MAX_PIECES { Err(TooManyPieces) } else { Ok(()) }
 }
 
 impl<B> Body for Pieces<B>
@@ -50,8 +50,10 @@ where
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        if matches!(frame, Some(Ok(_))) && Pieces::<B>::too_many(&mut self.pieces) {
-            return Poll::Ready(Some(Err(Box::new(TooManyPieces))));
+        if matches!(frame, Some(Ok(_)))
+            && let Err(too_many) = count(&mut self.pieces)
+        {
+            return Poll::Ready(Some(Err(Box::new(too_many))));
         }
         Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
     }
