@@ -29,8 +29,8 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 
 use crate::{
     helpers::{
-        TestApp, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_channel_to, grpc_client as client,
-        grpc_request as request, registry_of, spawn_app, spawn_demo,
+        TestApp, bare_grpc_call, decode_answer, fixture, fixture_body, grpc_channel as channel, grpc_channel_to,
+        grpc_client as client, grpc_request as request, registry_of, spawn_app, spawn_demo,
     },
     scenarios::{Counting, Panicking, Sleepy, TicketEcho},
 };
@@ -158,18 +158,7 @@ async fn a_shorter_grpc_timeout_of_the_client_is_the_deadline() {
 /// One gRPC call over a bare HTTP/2 connection, `grpc-timeout` sent as
 /// is: tonic's client would enforce it too, and give up first.
 async fn call_with_grpc_timeout(app: &TestApp, method: &str, message: Vec<u8>, timeout: &str) -> Bytes {
-    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut client = client.ready().await.unwrap();
-    let request = http::Request::post(format!("/megamind_scenario.v1.Scenario/{method}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("x-scenario", "demo")
-        .header("grpc-timeout", timeout)
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
+    let (response, mut body) = bare_grpc_call(app, method, &[("grpc-timeout", timeout)]).await;
     let mut framed = vec![0];
     framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
     framed.extend_from_slice(&message);
@@ -428,4 +417,40 @@ async fn health_watchers_see_not_serving_when_shutdown_starts() {
         .unwrap()
         .expect("an update before the stream ends");
     assert_eq!(next.status(), ServingStatus::NotServing);
+}
+
+/// A message in more than 65,536 DATA frames is refused `INVALID_ARGUMENT`,
+/// saying why: each frame costs the server about a microsecond to take in.
+/// The frames are of 256 bytes, which HTTP/2's own guard against floods of
+/// small frames lets through.
+#[tokio::test]
+async fn a_message_in_too_many_frames_is_refused() {
+    // Room and time enough for a test build to take them all in.
+    let mut config = Config { body_limit: 32 << 20, ..Config::default() };
+    config.budget.run_ms = 20_000;
+    let app = spawn_app(config, registry_of("demo", Arc::new(Demo::new()))).await;
+    let (response, mut body) = bare_grpc_call(&app, "Run", &[]).await;
+    let (frames, frame) = (70_000u32, Bytes::from_static(&[0; 256]));
+    let mut prefix = vec![0];
+    prefix.extend_from_slice(&(frames * 256).to_be_bytes());
+    body.send_data(Bytes::from(prefix), false).unwrap();
+    let sending = tokio::spawn(async move {
+        for _ in 0..frames {
+            body.reserve_capacity(frame.len());
+            let Some(Ok(_)) = std::future::poll_fn(|cx| body.poll_capacity(cx)).await else { return };
+            if body.send_data(frame.clone(), false).is_err() {
+                return;
+            }
+        }
+    });
+    let answer = tokio::time::timeout(Duration::from_secs(30), response).await.expect("answered in time");
+    let (head, mut answer) = answer.unwrap().into_parts();
+    // Trailers only (the status in the head), or trailers after the head.
+    let status = match Status::from_header_map(&head.headers) {
+        Some(status) => status,
+        None => Status::from_header_map(&answer.trailers().await.unwrap().expect("trailers")).expect("a status"),
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("the body came in more than 65536 pieces"), "{status:?}");
+    sending.abort();
 }

@@ -124,6 +124,27 @@ pub async fn grpc_channel_to(addr: SocketAddr) -> Channel {
 }
 
 /// The generated client of `megamind_scenario.v1.Scenario`.
+/// A bare HTTP/2 call of the demo's gRPC `method`, with `headers` besides
+/// the protocol's: its answer, and its body to send the message on.
+pub async fn bare_grpc_call(
+    app: &TestApp,
+    method: &str,
+    headers: &[(&str, &str)],
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let mut request = http::Request::post(format!("/megamind_scenario.v1.Scenario/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-scenario", "demo");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    client.send_request(request.body(()).unwrap(), false).unwrap()
+}
+
 pub async fn grpc_client(app: &TestApp) -> ScenarioClient<Channel> {
     ScenarioClient::new(grpc_channel(app).await)
 }

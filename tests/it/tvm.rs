@@ -318,17 +318,7 @@ async fn a_caller_without_a_ticket_is_refused_before_its_body_is_read() {
     assert!(read.is_ok(), "no answer before the budget: {answer}");
     assert!(answer.starts_with("http/1.1 403") && answer.contains("connection: close"), "{answer}");
 
-    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let mut client = client.ready().await.unwrap();
-    let request = http::Request::post("/megamind_scenario.v1.Scenario/Run")
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("x-scenario", "demo")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
+    let (response, mut body) = crate::helpers::bare_grpc_call(&app, "Run", &[]).await;
     // A message header announcing 1000 bytes, and none of them.
     body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 3, 232]), false).unwrap();
     let response = tokio::time::timeout(BUDGET, response).await.expect("an answer before the budget").unwrap();
