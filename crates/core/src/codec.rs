@@ -312,9 +312,15 @@ pub fn transcode(desc: MessageDescriptor, binary: &Bytes, format: Format) -> Res
         let message = desc.full_name().to_owned();
         return Err(CodecError::TooLong { message, size: binary.len(), limit: MAX_RENDERED });
     }
+    encode_dynamic(&decode_to_print(desc, binary)?, format)
+}
+
+/// Decodes a binary body of type `desc` to be printed (in JSON or text, or
+/// to a log), unless it holds more than a JSON or text body may
+/// ([`depth::check_binary_as_text`]).
+pub fn decode_to_print(desc: MessageDescriptor, binary: &[u8]) -> Result<DynamicMessage, CodecError> {
     depth::check_binary_as_text(binary, &desc).map_err(|shape| shape_error(shape, desc.full_name().to_owned()))?;
-    let message = decode_dynamic(desc, binary, Format::Binary)?;
-    encode_dynamic(&message, format)
+    decode_dynamic(desc, binary, Format::Binary)
 }
 
 #[cfg(test)]

@@ -411,13 +411,10 @@ impl Deadline {
 /// Logs a binary body as redacted text, unless it holds more than text
 /// format prints in good time.
 fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
-    let measured = codec::depth::check_binary_as_text(binary, &desc).map_err(|e| e.to_string());
-    let text = measured
-        .and_then(|()| codec::decode_dynamic(desc, binary, Format::Binary).map_err(|e| e.to_string()))
-        .and_then(|mut message| {
-            codec::redact::redact(&mut message).map_err(|e| e.to_string())?;
-            codec::text::print(&message).map_err(|e| e.to_string())
-        });
+    let text = codec::decode_to_print(desc, binary).map_err(|e| e.to_string()).and_then(|mut message| {
+        codec::redact::redact(&mut message).map_err(|e| e.to_string())?;
+        codec::text::print(&message).map_err(|e| e.to_string())
+    });
     log_text(what, text);
 }
 
