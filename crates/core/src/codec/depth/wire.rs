@@ -9,7 +9,9 @@
 //! when the schema says it holds a message (map entries included), and an
 //! `Any` payload when the pool knows its type, since the request checks
 //! expand those too. Anything malformed or too deep is left to the
-//! decoder, whose error says more than a count could.
+//! decoder, whose error says more than a count could; except in
+//! [`check_nesting`], the depth check of `Any` fields that decoders leave
+//! as bytes.
 
 use prost_reflect::{Kind, MessageDescriptor};
 
@@ -35,6 +37,18 @@ pub fn check_binary_as_text(body: &[u8], desc: &MessageDescriptor) -> Result<(),
     Count::new(MAX_TEXT_VALUES, MAX_VALUE_LEVELS).message(body, desc, 1)
 }
 
+/// Checks that the binary message `body` of type `desc`, sitting at
+/// `depth`, nests no deeper than [`MAX_DEPTH`], its known `Any` payloads
+/// included, as a decoder or printer would expand it: how a request's
+/// `Any` fields are measured without decoding them. Bytes that do not
+/// parse as the schema says end the walk of their message (a decoder
+/// would leave them as bytes).
+pub fn check_nesting(body: &[u8], desc: &MessageDescriptor, depth: usize) -> Result<(), Shape> {
+    let mut count = Count::new(usize::MAX, usize::MAX);
+    count.deep_is_error = true;
+    count.nested(body, desc, depth)
+}
+
 /// Wire types of the protobuf encoding.
 const VARINT: u64 = 0;
 const FIXED64: u64 = 1;
@@ -48,11 +62,13 @@ struct Count {
     size: Size,
     max_values: usize,
     max_levels: usize,
+    /// Whether a message past [`MAX_DEPTH`] is refused, not left to the decoder.
+    deep_is_error: bool,
 }
 
 impl Count {
     fn new(max_values: usize, max_levels: usize) -> Count {
-        Count { size: Size::default(), max_values, max_levels }
+        Count { size: Size::default(), max_values, max_levels, deep_is_error: false }
     }
 
     /// Counts the fields of `body`, a message of type `desc` at `depth`.
@@ -90,10 +106,10 @@ impl Count {
 
     /// Counts a nested message within the nesting limit. Deeper ones are left
     /// to the decoder and the request's checks, which refuse them and say
-    /// where (`BaseRequest.State`).
+    /// where (`BaseRequest.State`), unless this is that check.
     fn nested(&mut self, body: &[u8], desc: &MessageDescriptor, depth: usize) -> Result<(), Shape> {
         if depth > MAX_DEPTH {
-            return Ok(());
+            return if self.deep_is_error { Err(Shape::TooDeep) } else { Ok(()) };
         }
         self.message(body, desc, depth)
     }
