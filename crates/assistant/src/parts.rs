@@ -132,21 +132,6 @@ impl fmt::Debug for Parts {
     }
 }
 
-/// Where a part's bytes come from: the answer as it is now, or a kept snapshot.
-enum Source<'a> {
-    Current(&'a str),
-    Kept(Arc<str>),
-}
-
-impl Source<'_> {
-    fn as_str(&self) -> &str {
-        match self {
-            Source::Current(text) => text,
-            Source::Kept(text) => text,
-        }
-    }
-}
-
 impl Parts {
     /// Parts cut and kept as `config` says.
     pub fn new(config: PartsConfig) -> Parts {
@@ -172,17 +157,32 @@ impl Parts {
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
     ) -> Response {
+        self.respond_with(resource, || current.into(), query, if_match)
+    }
+
+    /// As [`Parts::respond`], the current answer rendered by `current` only
+    /// when the part needs it: a later part served from its kept snapshot
+    /// does not, so an answer that is dear to render (a running model
+    /// call's) is not rendered again for each of its parts.
+    pub fn respond_with(
+        &self,
+        resource: &str,
+        current: impl FnOnce() -> Arc<str>,
+        query: &PartQuery,
+        if_match: Option<&HeaderValue>,
+    ) -> Response {
         match self.part(resource, current, query, if_match) {
             Ok((etag, body)) => json_response(StatusCode::OK, body, Some(&etag)),
             Err(error) => error.into_response(),
         }
     }
 
-    /// The part's ETag and JSON body, or why there is none.
+    /// The part's ETag and JSON body, or why there is none; the current
+    /// answer is rendered by `current` when needed.
     pub fn part(
         &self,
         resource: &str,
-        current: &str,
+        current: impl FnOnce() -> Arc<str>,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
     ) -> Result<(String, String), PartError> {
@@ -196,39 +196,41 @@ impl Parts {
         let (source, etag) = match names {
             Some(names) => self.named(resource, current, &names, now)?,
             None if part == 1 => {
-                let etag = etag_of(current);
+                let current = current();
+                let etag = etag_of(&current);
                 if current.len() > self.config.chunk_bytes {
-                    self.lock().keep(resource, &etag, current, now);
+                    self.lock().keep(resource, &etag, &current, now);
                 }
-                (Source::Current(current), etag)
+                (current, etag)
             }
-            None => self.latest(resource, current, now)?,
+            None => self.latest(resource, current(), now)?,
         };
-        let body = self.body(source.as_str(), part, &etag)?;
+        let body = self.body(&source, part, &etag)?;
         Ok((etag, body))
     }
 
     /// The source of a part naming its snapshot (any of `names`).
-    fn named<'a>(
+    fn named(
         &self,
         resource: &str,
-        current: &'a str,
+        current: impl FnOnce() -> Arc<str>,
         names: &[String],
         now: Instant,
-    ) -> Result<(Source<'a>, String), PartError> {
+    ) -> Result<(Arc<str>, String), PartError> {
         let mut recorded = false;
         for name in names {
             match self.lock().get(resource, name, now) {
-                Found::Content(content) => return Ok((Source::Kept(content), name.clone())),
+                Found::Content(content) => return Ok((content, name.clone())),
                 Found::Record => recorded = true,
                 Found::Nothing => {}
             }
         }
-        let etag = etag_of(current);
+        let current = current();
+        let etag = etag_of(&current);
         if names.contains(&etag) {
             // Not kept (too large, expired or evicted) but the answer is
             // still that version: its bytes are the snapshot's.
-            Ok((Source::Current(current), etag))
+            Ok((current, etag))
         } else if recorded {
             Err(PartError::SnapshotChanged)
         } else {
@@ -237,16 +239,19 @@ impl Parts {
     }
 
     /// The source of a later part naming no snapshot: the resource's latest.
-    fn latest<'a>(&self, resource: &str, current: &'a str, now: Instant) -> Result<(Source<'a>, String), PartError> {
+    fn latest(&self, resource: &str, current: Arc<str>, now: Instant) -> Result<(Arc<str>, String), PartError> {
         let latest = self.lock().latest(resource, now);
         match latest {
-            Some((etag, Some(content))) if *content == *current => Ok((Source::Kept(content), etag)),
-            Some((etag, None)) if etag_of(current) == etag => Ok((Source::Current(current), etag)),
+            Some((etag, Some(content))) if *content == *current => Ok((content, etag)),
+            Some((etag, None)) if etag_of(&current) == etag => Ok((current, etag)),
             Some(_) => Err(PartError::SnapshotChanged),
             // Nothing to compare with (part 1 was never asked here, or long
             // ago): the answer as it is. A client wanting a guarantee names
             // its snapshot, which is then checked against the current answer.
-            None => Ok((Source::Current(current), etag_of(current))),
+            None => {
+                let etag = etag_of(&current);
+                Ok((current, etag))
+            }
         }
     }
 

@@ -127,7 +127,7 @@ async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap)
         })
         .collect();
     let whole = serde_json::json!({ "skills": skills }).to_string();
-    api.respond("skills", "/llm/skills", &whole, &uri, &headers)
+    api.respond("skills", "/llm/skills", || whole.into(), &uri, &headers)
 }
 
 async fn stream_route(
@@ -217,13 +217,15 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
             return error(status, code, &message);
         }
     };
-    let whole = api.answers.get_or_render(&record, || api.answer(&id, &record).to_string());
-    api.respond("answers", &format!("/llm/answers/{id}"), &whole, &uri, &headers)
+    // Rendered only when the part needs it: a later part of a running call
+    // comes from the snapshot its part 1 kept.
+    let whole = || api.answers.get_or_render(&record, || api.answer(&id, &record).to_string());
+    api.respond("answers", &format!("/llm/answers/{id}"), whole, &uri, &headers)
 }
 
 async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
-    let whole = schema::schema(api.parts.config()).to_string();
-    api.respond("schema", "/llm/schema", &whole, &uri, &headers)
+    let whole = || schema::schema(api.parts.config()).to_string().into();
+    api.respond("schema", "/llm/schema", whole, &uri, &headers)
 }
 
 impl Api {
@@ -265,11 +267,19 @@ impl Api {
         }
     }
 
-    /// `whole` as the part the request asks for (`?part=N&snapshot=...`;
-    /// read by `parts`, so that a bad value gets its JSON error).
-    fn respond(&self, route: &str, resource: &str, whole: &str, uri: &Uri, headers: &HeaderMap) -> Response {
+    /// The answer `whole` renders as the part the request asks for
+    /// (`?part=N&snapshot=...`; read by `parts`, so that a bad value gets
+    /// its JSON error).
+    fn respond(
+        &self,
+        route: &str,
+        resource: &str,
+        whole: impl FnOnce() -> Arc<str>,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Response {
         let query = PartQuery::from_query(uri.query());
-        let response = self.parts.respond(resource, whole, &query, headers.get(header::IF_MATCH));
+        let response = self.parts.respond_with(resource, whole, &query, headers.get(header::IF_MATCH));
         let status = response.status();
         let outcome = if status.is_success() { "ok" } else { status.as_str() };
         self.sources.metrics.llm_api.with_label_values(&[route, outcome]).inc();

@@ -94,8 +94,10 @@ impl Snapshots {
 
     /// Keeps `content` as the snapshot `etag` of `resource`, its latest, for
     /// the TTL from `now` (again, if it is kept already). Content that
-    /// cannot fit in the byte bound is recorded without its bytes.
-    pub(super) fn keep(&mut self, resource: &str, etag: &str, content: &str, now: Instant) {
+    /// cannot fit in the byte bound is recorded without its bytes. Shared,
+    /// not copied: the caller may keep the same bytes (an ended call's
+    /// rendered answer).
+    pub(super) fn keep(&mut self, resource: &str, etag: &str, content: &Arc<str>, now: Instant) {
         self.purge(now);
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -110,7 +112,7 @@ impl Snapshots {
         } else {
             let overhead = resource.len() + etag.len();
             let fits = content.len().saturating_add(overhead) <= self.max_bytes;
-            let content = fits.then(|| Arc::<str>::from(content));
+            let content = fits.then(|| content.clone());
             let bytes = overhead + content.as_ref().map_or(0, |c| c.len());
             kept.kept.insert(etag.to_owned(), Entry { content, expires, seq, bytes });
             self.bytes += bytes;
@@ -168,7 +170,7 @@ mod tests {
     #[test]
     fn a_ttl_of_any_length_is_taken() {
         let mut s = Snapshots::new(Duration::MAX, 1, 1 << 20);
-        s.keep("/a", "1", "one", Instant::now());
+        s.keep("/a", "1", &"one".into(), Instant::now());
         assert_eq!(s.get("/a", "1", Instant::now()), Found::Content("one".into()));
     }
 
@@ -176,10 +178,10 @@ mod tests {
     fn the_oldest_goes_first_when_the_count_is_full() {
         let now = Instant::now();
         let mut s = snapshots(2, 1 << 20);
-        s.keep("/a", "1", "one", now);
-        s.keep("/b", "2", "two", now);
-        s.keep("/a", "1", "one", now); // kept again: now the newest
-        s.keep("/c", "3", "three", now);
+        s.keep("/a", "1", &"one".into(), now);
+        s.keep("/b", "2", &"two".into(), now);
+        s.keep("/a", "1", &"one".into(), now); // kept again: now the newest
+        s.keep("/c", "3", &"three".into(), now);
         assert_eq!(s.get("/b", "2", now), Found::Nothing);
         assert_eq!(s.get("/a", "1", now), Found::Content("one".into()));
         assert_eq!(s.usage().0, 2);
@@ -189,11 +191,11 @@ mod tests {
     fn bytes_are_bounded_and_a_too_large_answer_is_recorded_without_content() {
         let now = Instant::now();
         let mut s = snapshots(10, 20);
-        s.keep("/a", "1", &"x".repeat(15), now); // 2 + 1 + 15 = 18 bytes
-        s.keep("/b", "2", "yy", now); // 5 more: /a goes
+        s.keep("/a", "1", &"x".repeat(15).into(), now); // 2 + 1 + 15 = 18 bytes
+        s.keep("/b", "2", &"yy".into(), now); // 5 more: /a goes
         assert_eq!(s.get("/a", "1", now), Found::Nothing);
         assert_eq!(s.usage(), (1, 5));
-        s.keep("/c", "3", &"z".repeat(100), now);
+        s.keep("/c", "3", &"z".repeat(100).into(), now);
         assert_eq!(s.get("/c", "3", now), Found::Record);
         assert_eq!(s.latest("/c", now), Some(("3".to_owned(), None)));
         assert_eq!(s.usage(), (2, 8));
@@ -203,8 +205,8 @@ mod tests {
     fn entries_expire_and_the_latest_goes_with_its_entry() {
         let now = Instant::now();
         let mut s = snapshots(10, 1 << 20);
-        s.keep("/a", "1", "one", now);
-        s.keep("/a", "2", "two", now + Duration::from_secs(30));
+        s.keep("/a", "1", &"one".into(), now);
+        s.keep("/a", "2", &"two".into(), now + Duration::from_secs(30));
         assert_eq!(s.latest("/a", now + Duration::from_secs(59)).map(|l| l.0), Some("2".to_owned()));
         assert_eq!(s.get("/a", "1", now + Duration::from_secs(60)), Found::Nothing);
         assert_eq!(s.get("/a", "2", now + Duration::from_secs(60)), Found::Content("two".into()));

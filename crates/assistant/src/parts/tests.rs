@@ -115,6 +115,31 @@ fn split_cuts_on_character_boundaries_and_always_makes_progress() {
     }
 }
 
+#[test]
+fn a_later_part_from_its_snapshot_does_not_render_the_answer_again() {
+    let parts = parts(10);
+    let answer: Arc<str> = json!({ "text": "x".repeat(100) }).to_string().into();
+    let renders = std::cell::Cell::new(0);
+    let render = || {
+        renders.set(renders.get() + 1);
+        answer.clone()
+    };
+    let query = |part: u32, snapshot: Option<&str>| PartQuery {
+        part: Some(part.to_string()),
+        snapshot: snapshot.map(str::to_owned),
+    };
+    let (etag, _) = parts.part("/r", render, &query(1, None), None).unwrap();
+    assert_eq!(renders.get(), 1);
+    assert_eq!(Arc::strong_count(&answer), 2, "the snapshot shares the rendered bytes");
+    for part in 2..=5 {
+        parts.part("/r", render, &query(part, Some(&etag)), None).unwrap();
+    }
+    assert_eq!(renders.get(), 1, "later parts come from the snapshot");
+    // Naming no snapshot, a later part is checked against the answer as it is now.
+    parts.part("/r", render, &query(2, None), None).unwrap();
+    assert_eq!(renders.get(), 2);
+}
+
 #[tokio::test]
 async fn later_parts_come_from_the_snapshot_named_in_the_query_or_if_match() {
     let parts = parts(8);
