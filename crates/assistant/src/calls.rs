@@ -58,7 +58,12 @@ use tokio::time::Instant;
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
-    calls::{journal::Writing, outcome::ModelOutcome, record::CallRecord, records::Records},
+    calls::{
+        journal::Writing,
+        outcome::ModelOutcome,
+        record::{Bound, CallRecord},
+        records::Records,
+    },
     config::NAME,
     metrics,
 };
@@ -326,7 +331,7 @@ impl Calls {
             shared.duplicated.with_label_values(&[metrics::STORE_DOWN]).inc();
         }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
-        let record = Arc::new(CallRecord::journaled(MAX_ANSWER_BYTES, tap));
+        let record = Arc::new(CallRecord::journaled(Bound::for_call(MAX_ANSWER_BYTES, id), tap));
         shared.records().hold(id, &record);
         let writing = Writing {
             journal: shared.journal.clone(),

@@ -214,7 +214,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_mirror_says_what_the_runners_record_says() {
         let (tap, mut entries) = mpsc::unbounded_channel();
-        let runner = CallRecord::journaled(1 << 20, tap);
+        let runner = CallRecord::journaled(crate::calls::record::Bound::new(1 << 20), tap);
         tokio::time::advance(Duration::from_millis(40)).await;
         runner.push(ModelEvent::TextDelta("Сей".into()));
         tokio::time::advance(Duration::from_millis(60)).await;

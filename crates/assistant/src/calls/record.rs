@@ -43,10 +43,35 @@ const END_ALLOWANCE: usize = 1024;
 /// its header, its numbers and its place take.
 const EVENT_COST: usize = 32;
 
+/// What a record keeps at most: its bytes, each event counted at its text
+/// and a cost of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bound {
+    max_bytes: usize,
+    event_cost: usize,
+}
+
+impl Bound {
+    /// At most about `max_bytes`, an event counting its text and [`EVENT_COST`].
+    pub(crate) fn new(max_bytes: usize) -> Bound {
+        Bound { max_bytes, event_cost: EVENT_COST }
+    }
+
+    /// As [`Bound::new`], each event also counting the length of
+    /// `request_id`, which every event of the call's stream and of its
+    /// `/llm/answers` repeats: what a reader is sent then stays within a
+    /// small multiple of the bound, whatever id the client chose and however
+    /// small the model's pieces (a character each, with a 256-byte id, made
+    /// 10 MB of a 1 MiB record).
+    pub(crate) fn for_call(max_bytes: usize, request_id: &str) -> Bound {
+        Bound { max_bytes, event_cost: EVENT_COST + request_id.len() }
+    }
+}
+
 /// The recording of one call; the writer and the source of followers.
 #[derive(Debug)]
 pub(crate) struct CallRecord {
-    max_bytes: usize,
+    bound: Bound,
     started: Instant,
     tx: watch::Sender<Recording>,
     /// What the call's readers share (the stream's events, made once),
@@ -111,22 +136,30 @@ impl CallRecord {
     /// An empty record keeping at most about `max_bytes`.
     #[cfg(test)]
     pub(crate) fn new(max_bytes: usize) -> CallRecord {
-        CallRecord::started_at(max_bytes, Instant::now(), None)
+        CallRecord::started_at(Bound::new(max_bytes), Instant::now(), None)
     }
 
-    /// The runner's record: as [`CallRecord::new`], sending what it keeps
+    /// An empty record keeping at most `bound`.
+    #[cfg(test)]
+    pub(crate) fn bounded(bound: Bound) -> CallRecord {
+        CallRecord::started_at(bound, Instant::now(), None)
+    }
+
+    /// The runner's record: keeping at most `bound`, sending what it keeps
     /// to `tap`, its start first.
-    pub(crate) fn journaled(max_bytes: usize, tap: Tap) -> CallRecord {
+    pub(crate) fn journaled(bound: Bound, tap: Tap) -> CallRecord {
         let _ = tap.send((Entry::started_now(), false));
-        CallRecord::started_at(max_bytes, Instant::now(), Some(tap))
+        CallRecord::started_at(bound, Instant::now(), Some(tap))
     }
 
-    /// A mirror of a call that started at `started`, fed from its journal.
+    /// A mirror of a call that started at `started`, fed from its journal:
+    /// its events cost no more than the runner's did, so it keeps
+    /// everything the runner kept within `max_bytes`.
     pub(crate) fn mirror(max_bytes: usize, started: Instant) -> CallRecord {
-        CallRecord::started_at(max_bytes, started, None)
+        CallRecord::started_at(Bound::new(max_bytes), started, None)
     }
 
-    fn started_at(max_bytes: usize, started: Instant, tap: Option<Tap>) -> CallRecord {
+    fn started_at(bound: Bound, started: Instant, tap: Option<Tap>) -> CallRecord {
         let recording = Recording {
             started,
             log: Vec::new(),
@@ -139,7 +172,7 @@ impl CallRecord {
             ended: None,
         };
         let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
-        CallRecord { max_bytes, started, tx: watch::Sender::new(recording), shared, tap }
+        CallRecord { bound, started, tx: watch::Sender::new(recording), shared, tap }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
@@ -152,7 +185,7 @@ impl CallRecord {
         let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
             let was_cut = recording.truncated;
-            let kept = recording.push(event, at, self.max_bytes);
+            let kept = recording.push(event, at, self.bound);
             if kept {
                 if recording.first_event.is_none() {
                     recording.first_event = Some(at);
@@ -327,28 +360,28 @@ impl Recording {
     }
 
     /// Whether `event`, or a part of it, was kept (as having come `at`).
-    fn push(&mut self, event: ModelEvent, at: Duration, max_bytes: usize) -> bool {
+    fn push(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> bool {
         if self.finished {
             return false;
         }
         let event = match event {
-            ModelEvent::TextDelta(text) => match self.fit(text, max_bytes) {
+            ModelEvent::TextDelta(text) => match self.fit(text, bound) {
                 Some(text) => ModelEvent::TextDelta(text),
                 None => return false,
             },
-            ModelEvent::ReasoningDelta(text) => match self.fit(text, max_bytes) {
+            ModelEvent::ReasoningDelta(text) => match self.fit(text, bound) {
                 Some(text) => ModelEvent::ReasoningDelta(text),
                 None => return false,
             },
             end => {
-                if self.bytes + EVENT_COST + end.text_len() > max_bytes + END_ALLOWANCE {
+                if self.bytes + bound.event_cost + end.text_len() > bound.max_bytes + END_ALLOWANCE {
                     self.truncated = true;
                     return false;
                 }
                 end
             }
         };
-        let (was, cost) = (self.log.len(), EVENT_COST + event.text_len());
+        let (was, cost) = (self.log.len(), bound.event_cost + event.text_len());
         Entry::Event { event, at }.encode_into(&mut self.log);
         let Ok(end) = u32::try_from(self.log.len()) else {
             // Past what a u32 spans: no bound is that large, but kept a prefix all the same.
@@ -363,11 +396,11 @@ impl Recording {
 
     /// What of `text` fits, if anything; past the bound the record is
     /// truncated and keeps no more text, so that it stays a prefix.
-    fn fit(&mut self, text: String, max_bytes: usize) -> Option<String> {
+    fn fit(&mut self, text: String, bound: Bound) -> Option<String> {
         if self.truncated {
             return None;
         }
-        let room = max_bytes.saturating_sub(self.bytes + EVENT_COST);
+        let room = bound.max_bytes.saturating_sub(self.bytes + bound.event_cost);
         if text.len() <= room {
             return Some(text);
         }

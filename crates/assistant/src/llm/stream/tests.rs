@@ -5,7 +5,7 @@ use futures_util::StreamExt;
 use super::*;
 use crate::{
     backend::EventSink,
-    calls::record::CallRecord,
+    calls::record::{Bound, CallRecord},
     jsonseq::{parse_transcript, validate},
 };
 
@@ -41,6 +41,31 @@ fn finished(events: &[ModelEvent]) -> Arc<CallRecord> {
     }
     record.finish();
     record
+}
+
+/// The bytes a subscriber is sent of a call whose model gave `MAX` pieces
+/// of one character, its record bounded by `bound`.
+async fn streamed_bytes(id: &str, bound: Bound) -> usize {
+    let record = Arc::new(CallRecord::bounded(bound));
+    for _ in 0..MAX {
+        record.event(text("a"));
+    }
+    record.finish();
+    read_all(sse(id, &record, subscription(0), Shutdown::new()).expect("a stream")).await.len()
+}
+
+const MAX: usize = 64 * 1024;
+
+#[tokio::test(start_paused = true)]
+async fn what_a_stream_sends_stays_near_its_records_bound_whatever_the_id_and_pieces() {
+    let id = "r".repeat(256);
+    let sent = streamed_bytes(&id, Bound::for_call(MAX, &id)).await;
+    assert!(sent <= 2 * MAX, "{sent} bytes sent of a record of {MAX}");
+    // Counted without the id, the same record is sent ten times over.
+    let without = streamed_bytes(&id, Bound::new(MAX)).await;
+    assert!(without > 8 * MAX, "{without} bytes sent of a record of {MAX}");
+    let short = streamed_bytes("r-1", Bound::for_call(MAX, "r-1")).await;
+    assert!(short <= 4 * MAX, "{short} bytes sent of a record of {MAX}");
 }
 
 #[tokio::test(start_paused = true)]
