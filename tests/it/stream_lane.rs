@@ -283,6 +283,24 @@ async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
 }
 
 #[tokio::test]
+async fn a_model_sending_a_character_a_piece_makes_a_stream_near_the_calls_bound_whatever_the_id() {
+    // A model that ignores `max_tokens`, a character a piece, under the longest id a
+    // client may give: every event repeats the id, which the call's 1 MiB bound counts.
+    let pieces = vec!["a"; 100_000];
+    let mock = MockLlm::start(Reply::stream_batched(&pieces, 1_000)).await;
+    let app = spawn_module(&mock, |_| {}).await;
+    let id = "r".repeat(256);
+    run(&client(&app, Transport::Http), &id, "расскажи длинно").await;
+    let answer = exchange(&app, &[&stream_request(&id)]).await;
+    let transcript = dechunk(&answer[answer.find("\r\n\r\n").expect("a head") + 4..]);
+    let (events, _) = parse_transcript(&transcript);
+    assert_eq!(events.last().map(|e| e.name.as_str()), Some("completed"));
+    // Counted without the id, the record kept some 31,000 pieces: 10 MB of events.
+    assert!(transcript.len() < 2 << 20, "{} bytes of events", transcript.len());
+    assert!(events.len() > 1_000, "the answer is kept up to the bound: {} events", events.len());
+}
+
+#[tokio::test]
 async fn a_stream_silent_for_longer_than_the_send_timeout_is_not_cut_off() {
     // Each word 600 ms after the one before, the send timeout 250 ms: the
     // stream waits on its model, not on its client.
