@@ -14,6 +14,26 @@ use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 pub fn decode_requests(data: &[u8], format: Format) {
     decode_as::<TScenarioRunRequest>(data, format);
     decode_as::<TScenarioApplyRequest>(data, format);
+    if format == Format::Binary {
+        state_measure(data);
+    }
+}
+
+/// A `State` the dispatcher lets in, measured on the wire, is within the
+/// nesting limit when decoded too (the wire walk may refuse more: bytes
+/// that do not decode, which a decoder leaves as bytes).
+fn state_measure(data: &[u8]) {
+    use codec::depth::{check_any, check_message};
+    let Ok(request) = TScenarioRunRequest::decode(data) else { return };
+    let Some(state) = request.base_request.as_ref().and_then(|base| base.state.as_ref()) else { return };
+    if check_any(state, 3).is_err() {
+        return;
+    }
+    let any = megamind_core::proto::DESCRIPTOR_POOL.get_message_by_name("google.protobuf.Any").expect("Any");
+    let decoded = DynamicMessage::decode(any, state.encode_to_vec().as_slice()).expect("an Any decodes");
+    if let Err(error) = check_message(&decoded, 3) {
+        panic!("a State measured on the wire within the limit decodes past it: {error}");
+    }
 }
 
 fn decode_as<T: Message + ReflectMessage + Default>(data: &[u8], format: Format) {
