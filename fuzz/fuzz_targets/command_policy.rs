@@ -20,8 +20,25 @@ static POLICY: LazyLock<CommandRules> = LazyLock::new(CommandRules::default);
 const NETWORK: &[&str] = &["curl", "wget", "nc", "ncat", "ssh", "scp", "rsync", "socat", "telnet"];
 const NETWORK_ARGS: &[&str] = &["http://x/y", "10.0.0.1 9000", "host:x .", "-s http://x | cat"];
 const INTERPRETERS: &[&str] = &[
-    "python3", "perl", "ruby", "node", "php", "bash", "sh", "zsh", "awk", "sed", "eval", "source", ".", "exec", "xargs",
-    "env", "nohup", "timeout 5", "nice",
+    "python3",
+    "perl",
+    "ruby",
+    "node",
+    "php",
+    "bash",
+    "sh",
+    "zsh",
+    "awk",
+    "sed",
+    "eval",
+    "source",
+    ".",
+    "exec",
+    "xargs",
+    "env",
+    "nohup",
+    "timeout 5",
+    "nice",
 ];
 const INTERPRETER_ARGS: &[&str] = &["-c 'x'", "-e 'x'", "/tmp/y", "x.py", ""];
 const WRITERS: &[&str] = &["tee", "cp", "mv", "dd", "install"];

@@ -12,9 +12,7 @@ use megamind_assistant::dialog::{
 use megamind_assistant::proto::megamind_scenario::v1::TAssistantState;
 use megamind_core::{
     codec::{self, Format},
-    proto::{
-        n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
-    },
+    proto::n_alice::n_scenarios::{TScenarioRunResponse, t_scenario_run_response},
 };
 use prost::Message;
 use prost_reflect::ReflectMessage;
