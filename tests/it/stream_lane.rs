@@ -264,10 +264,13 @@ async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartb
 
 #[tokio::test]
 async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
-    // Some 12 MB of events, made in about a second: more than the sockets' buffers hold.
-    let words: Vec<String> = (0..100_000).map(|i| format!("w{i} ")).collect();
-    let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    let mock = MockLlm::start(Reply::stream_batched(&words, 100)).await;
+    // The call keeps about 1 MiB of text, each control character of which an
+    // event's JSON writes as six bytes (`\u0001`): some 6 MB of events, made
+    // in about a second, more than the sockets' buffers hold (4 MiB at most
+    // for the server's, 4 KiB for the client's).
+    let piece = "\u{1}".repeat(1_000);
+    let pieces = vec![piece.as_str(); 2_000];
+    let mock = MockLlm::start(Reply::stream_batched(&pieces, 10)).await;
     let app = spawn_module_in(Config { send_timeout_ms: 300, ..Config::default() }, &mock, |_| {}).await;
     run(&client(&app, Transport::Http), "lane-stuck", "расскажи длинно").await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
