@@ -1,6 +1,6 @@
 //! JSON answers served whole or in parts (the contract: docs/parts.md), for
 //! the `/llm/...` JSON API routes. [`Parts::respond`] takes an answer's current serialized JSON
-//! and answers the part a request asks for (`?part=N`, from 1).
+//! (rendered when a part needs it) and answers the part a request asks for (`?part=N`, from 1).
 //!
 //! An answer of at most `chunk_bytes` bytes comes whole:
 //! `{"is_consequential": false, "content": <the JSON itself>, "part": 1,
@@ -146,25 +146,14 @@ impl Parts {
     }
 
     /// The answer for `resource` (the request path, say), whose current
-    /// serialized JSON (compact, from serde_json) is `current`, as the part
-    /// `query` and `if_match` ask for: the part's JSON with
+    /// serialized JSON (compact, from serde_json) `current` renders, as the
+    /// part `query` and `if_match` ask for: the part's JSON with
     /// `Content-Type: application/json`, `ETag` and `Cache-Control: no-store`,
-    /// or a [`PartError`]'s JSON error.
+    /// or a [`PartError`]'s JSON error. `current` is called only when the
+    /// part needs it: a later part served from its kept snapshot does not,
+    /// so an answer that is dear to render (a running model call's) is not
+    /// rendered again for each of its parts.
     pub fn respond(
-        &self,
-        resource: &str,
-        current: &str,
-        query: &PartQuery,
-        if_match: Option<&HeaderValue>,
-    ) -> Response {
-        self.respond_with(resource, || current.into(), query, if_match)
-    }
-
-    /// As [`Parts::respond`], the current answer rendered by `current` only
-    /// when the part needs it: a later part served from its kept snapshot
-    /// does not, so an answer that is dear to render (a running model
-    /// call's) is not rendered again for each of its parts.
-    pub fn respond_with(
         &self,
         resource: &str,
         current: impl FnOnce() -> Arc<str>,

@@ -136,7 +136,7 @@ impl CallRecord {
     /// An empty record keeping at most about `max_bytes`.
     #[cfg(test)]
     pub(crate) fn new(max_bytes: usize) -> CallRecord {
-        CallRecord::started_at(Bound::new(max_bytes), Instant::now(), None)
+        CallRecord::bounded(Bound::new(max_bytes))
     }
 
     /// An empty record keeping at most `bound`.

@@ -279,7 +279,7 @@ impl Api {
         headers: &HeaderMap,
     ) -> Response {
         let query = PartQuery::from_query(uri.query());
-        let response = self.parts.respond_with(resource, whole, &query, headers.get(header::IF_MATCH));
+        let response = self.parts.respond(resource, whole, &query, headers.get(header::IF_MATCH));
         let status = response.status();
         let outcome = if status.is_success() { "ok" } else { status.as_str() };
         self.sources.metrics.llm_api.with_label_values(&[route, outcome]).inc();

@@ -29,7 +29,7 @@ impl Seen {
 async fn ask(parts: &Parts, current: &str, part: Option<&str>, snapshot: Option<&str>, if_match: Option<&str>) -> Seen {
     let query = PartQuery { part: part.map(str::to_owned), snapshot: snapshot.map(str::to_owned) };
     let if_match = if_match.map(|v| HeaderValue::from_str(v).unwrap());
-    let response = parts.respond("/llm/answers/r1", current, &query, if_match.as_ref());
+    let response = parts.respond("/llm/answers/r1", || current.into(), &query, if_match.as_ref());
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
@@ -296,7 +296,7 @@ async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
     async fn answer(State((parts, versions)): State<(Parts, Versions)>, uri: Uri, headers: HeaderMap) -> Response {
         let query = PartQuery::from_query(uri.query());
         let mut versions = versions.lock().unwrap();
-        let response = parts.respond(uri.path(), &versions.0, &query, headers.get(header::IF_MATCH));
+        let response = parts.respond(uri.path(), || versions.0.as_str().into(), &query, headers.get(header::IF_MATCH));
         if query.part.as_deref().unwrap_or("1") == "1" {
             if let Some(next) = versions.1.take() {
                 versions.0 = next;

@@ -43,6 +43,9 @@ fn finished(events: &[ModelEvent]) -> Arc<CallRecord> {
     record
 }
 
+/// The bound of the records below.
+const MAX: usize = 64 * 1024;
+
 /// The bytes a subscriber is sent of a call whose model gave `MAX` pieces
 /// of one character, its record bounded by `bound`.
 async fn streamed_bytes(id: &str, bound: Bound) -> usize {
@@ -53,8 +56,6 @@ async fn streamed_bytes(id: &str, bound: Bound) -> usize {
     record.finish();
     read_all(sse(id, &record, subscription(0), Shutdown::new()).expect("a stream")).await.len()
 }
-
-const MAX: usize = 64 * 1024;
 
 #[tokio::test(start_paused = true)]
 async fn what_a_stream_sends_stays_near_its_records_bound_whatever_the_id_and_pieces() {
