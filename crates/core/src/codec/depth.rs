@@ -219,11 +219,14 @@ fn decode_payload(desc: MessageDescriptor, payload: Bytes, level: usize) -> Resu
     if level > MAX_DEPTH {
         return Err(TooDeep);
     }
-    match DynamicMessage::decode(desc, payload) {
+    match DynamicMessage::decode(desc.clone(), payload.clone()) {
         Ok(inner) => Ok(Some(inner)),
         // Bytes that do not decode stay bytes; only a failure of prost's own
-        // recursion limit says something about depth.
-        Err(error) if is_recursion_error(&error) => Err(TooDeep),
+        // recursion limit may say something about depth. It may also come of
+        // a length past the end of the message around it, which prost reads
+        // on into before it notices: only the walk on the wire, which keeps
+        // each message to its bytes, tells the two apart.
+        Err(error) if is_recursion_error(&error) && check_nesting(&payload, &desc, level).is_err() => Err(TooDeep),
         Err(_) => Ok(None),
     }
 }
@@ -355,6 +358,70 @@ pub(crate) mod tests {
             seen.push(decoded);
         }
         assert!(seen[10..].contains(&Ok(())) && seen[10..].contains(&Err(TooDeep)), "the range spans the limit");
+    }
+
+    #[test]
+    fn groups_the_schema_lacks_count_as_levels_on_the_wire_as_decoders_count_them() {
+        // `groups` groups of field 5, one in the next, around a field of their own.
+        let groups = |groups: usize| {
+            let mut bytes = vec![0x2b; groups];
+            bytes.extend([0x08, 0x01]);
+            bytes.extend(vec![0x2c; groups]);
+            bytes
+        };
+        let mut refused = Vec::new();
+        for n in 90..110 {
+            for type_url in ["google.protobuf.Struct", "google.protobuf.Any"] {
+                let any = prost_types::Any { type_url: format!("type.googleapis.com/{type_url}"), value: groups(n) };
+                let base =
+                    TScenarioBaseRequest { request_id: "x".into(), state: Some(any.clone()), ..Default::default() };
+                let request = TScenarioRunRequest { base_request: Some(base), input: None };
+                let decoded = check_message(&request.transcode_to_dynamic(), 1);
+                let on_the_wire = check_any(&any, 3);
+                // The walk may refuse a little earlier than a decoder; never later.
+                assert!(on_the_wire.is_err() || decoded.is_ok(), "{n} groups in {type_url}: {decoded:?}");
+                refused.push(on_the_wire.is_err());
+            }
+        }
+        assert!(refused.contains(&true) && refused.contains(&false), "the range spans the limit");
+    }
+
+    #[test]
+    fn a_length_past_the_end_of_its_message_is_malformed_not_deep() {
+        use prost::encoding::encode_varint;
+        use prost_types::{ListValue, Value as Json, value::Kind as JsonKind};
+        let delimited = |tag: u8, content: &[u8]| {
+            let mut bytes = vec![tag];
+            encode_varint(content.len() as u64, &mut bytes);
+            bytes.extend_from_slice(content);
+            bytes
+        };
+        // A list 60 levels deep, after the map entry's value: to the entry a
+        // second key (field 1, a string), not walked into.
+        let list = |value: Json| ListValue { values: vec![value] };
+        let deep = (0..60).fold(list(Json { kind: Some(JsonKind::NumberValue(1.0)) }), |inner, _| {
+            list(Json { kind: Some(JsonKind::ListValue(inner)) })
+        });
+        let deep = deep.encode_to_vec();
+        // 40 lists down, an item whose own list claims the bytes after the item.
+        let mut claim = vec![0x32];
+        encode_varint(deep.len() as u64, &mut claim);
+        let mut value = delimited(0x32, &delimited(0x0a, &claim));
+        for _ in 0..40 {
+            value = delimited(0x32, &delimited(0x0a, &value));
+        }
+        let mut entry = delimited(0x0a, b"k");
+        entry.extend(delimited(0x12, &value));
+        entry.extend(&deep);
+        let payload = Bytes::from(delimited(0x0a, &entry));
+
+        let desc = crate::proto::DESCRIPTOR_POOL.get_message_by_name("google.protobuf.Struct").unwrap();
+        let error = DynamicMessage::decode(desc.clone(), payload.clone()).unwrap_err();
+        assert!(is_recursion_error(&error), "prost reads on past the item's end: {error}");
+        assert_eq!(decode_payload(desc, payload.clone(), 4), Ok(None), "malformed: stays bytes");
+        let any =
+            prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Struct".into(), value: payload.into() };
+        assert_eq!(check_any(&any, 3), Ok(()), "measured alike on the wire");
     }
 
     #[test]

@@ -75,7 +75,11 @@ impl Count {
     fn message(&mut self, body: &[u8], desc: &MessageDescriptor, depth: usize) -> Result<(), Shape> {
         if desc.full_name() == ANY {
             self.add(2, depth)?;
-            return match any_payload(body) {
+            let (payload, groups) = any_payload(body);
+            if self.deep_is_error && depth + groups > MAX_DEPTH {
+                return Err(Shape::TooDeep);
+            }
+            return match payload {
                 Some((type_url, payload)) => match any_type(desc.parent_pool(), type_url) {
                     Some(inner) => self.nested(payload, &inner, depth + 1),
                     None => Ok(()),
@@ -83,11 +87,16 @@ impl Count {
                 None => Ok(()),
             };
         }
+        let mut groups = Groups::default();
         for field in Fields(body) {
             self.add(1, depth)?;
+            let own = groups.own(&field);
+            if self.deep_is_error && depth + groups.open > MAX_DEPTH {
+                return Err(Shape::TooDeep);
+            }
             let Field::Delimited { number, payload } = field else { continue };
             let inner = u32::try_from(number).ok().and_then(|number| desc.get_field(number));
-            if let Some(Kind::Message(inner)) = inner.map(|field| field.kind()) {
+            if let (true, Some(Kind::Message(inner))) = (own, inner.map(|field| field.kind())) {
                 self.nested(payload, &inner, depth + 1)?;
             }
         }
@@ -115,24 +124,57 @@ impl Count {
     }
 }
 
-/// An `Any`'s `type_url` (field 1) and `value` (field 2), in either order.
-fn any_payload(body: &[u8]) -> Option<(&str, &[u8])> {
-    let (mut type_url, mut value) = (None, None);
+/// An `Any`'s `type_url` (field 1) and `value` (field 2), in either order,
+/// and how deep the groups in it nest.
+fn any_payload(body: &[u8]) -> (Option<(&str, &[u8])>, usize) {
+    let (mut type_url, mut value, mut groups) = (None, None, Groups::default());
     for field in Fields(body) {
         match field {
+            _ if !groups.own(&field) => {}
             Field::Delimited { number: 1, payload } => type_url = std::str::from_utf8(payload).ok(),
             Field::Delimited { number: 2, payload } => value = Some(payload),
             _ => {}
         }
     }
-    Some((type_url?, value?))
+    (type_url.zip(value), groups.deepest)
+}
+
+/// The groups open as a message's fields are read. A field the schema
+/// lacks may be a group, whose fields are its own, not the message's; a
+/// decoder skips each group one level deeper than the one around it.
+#[derive(Default)]
+struct Groups {
+    open: usize,
+    deepest: usize,
+}
+
+impl Groups {
+    /// Counts `field` in; whether it is the message's own.
+    fn own(&mut self, field: &Field<'_>) -> bool {
+        match field {
+            Field::GroupStart => {
+                self.open += 1;
+                self.deepest = self.deepest.max(self.open);
+                false
+            }
+            Field::GroupEnd => {
+                self.open = self.open.saturating_sub(1);
+                false
+            }
+            Field::Delimited { .. } | Field::Other => self.open == 0,
+        }
+    }
 }
 
 /// One field read off the wire.
 enum Field<'a> {
     /// A length-delimited field: a message, string, bytes or packed list.
     Delimited { number: u64, payload: &'a [u8] },
-    /// Any other field (its value skipped), or a group's start or end.
+    /// A group's start: the fields up to its end are the group's.
+    GroupStart,
+    /// A group's end.
+    GroupEnd,
+    /// Any other field, its value skipped.
     Other,
 }
 
@@ -157,7 +199,8 @@ impl<'a> Iterator for Fields<'a> {
                 let len = usize::try_from(varint(&mut self.0)?).ok()?;
                 take(&mut self.0, len).map(|payload| Field::Delimited { number: key >> 3, payload })
             }
-            GROUP_START | GROUP_END => Some(Field::Other),
+            GROUP_START => Some(Field::GroupStart),
+            GROUP_END => Some(Field::GroupEnd),
             _ => None,
         };
         if field.is_none() {
