@@ -217,12 +217,7 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     let (status, full) = get(&http, &replicas[0].base, &path, &[]).await;
     assert_eq!(status, StatusCode::OK, "{full}");
     let events = valid(&full);
-    let text: String = events
-        .iter()
-        .filter(|e| e.name == "final_delta")
-        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["text"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(text, whole);
+    assert_eq!(streamed_text(&events), whole);
     assert_eq!(early, events[..early.len()], "replica 1 streamed the same events as replica 0");
     let last_id = early.last().and_then(|e| e.id.clone()).expect("an id");
     let (status, rest) = get(&http, &replicas[2].base, &path, &[("last-event-id", &last_id)]).await;
@@ -253,6 +248,65 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
 /// runs out within 3 s of its last renewal, the next hop that needs the
 /// call begins it again on another replica, and the user hears the whole
 /// answer once, through the hops.
+/// The `final_delta` texts of a stream, joined.
+fn streamed_text(events: &[megamind_assistant::jsonseq::transcript::Event]) -> String {
+    events
+        .iter()
+        .filter(|e| e.name == "final_delta")
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Appends that time out on a stalled Redis are carried out once it
+/// wakes, and their entries come again with the next append: each must
+/// land in the call's journal once.
+#[tokio::test]
+async fn a_redis_stall_mid_answer_leaves_each_event_in_the_journal_once() {
+    let Some(redis) = RedisServer::start("a Redis stall mid-answer") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
+    let replicas = replicas(&redis, &mock);
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "stall-1";
+    let run =
+        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    client.call(Request::Run(run)).await.expect("/run answers");
+
+    // Once the journal carries the answer's first words, Redis stalls for
+    // longer than an append's timeout, while the model goes on speaking.
+    let path = format!("/llm/stream/{call_id}");
+    let response = http.get(format!("{}{}", replicas[1].base, signed(&path))).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while parse_transcript(&seen).0.iter().filter(|e| e.name == "final_delta").count() < 2 {
+        seen.push_str(std::str::from_utf8(&body.next().await.expect("more events").unwrap()).unwrap());
+    }
+    drop(body);
+    redis.freeze();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.thaw();
+
+    // The whole stream, read where the call ran once it is over, and on the others.
+    let (status, full) = get(&http, &replicas[0].base, &path, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{full}");
+    let events = valid(&full);
+    assert_eq!(streamed_text(&events), PIECES.concat(), "the runner's own stream");
+    for replica in &replicas[1..] {
+        let (status, mirrored) = get(&http, &replica.base, &path, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{mirrored}");
+        assert_eq!(parse_transcript(&mirrored).0, events, "the same events under the same ids on {}", replica.base);
+    }
+    let answers = format!("/llm/answers/{call_id}");
+    for replica in &replicas {
+        let (status, body) = get(&http, &replica.base, &answers, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["content"]["raw_text"].as_str(), Some(PIECES.concat().as_str()), "on {}", replica.base);
+    }
+    assert_eq!(mock.calls(), 1, "one model call");
+}
+
 #[tokio::test]
 async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_it() {
     let Some(redis) = RedisServer::start("a replica killed mid-answer") else { return };

@@ -226,7 +226,7 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     store.start();
     let (Ok(Begin::Lead(lease)), _) = begin(&store, Handler::Run, "j1").await else { panic!("leads in Redis") };
     let entries = [Bytes::from_static(b"one")];
-    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE, lease: None };
+    let appending = Appending { entries: &entries, from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
     assert!(store.append(&lease, appending).await.unwrap());
     let key = Key::new("demo", Handler::Run, "j1");
     server.freeze();
@@ -332,7 +332,7 @@ async fn blocking_journal_reads_open_a_bounded_number_of_connections() {
     assert!(eventually(Duration::from_secs(5), || clients() >= all_blocked).await, "never {all_blocked} connections");
     assert_eq!(clients(), all_blocked, "{readers} followers, {MAX_BLOCKING} of them blocked on a connection each");
     let entries = [Bytes::from_static(b"news")];
-    let appending = Appending { entries: &entries, end: false, max_len: 100, ttl: LEASE, lease: None };
+    let appending = Appending { entries: &entries, from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
     assert!(store.append(&lease, appending).await.unwrap());
     for follower in followers {
         assert_eq!(follower.await.unwrap(), entries.to_vec(), "every follower got the entry in time");

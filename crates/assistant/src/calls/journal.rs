@@ -44,9 +44,13 @@ pub(crate) struct Writing {
 /// Writes what `entries` brings to the journal of `lease`'s key, in
 /// batches, until the last entry, renewing the lease every [`HEARTBEAT`]
 /// while the model is silent; gives up on a lease that no longer holds the
-/// key. A failed append is tried again with the next batch.
+/// key. A failed append is tried again with the next batch: it may have
+/// been carried out all the same (a store that answered late), so each
+/// append says how many entries went before it, and the store skips those
+/// it has.
 pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>) {
     let mut batch = Vec::new();
+    let mut written = 0u64;
     let mut end = false;
     while !end {
         match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
@@ -68,9 +72,19 @@ pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::Unb
         // over goes on after its entries; the ending append leaves the lease
         // to the outcome's completion.
         let renewal = (!end).then_some(writing.lease);
-        let appending = Appending { entries: &batch, end, max_len: MAX_ENTRIES, ttl: writing.kept_ttl, lease: renewal };
+        let appending = Appending {
+            entries: &batch,
+            from: written,
+            end,
+            max_len: MAX_ENTRIES,
+            ttl: writing.kept_ttl,
+            lease: renewal,
+        };
         match writing.journal.append(&lease, appending).await {
-            Ok(true) => batch.clear(),
+            Ok(true) => {
+                written += batch.len() as u64;
+                batch.clear();
+            }
             Ok(false) => {
                 tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
                 writing.lease_lost.inc();

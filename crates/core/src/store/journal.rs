@@ -6,8 +6,11 @@
 //! no longer holds the key (it ran out, another caller took the key over,
 //! the value was stored) appends nothing. Entries are numbered from 1 in
 //! the order they were appended, across leases: a caller that takes a key
-//! over goes on after the entries its predecessor left. The last append
-//! may end the journal; nothing is appended after that. An append (an
+//! over goes on after the entries its predecessor left. An append says how
+//! many entries its holder had appended before ([`Appending::from`]), so
+//! that one sent again after a failure that was none appends nothing twice.
+//! The last append may end the journal; nothing is appended after that (an
+//! ending append sent again answers as it did). An append (an
 //! empty one too) may also renew the lease: a holder that appends now and
 //! then keeps its key however long its work takes, and one that died loses
 //! it a lease after its last append, while its journal stays for its own
@@ -34,6 +37,14 @@ use super::{Key, Lease, StoreError};
 pub struct Appending<'a> {
     /// The entries, in order.
     pub entries: &'a [Bytes],
+    /// How many entries the lease's holder had appended before these, by
+    /// its own count of the appends that answered `Ok(true)`. An append
+    /// that failed (a timeout) may have been carried out all the same, and
+    /// its holder sends its entries again with the next: the store appends
+    /// only those it does not have yet, so that none is written twice. A
+    /// count above what the store has means entries were lost: nothing is
+    /// appended and the append answers `Ok(false)`.
+    pub from: u64,
     /// Whether the journal ends after them.
     pub end: bool,
     /// The journal keeps its last this many entries (the first go past it).

@@ -189,14 +189,6 @@ impl RedisStore {
         self.link.connection()
     }
 
-    async fn command<T>(
-        &self,
-        deadline: Option<Instant>,
-        run: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        self.link.command(deadline, run).await
-    }
-
     /// Runs `command`, which may run twice ([`RedisLink::idempotent`]).
     async fn query<T: redis::FromRedisValue>(
         &self,

@@ -114,10 +114,15 @@ impl Log {
 
     fn append(&self, appending: Appending<'_>) -> bool {
         let mut list = self.lock();
+        // One slot, one lease: every entry it holds is its holder's.
+        let held = list.base + list.ends.len() as u64;
+        let Some(had) = held.checked_sub(appending.from) else { return false };
+        let fresh = appending.entries.get(usize::try_from(had).unwrap_or(usize::MAX)..).unwrap_or_default();
         if list.ended || list.sealed {
-            return false;
+            // The ending append, sent again, answers as it did.
+            return list.ended && !list.sealed && appending.end && fresh.is_empty();
         }
-        for entry in appending.entries {
+        for entry in fresh {
             list.push(entry);
         }
         while list.ends.len() > appending.max_len {
@@ -205,8 +210,8 @@ mod tests {
 
     use super::*;
 
-    fn appending(entries: &[Bytes], max_len: usize, end: bool) -> Appending<'_> {
-        Appending { entries, end, max_len, ttl: Duration::from_secs(1), lease: None }
+    fn appending(entries: &[Bytes], from: u64, max_len: usize, end: bool) -> Appending<'_> {
+        Appending { entries, from, end, max_len, ttl: Duration::from_secs(1), lease: None }
     }
 
     /// Every entry kept after `after`, in as many reads as it takes.
@@ -227,15 +232,15 @@ mod tests {
     fn entries_kept_back_to_back_read_back_as_appended_past_the_cap_and_batches() {
         let log = Log::default();
         let entries: Vec<Bytes> = (0..2000).map(|n| Bytes::from(format!("T{}", "x".repeat(n % 13)))).collect();
-        for chunk in entries.chunks(37) {
-            assert!(log.append(appending(chunk, 1500, false)));
+        for (n, chunk) in entries.chunks(37).enumerate() {
+            assert!(log.append(appending(chunk, 37 * n as u64, 1500, false)));
         }
         assert_eq!(read_all(&log, 0), entries[500..], "the first 500 went past the cap; the rest in order");
         assert_eq!(read_all(&log, 1700), entries[1700..], "from any offset");
         let kept: usize = entries[500..].iter().map(|entry| entry.len() + ENTRY_COST).sum();
         assert_eq!(log.bytes(), kept, "what went past the cap no longer counts");
-        assert!(log.append(appending(&[Bytes::from_static(b"E")], 1500, true)));
-        assert!(!log.append(appending(&[Bytes::from_static(b"late")], 1500, false)), "ended");
+        assert!(log.append(appending(&[Bytes::from_static(b"E")], 2000, 1500, true)));
+        assert!(!log.append(appending(&[Bytes::from_static(b"late")], 2001, 1500, false)), "ended");
         let read = read_all(&log, 2000);
         assert_eq!(read, [Bytes::from_static(b"E")]);
         assert_eq!(log.seal(), kept - entries[500].len() - ENTRY_COST + 1 + ENTRY_COST, "the cap still holds");

@@ -2,10 +2,12 @@
 //! hash-tagged slot (`<key>:journal`), entry `0-N` holding entry N.
 //!
 //! - `append`, one round trip: a script that checks the entry still holds
-//!   the lease's claim, numbers on from the stream's last id, `XADD`s each
-//!   entry (`d` and its bytes; `e` and nothing for the end) with an exact
-//!   `MAXLEN`, `PEXPIRE`s the stream, and the claim too when the append
-//!   renews the lease.
+//!   the lease's claim, skips the entries the claim's holder appended
+//!   already (kept beside, `<key>:journal:count`: an append that timed out
+//!   may have been carried out, and its entries come again with the next),
+//!   numbers on from the stream's last id, `XADD`s each entry (`d` and its
+//!   bytes; `e` and nothing for the end) with an exact `MAXLEN`, `PEXPIRE`s
+//!   the stream, and the claim too when the append renews the lease.
 //! - `read`: a script answers the entries after the one given (`XRANGE`),
 //!   whether there is a journal at all (the stream, or a claim on the
 //!   entry, whose leader has not appended yet) and whether anything holds
@@ -32,23 +34,43 @@ use crate::store::{
     journal::{Appending, Entries, Journal, READ_BATCH},
 };
 
-/// `KEYS`: the entry, its stream. `ARGV`: the claim, the length cap, the
-/// TTL in ms, `1` to end, the lease in ms (0: not renewed), then the entries.
+/// `KEYS`: the entry, its stream, its holder's count. `ARGV`: the claim,
+/// the length cap, the TTL in ms, `1` to end, the lease in ms (0: not
+/// renewed), the entries the holder had appended before, then the entries.
+/// The count (`<claim> <n>`) says how many entries the claim's holder has
+/// appended: those of a batch sent again that are already there are not
+/// appended twice.
 const APPEND: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local held = 0
+local count = redis.call('GET', KEYS[3])
+if count and string.sub(count, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+  held = tonumber(string.sub(count, #ARGV[1] + 2))
+end
+local from = tonumber(ARGV[6])
+if from > held then return -1 end
+local first = 7 + held - from
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local seq = 0
 if top[1] then
-  if top[1][2][1] == 'e' then return -1 end
   seq = tonumber(string.sub(top[1][1], 3))
+  if top[1][2][1] == 'e' then
+    if ARGV[4] == '1' and first > #ARGV then return seq end
+    return -1
+  end
 end
-for i = 6, #ARGV do
+for i = first, #ARGV do
   seq = seq + 1
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'd', ARGV[i])
 end
 if ARGV[4] == '1' then
   seq = seq + 1
   redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], '0-' .. seq, 'e', '')
+end
+if first <= #ARGV then
+  redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. (from + #ARGV - 6), 'PX', ARGV[3])
+else
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
 if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -110,6 +132,11 @@ impl RedisStore {
         format!("{entry}:journal")
     }
 
+    /// Where the count of entries the holder of `entry`'s claim appended is kept.
+    fn count_key(entry: &str) -> String {
+        format!("{entry}:journal:count")
+    }
+
     /// A connection for one blocking read: an idle one, or a new one made
     /// by `deadline` (`None` past it: no news, and no sign of a sick store).
     async fn blocking_connection(&self, deadline: Instant) -> Result<Option<MultiplexedConnection>, StoreError> {
@@ -168,15 +195,15 @@ impl Journal for RedisStore {
     async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
         let claim = claim_of(&lease.token)?;
         let mut invocation = APPEND_SCRIPT.key(&claim.key);
-        invocation.key(Self::journal_key(&claim.key));
+        invocation.key(Self::journal_key(&claim.key)).key(Self::count_key(&claim.key));
         invocation.arg(&claim.claim[..]).arg(appending.max_len.max(1)).arg(millis(appending.ttl).max(1));
         invocation.arg(if appending.end { "1" } else { "0" });
-        invocation.arg(appending.lease.map_or(0, |lease| millis(lease).max(1)));
+        invocation.arg(appending.lease.map_or(0, |lease| millis(lease).max(1))).arg(appending.from);
         for entry in appending.entries {
             invocation.arg(&entry[..]);
         }
-        let mut connection = self.connection()?;
-        let last: i64 = self.command(None, invocation.invoke_async(&mut connection)).await?;
+        // Safe to send twice: the second finds the entries there.
+        let last: i64 = self.invoke(None, &invocation).await?;
         Ok(last >= 0)
     }
 
