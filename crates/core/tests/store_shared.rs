@@ -140,6 +140,39 @@ async fn a_commit_answer_redis_refused_is_stored_once_it_can_be() {
     assert_eq!(&replayed[..], b"pushed");
 }
 
+/// Redis full for longer than the lease: the claim stands in for the
+/// answer it refused, rather than run out and let a retry run the side
+/// effect again.
+#[tokio::test]
+async fn a_commit_answer_redis_refuses_past_its_lease_holds_its_claim() {
+    let Some(server) = RedisServer::start("a commit answer refused past its lease") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let lease_ttl = Duration::from_millis(400);
+    let key = Key::new("demo", Handler::Commit, "full");
+    let deadline = Instant::now() + Duration::from_millis(290);
+    let lead = store.begin(key.clone(), lease_ttl, deadline, &mut || true).await;
+    let Ok(Begin::Lead(lease)) = lead else { panic!("a first /commit leads: {lead:?}") };
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1"));
+    store.complete(lease, Bytes::from_static(b"pushed")).await.unwrap();
+    // Time itself is under test: the lease would have run out by now.
+    tokio::time::sleep(lease_ttl + Duration::from_millis(300)).await;
+    let (retry, _) = begin(&store, Handler::Commit, "full").await;
+    assert!(matches!(retry, Ok(Begin::Wait(_))), "the claim holds past its lease: {retry:?}");
+    let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
+    let until = Instant::now() + Duration::from_secs(5);
+    let replayed = loop {
+        match begin(&store, Handler::Commit, "full").await.0 {
+            Ok(Begin::Hit(value)) => break value,
+            other if Instant::now() < until => {
+                assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the answer was not stored once Redis took writes again: {other:?}"),
+        }
+    };
+    assert_eq!(&replayed[..], b"pushed");
+}
+
 #[tokio::test]
 async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     let Some(server) = RedisServer::start("a Redis frozen") else { return };

@@ -84,6 +84,16 @@ return 1
 
 static END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(END));
 
+/// Keeps the claim `ARGV[1]` for `ARGV[2]` ms more if the key still holds
+/// it. `PEXPIRE` takes no memory: a Redis that is full carries it out.
+const HOLD: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+static HOLD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HOLD));
+
 /// What a key holds: a claim or a value, told apart by the first byte.
 const CLAIM: u8 = b'c';
 const VALUE: u8 = b'v';
@@ -342,6 +352,24 @@ impl RedisStore {
         }
         let _ended: i64 = self.invoke(None, &invocation).await?;
         Ok(())
+    }
+
+    /// Keeps `lease`'s claim until its key's value would have expired (the
+    /// TTL of its handler's answers, from now), if the key still holds it:
+    /// whether it does. A `/commit` answer that a full Redis refused holds
+    /// its entry so, while it is tried again, rather than let a retry run
+    /// the side effect again once the lease runs out.
+    pub async fn hold(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let claim = claim_of(&lease.token)?;
+        let mut invocation = HOLD_SCRIPT.key(&claim.key);
+        invocation.arg(&claim.claim[..]).arg(self.ttl_ms(lease.key.handler).max(1));
+        let held: i64 = self.invoke(None, &invocation).await?;
+        Ok(held == 1)
+    }
+
+    /// How long a value of `handler` is kept.
+    pub fn ttl(&self, handler: Handler) -> Duration {
+        Duration::from_millis(self.ttl_ms(handler))
     }
 
     /// Gives back `claim` of `key`, sent over `connection` but not known to

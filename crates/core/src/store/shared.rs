@@ -24,7 +24,8 @@
 //! and a repeat that comes before it is stored waits for it as for any
 //! lease in flight. A `/commit` or `/apply` answer that Redis did not take
 //! (slow, or down for a while) is tried again until it is stored or its
-//! lease runs out.
+//! lease runs out; one that Redis refused for want of memory holds its
+//! claim, and is tried again, for as long as it would have been kept.
 
 use std::{
     sync::{
@@ -266,8 +267,13 @@ impl SharedStore {
             // A `/commit` answer not stored leaves its claim until the lease
             // runs out, and a retry after that runs the side effect again:
             // it is tried again, while the lease lasts, once Redis answers.
-            let retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
-            let (mut pause, mut retrying) = (FIRST_END_PAUSE, false);
+            let mut retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
+            // A Redis that answers but is full keeps refusing the answer
+            // until memory is freed (answers expiring, an operator): the
+            // claim is then held for as long as the answer would have been
+            // kept, and the answer tried again meanwhile.
+            let hold_until = Instant::now() + store.shared.ttl(lease.key.handler);
+            let (mut pause, mut retrying, mut held) = (FIRST_END_PAUSE, false, false);
             loop {
                 // Tried again only once the store is back, not meanwhile.
                 let ended = if retrying && store.is_down() {
@@ -280,6 +286,14 @@ impl SharedStore {
                 };
                 let Err(error) = ended else { return };
                 let again = Instant::now() + pause;
+                let lease_ends = retry_until.is_some_and(|until| again >= until);
+                if lease_ends && !held && matches!(error, StoreError::Full) && value.is_some() {
+                    held = matches!(store.shared.hold(&lease).await, Ok(true));
+                    if held {
+                        tracing::debug!(key = %lease.key, "Redis is full: an answer it refused holds its claim while it is tried again");
+                        retry_until = Some(hold_until);
+                    }
+                }
                 if retry_until.is_none_or(|until| again >= until) {
                     tracing::debug!(%error, "an entry of the shared store was not ended; its claim runs out by its TTL");
                     return;
