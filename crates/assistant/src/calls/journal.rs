@@ -26,6 +26,13 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Why a mirror of a call that another replica began again ends.
 pub(crate) const RESTARTED: &str = "the replica running the model call went away; another replica started the call \
                                     again: open the stream anew, without Last-Event-ID";
+/// Why a mirror ends whose call's claim ran out unended: its replica may
+/// have died, or only lost Redis (a stall, a restart) for longer than the
+/// lease, and then runs on unseen.
+const UNHELD: &str = "the model call ended without an answer here: its replica went away or lost the shared store \
+                      for longer than its lease; another replica may start the call again";
+/// Why a mirror ends whose call's journal is gone.
+const GONE: &str = "the model call's journal is gone: its replica went away, or the shared store lost it";
 /// Failed reads in a row after which a mirror gives up.
 const MAX_READ_FAILURES: u32 = 20;
 
@@ -171,7 +178,7 @@ pub(crate) async fn mirror(
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
-                record.fail("the model call ended without an answer (its replica went away)");
+                record.fail(UNHELD);
                 return;
             }
             Ok(Some(read)) => {
@@ -187,7 +194,7 @@ pub(crate) async fn mirror(
                 }
             }
             Ok(None) => {
-                record.fail("the model call ended without an answer (its replica went away)");
+                record.fail(GONE);
                 return;
             }
             Err(error) => {
