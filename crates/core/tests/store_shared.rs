@@ -283,6 +283,17 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");
     let read = store.read(&Key::new("demo", Handler::Run, "j2"), 0, Instant::now()).await.unwrap();
     assert_eq!(read.map(|read| read.entries), Some(entries.to_vec()));
+
+    // The key whose journal in Redis a reader followed to entry 1, begun
+    // anew here: that reader must not go on into this other call's entries.
+    let (Ok(Begin::Lead(again)), _) = begin(&store, Handler::Run, "j1").await else { panic!("leads locally") };
+    let other = [Bytes::from_static(b"other one"), Bytes::from_static(b"other two")];
+    let appending = Appending { entries: &other, from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
+    assert!(store.append(&again, appending).await.unwrap());
+    let read = store.read(&key, 1, Instant::now()).await;
+    assert!(matches!(read, Err(StoreError::Unavailable(_))), "out of reach, not another call's entries: {read:?}");
+    let fresh = store.read(&key, 0, Instant::now()).await.unwrap().map(|read| read.entries);
+    assert_eq!(fresh, Some(other.to_vec()), "a reader from the start reads the call begun here");
 }
 
 #[tokio::test]

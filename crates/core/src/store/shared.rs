@@ -18,7 +18,9 @@
 //!
 //! A journal ([`Journal`]) follows its entry: appended where its lease was
 //! taken (Redis, or this replica's memory after a fallback), read from
-//! Redis while it serves and from this replica's memory otherwise.
+//! Redis while it serves and from this replica's memory otherwise; but a
+//! reader past a journal's start whom Redis fails is told so, not handed
+//! on to a journal of the same key in memory, another call's.
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
@@ -414,6 +416,13 @@ impl Journal for SharedStore {
                 Ok(None) => {}
                 Err(error) => failed = Some(error),
             }
+        }
+        // A reader past the start may have been following the journal in
+        // Redis; a journal of the same key in this replica's memory (a call
+        // begun here while Redis was away) is another call's, whose entries
+        // must not go on where the first one's left off.
+        if after > 0 && (failed.is_some() || store.is_down()) {
+            return Err(failed.unwrap_or_else(|| StoreError::Unavailable("the shared store is taken for down".into())));
         }
         match store.local.read(key, after, deadline).await? {
             Some(entries) => Ok(Some(entries)),
