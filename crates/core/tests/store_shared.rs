@@ -75,6 +75,22 @@ async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> boo
     condition()
 }
 
+/// The answer of `/commit` `id` once Redis has stored it, its claim
+/// holding meanwhile (a retry then waits rather than run it again).
+async fn stored_answer(store: &SharedStore, id: &str) -> Bytes {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match begin(store, Handler::Commit, id).await.0 {
+            Ok(Begin::Hit(value)) => return value,
+            other if Instant::now() < until => {
+                assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the answer was not stored once Redis took writes again: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn with_redis_down_run_falls_back_and_commit_is_refused_in_time() {
     let Some(mut server) = RedisServer::start("a Redis down") else { return };
@@ -126,18 +142,7 @@ async fn a_commit_answer_redis_refused_is_stored_once_it_can_be() {
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
     // Its claim would otherwise hold the entry until the lease runs out, and
     // a retry after that would run the side effect again.
-    let until = Instant::now() + Duration::from_secs(5);
-    let replayed = loop {
-        match begin(&store, Handler::Commit, "late").await.0 {
-            Ok(Begin::Hit(value)) => break value,
-            other if Instant::now() < until => {
-                assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => panic!("the answer was not stored once Redis took writes again: {other:?}"),
-        }
-    };
-    assert_eq!(&replayed[..], b"pushed");
+    assert_eq!(&stored_answer(&store, "late").await[..], b"pushed");
 }
 
 /// Redis full for longer than the lease: the claim stands in for the
@@ -150,7 +155,7 @@ async fn a_commit_answer_redis_refuses_past_its_lease_holds_its_claim() {
     let lease_ttl = Duration::from_millis(400);
     let key = Key::new("demo", Handler::Commit, "full");
     let deadline = Instant::now() + Duration::from_millis(290);
-    let lead = store.begin(key.clone(), lease_ttl, deadline, &mut || true).await;
+    let lead = store.begin(key, lease_ttl, deadline, &mut || true).await;
     let Ok(Begin::Lead(lease)) = lead else { panic!("a first /commit leads: {lead:?}") };
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1"));
     store.complete(lease, Bytes::from_static(b"pushed")).await.unwrap();
@@ -159,18 +164,7 @@ async fn a_commit_answer_redis_refuses_past_its_lease_holds_its_claim() {
     let (retry, _) = begin(&store, Handler::Commit, "full").await;
     assert!(matches!(retry, Ok(Begin::Wait(_))), "the claim holds past its lease: {retry:?}");
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
-    let until = Instant::now() + Duration::from_secs(5);
-    let replayed = loop {
-        match begin(&store, Handler::Commit, "full").await.0 {
-            Ok(Begin::Hit(value)) => break value,
-            other if Instant::now() < until => {
-                assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => panic!("the answer was not stored once Redis took writes again: {other:?}"),
-        }
-    };
-    assert_eq!(&replayed[..], b"pushed");
+    assert_eq!(&stored_answer(&store, "full").await[..], b"pushed");
 }
 
 #[tokio::test]

@@ -270,11 +270,6 @@ impl SharedStore {
             // runs out, and a retry after that runs the side effect again:
             // it is tried again, while the lease lasts, once Redis answers.
             let mut retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
-            // A Redis that answers but is full keeps refusing the answer
-            // until memory is freed (answers expiring, an operator): the
-            // claim is then held for as long as the answer would have been
-            // kept, and the answer tried again meanwhile.
-            let hold_until = Instant::now() + store.shared.ttl(lease.key.handler);
             let (mut pause, mut retrying, mut held) = (FIRST_END_PAUSE, false, false);
             loop {
                 // Tried again only once the store is back, not meanwhile.
@@ -288,12 +283,16 @@ impl SharedStore {
                 };
                 let Err(error) = ended else { return };
                 let again = Instant::now() + pause;
+                // A Redis that answers but is full keeps refusing the answer
+                // until memory is freed (answers expiring, an operator): the
+                // claim is then held, and the answer tried, for as long as
+                // the answer would have been kept.
                 let lease_ends = retry_until.is_some_and(|until| again >= until);
                 if lease_ends && !held && matches!(error, StoreError::Full) && value.is_some() {
                     held = matches!(store.shared.hold(&lease).await, Ok(true));
                     if held {
                         tracing::debug!(key = %lease.key, "Redis is full: an answer it refused holds its claim while it is tried again");
-                        retry_until = Some(hold_until);
+                        retry_until = Some(Instant::now() + store.shared.ttl(lease.key.handler));
                     }
                 }
                 if retry_until.is_none_or(|until| again >= until) {
