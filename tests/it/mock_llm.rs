@@ -275,6 +275,11 @@ impl MockLlm {
         *self.shared.calls.borrow()
     }
 
+    /// Replies written completely so far.
+    pub fn served(&self) -> usize {
+        *self.shared.served.borrow()
+    }
+
     /// The requests received so far, in order.
     pub fn received(&self) -> Vec<Received> {
         self.shared.received.lock().unwrap().clone()

@@ -394,6 +394,117 @@ async fn with_redis_gone_calls_run_locally_and_are_counted_as_possibly_twice() {
     );
 }
 
+/// The whole answer of `call_id` on the replica at `base` once it has
+/// ended there, polled every 50 ms for at most 10 s; the last status and
+/// body otherwise.
+async fn ended_answer(http: &reqwest::Client, base: &str, call_id: &str) -> (StatusCode, serde_json::Value) {
+    let path = format!("/llm/answers/{call_id}");
+    let mut last = (StatusCode::NOT_FOUND, serde_json::Value::Null);
+    for _ in 0..200 {
+        let (status, body) = get(http, base, &path, &[]).await;
+        last = (status, serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)));
+        if status == StatusCode::OK && last.1["content"]["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    last
+}
+
+/// A call begun while Redis was gone runs in its replica's memory; once
+/// Redis is back, that replica claims it there and copies its journal, so
+/// that every replica reads it and none calls the model again.
+#[tokio::test]
+async fn a_call_begun_while_redis_was_gone_is_shared_once_it_is_back() {
+    let Some(mut redis) = RedisServer::start("a call shared once Redis is back") else { return };
+    // Slow enough to be running still when the replicas find Redis back.
+    let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(400))).await;
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "shared-later-1";
+    let run =
+        || TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    redis.kill();
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    client.call(Request::Run(run())).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    redis.restart();
+
+    // Read on the other replicas while the model still speaks, and once it is done.
+    let (status, answer) = ended_answer(&http, &replicas[1].base, call_id).await;
+    assert_eq!(status, StatusCode::OK, "replica 1 reads the call: {answer}");
+    assert_eq!(answer["content"]["raw_text"].as_str(), Some(PIECES.concat().as_str()), "{answer}");
+    let path = format!("/llm/stream/{call_id}");
+    let (status, own) = get(&http, &replicas[0].base, &path, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{own}");
+    let events = valid(&own);
+    assert_eq!(streamed_text(&events), PIECES.concat(), "the runner's own stream");
+    let (status, mirrored) = get(&http, &replicas[2].base, &path, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{mirrored}");
+    assert_eq!(parse_transcript(&mirrored).0, events, "the same events under the same ids on replica 2");
+
+    // The same request on another replica joins the call rather than calling again.
+    let other = Client::http(&replicas[2].base).expect("a client").with_scenario("assistant");
+    other.call(Request::Run(run())).await.expect("/run answers");
+    assert_eq!(mock.calls(), 1, "one model call");
+}
+
+/// A replica that found Redis out of reach begins in its own memory a call
+/// another replica runs in Redis. Once Redis answers again it gives way:
+/// its own run stops, and it serves the other replica's call from then on.
+#[tokio::test]
+async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis() {
+    // Slower than the first: it would end after it, were it not stopped.
+    const OTHER: [&str; 4] = ["Другой ", "ответ, ", "которого ", "быть не должно."];
+    let Some(redis) = RedisServer::start("a call begun twice during a Redis stall") else { return };
+    let mock = MockLlm::start(Reply::stream(&OTHER, Duration::from_secs(1))).await;
+    mock.push(Reply::stream(&PIECES, GAP));
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "gave-way-1";
+    let run =
+        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    first.call(Request::Run(run.clone())).await.expect("/run answers");
+
+    // The same request on replica 1 while Redis answers nothing: it
+    // begins the call again in its own memory.
+    redis.freeze();
+    let second = Client::http(&replicas[1].base).expect("a client").with_scenario("assistant");
+    let hop = second.call(Request::Run(run)).await.expect("/run answers");
+    assert!(hop.took < BUDGET + MARGIN, "answered in {:?}", hop.took);
+    mock.wait_for_calls(2).await;
+    // A screen follows that second run on replica 1.
+    let path = format!("/llm/stream/{call_id}");
+    let following = http.get(format!("{}{}", replicas[1].base, signed(&path))).send().await.unwrap();
+    assert_eq!(following.status(), StatusCode::OK);
+    redis.thaw();
+
+    let followed = following.text().await.unwrap();
+    let ended = valid(&followed);
+    let error = ended.iter().find(|event| event.name == "error").map(|event| event.data.as_str());
+    assert!(error.is_some_and(|data| data.contains("open the stream anew")), "told to open it anew:\n{followed}");
+    assert!(!followed.contains("быть не должно"), "the second run stopped before its end:\n{followed}");
+
+    let whole = PIECES.concat();
+    for replica in &replicas[..2] {
+        let (status, answer) = ended_answer(&http, &replica.base, call_id).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let content = &answer["content"];
+        assert_eq!(
+            content["raw_text"].as_str(),
+            Some(whole.as_str()),
+            "the call in Redis on {}: {answer}",
+            replica.base
+        );
+    }
+    let (_, own) = get(&http, &replicas[0].base, &path, &[]).await;
+    let (status, given_way) = get(&http, &replicas[1].base, &path, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{given_way}");
+    assert_eq!(parse_transcript(&given_way).0, valid(&own), "replica 1 streams replica 0's call");
+    assert_eq!((mock.calls(), mock.served()), (2, 1), "the second model call was begun, and stopped");
+}
+
 /// The command a skill's step asked the client to run.
 fn run_command_of(hops: &[Hop]) -> TRunCommandDirective {
     let body = hops.last().and_then(|hop| hop.response.body()).expect("an answer");

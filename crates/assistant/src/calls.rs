@@ -20,7 +20,11 @@
 //! which every other reader follows: another replica (or this one, once
 //! the runner's record is let go) makes a mirror record from the journal.
 //! The journal expires and is evicted with the outcome: one bound, one
-//! TTL. This replica keeps only weak references to the records it holds
+//! TTL. A call begun in this replica's memory while the shared store was
+//! out of reach is offered to that store once it is back
+//! ([`journal::write`]): claimed there, its journal so far copied, or given
+//! way to the replica that holds it there. This replica keeps only weak
+//! references to the records it holds
 //! (a record lives while its runner or a reader holds it), and the ids of
 //! the calls it knew lately, so that an expired one is told from one that
 //! never was. A std mutex guards them, held for a few map operations and
@@ -54,7 +58,7 @@ use megamind_core::{
     },
 };
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
-use tokio::time::Instant;
+use tokio::{sync::oneshot, time::Instant};
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
@@ -335,14 +339,16 @@ impl Calls {
         shared.records().hold(id, &record);
         let writing = Writing {
             journal: shared.journal.clone(),
+            store: shared.is_shared.then(|| store.clone()),
             lease: shared.lease_ttl,
             kept_ttl: shared.kept_ttl,
             lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
         };
-        let writer = tokio::spawn(journal::write(writing, lease.clone(), entries));
+        let (told, sharing) = tokio::sync::oneshot::channel();
+        let writer = tokio::spawn(journal::write(writing, lease.clone(), entries, told));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
         let handle = Handle::waiting(store, lease.waiter());
-        tokio::spawn(running.run(call(record), lease, in_flight, writer));
+        tokio::spawn(running.run(call(record), lease, in_flight, (writer, sharing)));
         Ok((handle, true))
     }
 
@@ -480,16 +486,31 @@ struct Running {
 }
 
 impl Running {
+    /// Runs the call to its outcome, which completes its lease, unless the
+    /// writer of its journal finds that another replica runs it too
+    /// ([`journal::Shared`]).
     async fn run(
         self,
         call: impl Future<Output = ModelOutcome>,
         lease: Lease,
         in_flight: InFlight,
-        writer: tokio::task::JoinHandle<()>,
+        (writer, mut sharing): (tokio::task::JoinHandle<()>, oneshot::Receiver<journal::Shared>),
     ) {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
-        let outcome = AssertUnwindSafe(call).catch_unwind().await;
+        let mut call = std::pin::pin!(AssertUnwindSafe(call).catch_unwind());
+        let mut told = None;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut call => break outcome,
+                shared = &mut sharing, if told.is_none() => match shared {
+                    Ok(journal::Shared::Taken) => return self.give_way(lease).await,
+                    Ok(shared) => told = Some(shared),
+                    // The writer ended without sharing the call.
+                    Err(_) => told = Some(journal::Shared::Alone),
+                },
+            }
+        };
         // Whoever sees the outcome sees the whole record, and how it ended.
         match &outcome {
             Ok(Err(error)) => self.record.fail(&error.for_screens()),
@@ -500,17 +521,40 @@ impl Running {
         // sees the outcome finds the whole journal. Its appends are bounded
         // by the store's timeouts.
         let _ = writer.await;
-        let store = &self.shared.store;
-        let ended = match outcome {
-            Ok(outcome) => store.complete(lease, outcome::encode(&outcome)).await,
-            // Abandoned at once, so that a retry calls again without waiting
-            // for the lease to run out.
+        let claim = match told.map_or_else(|| sharing.try_recv().ok(), Some) {
+            Some(journal::Shared::Taken) => return self.give_way(lease).await,
+            Some(journal::Shared::Claimed(claim)) => Some(claim),
+            Some(journal::Shared::Alone) | None => None,
+        };
+        let value = match &outcome {
+            Ok(outcome) => Some(outcome::encode(outcome)),
             Err(_) => {
                 tracing::error!(call_id = %self.id, "assistant: the model call panicked");
-                store.abandon(lease).await
+                None
             }
         };
-        if let Err(error) = ended {
+        let store = &self.shared.store;
+        for lease in std::iter::once(lease).chain(claim) {
+            let ended = match &value {
+                Some(value) => store.complete(lease, value.clone()).await,
+                // Abandoned at once, so that a retry calls again without waiting
+                // for the lease to run out.
+                None => store.abandon(lease).await,
+            };
+            if let Err(error) = ended {
+                tracing::warn!(%error, call_id = %self.id, "assistant: a model call's lease was not ended; it runs out");
+            }
+        }
+    }
+
+    /// Gives way to the run of this call that another replica holds in the
+    /// shared store: this replica's record ends and is let go, so that its
+    /// readers look again and follow the other run, and its lease is
+    /// abandoned, so that its waiters begin the call again and find it.
+    async fn give_way(self, lease: Lease) {
+        self.shared.records().forget(&self.id, &self.record);
+        self.record.fail(journal::GAVE_WAY);
+        if let Err(error) = self.shared.store.abandon(lease).await {
             tracing::warn!(%error, call_id = %self.id, "assistant: a model call's lease was not ended; it runs out");
         }
     }

@@ -197,6 +197,24 @@ pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
     /// Starts what the store does in the background, once a runtime runs
     /// (a shared store watches whether it is reachable).
     fn start(&self) {}
+
+    /// Begins `lease`'s key in the store replicas share, as [`begin`]
+    /// would for a caller that may lead, when `lease` was taken in this
+    /// replica's memory while that store was out of reach: its holder then
+    /// leads there too, or finds that another replica holds the key (the
+    /// same work begun twice) and gives way. `None` when there is nothing
+    /// to share with: a store in memory alone, a lease that is the shared
+    /// store's already, or a shared store still out of reach.
+    ///
+    /// [`begin`]: FlightStore::begin
+    async fn share(
+        &self,
+        _lease: &Lease,
+        _lease_ttl: Duration,
+        _deadline: Instant,
+    ) -> Result<Option<Begin>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// Which share of a store a handler's values go to: `/commit` and `/apply`

@@ -290,6 +290,53 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     assert_eq!(fresh, Some(other.to_vec()), "a reader from the start reads the call begun here");
 }
 
+/// A lease taken in this replica's memory while Redis was gone is claimed
+/// in Redis once it is back, unless another replica holds its key there.
+#[tokio::test]
+async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
+    let Some(mut server) = RedisServer::start("leases shared once Redis is back") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (other, _other_registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    other.start();
+    server.kill();
+    for n in 0..10 {
+        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
+    }
+    assert!(store.is_down(), "taken for down");
+    let (Ok(Begin::Lead(alone)), _) = begin(&store, Handler::Run, "alone").await else { panic!("leads locally") };
+    let (Ok(Begin::Lead(twice)), _) = begin(&store, Handler::Run, "twice").await else { panic!("leads locally") };
+    let soon = || Instant::now() + Duration::from_millis(200);
+    assert!(matches!(store.share(&alone, LEASE, soon()).await, Ok(None)), "nothing to share with while it is down");
+
+    server.restart();
+    assert!(eventually(Duration::from_secs(10), || !store.is_down() && !other.is_down()).await, "back");
+    // Another replica began "twice" in Redis meanwhile.
+    let (Ok(Begin::Lead(theirs)), _) = begin(&other, Handler::Run, "twice").await else { panic!("leads in Redis") };
+    let Ok(Some(Begin::Lead(claim))) = store.share(&alone, LEASE, soon()).await else { panic!("claimed in Redis") };
+    assert!(megamind_core::store::redis::is_claim(&claim.token), "a claim in Redis");
+    assert!(matches!(store.share(&claim, LEASE, soon()).await, Ok(None)), "a claim is shared already");
+    assert!(matches!(begin(&other, Handler::Run, "alone").await.0, Ok(Begin::Wait(_))), "other replicas wait for it");
+    let shared_twice = store.share(&twice, LEASE, soon()).await;
+    assert!(matches!(shared_twice, Ok(Some(Begin::Wait(_)))), "held by the other replica: {shared_twice:?}");
+    other.complete(theirs, Bytes::from_static(b"theirs")).await.unwrap();
+    // Stored in the background: waited for while its claim holds.
+    let mut stored = None;
+    for _ in 0..100 {
+        match store.share(&twice, LEASE, soon()).await {
+            Ok(Some(Begin::Hit(value))) => {
+                stored = Some(value);
+                break;
+            }
+            Ok(Some(Begin::Wait(_))) => tokio::time::sleep(Duration::from_millis(20)).await,
+            other => panic!("the other replica's claim or answer: {other:?}"),
+        }
+    }
+    assert_eq!(stored.as_deref(), Some(&b"theirs"[..]), "then its answer");
+    let memory = MemoryStore::new(Limits::default(), unregistered_evictions());
+    assert!(matches!(memory.share(&alone, LEASE, soon()).await, Ok(None)), "a store in memory alone shares nothing");
+}
+
 #[tokio::test]
 async fn every_store_of_a_server_shares_its_connections_and_its_health() {
     let Some(mut server) = RedisServer::start("stores sharing one link") else { return };

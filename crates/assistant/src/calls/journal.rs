@@ -10,8 +10,11 @@
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use megamind_core::store::{Appending, Journal, Key, Lease};
-use tokio::{sync::mpsc, time::Instant};
+use megamind_core::store::{Appending, Begin, FlightStore, Journal, Key, Lease, redis::is_claim};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
 
 use super::{entry::Entry, record::CallRecord};
 
@@ -23,6 +26,15 @@ const MIRROR_WAIT: Duration = Duration::from_secs(1);
 /// How often a runner with nothing new to write renews its lease with an
 /// empty append: a third of the shortest lease (a shared store's).
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How often a call begun in this replica's memory while the shared store
+/// was out of reach is offered to it ([`FlightStore::share`]).
+const SHARE_EVERY: Duration = Duration::from_millis(250);
+/// How long an offer may take.
+const SHARE_WAIT: Duration = Duration::from_millis(50);
+/// Why this replica's record of a call ends that it began while the
+/// shared store was out of reach, and another replica runs.
+pub(crate) const GAVE_WAY: &str = "the model call was begun here while the shared store was out of reach, and another \
+                                   replica runs it: open the stream anew, without Last-Event-ID";
 /// Why a mirror of a call that another replica began again ends.
 pub(crate) const RESTARTED: &str = "the replica running the model call went away; another replica started the call \
                                     again: open the stream anew, without Last-Event-ID";
@@ -40,12 +52,33 @@ const MAX_READ_FAILURES: u32 = 20;
 #[derive(Debug, Clone)]
 pub(crate) struct Writing {
     pub(crate) journal: Arc<dyn Journal>,
+    /// The call's store, asked to share a lease taken in this replica's
+    /// memory once the shared store is back; `None` when replicas share
+    /// nothing.
+    pub(crate) store: Option<Arc<dyn FlightStore>>,
     /// The call's lease, renewed by every append but the last.
     pub(crate) lease: Duration,
     /// The journal's TTL: the answer's.
     pub(crate) kept_ttl: Duration,
     /// Counts a call whose lease ran out while it ran.
     pub(crate) lease_lost: prometheus::IntCounter,
+}
+
+/// How a call begun in this replica's memory while the shared store was
+/// out of reach stands once it is back.
+#[derive(Debug)]
+pub(crate) enum Shared {
+    /// Claimed in the shared store too, its journal so far copied there:
+    /// the outcome completes this lease as well as the one in memory.
+    Claimed(Lease),
+    /// Another replica holds the call there (it began it too): this
+    /// replica's run gives way, its lease ended so that its waiters
+    /// begin the call again and find the other one.
+    Taken,
+    /// Neither (what the call's task takes a writer that said nothing
+    /// for): the call's lease was the shared store's from the start, or
+    /// the store stayed out of reach.
+    Alone,
 }
 
 /// Writes what `entries` brings to the journal of `lease`'s key, in
@@ -55,14 +88,33 @@ pub(crate) struct Writing {
 /// been carried out all the same (a store that answered late), so each
 /// append says how many entries went before it, and the store skips those
 /// it has.
-pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>) {
-    let mut batch = Vec::new();
-    let mut written = 0u64;
+///
+/// A lease this replica took in its own memory while the shared store was
+/// out of reach is offered to the shared store with each batch, every
+/// [`SHARE_EVERY`] at most, until it is back ([`FlightStore::share`]): the call is then claimed there
+/// and its journal so far copied, so that every replica follows it, or,
+/// held there by another replica already, given way to (`shared` is told
+/// at once, and the writing ends).
+pub(crate) async fn write(
+    writing: Writing,
+    lease: Lease,
+    mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>,
+    shared: oneshot::Sender<Shared>,
+) {
+    let mut shared = Some(shared);
+    let mut sharing = writing.store.clone().filter(|_| !is_claim(&lease.token));
+    let mut next_share = Instant::now();
+    // Where the entries go, each with the count of those it took; the
+    // first is `lease`, a second the shared store's claim once it is back.
+    let mut targets = vec![(lease, 0u64)];
+    // Entries not yet written everywhere, from number `base + 1` on; while
+    // the call may yet be shared, all of them.
+    let (mut pending, mut base) = (Vec::new(), 0u64);
     let mut end = false;
     while !end {
         match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
             Ok(Some((entry, last))) => {
-                batch.push(entry);
+                pending.push(entry);
                 end = last;
             }
             // The record went without ending (its task was dropped).
@@ -72,35 +124,65 @@ pub(crate) async fn write(writing: Writing, lease: Lease, mut entries: mpsc::Unb
         }
         while !end {
             let Ok((entry, last)) = entries.try_recv() else { break };
-            batch.push(entry);
+            pending.push(entry);
             end = last;
+        }
+        if let Some(store) = sharing.as_ref().filter(|_| Instant::now() >= next_share) {
+            next_share = Instant::now() + SHARE_EVERY;
+            let local = &targets[0].0;
+            match store.share(local, writing.lease, Instant::now() + SHARE_WAIT).await {
+                Ok(Some(Begin::Lead(claim))) => {
+                    tracing::info!(key = %claim.key, "assistant: a model call begun while the shared store was away is shared now");
+                    if let Some(tell) = shared.take() {
+                        let _ = tell.send(Shared::Claimed(claim.clone()));
+                    }
+                    targets.push((claim, 0));
+                    sharing = None;
+                }
+                Ok(Some(Begin::Wait(_) | Begin::Hit(_))) => {
+                    tracing::info!(key = %local.key, "assistant: a model call begun while the shared store was away runs on another replica; this one gives way");
+                    if let Some(tell) = shared.take() {
+                        let _ = tell.send(Shared::Taken);
+                    }
+                    return;
+                }
+                // Still out of reach, or no room there yet: tried again later.
+                Ok(Some(Begin::Full | Begin::Refused) | None) | Err(_) => {}
+            }
         }
         // The journal outlives the lease, so that a replica taking the call
         // over goes on after its entries; the ending append leaves the lease
         // to the outcome's completion.
         let renewal = (!end).then_some(writing.lease);
-        let appending = Appending {
-            entries: &batch,
-            from: written,
-            end,
-            max_len: MAX_ENTRIES,
-            ttl: writing.kept_ttl,
-            lease: renewal,
-        };
-        match writing.journal.append(&lease, appending).await {
-            Ok(true) => {
-                written += batch.len() as u64;
-                batch.clear();
+        for (lease, written) in &mut targets {
+            let new = usize::try_from(*written - base).unwrap_or(usize::MAX).min(pending.len());
+            let appending = Appending {
+                entries: &pending[new..],
+                from: *written,
+                end,
+                max_len: MAX_ENTRIES,
+                ttl: writing.kept_ttl,
+                lease: renewal,
+            };
+            match writing.journal.append(lease, appending).await {
+                Ok(true) => *written = base + pending.len() as u64,
+                Ok(false) => {
+                    tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
+                    writing.lease_lost.inc();
+                    return;
+                }
+                Err(error) if end => {
+                    tracing::warn!(%error, key = %lease.key, "assistant: the end of a model call's journal was not written");
+                }
+                Err(error) => {
+                    tracing::debug!(%error, key = %lease.key, "assistant: a journal append failed; tried again");
+                }
             }
-            Ok(false) => {
-                tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
-                writing.lease_lost.inc();
-                return;
-            }
-            Err(error) if end => {
-                tracing::warn!(%error, key = %lease.key, "assistant: the end of a model call's journal was not written");
-            }
-            Err(error) => tracing::debug!(%error, key = %lease.key, "assistant: a journal append failed; tried again"),
+        }
+        if sharing.is_none() {
+            let everywhere = targets.iter().map(|(_, written)| *written).min().unwrap_or(base);
+            pending.drain(..usize::try_from(everywhere - base).unwrap_or(usize::MAX).min(pending.len()));
+            base = everywhere;
         }
     }
 }

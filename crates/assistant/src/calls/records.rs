@@ -47,6 +47,13 @@ impl Records {
         }
     }
 
+    /// Lets `record` go as call `id`'s, unless another one stands there now.
+    pub(super) fn forget(&mut self, id: &str, record: &Arc<CallRecord>) {
+        if self.live.get(id).is_some_and(|held| std::ptr::eq(held.as_ptr(), Arc::as_ptr(record))) {
+            self.live.remove(id);
+        }
+    }
+
     pub(super) fn knows(&self, id: &str) -> bool {
         self.known_set.contains(id)
     }

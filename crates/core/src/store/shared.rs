@@ -20,7 +20,10 @@
 //! taken (Redis, or this replica's memory after a fallback), read from
 //! Redis while it serves and from this replica's memory otherwise; but a
 //! reader past a journal's start whom Redis fails is told so, not handed
-//! on to a journal of the same key in memory, another call's.
+//! on to a journal of the same key in memory, another call's. A lease
+//! taken in memory may be offered to Redis once it is back
+//! ([`FlightStore::share`]): its holder then leads there too, or learns
+//! that another replica holds the key.
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
@@ -393,6 +396,17 @@ impl FlightStore for SharedStore {
 
     fn start(&self) {
         self.0.health.start();
+    }
+
+    async fn share(&self, lease: &Lease, lease_ttl: Duration, deadline: Instant) -> Result<Option<Begin>, StoreError> {
+        let store = &self.0;
+        if is_claim(&lease.token) || store.is_down() {
+            return Ok(None);
+        }
+        // Its holder counts its own work against its limits already.
+        let mut may_lead = || true;
+        let begun = store.shared.begin(lease.key.clone(), lease_ttl, deadline, &mut may_lead);
+        store.run(Op::Begin, begun).await.map(Some)
     }
 }
 
