@@ -213,7 +213,8 @@ pub fn decode_dynamic(desc: MessageDescriptor, body: &[u8], format: Format) -> R
     let decoded = match format {
         Format::Binary => {
             count_binary(body, || desc.clone()).map_err(refused)?;
-            DynamicMessage::decode(desc, body).map_err(|source| binary_error(message.clone(), source))
+            DynamicMessage::decode(desc.clone(), body)
+                .map_err(|source| body_error(message.clone(), source, body, &desc))
         }
         Format::Json => {
             // serde_json stops at 128 levels; prost-reflect would recurse again
@@ -239,7 +240,7 @@ pub fn decode<T: Message + ReflectMessage + Default>(body: &[u8], format: Format
     match format {
         Format::Binary => {
             count_binary(body, || T::default().descriptor()).map_err(|shape| shape_error(shape, name()))?;
-            T::decode(body).map_err(|source| binary_error(name(), source))
+            T::decode(body).map_err(|source| body_error(name(), source, body, &T::default().descriptor()))
         }
         Format::Json | Format::Text => decode_dynamic(T::default().descriptor(), body, format)?
             .transcode_to::<T>()
@@ -269,6 +270,18 @@ fn binary_error(message: String, source: prost::DecodeError) -> CodecError {
     } else {
         CodecError::Binary { message, source }
     }
+}
+
+/// As [`binary_error`], for a binary `body` of type `desc` as received:
+/// prost's recursion limit may also come of a length past the end of the
+/// message around it, which prost reads on into before it notices, so it
+/// is said as depth only when the walk on the wire, which keeps each
+/// message to its bytes, finds the body too deep.
+fn body_error(message: String, source: prost::DecodeError, body: &[u8], desc: &MessageDescriptor) -> CodecError {
+    if depth::is_recursion_error(&source) && depth::check_nesting(body, desc, 1).is_ok() {
+        return CodecError::Binary { message, source };
+    }
+    binary_error(message, source)
 }
 
 /// Renders a dynamic message in `format`, within the nesting limit.

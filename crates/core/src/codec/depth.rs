@@ -386,8 +386,10 @@ pub(crate) mod tests {
         assert!(refused.contains(&true) && refused.contains(&false), "the range spans the limit");
     }
 
-    #[test]
-    fn a_length_past_the_end_of_its_message_is_malformed_not_deep() {
+    /// A `google.protobuf.Struct` whose list 40 levels down claims the
+    /// bytes after it, a list 60 levels deep: malformed, and read by prost
+    /// as nesting past its limit.
+    fn struct_with_a_length_past_its_message() -> Bytes {
         use prost::encoding::encode_varint;
         use prost_types::{ListValue, Value as Json, value::Kind as JsonKind};
         let delimited = |tag: u8, content: &[u8]| {
@@ -413,15 +415,22 @@ pub(crate) mod tests {
         let mut entry = delimited(0x0a, b"k");
         entry.extend(delimited(0x12, &value));
         entry.extend(&deep);
-        let payload = Bytes::from(delimited(0x0a, &entry));
+        Bytes::from(delimited(0x0a, &entry))
+    }
 
+    #[test]
+    fn a_length_past_the_end_of_its_message_is_malformed_not_deep() {
+        let payload = struct_with_a_length_past_its_message();
         let desc = crate::proto::DESCRIPTOR_POOL.get_message_by_name("google.protobuf.Struct").unwrap();
         let error = DynamicMessage::decode(desc.clone(), payload.clone()).unwrap_err();
         assert!(is_recursion_error(&error), "prost reads on past the item's end: {error}");
-        assert_eq!(decode_payload(desc, payload.clone(), 4), Ok(None), "malformed: stays bytes");
+        assert_eq!(decode_payload(desc.clone(), payload.clone(), 4), Ok(None), "malformed: stays bytes");
         let any =
             prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Struct".into(), value: payload.into() };
         assert_eq!(check_any(&any, 3), Ok(()), "measured alike on the wire");
+        // A body so malformed is refused as one that does not decode.
+        let refused = crate::codec::decode_dynamic(desc, &any.value, crate::codec::Format::Binary).unwrap_err();
+        assert!(matches!(refused, crate::codec::CodecError::Binary { .. }), "not too deep: {refused}");
     }
 
     #[test]
