@@ -430,23 +430,76 @@ async fn a_call_begun_while_redis_was_gone_is_shared_once_it_is_back() {
     mock.wait_for_calls(1).await;
     redis.restart();
 
-    // Read on the other replicas while the model still speaks, and once it is done.
-    let (status, answer) = ended_answer(&http, &replicas[1].base, call_id).await;
+    assert_one_call_read_alike(&http, &replicas, &mock, run()).await;
+}
+
+/// The call `run` started on replica 0, once it has ended: read alike on
+/// every replica, and joined by the same request on replica 2 rather than
+/// called again.
+async fn assert_one_call_read_alike(
+    http: &reqwest::Client,
+    replicas: &[Replica],
+    mock: &MockLlm,
+    run: TScenarioRunRequest,
+) {
+    let call_id = run.base_request.as_ref().map(|base| base.request_id.clone()).unwrap_or_default();
+    let (status, answer) = ended_answer(http, &replicas[1].base, &call_id).await;
     assert_eq!(status, StatusCode::OK, "replica 1 reads the call: {answer}");
     assert_eq!(answer["content"]["raw_text"].as_str(), Some(PIECES.concat().as_str()), "{answer}");
     let path = format!("/llm/stream/{call_id}");
-    let (status, own) = get(&http, &replicas[0].base, &path, &[]).await;
+    let (status, own) = get(http, &replicas[0].base, &path, &[]).await;
     assert_eq!(status, StatusCode::OK, "{own}");
     let events = valid(&own);
     assert_eq!(streamed_text(&events), PIECES.concat(), "the runner's own stream");
-    let (status, mirrored) = get(&http, &replicas[2].base, &path, &[]).await;
+    let (status, mirrored) = get(http, &replicas[2].base, &path, &[]).await;
     assert_eq!(status, StatusCode::OK, "{mirrored}");
     assert_eq!(parse_transcript(&mirrored).0, events, "the same events under the same ids on replica 2");
-
-    // The same request on another replica joins the call rather than calling again.
     let other = Client::http(&replicas[2].base).expect("a client").with_scenario("assistant");
-    other.call(Request::Run(run())).await.expect("/run answers");
+    other.call(Request::Run(run)).await.expect("/run answers");
     assert_eq!(mock.calls(), 1, "one model call");
+}
+
+/// Redis restarted empty forgets a running call's claim and journal: the
+/// replica running it claims it again and writes its journal anew, so
+/// that the others read it and nobody calls the model again.
+#[tokio::test]
+async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
+    let Some(mut redis) = RedisServer::start("a call Redis forgot") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(400))).await;
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "forgotten-1";
+    let run =
+        || TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    client.call(Request::Run(run())).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    redis.restart();
+    assert_one_call_read_alike(&http, &replicas, &mock, run()).await;
+}
+
+/// A request on the replica running its call, while Redis answers
+/// nothing, joins that run rather than call the model again.
+#[tokio::test]
+async fn a_replica_running_a_call_joins_it_during_a_redis_stall() {
+    let Some(redis) = RedisServer::start("a repeat on the running replica during a stall") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "joined-1";
+    let run =
+        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    client.call(Request::Run(run.clone())).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    redis.freeze();
+    let hop = client.call(Request::Run(run)).await.expect("/run answers");
+    redis.thaw();
+    assert!(hop.took < BUDGET + MARGIN, "answered in {:?}", hop.took);
+    let (status, answer) = ended_answer(&http, &replicas[0].base, call_id).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["content"]["raw_text"].as_str(), Some(PIECES.concat().as_str()), "{answer}");
+    assert_eq!(mock.calls(), 1, "the repeat joined the running call");
 }
 
 /// A replica that found Redis out of reach begins in its own memory a call

@@ -58,7 +58,7 @@ use megamind_core::{
     },
 };
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
-use tokio::{sync::oneshot, time::Instant};
+use tokio::{sync::watch, time::Instant};
 
 use crate::{
     backend::{BackendError, MAX_ANSWER_BYTES},
@@ -149,11 +149,18 @@ pub(crate) struct Handle {
     store: Arc<dyn FlightStore>,
     /// The lease followed, while the outcome is unknown.
     waiter: Option<Waiter>,
+    /// Or this replica's own run of the call, followed in its memory.
+    run: Option<watch::Receiver<Run>>,
     /// Decoded once per handle.
     outcome: OnceLock<Arc<ModelOutcome>>,
     /// Set when the lease ended without an outcome.
     abandoned: OnceLock<()>,
 }
+
+/// A run of a call on this replica: `None` while it runs. Its sender
+/// dropped without an outcome means the run ended without one (it gave
+/// way, panicked, or was dropped).
+type Run = Option<Arc<ModelOutcome>>;
 
 /// The in-flight cap is reached: no new call was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,11 +168,19 @@ pub(crate) struct AtCapacity;
 
 impl Handle {
     fn waiting(store: Arc<dyn FlightStore>, waiter: Waiter) -> Handle {
-        Handle { store, waiter: Some(waiter), outcome: OnceLock::new(), abandoned: OnceLock::new() }
+        Handle { store, waiter: Some(waiter), run: None, outcome: OnceLock::new(), abandoned: OnceLock::new() }
+    }
+
+    /// A handle on this replica's own run of the call: no store is asked,
+    /// so a replica that runs a call never begins it again, even while the
+    /// shared store is out of reach.
+    fn joining(store: Arc<dyn FlightStore>, run: watch::Receiver<Run>) -> Handle {
+        Handle { store, waiter: None, run: Some(run), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
     fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
-        Handle { store, waiter: None, outcome: OnceLock::from(Arc::new(outcome)), abandoned: OnceLock::new() }
+        let outcome = OnceLock::from(Arc::new(outcome));
+        Handle { store, waiter: None, run: None, outcome, abandoned: OnceLock::new() }
     }
 
     /// The outcome if the call has finished, as far as the store knows
@@ -174,6 +189,9 @@ impl Handle {
     pub(crate) fn ready(&self) -> Option<Arc<ModelOutcome>> {
         if let Some(outcome) = self.outcome.get() {
             return Some(outcome.clone());
+        }
+        if self.run.is_some() {
+            return self.wait_until(Instant::now()).now_or_never()?;
         }
         // A wait until now answers at once whatever is there.
         let waited = self.store.wait(self.waiter.as_ref()?, Instant::now()).now_or_never()?;
@@ -184,6 +202,18 @@ impl Handle {
     pub(crate) async fn wait_until(&self, deadline: Instant) -> Option<Arc<ModelOutcome>> {
         if let Some(outcome) = self.outcome.get() {
             return Some(outcome.clone());
+        }
+        if let Some(run) = &self.run {
+            let mut run = run.clone();
+            let waited = match tokio::time::timeout_at(deadline, run.wait_for(Option::is_some)).await {
+                Ok(Ok(done)) => {
+                    let outcome = done.clone().expect("waited for an outcome");
+                    return Some(self.outcome.get_or_init(|| outcome).clone());
+                }
+                Ok(Err(_gone)) => Waited::Abandoned,
+                Err(_elapsed) => Waited::TimedOut,
+            };
+            return self.settle(Ok(waited));
         }
         let waited = self.store.wait(self.waiter.as_ref()?, deadline).await;
         self.settle(waited)
@@ -310,12 +340,17 @@ impl Calls {
         F: Future<Output = ModelOutcome> + Send + 'static,
     {
         let shared = &self.shared;
+        let store = self.store().clone();
+        // Running here: joined without asking the store, which may be out
+        // of reach and would then have this replica run it twice.
+        if let Some(run) = shared.records().run(id) {
+            return Ok((Handle::joining(store, run), false));
+        }
         let mut claimed = None;
         let mut may_lead = || {
             claimed = InFlight::claim(shared);
             claimed.is_some()
         };
-        let store = self.store().clone();
         let begun = store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
         let lease = match begun {
             Ok(Begin::Hit(bytes)) => return Ok((Handle::done(store, outcome::decode(&bytes)), false)),
@@ -336,7 +371,12 @@ impl Calls {
         }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(Bound::for_call(MAX_ANSWER_BYTES, id), tap));
-        shared.records().hold(id, &record);
+        let (done, run) = watch::channel(None);
+        {
+            let mut records = shared.records();
+            records.hold(id, &record);
+            records.hold_run(id, &run);
+        }
         let writing = Writing {
             journal: shared.journal.clone(),
             store: shared.is_shared.then(|| store.clone()),
@@ -344,10 +384,10 @@ impl Calls {
             kept_ttl: shared.kept_ttl,
             lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
         };
-        let (told, sharing) = tokio::sync::oneshot::channel();
+        let (told, sharing) = watch::channel(journal::Shared::Alone);
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries, told));
-        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone() };
-        let handle = Handle::waiting(store, lease.waiter());
+        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone(), done, run: run.clone() };
+        let handle = Handle::joining(store, run);
         tokio::spawn(running.run(call(record), lease, in_flight, (writer, sharing)));
         Ok((handle, true))
     }
@@ -483,6 +523,12 @@ struct Running {
     shared: Arc<Shared>,
     id: Box<str>,
     record: Arc<CallRecord>,
+    /// Gives this replica's joiners the outcome; dropped without one, it
+    /// tells them the run ended without.
+    done: watch::Sender<Run>,
+    /// The run as joiners follow it, so that only its own place in the
+    /// records is let go.
+    run: watch::Receiver<Run>,
 }
 
 impl Running {
@@ -494,20 +540,21 @@ impl Running {
         call: impl Future<Output = ModelOutcome>,
         lease: Lease,
         in_flight: InFlight,
-        (writer, mut sharing): (tokio::task::JoinHandle<()>, oneshot::Receiver<journal::Shared>),
+        (writer, mut sharing): (tokio::task::JoinHandle<()>, watch::Receiver<journal::Shared>),
     ) {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
         let mut call = std::pin::pin!(AssertUnwindSafe(call).catch_unwind());
-        let mut told = None;
+        let mut writing = true;
         let outcome = loop {
             tokio::select! {
                 outcome = &mut call => break outcome,
-                shared = &mut sharing, if told.is_none() => match shared {
-                    Ok(journal::Shared::Taken) => return self.give_way(lease).await,
-                    Ok(shared) => told = Some(shared),
-                    // The writer ended without sharing the call.
-                    Err(_) => told = Some(journal::Shared::Alone),
+                changed = sharing.changed(), if writing => match changed {
+                    Ok(()) if matches!(*sharing.borrow_and_update(), journal::Shared::Taken) => {
+                        return self.give_way(lease).await;
+                    }
+                    Ok(()) => {}
+                    Err(_writer_ended) => writing = false,
                 },
             }
         };
@@ -517,15 +564,6 @@ impl Running {
             Err(_) => self.record.fail("the model call failed"),
             Ok(Ok(_)) => self.record.finish(),
         }
-        // The journal ends before the outcome is stored: a replica that
-        // sees the outcome finds the whole journal. Its appends are bounded
-        // by the store's timeouts.
-        let _ = writer.await;
-        let claim = match told.map_or_else(|| sharing.try_recv().ok(), Some) {
-            Some(journal::Shared::Taken) => return self.give_way(lease).await,
-            Some(journal::Shared::Claimed(claim)) => Some(claim),
-            Some(journal::Shared::Alone) | None => None,
-        };
         let value = match &outcome {
             Ok(outcome) => Some(outcome::encode(outcome)),
             Err(_) => {
@@ -533,8 +571,25 @@ impl Running {
                 None
             }
         };
+        // Joiners here read this replica's record, which has ended: they
+        // need not wait for the store, which may be out of reach. They are
+        // answered as they would be from the store.
+        if let Some(value) = &value {
+            self.done.send_replace(Some(Arc::new(outcome::decode(value))));
+        }
+        // The journal ends before the outcome is stored: a replica that
+        // sees the outcome finds the whole journal. Its appends are bounded
+        // by the store's timeouts.
+        let _ = writer.await;
+        let claim = match &*sharing.borrow() {
+            journal::Shared::Taken => None,
+            journal::Shared::Claimed(claim) => Some(claim.clone()),
+            journal::Shared::Alone => Some(lease.clone()),
+        };
+        let Some(claim) = claim else { return self.give_way(lease).await };
         let store = &self.shared.store;
-        for lease in std::iter::once(lease).chain(claim) {
+        let leases = if Arc::ptr_eq(&claim.token, &lease.token) { vec![lease] } else { vec![lease, claim] };
+        for lease in leases {
             let ended = match &value {
                 Some(value) => store.complete(lease, value.clone()).await,
                 // Abandoned at once, so that a retry calls again without waiting
@@ -550,7 +605,8 @@ impl Running {
     /// Gives way to the run of this call that another replica holds in the
     /// shared store: this replica's record ends and is let go, so that its
     /// readers look again and follow the other run, and its lease is
-    /// abandoned, so that its waiters begin the call again and find it.
+    /// abandoned, so that its waiters (and those joining it here, once
+    /// this task is dropped) begin the call again and find it.
     async fn give_way(self, lease: Lease) {
         self.shared.records().forget(&self.id, &self.record);
         self.record.fail(journal::GAVE_WAY);
@@ -562,6 +618,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        // Before `done` goes: joiners told the run ended begin the call
+        // again, and must not find this run.
+        self.shared.records().end_run(&self.id, &self.run);
         // Nothing if the call ended; a task dropped before (the runtime
         // shutting down) ended without an answer.
         self.record.fail("the model call was dropped before it ended");

@@ -200,11 +200,14 @@ pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
 
     /// Begins `lease`'s key in the store replicas share, as [`begin`]
     /// would for a caller that may lead, when `lease` was taken in this
-    /// replica's memory while that store was out of reach: its holder then
-    /// leads there too, or finds that another replica holds the key (the
-    /// same work begun twice) and gives way. `None` when there is nothing
-    /// to share with: a store in memory alone, a lease that is the shared
-    /// store's already, or a shared store still out of reach.
+    /// replica's memory while that store was out of reach, or is a claim
+    /// there that its holder found lost (run out, or forgotten by a
+    /// restart): its holder then leads there (again), or finds that
+    /// another replica holds the key (the same work begun twice) and gives
+    /// way. A claim still held is found held, as by another caller: only
+    /// its holder knows it is its own. `None` when there is nothing to
+    /// share with: a store in memory alone, or a shared store still out of
+    /// reach.
     ///
     /// [`begin`]: FlightStore::begin
     async fn share(

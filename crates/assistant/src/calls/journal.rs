@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use megamind_core::store::{Appending, Begin, FlightStore, Journal, Key, Lease, redis::is_claim};
 use tokio::{
-    sync::{mpsc, oneshot},
+    sync::{mpsc, watch},
     time::Instant,
 };
 
@@ -31,10 +31,16 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 const SHARE_EVERY: Duration = Duration::from_millis(250);
 /// How long an offer may take.
 const SHARE_WAIT: Duration = Duration::from_millis(50);
-/// Why this replica's record of a call ends that it began while the
-/// shared store was out of reach, and another replica runs.
-pub(crate) const GAVE_WAY: &str = "the model call was begun here while the shared store was out of reach, and another \
-                                   replica runs it: open the stream anew, without Last-Event-ID";
+/// How long the end of a journal is tried again, the call over, while the
+/// store does not take it: longer than a shared lease, so that a claim
+/// lost meanwhile is found lost and offered again.
+const END_TRIES_FOR: Duration = Duration::from_secs(10);
+/// The pause between tries of a journal's end.
+const END_PAUSE: Duration = Duration::from_millis(100);
+/// Why this replica's record of a call ends that it ran while the shared
+/// store was out of reach, and another replica runs.
+pub(crate) const GAVE_WAY: &str = "another replica runs the model call, which this replica ran too while it could not \
+                                   reach the shared store: open the stream anew, without Last-Event-ID";
 /// Why a mirror of a call that another replica began again ends.
 pub(crate) const RESTARTED: &str = "the replica running the model call went away; another replica started the call \
                                     again: open the stream anew, without Last-Event-ID";
@@ -64,123 +70,163 @@ pub(crate) struct Writing {
     pub(crate) lease_lost: prometheus::IntCounter,
 }
 
-/// How a call begun in this replica's memory while the shared store was
-/// out of reach stands once it is back.
-#[derive(Debug)]
+/// Where the call stands in the shared store, as its writer tells the
+/// call's task.
+#[derive(Debug, Clone)]
 pub(crate) enum Shared {
-    /// Claimed in the shared store too, its journal so far copied there:
-    /// the outcome completes this lease as well as the one in memory.
+    /// Under the lease it began with, so far.
+    Alone,
+    /// Claimed in the shared store (again), its journal so far copied
+    /// there: the outcome completes this lease as well as the one it began
+    /// with.
     Claimed(Lease),
     /// Another replica holds the call there (it began it too): this
-    /// replica's run gives way, its lease ended so that its waiters
-    /// begin the call again and find the other one.
+    /// replica's run gives way, its lease ended so that its waiters begin
+    /// the call again and find the other one.
     Taken,
-    /// Neither (what the call's task takes a writer that said nothing
-    /// for): the call's lease was the shared store's from the start, or
-    /// the store stayed out of reach.
-    Alone,
+}
+
+/// One place the journal is written: a lease, the entries it took, and
+/// whether it took the end.
+#[derive(Debug)]
+struct Target {
+    lease: Lease,
+    written: u64,
+    ended: bool,
 }
 
 /// Writes what `entries` brings to the journal of `lease`'s key, in
 /// batches, until the last entry, renewing the lease every [`HEARTBEAT`]
-/// while the model is silent; gives up on a lease that no longer holds the
-/// key. A failed append is tried again with the next batch: it may have
-/// been carried out all the same (a store that answered late), so each
-/// append says how many entries went before it, and the store skips those
-/// it has.
+/// while the model is silent; gives up on a lease in memory that no
+/// longer holds the key. A failed append is tried again with the next
+/// batch (the end, until [`END_TRIES_FOR`] has passed): it may have been
+/// carried out all the same (a store that answered late), so each append
+/// says how many entries went before it, and the store skips those it has.
 ///
-/// A lease this replica took in its own memory while the shared store was
-/// out of reach is offered to the shared store with each batch, every
-/// [`SHARE_EVERY`] at most, until it is back ([`FlightStore::share`]): the call is then claimed there
-/// and its journal so far copied, so that every replica follows it, or,
-/// held there by another replica already, given way to (`shared` is told
-/// at once, and the writing ends).
+/// With a shared store, the call is offered to it ([`FlightStore::share`])
+/// with each batch, every [`SHARE_EVERY`] at most, while it is not held
+/// there: begun in this replica's memory while the store was out of
+/// reach, or its claim lost (run out during a stall, or forgotten by a
+/// Redis restarted empty). Offered, it is claimed there and the whole run
+/// so far written anew, so that every replica follows it; or, held there by
+/// another replica already, given way to (`shared` is told, and the
+/// writing ends). The entries are kept for this while the call runs.
 pub(crate) async fn write(
     writing: Writing,
     lease: Lease,
     mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>,
-    shared: oneshot::Sender<Shared>,
+    shared: watch::Sender<Shared>,
 ) {
-    let mut shared = Some(shared);
-    let mut sharing = writing.store.clone().filter(|_| !is_claim(&lease.token));
-    let mut next_share = Instant::now();
-    // Where the entries go, each with the count of those it took; the
-    // first is `lease`, a second the shared store's claim once it is back.
-    let mut targets = vec![(lease, 0u64)];
-    // Entries not yet written everywhere, from number `base + 1` on; while
-    // the call may yet be shared, all of them.
+    let store = writing.store.clone();
+    let mut offer = store.is_some() && !is_claim(&lease.token);
+    let mut next_offer = Instant::now();
+    // The first target is `lease`; with a shared store, a claim there once
+    // it is offered.
+    let mut targets = vec![Target { lease, written: 0, ended: false }];
+    // Entries not yet written everywhere, from number `base + 1` on; with
+    // a shared store, every entry of the run, which an offer writes anew.
     let (mut pending, mut base) = (Vec::new(), 0u64);
     let mut end = false;
-    while !end {
-        match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
-            Ok(Some((entry, last))) => {
+    let mut give_up_at = None;
+    // The last offer found the shared store taken for down.
+    let mut unreachable = false;
+    loop {
+        if end {
+            // Only the end is left to write: tried again after a pause.
+            tokio::time::sleep(END_PAUSE).await;
+        } else {
+            match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
+                Ok(Some((entry, last))) => {
+                    pending.push(entry);
+                    end = last;
+                }
+                // The record went without ending (its task was dropped).
+                Ok(None) => return,
+                // Nothing new: an empty append renews the lease.
+                Err(_) => {}
+            }
+            while !end {
+                let Ok((entry, last)) = entries.try_recv() else { break };
                 pending.push(entry);
                 end = last;
             }
-            // The record went without ending (its task was dropped).
-            Ok(None) => return,
-            // Nothing new: an empty append renews the lease.
-            Err(_) => {}
         }
-        while !end {
-            let Ok((entry, last)) = entries.try_recv() else { break };
-            pending.push(entry);
-            end = last;
-        }
-        if let Some(store) = sharing.as_ref().filter(|_| Instant::now() >= next_share) {
-            next_share = Instant::now() + SHARE_EVERY;
-            let local = &targets[0].0;
-            match store.share(local, writing.lease, Instant::now() + SHARE_WAIT).await {
+        if let Some(store) = store.as_ref().filter(|_| offer && Instant::now() >= next_offer) {
+            next_offer = Instant::now() + SHARE_EVERY;
+            let first = &targets[0].lease;
+            unreachable = false;
+            match store.share(first, writing.lease, Instant::now() + SHARE_WAIT).await {
                 Ok(Some(Begin::Lead(claim))) => {
-                    tracing::info!(key = %claim.key, "assistant: a model call begun while the shared store was away is shared now");
-                    if let Some(tell) = shared.take() {
-                        let _ = tell.send(Shared::Claimed(claim.clone()));
-                    }
-                    targets.push((claim, 0));
-                    sharing = None;
+                    tracing::info!(key = %claim.key, "assistant: a model call the shared store did not hold is held there now");
+                    shared.send_replace(Shared::Claimed(claim.clone()));
+                    targets.push(Target { lease: claim, written: 0, ended: false });
+                    offer = false;
                 }
                 Ok(Some(Begin::Wait(_) | Begin::Hit(_))) => {
-                    tracing::info!(key = %local.key, "assistant: a model call begun while the shared store was away runs on another replica; this one gives way");
-                    if let Some(tell) = shared.take() {
-                        let _ = tell.send(Shared::Taken);
-                    }
+                    tracing::info!(key = %first.key, "assistant: another replica runs a model call this one ran too; this one gives way");
+                    shared.send_replace(Shared::Taken);
                     return;
                 }
-                // Still out of reach, or no room there yet: tried again later.
-                Ok(Some(Begin::Full | Begin::Refused) | None) | Err(_) => {}
+                Ok(None) => unreachable = true,
+                // Out of reach for now, or no room there yet: tried again later.
+                Ok(Some(Begin::Full | Begin::Refused)) | Err(_) => {}
             }
         }
         // The journal outlives the lease, so that a replica taking the call
         // over goes on after its entries; the ending append leaves the lease
         // to the outcome's completion.
         let renewal = (!end).then_some(writing.lease);
-        for (lease, written) in &mut targets {
-            let new = usize::try_from(*written - base).unwrap_or(usize::MAX).min(pending.len());
+        let mut lost = false;
+        for target in targets.iter_mut().filter(|target| !target.ended) {
+            let new = usize::try_from(target.written - base).unwrap_or(usize::MAX).min(pending.len());
             let appending = Appending {
                 entries: &pending[new..],
-                from: *written,
+                from: target.written,
                 end,
                 max_len: MAX_ENTRIES,
                 ttl: writing.kept_ttl,
                 lease: renewal,
             };
-            match writing.journal.append(lease, appending).await {
-                Ok(true) => *written = base + pending.len() as u64,
+            match writing.journal.append(&target.lease, appending).await {
+                Ok(true) => {
+                    target.written = base + pending.len() as u64;
+                    target.ended = end;
+                }
                 Ok(false) => {
-                    tracing::warn!(key = %lease.key, "assistant: a running model call lost its lease; another replica may run it");
                     writing.lease_lost.inc();
-                    return;
+                    if store.is_none() || !is_claim(&target.lease.token) {
+                        tracing::warn!(key = %target.lease.key, "assistant: a running model call lost its lease; another caller may run it");
+                        return;
+                    }
+                    tracing::warn!(key = %target.lease.key, "assistant: a running model call lost its claim in the shared store; it is offered again");
+                    // Its claim is gone: it takes no more appends.
+                    target.ended = true;
+                    lost = true;
                 }
                 Err(error) if end => {
-                    tracing::warn!(%error, key = %lease.key, "assistant: the end of a model call's journal was not written");
+                    tracing::debug!(%error, key = %target.lease.key, "assistant: the end of a model call's journal was not written; tried again");
                 }
                 Err(error) => {
-                    tracing::debug!(%error, key = %lease.key, "assistant: a journal append failed; tried again");
+                    tracing::debug!(%error, key = %target.lease.key, "assistant: a journal append failed; tried again");
                 }
             }
         }
-        if sharing.is_none() {
-            let everywhere = targets.iter().map(|(_, written)| *written).min().unwrap_or(base);
+        if lost {
+            offer = true;
+            next_offer = Instant::now();
+        }
+        // Ended where it could be; a call the shared store does not hold
+        // is offered on while that store answers, not once it is down.
+        if end && targets.iter().all(|target| target.ended) && (!offer || unreachable) {
+            return;
+        }
+        if end && Instant::now() >= *give_up_at.get_or_insert_with(|| Instant::now() + END_TRIES_FOR) {
+            tracing::warn!(key = %targets[0].lease.key, "assistant: the end of a model call's journal was not written");
+            return;
+        }
+        // A claim in a shared store may be lost at any time: its entries stay.
+        if store.is_none() {
+            let everywhere = targets.iter().map(|target| target.written).min().unwrap_or(base);
             pending.drain(..usize::try_from(everywhere - base).unwrap_or(usize::MAX).min(pending.len()));
             base = everywhere;
         }

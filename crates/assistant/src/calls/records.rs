@@ -8,12 +8,16 @@ use std::{
     sync::{Arc, Weak},
 };
 
-use super::record::CallRecord;
+use tokio::sync::watch;
+
+use super::{Run, record::CallRecord};
 
 /// The records this replica holds now, and the calls it knew lately.
 #[derive(Debug, Default)]
 pub(super) struct Records {
     live: HashMap<Box<str>, Weak<CallRecord>>,
+    /// The calls this replica runs now, for its own handlers to join.
+    runs: HashMap<Box<str>, watch::Receiver<Run>>,
     /// When `live` is next swept of records gone.
     sweep_at: usize,
     /// Ids of calls this replica ran or followed, oldest first, so that a
@@ -44,6 +48,23 @@ impl Records {
                 }
             }
             self.known.push_back(id.into());
+        }
+    }
+
+    /// The run of call `id` on this replica, if it runs it now.
+    pub(super) fn run(&self, id: &str) -> Option<watch::Receiver<Run>> {
+        self.runs.get(id).cloned()
+    }
+
+    /// Holds `run` as this replica's run of call `id`, until [`Records::end_run`].
+    pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>) {
+        self.runs.insert(id.into(), run.clone());
+    }
+
+    /// Lets `run` go as call `id`'s, unless another one stands there now.
+    pub(super) fn end_run(&mut self, id: &str, run: &watch::Receiver<Run>) {
+        if self.runs.get(id).is_some_and(|held| held.same_channel(run)) {
+            self.runs.remove(id);
         }
     }
 

@@ -172,12 +172,13 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
     drop(follower);
 
     runtime().block_on(async {
-        assert!(handle.ready().is_none(), "nothing was stored");
+        let ended = handle.ready().expect("its starter learns at once that the run ended");
+        assert!(ended.is_err() && handle.abandoned(), "without an answer: {ended:?}");
         assert!(calls.get("r1").await.is_some(), "the lease holds until its TTL");
-        let (_, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+        let (waiting, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
         assert!(!started, "a retry waits for the lease meanwhile");
         tokio::time::advance(CALL_TIMEOUT + LEASE_MARGIN).await;
-        let abandoned = handle.wait_until(Instant::now() + SECOND).await.expect("ended");
+        let abandoned = waiting.wait_until(Instant::now() + SECOND).await.expect("ended");
         assert!(abandoned.is_err(), "waiters learn the call was abandoned");
         assert!(calls.get("r1").await.is_none());
         assert!(calls.follow("r1").await.is_none(), "nor its journal");

@@ -21,9 +21,9 @@
 //! Redis while it serves and from this replica's memory otherwise; but a
 //! reader past a journal's start whom Redis fails is told so, not handed
 //! on to a journal of the same key in memory, another call's. A lease
-//! taken in memory may be offered to Redis once it is back
-//! ([`FlightStore::share`]): its holder then leads there too, or learns
-//! that another replica holds the key.
+//! taken in memory, or a claim that Redis no longer holds, may be offered
+//! to Redis once it is back ([`FlightStore::share`]): its holder then
+//! leads there (again), or learns that another replica holds the key.
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
@@ -400,7 +400,7 @@ impl FlightStore for SharedStore {
 
     async fn share(&self, lease: &Lease, lease_ttl: Duration, deadline: Instant) -> Result<Option<Begin>, StoreError> {
         let store = &self.0;
-        if is_claim(&lease.token) || store.is_down() {
+        if store.is_down() {
             return Ok(None);
         }
         // Its holder counts its own work against its limits already.
