@@ -365,17 +365,20 @@ impl Calls {
             let _ = store.abandon(lease).await;
             return Err(AtCapacity);
         };
-        if shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token) {
+        let offered = shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token);
+        if offered {
             // Claimed in this replica's memory: another replica may run it too.
             shared.duplicated.with_label_values(&[metrics::STORE_DOWN]).inc();
         }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(Bound::for_call(MAX_ANSWER_BYTES, id), tap));
         let (done, run) = watch::channel(None);
+        let shared_now = if offered { journal::Shared::Offered } else { journal::Shared::Alone };
+        let (told, sharing) = watch::channel(shared_now);
         {
             let mut records = shared.records();
             records.hold(id, &record);
-            records.hold_run(id, &run);
+            records.hold_run(id, &run, &sharing);
         }
         let writing = Writing {
             journal: shared.journal.clone(),
@@ -384,7 +387,6 @@ impl Calls {
             kept_ttl: shared.kept_ttl,
             lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
         };
-        let (told, sharing) = watch::channel(journal::Shared::Alone);
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries, told));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone(), done, run: run.clone() };
         let handle = Handle::joining(store, run);
@@ -465,7 +467,13 @@ impl Calls {
 
     /// The text call `id` has streamed so far, if it is running or kept;
     /// read from another replica's journal by `by`.
+    /// Nothing while this replica runs it unheld by the shared store: another
+    /// replica may run it too, and the user should not hear the openings of
+    /// two answers.
     pub(crate) async fn partial_text(&self, id: &str, by: Instant) -> Option<String> {
+        if self.shared.records().is_offered(id) {
+            return Some(String::new());
+        }
         match self.lookup_by(id, by).await {
             Lookup::Kept(record) => Some(record.text()),
             Lookup::Gone | Lookup::Unknown | Lookup::Unavailable => None,
@@ -584,7 +592,7 @@ impl Running {
         let claim = match &*sharing.borrow() {
             journal::Shared::Taken => None,
             journal::Shared::Claimed(claim) => Some(claim.clone()),
-            journal::Shared::Alone => Some(lease.clone()),
+            journal::Shared::Alone | journal::Shared::Offered => Some(lease.clone()),
         };
         let Some(claim) = claim else { return self.give_way(lease).await };
         let store = &self.shared.store;

@@ -76,6 +76,11 @@ pub(crate) struct Writing {
 pub(crate) enum Shared {
     /// Under the lease it began with, so far.
     Alone,
+    /// Not held in the shared store (begun in this replica's memory while
+    /// it was out of reach, or its claim there lost), and offered to it:
+    /// another replica may run the call too, so its words are not spoken
+    /// yet.
+    Offered,
     /// Claimed in the shared store (again), its journal so far copied
     /// there: the outcome completes this lease as well as the one it began
     /// with.
@@ -202,6 +207,7 @@ pub(crate) async fn write(
                     // Its claim is gone: it takes no more appends.
                     target.ended = true;
                     lost = true;
+                    shared.send_replace(Shared::Offered);
                 }
                 Err(error) if end => {
                     tracing::debug!(%error, key = %target.lease.key, "assistant: the end of a model call's journal was not written; tried again");

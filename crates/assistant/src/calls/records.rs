@@ -10,14 +10,15 @@ use std::{
 
 use tokio::sync::watch;
 
-use super::{Run, record::CallRecord};
+use super::{Run, journal::Shared, record::CallRecord};
 
 /// The records this replica holds now, and the calls it knew lately.
 #[derive(Debug, Default)]
 pub(super) struct Records {
     live: HashMap<Box<str>, Weak<CallRecord>>,
-    /// The calls this replica runs now, for its own handlers to join.
-    runs: HashMap<Box<str>, watch::Receiver<Run>>,
+    /// The calls this replica runs now, for its own handlers to join, and
+    /// where each stands in the shared store.
+    runs: HashMap<Box<str>, (watch::Receiver<Run>, watch::Receiver<Shared>)>,
     /// When `live` is next swept of records gone.
     sweep_at: usize,
     /// Ids of calls this replica ran or followed, oldest first, so that a
@@ -53,17 +54,23 @@ impl Records {
 
     /// The run of call `id` on this replica, if it runs it now.
     pub(super) fn run(&self, id: &str) -> Option<watch::Receiver<Run>> {
-        self.runs.get(id).cloned()
+        self.runs.get(id).map(|(run, _)| run.clone())
     }
 
-    /// Holds `run` as this replica's run of call `id`, until [`Records::end_run`].
-    pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>) {
-        self.runs.insert(id.into(), run.clone());
+    /// Whether this replica runs call `id` unheld by the shared store, and offers it there.
+    pub(super) fn is_offered(&self, id: &str) -> bool {
+        self.runs.get(id).is_some_and(|(_, shared)| matches!(*shared.borrow(), Shared::Offered))
+    }
+
+    /// Holds `run` as this replica's run of call `id`, standing in the
+    /// shared store as `shared` says, until [`Records::end_run`].
+    pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>, shared: &watch::Receiver<Shared>) {
+        self.runs.insert(id.into(), (run.clone(), shared.clone()));
     }
 
     /// Lets `run` go as call `id`'s, unless another one stands there now.
     pub(super) fn end_run(&mut self, id: &str, run: &watch::Receiver<Run>) {
-        if self.runs.get(id).is_some_and(|held| held.same_channel(run)) {
+        if self.runs.get(id).is_some_and(|(held, _)| held.same_channel(run)) {
             self.runs.remove(id);
         }
     }
