@@ -478,6 +478,91 @@ async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
     assert_one_call_read_alike(&http, &replicas, &mock, run()).await;
 }
 
+/// A call that ends while Redis is gone, its claim with it: once Redis is
+/// back, its replica finds the claim lost and claims the call again, so
+/// that its answer is everyone's.
+#[tokio::test]
+async fn a_call_that_ended_while_redis_was_gone_is_claimed_again_once_it_is_back() {
+    let Some(mut redis) = RedisServer::start("a call ended while Redis was gone") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let run = TScenarioRunRequest {
+        base_request: Some(base("ended-away-1", None)), input: Some(text("который час?"))
+    };
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    client.call(Request::Run(run.clone())).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    redis.kill();
+    mock.wait_for_served(1).await;
+    redis.restart();
+    assert_one_call_read_alike(&http, &replicas, &mock, run).await;
+}
+
+/// A stall longer than the lease: the call ends on replica 0 unseen, its
+/// claim runs out, and replica 1 runs it again meanwhile. Whichever run
+/// Redis holds in the end, no hop is answered from the other: on replica
+/// 0, a hop during the stall says a filler, not its own run's answer.
+#[tokio::test]
+async fn a_call_whose_claim_ran_out_in_a_stall_is_not_answered_until_it_is_held_again() {
+    const OTHER: [&str; 4] = ["Другой ", "ответ, ", "которого ", "быть не должно."];
+    let Some(redis) = RedisServer::start("a claim run out in a stall") else { return };
+    let mock = MockLlm::start(Reply::stream(&OTHER, Duration::from_millis(50))).await;
+    mock.push(Reply::stream(&PIECES, Duration::from_millis(50)));
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let run = TScenarioRunRequest {
+        base_request: Some(base("ran-out-1", None)), input: Some(text("который час?"))
+    };
+    let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    let hop = first.call(Request::Run(run.clone())).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    let frozen = Instant::now();
+    redis.freeze();
+    let second = Client::http(&replicas[1].base).expect("a client").with_scenario("assistant");
+    second.call(Request::Run(run.clone())).await.expect("/run answers");
+    mock.wait_for_served(2).await;
+    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) =
+        hop.response.as_run().and_then(|run| run.response.clone())
+    else {
+        panic!("/run hands over: {:?}", hop.response)
+    };
+    let apply = TScenarioApplyRequest { arguments: Some(arguments), base_request: run.base_request, input: run.input };
+    let hop = first.call(Request::Continue(apply)).await.expect("/continue answers");
+    let body = hop.response.body().expect("an answer");
+    let said = speech(body).to_owned();
+    assert!(state_of(body).pending.is_some(), "held, not answered from a run Redis may not hold: {said:?}");
+    // Past the 3 s lease.
+    tokio::time::sleep(Duration::from_millis(3_500).saturating_sub(frozen.elapsed())).await;
+    redis.thaw();
+
+    // Read once every replica finds Redis back: until then, one that took
+    // it for down serves what its own memory holds.
+    for replica in &replicas {
+        let up = async {
+            loop {
+                let metrics = http.get(format!("{}/metrics", replica.base)).send().await.unwrap();
+                if metrics.text().await.unwrap().lines().any(|line| line == "megamind_store_up 1") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), up).await.expect("Redis found back");
+    }
+    let mut answers = Vec::new();
+    for replica in &replicas {
+        let (status, answer) = ended_answer(&http, &replica.base, "ran-out-1").await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        answers.push(answer["content"]["raw_text"].as_str().unwrap_or_default().to_owned());
+    }
+    assert!(answers.windows(2).all(|pair| pair[0] == pair[1]), "one answer everywhere: {answers:?}");
+    let other_run =
+        if answers[0].starts_with("Сейчас ровно") { "Другой" } else { "Сейчас ровно" };
+    assert!(!said.contains(other_run), "said {said:?} while every replica serves {:?}", answers[0]);
+    assert_eq!(mock.calls(), 2);
+}
+
 /// A request on the replica running its call, while Redis answers
 /// nothing, joins that run rather than call the model again.
 #[tokio::test]

@@ -373,12 +373,11 @@ impl Calls {
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(Bound::for_call(MAX_ANSWER_BYTES, id), tap));
         let (done, run) = watch::channel(None);
-        let shared_now = if offered { journal::Shared::Offered } else { journal::Shared::Alone };
-        let (told, sharing) = watch::channel(shared_now);
+        let (told, standing) = watch::channel(journal::Standing { unheld: offered, ..Default::default() });
         {
             let mut records = shared.records();
             records.hold(id, &record);
-            records.hold_run(id, &run, &sharing);
+            records.hold_run(id, &run, &standing);
         }
         let writing = Writing {
             journal: shared.journal.clone(),
@@ -390,7 +389,7 @@ impl Calls {
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries, told));
         let running = Running { shared: shared.clone(), id: id.into(), record: record.clone(), done, run: run.clone() };
         let handle = Handle::joining(store, run);
-        tokio::spawn(running.run(call(record), lease, in_flight, (writer, sharing)));
+        tokio::spawn(running.run(call(record), lease, in_flight, (writer, standing)));
         Ok((handle, true))
     }
 
@@ -471,7 +470,7 @@ impl Calls {
     /// replica may run it too, and the user should not hear the openings of
     /// two answers.
     pub(crate) async fn partial_text(&self, id: &str, by: Instant) -> Option<String> {
-        if self.shared.records().is_offered(id) {
+        if self.shared.records().is_unheld(id) {
             return Some(String::new());
         }
         match self.lookup_by(id, by).await {
@@ -542,13 +541,13 @@ struct Running {
 impl Running {
     /// Runs the call to its outcome, which completes its lease, unless the
     /// writer of its journal finds that another replica runs it too
-    /// ([`journal::Shared`]).
+    /// ([`journal::Standing`]).
     async fn run(
         self,
         call: impl Future<Output = ModelOutcome>,
         lease: Lease,
         in_flight: InFlight,
-        (writer, mut sharing): (tokio::task::JoinHandle<()>, watch::Receiver<journal::Shared>),
+        (writer, mut standing): (tokio::task::JoinHandle<()>, watch::Receiver<journal::Standing>),
     ) {
         // Given back when the task ends, even dropped unfinished.
         let _in_flight = in_flight;
@@ -557,10 +556,8 @@ impl Running {
         let outcome = loop {
             tokio::select! {
                 outcome = &mut call => break outcome,
-                changed = sharing.changed(), if writing => match changed {
-                    Ok(()) if matches!(*sharing.borrow_and_update(), journal::Shared::Taken) => {
-                        return self.give_way(lease).await;
-                    }
+                changed = standing.changed(), if writing => match changed {
+                    Ok(()) if standing.borrow_and_update().taken => return self.give_way(lease).await,
                     Ok(()) => {}
                     Err(_writer_ended) => writing = false,
                 },
@@ -572,6 +569,15 @@ impl Running {
             Err(_) => self.record.fail("the model call failed"),
             Ok(Ok(_)) => self.record.finish(),
         }
+        // The journal ends before the outcome is stored: a replica that
+        // sees the outcome finds the whole journal. Its appends are bounded
+        // by the store's timeouts. Joiners here wait for it too: until it
+        // is written, another replica may turn out to hold the call.
+        let _ = writer.await;
+        let journal::Standing { claim, taken, .. } = standing.borrow().clone();
+        if taken {
+            return self.give_way(lease).await;
+        }
         let value = match &outcome {
             Ok(outcome) => Some(outcome::encode(outcome)),
             Err(_) => {
@@ -579,25 +585,12 @@ impl Running {
                 None
             }
         };
-        // Joiners here read this replica's record, which has ended: they
-        // need not wait for the store, which may be out of reach. They are
-        // answered as they would be from the store.
+        // Joiners here are answered as they would be from the store.
         if let Some(value) = &value {
             self.done.send_replace(Some(Arc::new(outcome::decode(value))));
         }
-        // The journal ends before the outcome is stored: a replica that
-        // sees the outcome finds the whole journal. Its appends are bounded
-        // by the store's timeouts.
-        let _ = writer.await;
-        let claim = match &*sharing.borrow() {
-            journal::Shared::Taken => None,
-            journal::Shared::Claimed(claim) => Some(claim.clone()),
-            journal::Shared::Alone | journal::Shared::Offered => Some(lease.clone()),
-        };
-        let Some(claim) = claim else { return self.give_way(lease).await };
         let store = &self.shared.store;
-        let leases = if Arc::ptr_eq(&claim.token, &lease.token) { vec![lease] } else { vec![lease, claim] };
-        for lease in leases {
+        for lease in std::iter::once(lease).chain(claim) {
             let ended = match &value {
                 Some(value) => store.complete(lease, value.clone()).await,
                 // Abandoned at once, so that a retry calls again without waiting

@@ -37,6 +37,10 @@ const SHARE_WAIT: Duration = Duration::from_millis(50);
 const END_TRIES_FOR: Duration = Duration::from_secs(10);
 /// The pause between tries of a journal's end.
 const END_PAUSE: Duration = Duration::from_millis(100);
+/// How long a call that ended unheld by the shared store is offered to
+/// it while that store is taken for down: a store back is found so within
+/// a probe or two.
+const END_WHILE_DOWN: Duration = Duration::from_secs(2);
 /// Why this replica's record of a call ends that it ran while the shared
 /// store was out of reach, and another replica runs.
 pub(crate) const GAVE_WAY: &str = "another replica runs the model call, which this replica ran too while it could not \
@@ -72,23 +76,19 @@ pub(crate) struct Writing {
 
 /// Where the call stands in the shared store, as its writer tells the
 /// call's task.
-#[derive(Debug, Clone)]
-pub(crate) enum Shared {
-    /// Under the lease it began with, so far.
-    Alone,
-    /// Not held in the shared store (begun in this replica's memory while
-    /// it was out of reach, or its claim there lost), and offered to it:
-    /// another replica may run the call too, so its words are not spoken
-    /// yet.
-    Offered,
-    /// Claimed in the shared store (again), its journal so far copied
-    /// there: the outcome completes this lease as well as the one it began
-    /// with.
-    Claimed(Lease),
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Standing {
+    /// A claim in the shared store taken by an offer, which the outcome
+    /// completes as well as the lease the call began with.
+    pub(crate) claim: Option<Lease>,
+    /// The shared store is not known to hold the call now: begun in this
+    /// replica's memory, its claim lost, or its last append unanswered.
+    /// Another replica may run it too, so its words wait.
+    pub(crate) unheld: bool,
     /// Another replica holds the call there (it began it too): this
     /// replica's run gives way, its lease ended so that its waiters begin
     /// the call again and find the other one.
-    Taken,
+    pub(crate) taken: bool,
 }
 
 /// One place the journal is written: a lease, the entries it took, and
@@ -104,9 +104,10 @@ struct Target {
 /// batches, until the last entry, renewing the lease every [`HEARTBEAT`]
 /// while the model is silent; gives up on a lease in memory that no
 /// longer holds the key. A failed append is tried again with the next
-/// batch (the end, until [`END_TRIES_FOR`] has passed): it may have been
-/// carried out all the same (a store that answered late), so each append
-/// says how many entries went before it, and the store skips those it has.
+/// batch (the end, every [`END_PAUSE`] until [`END_TRIES_FOR`] has
+/// passed): it may have been carried out all the same (a store that
+/// answered late), so each append says how many entries went before it,
+/// and the store skips those it has.
 ///
 /// With a shared store, the call is offered to it ([`FlightStore::share`])
 /// with each batch, every [`SHARE_EVERY`] at most, while it is not held
@@ -114,13 +115,13 @@ struct Target {
 /// reach, or its claim lost (run out during a stall, or forgotten by a
 /// Redis restarted empty). Offered, it is claimed there and the whole run
 /// so far written anew, so that every replica follows it; or, held there by
-/// another replica already, given way to (`shared` is told, and the
+/// another replica already, given way to (`standing` says so, and the
 /// writing ends). The entries are kept for this while the call runs.
 pub(crate) async fn write(
     writing: Writing,
     lease: Lease,
     mut entries: mpsc::UnboundedReceiver<(Bytes, bool)>,
-    shared: watch::Sender<Shared>,
+    standing: watch::Sender<Standing>,
 ) {
     let store = writing.store.clone();
     let mut offer = store.is_some() && !is_claim(&lease.token);
@@ -131,15 +132,13 @@ pub(crate) async fn write(
     // Entries not yet written everywhere, from number `base + 1` on; with
     // a shared store, every entry of the run, which an offer writes anew.
     let (mut pending, mut base) = (Vec::new(), 0u64);
-    let mut end = false;
-    let mut give_up_at = None;
+    let (mut end, mut ended_at) = (false, None);
     // The last offer found the shared store taken for down.
     let mut unreachable = false;
+    // A claim was just found lost: offered at once, not after a wait.
+    let mut at_once = false;
     loop {
-        if end {
-            // Only the end is left to write: tried again after a pause.
-            tokio::time::sleep(END_PAUSE).await;
-        } else {
+        if !end && !at_once {
             match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
                 Ok(Some((entry, last))) => {
                     pending.push(entry);
@@ -150,11 +149,15 @@ pub(crate) async fn write(
                 // Nothing new: an empty append renews the lease.
                 Err(_) => {}
             }
-            while !end {
-                let Ok((entry, last)) = entries.try_recv() else { break };
-                pending.push(entry);
-                end = last;
-            }
+        } else if end && !at_once {
+            // Only the end is left to write: tried again after a pause.
+            tokio::time::sleep(END_PAUSE).await;
+        }
+        at_once = false;
+        while !end {
+            let Ok((entry, last)) = entries.try_recv() else { break };
+            pending.push(entry);
+            end = last;
         }
         if let Some(store) = store.as_ref().filter(|_| offer && Instant::now() >= next_offer) {
             next_offer = Instant::now() + SHARE_EVERY;
@@ -163,13 +166,13 @@ pub(crate) async fn write(
             match store.share(first, writing.lease, Instant::now() + SHARE_WAIT).await {
                 Ok(Some(Begin::Lead(claim))) => {
                     tracing::info!(key = %claim.key, "assistant: a model call the shared store did not hold is held there now");
-                    shared.send_replace(Shared::Claimed(claim.clone()));
+                    standing.send_modify(|standing| standing.claim = Some(claim.clone()));
                     targets.push(Target { lease: claim, written: 0, ended: false });
                     offer = false;
                 }
                 Ok(Some(Begin::Wait(_) | Begin::Hit(_))) => {
                     tracing::info!(key = %first.key, "assistant: another replica runs a model call this one ran too; this one gives way");
-                    shared.send_replace(Shared::Taken);
+                    standing.send_modify(|standing| standing.taken = true);
                     return;
                 }
                 Ok(None) => unreachable = true,
@@ -181,7 +184,7 @@ pub(crate) async fn write(
         // over goes on after its entries; the ending append leaves the lease
         // to the outcome's completion.
         let renewal = (!end).then_some(writing.lease);
-        let mut lost = false;
+        let (mut lost, mut held) = (false, None);
         for target in targets.iter_mut().filter(|target| !target.ended) {
             let new = usize::try_from(target.written - base).unwrap_or(usize::MAX).min(pending.len());
             let appending = Appending {
@@ -192,14 +195,16 @@ pub(crate) async fn write(
                 ttl: writing.kept_ttl,
                 lease: renewal,
             };
+            let in_store = is_claim(&target.lease.token);
             match writing.journal.append(&target.lease, appending).await {
                 Ok(true) => {
                     target.written = base + pending.len() as u64;
                     target.ended = end;
+                    held = held.or(in_store.then_some(true));
                 }
                 Ok(false) => {
                     writing.lease_lost.inc();
-                    if store.is_none() || !is_claim(&target.lease.token) {
+                    if store.is_none() || !in_store {
                         tracing::warn!(key = %target.lease.key, "assistant: a running model call lost its lease; another caller may run it");
                         return;
                     }
@@ -207,28 +212,32 @@ pub(crate) async fn write(
                     // Its claim is gone: it takes no more appends.
                     target.ended = true;
                     lost = true;
-                    shared.send_replace(Shared::Offered);
-                }
-                Err(error) if end => {
-                    tracing::debug!(%error, key = %target.lease.key, "assistant: the end of a model call's journal was not written; tried again");
                 }
                 Err(error) => {
-                    tracing::debug!(%error, key = %target.lease.key, "assistant: a journal append failed; tried again");
+                    tracing::debug!(%error, key = %target.lease.key, end, "assistant: a journal append failed; tried again");
+                    held = Some(false);
                 }
             }
         }
         if lost {
-            offer = true;
-            next_offer = Instant::now();
+            (offer, next_offer, at_once) = (true, Instant::now(), true);
         }
-        // Ended where it could be; a call the shared store does not hold
-        // is offered on while that store answers, not once it is down.
-        if end && targets.iter().all(|target| target.ended) && (!offer || unreachable) {
-            return;
-        }
-        if end && Instant::now() >= *give_up_at.get_or_insert_with(|| Instant::now() + END_TRIES_FOR) {
-            tracing::warn!(key = %targets[0].lease.key, "assistant: the end of a model call's journal was not written");
-            return;
+        let unheld = offer || held == Some(false);
+        standing.send_if_modified(|standing| std::mem::replace(&mut standing.unheld, unheld) != unheld);
+        if end && !at_once {
+            if targets.iter().all(|target| target.ended) && !offer {
+                return;
+            }
+            // A store taken for down is found back within a second or so.
+            let since = *ended_at.get_or_insert_with(Instant::now);
+            if Instant::now() >= since + if unreachable { END_WHILE_DOWN } else { END_TRIES_FOR } {
+                if offer {
+                    tracing::warn!(key = %targets[0].lease.key, "assistant: a model call the shared store does not hold ended before it could be offered there");
+                } else {
+                    tracing::warn!(key = %targets[0].lease.key, "assistant: the end of a model call's journal was not written");
+                }
+                return;
+            }
         }
         // A claim in a shared store may be lost at any time: its entries stay.
         if store.is_none() {

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::sync::watch;
 
-use super::{Run, journal::Shared, record::CallRecord};
+use super::{Run, journal::Standing, record::CallRecord};
 
 /// The records this replica holds now, and the calls it knew lately.
 #[derive(Debug, Default)]
@@ -18,7 +18,7 @@ pub(super) struct Records {
     live: HashMap<Box<str>, Weak<CallRecord>>,
     /// The calls this replica runs now, for its own handlers to join, and
     /// where each stands in the shared store.
-    runs: HashMap<Box<str>, (watch::Receiver<Run>, watch::Receiver<Shared>)>,
+    runs: HashMap<Box<str>, (watch::Receiver<Run>, watch::Receiver<Standing>)>,
     /// When `live` is next swept of records gone.
     sweep_at: usize,
     /// Ids of calls this replica ran or followed, oldest first, so that a
@@ -57,15 +57,16 @@ impl Records {
         self.runs.get(id).map(|(run, _)| run.clone())
     }
 
-    /// Whether this replica runs call `id` unheld by the shared store, and offers it there.
-    pub(super) fn is_offered(&self, id: &str) -> bool {
-        self.runs.get(id).is_some_and(|(_, shared)| matches!(*shared.borrow(), Shared::Offered))
+    /// Whether this replica runs call `id` and the shared store is not
+    /// known to hold it now.
+    pub(super) fn is_unheld(&self, id: &str) -> bool {
+        self.runs.get(id).is_some_and(|(_, standing)| standing.borrow().unheld)
     }
 
     /// Holds `run` as this replica's run of call `id`, standing in the
     /// shared store as `shared` says, until [`Records::end_run`].
-    pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>, shared: &watch::Receiver<Shared>) {
-        self.runs.insert(id.into(), (run.clone(), shared.clone()));
+    pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>, standing: &watch::Receiver<Standing>) {
+        self.runs.insert(id.into(), (run.clone(), standing.clone()));
     }
 
     /// Lets `run` go as call `id`'s, unless another one stands there now.
