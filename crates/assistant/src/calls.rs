@@ -439,8 +439,8 @@ impl Calls {
         drop(records);
         let ended = record.timings().ended.is_some() || read.ended;
         if !ended {
-            let started = journal::has_start(run);
-            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), started));
+            let head = journal::start_of(run);
+            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), head));
         }
         Lookup::Kept(record)
     }

@@ -337,6 +337,35 @@ async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
     assert!(matches!(memory.share(&alone, LEASE, soon()).await, Ok(None)), "a store in memory alone shares nothing");
 }
 
+/// A write Redis carries out while it is taken for down (a claim's
+/// append, still sent there) finds it back at once, before the probe: the
+/// replica that ran a call then offers it again first.
+#[tokio::test]
+async fn a_write_redis_carries_out_finds_it_back_at_once() {
+    use megamind_core::store::{Appending, Journal};
+    let Some(mut server) = RedisServer::start("a write finds Redis back") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let (Ok(Begin::Lead(claim)), _) = begin(&store, Handler::Run, "w1").await else { panic!("leads in Redis") };
+    server.kill();
+    for n in 0..10 {
+        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
+    }
+    assert!(store.is_down(), "taken for down");
+    server.restart();
+    let appending = Appending { entries: &[], from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
+    let mut appended = store.append(&claim, appending).await;
+    // The first command after a restart may meet the old connection.
+    for _ in 0..3 {
+        if appended.is_ok() {
+            break;
+        }
+        appended = store.append(&claim, appending).await;
+    }
+    assert!(matches!(appended, Ok(false)), "the claim went with the restart: {appended:?}");
+    assert!(!store.is_down(), "back at once");
+}
+
 #[tokio::test]
 async fn every_store_of_a_server_shares_its_connections_and_its_health() {
     let Some(mut server) = RedisServer::start("stores sharing one link") else { return };

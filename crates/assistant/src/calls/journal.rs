@@ -232,7 +232,8 @@ pub(crate) async fn write(
             let since = *ended_at.get_or_insert_with(Instant::now);
             if Instant::now() >= since + if unreachable { END_WHILE_DOWN } else { END_TRIES_FOR } {
                 if offer {
-                    tracing::warn!(key = %targets[0].lease.key, "assistant: a model call the shared store does not hold ended before it could be offered there");
+                    // One per call while Redis is down, which is logged once already.
+                    tracing::debug!(key = %targets[0].lease.key, "assistant: a model call the shared store does not hold ended before it could be offered there");
                 } else {
                     tracing::warn!(key = %targets[0].lease.key, "assistant: the end of a model call's journal was not written");
                 }
@@ -263,9 +264,9 @@ pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
     record
 }
 
-/// Whether `entries` hold a run's start.
-pub(crate) fn has_start(entries: &[Bytes]) -> bool {
-    entries.iter().any(|bytes| bytes.first() == Some(&b'S'))
+/// The start of a run among `entries`, if they hold it.
+pub(crate) fn start_of(entries: &[Bytes]) -> Option<Bytes> {
+    entries.iter().find(|bytes| bytes.first() == Some(&b'S')).cloned()
 }
 
 /// Where the latest run of a call begins in `entries` (read from the
@@ -307,17 +308,21 @@ pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) 
 }
 
 /// Follows the journal of `key` after entry `after` into `record`
-/// (`started` when the run's start was among what it read) until
-/// the call ends, its journal goes (a runner that died: its lease and the
-/// journal's TTL ran out), or the store stays out of reach.
+/// (`head` the start of the run it follows, when that was among what it
+/// read) until the call ends, its journal goes (a runner that died: its
+/// lease and the journal's TTL ran out), or the store stays out of reach.
+/// After a failed read (Redis may have restarted empty meanwhile, and
+/// another run's journal begun from its first entry), it checks that the
+/// journal still begins with its run before it reads on.
 pub(crate) async fn mirror(
     journal: Arc<dyn Journal>,
     key: Key,
     record: Arc<CallRecord>,
     mut after: u64,
-    mut started: bool,
+    mut head: Option<Bytes>,
 ) {
-    let mut failures = 0;
+    let mut started = head.is_some();
+    let (mut failures, mut failed) = (0, false);
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
@@ -326,9 +331,16 @@ pub(crate) async fn mirror(
             }
             Ok(Some(read)) => {
                 failures = 0;
+                if std::mem::take(&mut failed) && !begins_with(&*journal, &key, head.as_ref()).await {
+                    record.fail(RESTARTED);
+                    return;
+                }
                 if read.first > after.saturating_add(1) && !read.entries.is_empty() {
                     record.fail("the model call's journal lost events");
                     return;
+                }
+                if head.is_none() {
+                    head = read.entries.iter().find(|bytes| bytes.first() == Some(&b'S')).cloned();
                 }
                 after = read.last(after);
                 if apply(&record, &read.entries, &mut started) || read.ended {
@@ -341,7 +353,7 @@ pub(crate) async fn mirror(
                 return;
             }
             Err(error) => {
-                failures += 1;
+                (failures, failed) = (failures + 1, true);
                 if failures >= MAX_READ_FAILURES {
                     record.fail(&format!("the model call is out of reach: {error}"));
                     return;
@@ -352,10 +364,23 @@ pub(crate) async fn mirror(
     }
 }
 
+/// Whether the journal of `key` still begins with `head` (as far as can be
+/// told: a journal that cannot be read now, or a run whose start was not
+/// read, is taken to).
+async fn begins_with(journal: &dyn Journal, key: &Key, head: Option<&Bytes>) -> bool {
+    let Some(head) = head else { return true };
+    match journal.read(key, 0, Instant::now() + SHARE_WAIT).await {
+        Ok(Some(all)) if all.first <= 1 => all.entries.first().is_none_or(|first| first == head),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use megamind_core::store::{Entries, StoreError};
+
     use super::*;
-    use crate::backend::ModelEvent;
+    use crate::{backend::ModelEvent, calls::record::Ending};
 
     #[test]
     fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
@@ -373,6 +398,43 @@ mod tests {
         let fresh = mirror_of(latest_run(&journal), 1024);
         assert_eq!(fresh.text(), "Сейчас.", "a new reader reads the new run alone");
         assert_eq!(fresh.snapshot().2, super::super::record::Ending::Completed);
+    }
+
+    /// A journal that answers reads from a script.
+    #[derive(Debug)]
+    struct Scripted(std::sync::Mutex<std::collections::VecDeque<Result<Option<Entries>, StoreError>>>);
+
+    #[async_trait::async_trait]
+    impl Journal for Scripted {
+        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
+            Ok(true)
+        }
+
+        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            let next = self.0.lock().unwrap().pop_front();
+            next.unwrap_or_else(|| Err(StoreError::Unavailable("the script is over".into())))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_with_its_run() {
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
+        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
+        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m1");
+        for (head, ends) in [(theirs.clone(), Ending::Failed(RESTARTED.into())), (ours.clone(), Ending::Completed)] {
+            let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+            let script = [
+                Err(StoreError::Unavailable("Redis restarted".into())),
+                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+                // The check of the journal's first entry.
+                entries(1, vec![head, text("Сей")]),
+            ];
+            let journal = Arc::new(Scripted(std::sync::Mutex::new(script.into_iter().collect())));
+            mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+            assert_eq!(record.snapshot().2, ends);
+        }
     }
 
     #[tokio::test(start_paused = true)]

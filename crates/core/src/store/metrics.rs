@@ -58,6 +58,11 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether it writes: one Redis carried out says it takes writes.
+    pub(super) fn is_write(self) -> bool {
+        matches!(self, Op::Begin | Op::Complete | Op::Abandon | Op::Append)
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Op::Begin => "begin",

@@ -6,8 +6,9 @@
 //! deadline and the store's timeout; three failures in a row mark the store
 //! down (when they are only timeouts, once they have lasted a second: a
 //! replica short of CPU sees its commands time out too), after which calls
-//! stop asking it until a background probe (a write) finds it back (a log line at
-//! each change, not one per call). While it is down:
+//! stop asking it until a background probe (a write), or a write still
+//! sent to it (a claim's append), finds it back (a log line at each
+//! change, not one per call). While it is down:
 //!
 //! - `/run` and `/continue` lead, wait and replay in this replica's memory
 //!   (a repeat on the same replica still replays);
@@ -142,6 +143,9 @@ impl StoreHealth {
         };
         self.metrics.observe(op, outcome, started.elapsed());
         match &result {
+            // A write Redis carried out: it is back, whatever the probe
+            // has yet to find (a replica's own appends find it first).
+            Ok(_) if op.is_write() && self.is_down() => self.back(),
             // Redis answered: a value it lost is no sign of a store down.
             Ok(_) | Err(StoreError::Full | StoreError::Lost(_)) => self.succeeded(),
             // A call whose deadline had passed gave the store no time at
