@@ -75,6 +75,11 @@ async fn turn(clients: &[Client], call_id: &str, words: &str, route: impl FnMut(
     Dialog::default().send(clients, call_id, text(words), route).await
 }
 
+/// The `/run` that asks "который час?" as call `call_id`.
+fn asked(call_id: &str) -> TScenarioRunRequest {
+    TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) }
+}
+
 fn text(words: &str) -> TInput {
     let text = TTextInput { utterance: words.into(), raw_utterance: words.into() };
     TInput { event: Some(t_input::Event::Text(text)), ..Default::default() }
@@ -268,8 +273,7 @@ async fn a_redis_stall_mid_answer_leaves_each_event_in_the_journal_once() {
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "stall-1";
-    let run =
-        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let run = asked(call_id);
     client.call(Request::Run(run)).await.expect("/run answers");
 
     // Once the journal carries the answer's first words, Redis stalls for
@@ -422,8 +426,7 @@ async fn a_call_begun_while_redis_was_gone_is_shared_once_it_is_back() {
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "shared-later-1";
-    let run =
-        || TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let run = || asked(call_id);
     redis.kill();
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(run())).await.expect("/run answers");
@@ -469,8 +472,7 @@ async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "forgotten-1";
-    let run =
-        || TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let run = || asked(call_id);
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(run())).await.expect("/run answers");
     mock.wait_for_calls(1).await;
@@ -487,9 +489,7 @@ async fn a_call_that_ended_while_redis_was_gone_is_claimed_again_once_it_is_back
     let mock = MockLlm::start(Reply::stream(&PIECES, GAP)).await;
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
-    let run = TScenarioRunRequest {
-        base_request: Some(base("ended-away-1", None)), input: Some(text("который час?"))
-    };
+    let run = asked("ended-away-1");
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(run.clone())).await.expect("/run answers");
     mock.wait_for_calls(1).await;
@@ -511,9 +511,7 @@ async fn a_call_whose_claim_ran_out_in_a_stall_is_not_answered_until_it_is_held_
     mock.push(Reply::stream(&PIECES, Duration::from_millis(50)));
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
-    let run = TScenarioRunRequest {
-        base_request: Some(base("ran-out-1", None)), input: Some(text("который час?"))
-    };
+    let run = asked("ran-out-1");
     let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     let hop = first.call(Request::Run(run.clone())).await.expect("/run answers");
     mock.wait_for_calls(1).await;
@@ -572,8 +570,7 @@ async fn a_replica_running_a_call_joins_it_during_a_redis_stall() {
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "joined-1";
-    let run =
-        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let run = asked(call_id);
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(run.clone())).await.expect("/run answers");
     mock.wait_for_calls(1).await;
@@ -605,8 +602,7 @@ async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis()
     let replicas = replicas(&redis, &mock);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "gave-way-1";
-    let run =
-        TScenarioRunRequest { base_request: Some(base(call_id, None)), input: Some(text("который час?")) };
+    let run = asked(call_id);
     let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     first.call(Request::Run(run.clone())).await.expect("/run answers");
 

@@ -20,14 +20,15 @@
 //! which every other reader follows: another replica (or this one, once
 //! the runner's record is let go) makes a mirror record from the journal.
 //! The journal expires and is evicted with the outcome: one bound, one
-//! TTL. A call begun in this replica's memory while the shared store was
-//! out of reach is offered to that store once it is back
-//! ([`journal::write`]): claimed there, its journal so far copied, or given
-//! way to the replica that holds it there. This replica keeps only weak
-//! references to the records it holds
-//! (a record lives while its runner or a reader holds it), and the ids of
-//! the calls it knew lately, so that an expired one is told from one that
-//! never was. A std mutex guards them, held for a few map operations and
+//! TTL. A call the shared store does not hold (begun in this replica's
+//! memory while it was out of reach, or its claim lost) is offered to it
+//! once it is back ([`journal::write`]): claimed there, its journal so far
+//! written anew, or given way to the replica that holds it there. A
+//! request on the replica that runs a call joins that run, without asking
+//! the store. This replica keeps only weak references to the records it
+//! holds (a record lives while its runner or a reader holds it), and the
+//! ids of the calls it knew lately, so that an expired one is told from
+//! one that never was. A std mutex guards them, held for a few map operations and
 //! never across an await.
 
 pub mod config;
@@ -365,15 +366,15 @@ impl Calls {
             let _ = store.abandon(lease).await;
             return Err(AtCapacity);
         };
-        let offered = shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token);
-        if offered {
+        let unheld = shared.is_shared && !megamind_core::store::redis::is_claim(&lease.token);
+        if unheld {
             // Claimed in this replica's memory: another replica may run it too.
             shared.duplicated.with_label_values(&[metrics::STORE_DOWN]).inc();
         }
         let (tap, entries) = tokio::sync::mpsc::unbounded_channel();
         let record = Arc::new(CallRecord::journaled(Bound::for_call(MAX_ANSWER_BYTES, id), tap));
         let (done, run) = watch::channel(None);
-        let (told, standing) = watch::channel(journal::Standing { unheld: offered, ..Default::default() });
+        let (told, standing) = watch::channel(journal::Standing { unheld, ..Default::default() });
         {
             let mut records = shared.records();
             records.hold(id, &record);
@@ -387,7 +388,7 @@ impl Calls {
             lease_lost: shared.duplicated.with_label_values(&[metrics::LEASE_LOST]),
         };
         let writer = tokio::spawn(journal::write(writing, lease.clone(), entries, told));
-        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone(), done, run: run.clone() };
+        let running = Running { shared: shared.clone(), id: id.into(), record: record.clone(), done };
         let handle = Handle::joining(store, run);
         tokio::spawn(running.run(call(record), lease, in_flight, (writer, standing)));
         Ok((handle, true))
@@ -466,6 +467,7 @@ impl Calls {
 
     /// The text call `id` has streamed so far, if it is running or kept;
     /// read from another replica's journal by `by`.
+    ///
     /// Nothing while this replica runs it unheld by the shared store: another
     /// replica may run it too, and the user should not hear the openings of
     /// two answers.
@@ -533,9 +535,6 @@ struct Running {
     /// Gives this replica's joiners the outcome; dropped without one, it
     /// tells them the run ended without.
     done: watch::Sender<Run>,
-    /// The run as joiners follow it, so that only its own place in the
-    /// records is let go.
-    run: watch::Receiver<Run>,
 }
 
 impl Running {
@@ -621,7 +620,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         // Before `done` goes: joiners told the run ended begin the call
         // again, and must not find this run.
-        self.shared.records().end_run(&self.id, &self.run);
+        self.shared.records().end_run(&self.id, &self.done.subscribe());
         // Nothing if the call ended; a task dropped before (the runtime
         // shutting down) ended without an answer.
         self.record.fail("the model call was dropped before it ended");

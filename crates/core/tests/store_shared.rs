@@ -75,6 +75,16 @@ async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> boo
     condition()
 }
 
+/// Kills `server`; calls then find Redis gone, and a few failures in a
+/// row take it for down.
+async fn kill_and_take_for_down(server: &mut RedisServer, store: &SharedStore) {
+    server.kill();
+    for n in 0..10 {
+        let _ = begin(store, Handler::Run, &format!("probe-{n}")).await;
+    }
+    assert!(store.is_down(), "taken for down");
+}
+
 /// The answer of `/commit` `id` once Redis has stored it, its claim
 /// holding meanwhile (a retry then waits rather than run it again).
 async fn stored_answer(store: &SharedStore, id: &str) -> Bytes {
@@ -266,12 +276,7 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     assert!(matches!(read, Err(StoreError::Timeout(_))), "a journal out of reach is an error: {read:?}");
     server.thaw();
 
-    server.kill();
-    // Calls find Redis gone: a few failures in a row take it for down.
-    for n in 0..10 {
-        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
-    }
-    assert!(store.is_down(), "taken for down");
+    kill_and_take_for_down(&mut server, &store).await;
     let (Ok(Begin::Lead(local)), took) = begin(&store, Handler::Run, "j2").await else { panic!("leads locally") };
     assert!(took < SLACK, "at once: {took:?}");
     assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");
@@ -299,11 +304,7 @@ async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
     let (other, _other_registry) = shared(&server.url(), CommitFallback::Refuse);
     store.start();
     other.start();
-    server.kill();
-    for n in 0..10 {
-        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
-    }
-    assert!(store.is_down(), "taken for down");
+    kill_and_take_for_down(&mut server, &store).await;
     let (Ok(Begin::Lead(alone)), _) = begin(&store, Handler::Run, "alone").await else { panic!("leads locally") };
     let (Ok(Begin::Lead(twice)), _) = begin(&store, Handler::Run, "twice").await else { panic!("leads locally") };
     let soon = || Instant::now() + Duration::from_millis(200);
@@ -347,11 +348,7 @@ async fn a_write_redis_carries_out_finds_it_back_at_once() {
     let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
     store.start();
     let (Ok(Begin::Lead(claim)), _) = begin(&store, Handler::Run, "w1").await else { panic!("leads in Redis") };
-    server.kill();
-    for n in 0..10 {
-        let _ = begin(&store, Handler::Run, &format!("probe-{n}")).await;
-    }
-    assert!(store.is_down(), "taken for down");
+    kill_and_take_for_down(&mut server, &store).await;
     server.restart();
     let appending = Appending { entries: &[], from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
     let mut appended = store.append(&claim, appending).await;

@@ -26,8 +26,8 @@ const MIRROR_WAIT: Duration = Duration::from_secs(1);
 /// How often a runner with nothing new to write renews its lease with an
 /// empty append: a third of the shortest lease (a shared store's).
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How often a call begun in this replica's memory while the shared store
-/// was out of reach is offered to it ([`FlightStore::share`]).
+/// How often a call the shared store does not hold is offered to it
+/// ([`FlightStore::share`]).
 const SHARE_EVERY: Duration = Duration::from_millis(250);
 /// How long an offer may take.
 const SHARE_WAIT: Duration = Duration::from_millis(50);
@@ -62,8 +62,8 @@ const MAX_READ_FAILURES: u32 = 20;
 #[derive(Debug, Clone)]
 pub(crate) struct Writing {
     pub(crate) journal: Arc<dyn Journal>,
-    /// The call's store, asked to share a lease taken in this replica's
-    /// memory once the shared store is back; `None` when replicas share
+    /// The call's store, offered a call it does not hold (begun in this
+    /// replica's memory, or its claim lost); `None` when replicas share
     /// nothing.
     pub(crate) store: Option<Arc<dyn FlightStore>>,
     /// The call's lease, renewed by every append but the last.
@@ -184,7 +184,7 @@ pub(crate) async fn write(
         // over goes on after its entries; the ending append leaves the lease
         // to the outcome's completion.
         let renewal = (!end).then_some(writing.lease);
-        let (mut lost, mut held) = (false, None);
+        let (mut lost, mut unanswered) = (false, false);
         for target in targets.iter_mut().filter(|target| !target.ended) {
             let new = usize::try_from(target.written - base).unwrap_or(usize::MAX).min(pending.len());
             let appending = Appending {
@@ -195,16 +195,14 @@ pub(crate) async fn write(
                 ttl: writing.kept_ttl,
                 lease: renewal,
             };
-            let in_store = is_claim(&target.lease.token);
             match writing.journal.append(&target.lease, appending).await {
                 Ok(true) => {
                     target.written = base + pending.len() as u64;
                     target.ended = end;
-                    held = held.or(in_store.then_some(true));
                 }
                 Ok(false) => {
                     writing.lease_lost.inc();
-                    if store.is_none() || !in_store {
+                    if store.is_none() || !is_claim(&target.lease.token) {
                         tracing::warn!(key = %target.lease.key, "assistant: a running model call lost its lease; another caller may run it");
                         return;
                     }
@@ -215,14 +213,14 @@ pub(crate) async fn write(
                 }
                 Err(error) => {
                     tracing::debug!(%error, key = %target.lease.key, end, "assistant: a journal append failed; tried again");
-                    held = Some(false);
+                    unanswered = true;
                 }
             }
         }
         if lost {
             (offer, next_offer, at_once) = (true, Instant::now(), true);
         }
-        let unheld = offer || held == Some(false);
+        let unheld = offer || unanswered;
         standing.send_if_modified(|standing| std::mem::replace(&mut standing.unheld, unheld) != unheld);
         if end && !at_once {
             if targets.iter().all(|target| target.ended) && !offer {
@@ -264,16 +262,21 @@ pub(crate) fn mirror_of(entries: &[Bytes], max_bytes: usize) -> CallRecord {
     record
 }
 
+/// Whether `bytes` are a run's start ([`Entry::Started`]), told by their tag.
+fn is_start(bytes: &Bytes) -> bool {
+    bytes.first() == Some(&b'S')
+}
+
 /// The start of a run among `entries`, if they hold it.
 pub(crate) fn start_of(entries: &[Bytes]) -> Option<Bytes> {
-    entries.iter().find(|bytes| bytes.first() == Some(&b'S')).cloned()
+    entries.iter().find(|bytes| is_start(bytes)).cloned()
 }
 
 /// Where the latest run of a call begins in `entries` (read from the
 /// journal's first): after a runner died and another replica began the call
 /// again, a new reader follows the new run alone.
 pub(crate) fn latest_run(entries: &[Bytes]) -> &[Bytes] {
-    let start = entries.iter().rposition(|bytes| bytes.first() == Some(&b'S')).unwrap_or(0);
+    let start = entries.iter().rposition(is_start).unwrap_or(0);
     &entries[start..]
 }
 
@@ -340,7 +343,7 @@ pub(crate) async fn mirror(
                     return;
                 }
                 if head.is_none() {
-                    head = read.entries.iter().find(|bytes| bytes.first() == Some(&b'S')).cloned();
+                    head = start_of(&read.entries);
                 }
                 after = read.last(after);
                 if apply(&record, &read.entries, &mut started) || read.ended {
