@@ -26,7 +26,7 @@
 //! other handlers answer the `Error` `overloaded`) and what the
 //! authenticator refuses.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -56,7 +56,7 @@ use crate::{
         budget::Budgets,
         idempotency::{IdempotencyCache, Leading},
         logging,
-        metrics::ServerMetrics,
+        metrics::{ScenarioSeries, ServerMetrics},
         overload::{Admission, Permit},
     },
     scenario::{CallContext, Handler, Registry, registry::Registered},
@@ -88,6 +88,8 @@ pub struct Dispatcher {
     cache: IdempotencyCache,
     admission: Admission,
     metrics: ServerMetrics,
+    /// Each registered scenario's call series, resolved once.
+    series: BTreeMap<Arc<str>, ScenarioSeries>,
     authenticator: Arc<dyn Authenticator>,
     decoding: Decoding,
 }
@@ -111,7 +113,8 @@ impl Dispatcher {
         metrics.watch_admission(&admission);
         let authenticator = Arc::new(AcceptAll);
         let decoding = Decoding::new();
-        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, authenticator, decoding }
+        let series = registry.names().map(|name| (Arc::from(name), metrics.series(name))).collect();
+        Dispatcher { registry, default_scenario, limits, cache, admission, metrics, series, authenticator, decoding }
     }
 
     /// The same dispatcher, asking `authenticator` about every call.
@@ -342,9 +345,9 @@ impl Dispatcher {
         refusal: &Refusal,
     ) {
         let latency = started.elapsed();
-        let (transport, handler, outcome) = (transport.as_str(), handler.as_str(), refusal.error_type());
-        self.metrics.observe_refused(&scenario.name, handler, transport, outcome, latency);
-        logging::summary(transport, &scenario.name, handler, "", outcome, latency);
+        let (transport, outcome) = (transport.as_str(), refusal.error_type());
+        self.observe(scenario, handler, transport, outcome, latency, None);
+        logging::summary(transport, &scenario.name, handler.as_str(), "", outcome, latency);
     }
 
     /// Step 6: the summary line, the metrics, and at `debug` the answer.
@@ -353,10 +356,32 @@ impl Dispatcher {
             log_body("answer", response_descriptor(call.handler), body);
         }
         let latency = call.started.elapsed();
-        let (transport, handler, outcome) = (call.transport.as_str(), call.handler.as_str(), outcome.as_str());
+        let (transport, outcome) = (call.transport.as_str(), outcome.as_str());
         let budget = self.limits.budgets.of(call.handler);
-        self.metrics.observe(&scenario.name, handler, transport, outcome, latency, budget);
-        logging::summary(transport, &scenario.name, handler, request_id, outcome, latency);
+        self.observe(scenario, call.handler, transport, outcome, latency, Some(budget));
+        logging::summary(transport, &scenario.name, call.handler.as_str(), request_id, outcome, latency);
+    }
+
+    /// Records a call in the metrics: through its scenario's resolved series,
+    /// or by its labels for a scenario or outcome they do not list.
+    fn observe(
+        &self,
+        scenario: &Registered,
+        handler: Handler,
+        transport: &str,
+        outcome: &str,
+        latency: Duration,
+        budget: Option<Duration>,
+    ) {
+        let series = self.series.get(&scenario.name);
+        if series.is_some_and(|series| series.observe(handler, transport, outcome, latency, budget)) {
+            return;
+        }
+        let (name, handler) = (&scenario.name, handler.as_str());
+        match budget {
+            Some(budget) => self.metrics.observe(name, handler, transport, outcome, latency, budget),
+            None => self.metrics.observe_refused(name, handler, transport, outcome, latency),
+        }
     }
 }
 

@@ -15,10 +15,11 @@ use crate::{
 /// is written into every log line.
 pub const MAX_REQUEST_ID: usize = 256;
 
-/// A decoded request of either type.
+/// A decoded request of either type, boxed: it is most of a kilobyte, and
+/// the call's futures carry it from the decode step to the scenario.
 pub(super) enum Request {
-    Run(TScenarioRunRequest),
-    Apply(TScenarioApplyRequest),
+    Run(Box<TScenarioRunRequest>),
+    Apply(Box<TScenarioApplyRequest>),
 }
 
 /// Why a request body was refused before any scenario saw it.
@@ -37,8 +38,8 @@ pub(super) enum BadRequest {
 impl Request {
     pub(super) fn decode(handler: Handler, body: &[u8], format: Format) -> Result<Request, BadRequest> {
         let request = match handler {
-            Handler::Run => Request::Run(codec::decode(body, format)?),
-            _ => Request::Apply(codec::decode(body, format)?),
+            Handler::Run => Request::Run(Box::new(codec::decode(body, format)?)),
+            _ => Request::Apply(Box::new(codec::decode(body, format)?)),
         };
         let length = request.request_id().len();
         if length > MAX_REQUEST_ID {
@@ -59,6 +60,13 @@ impl Request {
         self.base().map_or("", |b| b.request_id.as_str())
     }
 
+    fn arguments(&self) -> Option<&prost_types::Any> {
+        match self {
+            Request::Run(_) => None,
+            Request::Apply(r) => r.arguments.as_ref(),
+        }
+    }
+
     fn base(&self) -> Option<&TScenarioBaseRequest> {
         match self {
             Request::Run(r) => r.base_request.as_ref(),
@@ -73,7 +81,7 @@ impl Request {
         if let Some(state) = self.base().and_then(|b| b.state.as_ref()) {
             check_any(state, 3).map_err(|_| BadRequest::TooDeep("BaseRequest.State"))?;
         }
-        if let Request::Apply(TScenarioApplyRequest { arguments: Some(arguments), .. }) = self {
+        if let Some(arguments) = self.arguments() {
             check_any(arguments, 2).map_err(|_| BadRequest::TooDeep("Arguments"))?;
         }
         Ok(())
@@ -92,8 +100,8 @@ impl Request {
         let text = match measured {
             Err(shape) => Err(shape.to_string()),
             Ok(()) => match self {
-                Request::Run(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
-                Request::Apply(r) => codec::redact::redacted_text(r).map_err(|e| e.to_string()),
+                Request::Run(r) => codec::redact::redacted_text(&**r).map_err(|e| e.to_string()),
+                Request::Apply(r) => codec::redact::redacted_text(&**r).map_err(|e| e.to_string()),
             },
         };
         log_text("request", text);

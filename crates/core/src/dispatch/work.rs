@@ -101,10 +101,10 @@ async fn call_handler(
     ctx: CallContext,
 ) -> Result<Bytes, ScenarioError> {
     let body = match (handler, request) {
-        (Handler::Run, Request::Run(request)) => encode(scenario, scenario.run(request, ctx).await?),
-        (Handler::Continue, Request::Apply(request)) => encode(scenario, scenario.r#continue(request, ctx).await?),
-        (Handler::Commit, Request::Apply(request)) => encode(scenario, scenario.commit(request, ctx).await?),
-        (Handler::Apply, Request::Apply(request)) => encode(scenario, scenario.apply(request, ctx).await?),
+        (Handler::Run, Request::Run(request)) => encode(scenario, scenario.run(*request, ctx).await?),
+        (Handler::Continue, Request::Apply(request)) => encode(scenario, scenario.r#continue(*request, ctx).await?),
+        (Handler::Commit, Request::Apply(request)) => encode(scenario, scenario.commit(*request, ctx).await?),
+        (Handler::Apply, Request::Apply(request)) => encode(scenario, scenario.apply(*request, ctx).await?),
         (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
     };
     Ok(body.into())

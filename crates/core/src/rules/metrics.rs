@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, PullingGauge,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    PullingGauge, Registry, TextEncoder,
 };
 
 use super::{idempotency::IdempotencyCache, overload::Admission};
@@ -57,6 +57,43 @@ pub struct ServerMetrics {
     requests: IntCounterVec,
     latency: HistogramVec,
     budget_overruns: IntCounterVec,
+}
+
+/// One scenario's call series ([`ServerMetrics::series`]), by handler,
+/// transport and outcome in [`Handler::ALL`], `TRANSPORTS` and [`OUTCOMES`]
+/// order.
+#[derive(Debug, Clone)]
+pub struct ScenarioSeries {
+    requests: Vec<IntCounter>,
+    latency: Vec<Histogram>,
+    overruns: [IntCounter; 4],
+}
+
+impl ScenarioSeries {
+    /// Records one call as [`ServerMetrics::observe`] does, or, with no
+    /// `budget`, as [`ServerMetrics::observe_refused`] does; `false` (and
+    /// nothing recorded) for a transport or outcome not listed.
+    pub fn observe(
+        &self,
+        handler: Handler,
+        transport: &str,
+        outcome: &str,
+        latency: Duration,
+        budget: Option<Duration>,
+    ) -> bool {
+        let (Some(t), Some(o)) =
+            (TRANSPORTS.iter().position(|t| *t == transport), OUTCOMES.iter().position(|o| *o == outcome))
+        else {
+            return false;
+        };
+        let at = handler as usize * TRANSPORTS.len() + t;
+        self.requests[at * OUTCOMES.len() + o].inc();
+        self.latency[at].observe(latency.as_secs_f64());
+        if budget.is_some_and(|budget| outcome == "timeout" || latency > budget) {
+            self.overruns[handler as usize].inc();
+        }
+        true
+    }
 }
 
 impl Default for ServerMetrics {
@@ -110,16 +147,26 @@ impl ServerMetrics {
     /// not "no data" until its first event.
     pub fn start_at_zero<'a>(&self, scenarios: impl IntoIterator<Item = &'a str>) {
         for scenario in scenarios {
-            for handler in Handler::ALL.map(Handler::as_str) {
-                self.budget_overruns.with_label_values(&[scenario, handler]);
-                for transport in TRANSPORTS {
-                    self.latency.with_label_values(&[scenario, handler, transport]);
-                    for outcome in OUTCOMES {
-                        self.requests.with_label_values(&[scenario, handler, transport, outcome]);
-                    }
+            self.series(scenario);
+        }
+    }
+
+    /// Every call series of `scenario`, listed at 0 if new, resolved once so
+    /// that recording a call hashes no labels.
+    pub fn series(&self, scenario: &str) -> ScenarioSeries {
+        let handlers = Handler::ALL.map(Handler::as_str);
+        let mut requests = Vec::with_capacity(handlers.len() * TRANSPORTS.len() * OUTCOMES.len());
+        let mut latency = Vec::with_capacity(handlers.len() * TRANSPORTS.len());
+        for handler in handlers {
+            for transport in TRANSPORTS {
+                latency.push(self.latency.with_label_values(&[scenario, handler, transport]));
+                for outcome in OUTCOMES {
+                    requests.push(self.requests.with_label_values(&[scenario, handler, transport, outcome]));
                 }
             }
         }
+        let overruns = handlers.map(|handler| self.budget_overruns.with_label_values(&[scenario, handler]));
+        ScenarioSeries { requests, latency, overruns }
     }
 
     /// The registry: scenarios add their own collectors here.
@@ -366,6 +413,35 @@ mod tests {
             text.contains(r#"megamind_request_duration_seconds_bucket{handler="run",scenario="demo",transport="http",le="0.0005"} 0"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_scenarios_resolved_series_record_what_its_labels_do() {
+        let budget = Duration::from_millis(300);
+        let calls = [
+            (Handler::Run, "http", "ok", Duration::from_micros(700), Some(budget)),
+            (Handler::Commit, "grpc", "timeout", Duration::from_millis(280), Some(budget)),
+            (Handler::Continue, "http", "replay", Duration::from_millis(301), Some(budget)),
+            (Handler::Apply, "grpc", "forbidden", Duration::from_millis(2), None),
+        ];
+        let by_labels = ServerMetrics::new();
+        by_labels.start_at_zero(["demo"]);
+        let resolved = ServerMetrics::new();
+        let series = resolved.series("demo");
+        for (handler, transport, outcome, latency, budget) in calls {
+            match budget {
+                Some(budget) => by_labels.observe("demo", handler.as_str(), transport, outcome, latency, budget),
+                None => by_labels.observe_refused("demo", handler.as_str(), transport, outcome, latency),
+            }
+            assert!(series.observe(handler, transport, outcome, latency, budget));
+        }
+        let ours = |text: String| text.lines().filter(|l| l.starts_with("megamind_")).collect::<Vec<_>>().join("\n");
+        assert_eq!(ours(resolved.render()), ours(by_labels.render()));
+        assert!(resolved.render().contains(
+            r#"megamind_requests_total{handler="commit",outcome="timeout",scenario="demo",transport="grpc"} 1"#
+        ));
+        assert!(!series.observe(Handler::Run, "http", "no_such_outcome", Duration::ZERO, None), "not listed");
+        assert!(!series.observe(Handler::Run, "carrier_pigeon", "ok", Duration::ZERO, None), "not listed");
     }
 
     #[test]

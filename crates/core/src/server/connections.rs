@@ -291,13 +291,15 @@ impl Accepted {
             // connection, which `max_connections` bounds.
             let crowded = requests.is_h2() && requests.crowded(max_open);
             let in_flight = (!crowded).then(|| requests.begin());
-            let (routing, refused) = (routing.clone(), refused.clone());
+            if in_flight.is_none() {
+                refused.inc();
+            }
+            let routing = routing.clone();
             // Boxed: hyper keeps an HTTP/2 stream's task, sized for its
             // future's largest state, until the answer is sent; a stalled
             // answer then holds a pointer, not room for a whole call.
             Box::pin(async move {
                 let Some(in_flight) = in_flight else {
-                    refused.inc();
                     // The client may retry it: nothing was done.
                     return Err(h2::Error::from(h2::Reason::REFUSED_STREAM));
                 };
