@@ -593,26 +593,11 @@ async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis()
     // would end after it, were it not stopped.
     const OTHER: [&str; 4] = ["Другой ответ. ", "Которого ", "быть ", "не должно."];
     let Some(redis) = RedisServer::start("a call begun twice during a Redis stall") else { return };
-    let Reply::Sse { mut chunks } = Reply::stream(&OTHER, Duration::from_secs(1)) else { unreachable!("a stream") };
-    for chunk in &mut chunks[..3] {
-        chunk.0 = Duration::ZERO;
-    }
-    let mock = MockLlm::start(Reply::Sse { chunks }).await;
-    mock.push(Reply::stream(&PIECES, GAP));
-    let replicas = replicas(&redis, &mock);
-    let http = megamind_core::http_client::client_builder().build().expect("a client");
     let call_id = "gave-way-1";
+    let (mock, replicas, second, hop) =
+        begun_twice_in_a_stall(&redis, (&OTHER, 3, Duration::from_secs(1)), call_id).await;
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
     let run = asked(call_id);
-    let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
-    first.call(Request::Run(run.clone())).await.expect("/run answers");
-
-    // The same request on replica 1 while Redis answers nothing: it
-    // begins the call again in its own memory.
-    redis.freeze();
-    let second = Client::http(&replicas[1].base).expect("a client").with_scenario("assistant");
-    let hop = second.call(Request::Run(run.clone())).await.expect("/run answers");
-    assert!(hop.took < BUDGET + MARGIN, "answered in {:?}", hop.took);
-    mock.wait_for_calls(2).await;
     // Its /continue speaks none of it: another replica may hold the call.
     let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) =
         hop.response.as_run().and_then(|run| run.response.clone())
@@ -624,16 +609,9 @@ async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis()
     let said = hop.response.body().map(speech).unwrap_or_default();
     assert!(!said.contains("Другой"), "a filler, not the second run's words: {said:?}");
     // A screen follows that second run on replica 1.
-    let path = format!("/llm/stream/{call_id}");
-    let following = http.get(format!("{}{}", replicas[1].base, signed(&path))).send().await.unwrap();
-    assert_eq!(following.status(), StatusCode::OK);
-    redis.thaw();
-
-    let followed = following.text().await.unwrap();
-    let ended = valid(&followed);
-    let error = ended.iter().find(|event| event.name == "error").map(|event| event.data.as_str());
-    assert!(error.is_some_and(|data| data.contains("open the stream anew")), "told to open it anew:\n{followed}");
+    let followed = told_to_reopen_after_the_thaw(&http, &replicas[1], &redis, call_id).await;
     assert!(!followed.contains("не должно"), "the second run stopped before its end:\n{followed}");
+    let path = format!("/llm/stream/{call_id}");
 
     let whole = PIECES.concat();
     for replica in &replicas[..2] {
@@ -652,6 +630,73 @@ async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis()
     assert_eq!(status, StatusCode::OK, "{given_way}");
     assert_eq!(parse_transcript(&given_way).0, valid(&own), "replica 1 streams replica 0's call");
     assert_eq!((mock.calls(), mock.served()), (2, 1), "the second model call was begun, and stopped");
+}
+
+#[tokio::test]
+async fn a_call_that_ended_during_a_redis_stall_then_gave_way_is_not_shown_completed() {
+    const OTHER: [&str; 2] = ["Другой ответ. ", "Которого быть не должно."];
+    let Some(redis) = RedisServer::start("a call that ended during a stall, then gave way") else { return };
+    let call_id = "ended-then-gave-way-1";
+    // Replica 1's model answers whole at once: its run ends in the stall.
+    let (mock, replicas, _, _) = begun_twice_in_a_stall(&redis, (&OTHER, OTHER.len(), GAP), call_id).await;
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    mock.wait_for_served(1).await;
+    // Redis holds replica 0's call: replica 1's run gives way although it
+    // ended, and its stream says so rather than that it completed.
+    let followed = told_to_reopen_after_the_thaw(&http, &replicas[1], &redis, call_id).await;
+    let ended = valid(&followed);
+    let completed = ended.iter().find(|event| event.name == "completed").map(|event| event.data.as_str());
+    assert!(completed.is_some_and(|data| data.contains(r#""status":"failed""#)), "not completed:\n{followed}");
+    let whole = PIECES.concat();
+    let (status, answer) = ended_answer(&http, &replicas[1].base, call_id).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["content"]["raw_text"].as_str(), Some(whole.as_str()), "replica 0's call: {answer}");
+    assert_eq!(mock.calls(), 2);
+}
+
+/// Follows call `call_id` on `replica` from before Redis is thawed to its
+/// end, which must ask to open the stream anew; returns the transcript.
+async fn told_to_reopen_after_the_thaw(
+    http: &reqwest::Client,
+    replica: &Replica,
+    redis: &RedisServer,
+    call_id: &str,
+) -> String {
+    let path = format!("/llm/stream/{call_id}");
+    let following = http.get(format!("{}{}", replica.base, signed(&path))).send().await.unwrap();
+    assert_eq!(following.status(), StatusCode::OK);
+    redis.thaw();
+    let followed = following.text().await.unwrap();
+    let error = valid(&followed).into_iter().find(|event| event.name == "error").map(|event| event.data);
+    assert!(error.is_some_and(|data| data.contains("open the stream anew")), "told to open it anew:\n{followed}");
+    followed
+}
+
+/// Replica 0 begins call `call_id`, its model speaking [`PIECES`]; then,
+/// with Redis frozen (and left so), replica 1 is asked the same `/run` and
+/// begins the call again in its own memory, its model speaking `other`'s
+/// pieces `gap` apart but the first `instant` of them at once. Returns the
+/// model, the replicas, replica 1's client and its answer to that `/run`.
+async fn begun_twice_in_a_stall(
+    redis: &RedisServer,
+    (other, instant, gap): (&[&str], usize, Duration),
+    call_id: &str,
+) -> (MockLlm, Vec<Replica>, Client, Hop) {
+    let Reply::Sse { mut chunks } = Reply::stream(other, gap) else { unreachable!("a stream") };
+    for chunk in &mut chunks[..instant] {
+        chunk.0 = Duration::ZERO;
+    }
+    let mock = MockLlm::start(Reply::Sse { chunks }).await;
+    mock.push(Reply::stream(&PIECES, GAP));
+    let replicas = replicas(redis, &mock);
+    let first = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    first.call(Request::Run(asked(call_id))).await.expect("/run answers");
+    redis.freeze();
+    let second = Client::http(&replicas[1].base).expect("a client").with_scenario("assistant");
+    let hop = second.call(Request::Run(asked(call_id))).await.expect("/run answers");
+    assert!(hop.took < BUDGET + MARGIN, "answered in {:?}", hop.took);
+    mock.wait_for_calls(2).await;
+    (mock, replicas, second, hop)
 }
 
 /// The command a skill's step asked the client to run.

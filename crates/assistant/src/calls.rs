@@ -562,20 +562,26 @@ impl Running {
                 },
             }
         };
-        // Whoever sees the outcome sees the whole record, and how it ended.
-        match &outcome {
-            Ok(Err(error)) => self.record.fail(&error.for_screens()),
-            Err(_) => self.record.fail("the model call failed"),
-            Ok(Ok(_)) => self.record.finish(),
-        }
+        let failure = match &outcome {
+            Ok(Err(error)) => Some(error.for_screens()),
+            Err(_) => Some("the model call failed".to_owned()),
+            Ok(Ok(_)) => None,
+        };
         // The journal ends before the outcome is stored: a replica that
         // sees the outcome finds the whole journal. Its appends are bounded
-        // by the store's timeouts. Joiners here wait for it too: until it
-        // is written, another replica may turn out to hold the call.
+        // by the store's timeouts. Joiners and followers here wait for it
+        // too: until it is written, another replica may turn out to hold
+        // the call, and this run then ends as one that gave way.
+        let at = self.record.end_journal(failure.as_deref());
         let _ = writer.await;
         let journal::Standing { claim, taken, .. } = standing.borrow().clone();
         if taken {
             return self.give_way(lease).await;
+        }
+        // Whoever sees the outcome sees the whole record, and how it ended.
+        match &failure {
+            Some(reason) => self.record.fail_at(reason, at),
+            None => self.record.finish_at(at),
         }
         let value = match &outcome {
             Ok(outcome) => Some(outcome::encode(outcome)),

@@ -208,6 +208,23 @@ impl CallRecord {
         self.tx.send_if_modified(|recording| !std::mem::replace(&mut recording.truncated, true));
     }
 
+    /// Hands the call's end (`failure`, or its completion) to the journal's
+    /// writer, not yet to its followers here; returns when it ended, for
+    /// [`CallRecord::finish_at`] or [`CallRecord::fail_at`] to end it alike
+    /// once the journal is known to hold it.
+    pub(crate) fn end_journal(&self, failure: Option<&str>) -> Duration {
+        let at = whole_micros(self.started.elapsed());
+        let recording = self.tx.borrow();
+        if let (Some(tap), false) = (&self.tap, recording.finished) {
+            let entry = match failure.or(recording.failure.as_deref()) {
+                Some(reason) => Entry::Failed { reason: clip(reason, MAX_FAILURE_BYTES).to_owned(), at },
+                None => Entry::Completed { at },
+            };
+            let _ = tap.send((entry.encode(), true));
+        }
+        at
+    }
+
     /// The call is over: followers get the rest, then `None`.
     pub(crate) fn finish(&self) {
         self.finish_at(self.started.elapsed());
@@ -525,6 +542,22 @@ mod tests {
         assert_eq!(early.next().await, None, "and it stays over");
         record.push(text("late"));
         assert_eq!(drain(&mut record.follow()).await, whole, "nothing is kept past the end");
+    }
+
+    #[test]
+    fn the_journal_learns_the_end_before_the_records_followers_do() {
+        let (tap, mut entries) = tokio::sync::mpsc::unbounded_channel();
+        let record = CallRecord::journaled(Bound::new(1 << 20), tap);
+        record.push(text("Полдень."));
+        let at = record.end_journal(Some("the model failed"));
+        let sent: Vec<_> = std::iter::from_fn(|| entries.try_recv().ok()).collect();
+        let (last, end) = sent.last().expect("entries for the journal");
+        assert!(*end, "the last entry ends the journal");
+        let reason = "the model failed".to_owned();
+        assert_eq!(Entry::decode(last), Some(Entry::Failed { reason, at }));
+        assert_eq!(record.ending(), Ending::Running, "followers here do not know it yet");
+        record.fail_at("the model failed", at);
+        assert_eq!(record.ending(), Ending::Failed("the model failed".into()));
     }
 
     #[tokio::test]
