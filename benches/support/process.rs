@@ -5,7 +5,12 @@ use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
     process::{Child, Command, Stdio},
+    sync::mpsc::RecvTimeoutError,
+    time::Duration,
 };
+
+/// How long a server started may take to print its address.
+const ADDRESS_WAIT: Duration = Duration::from_secs(30);
 
 /// The value of environment variable `name`, or `default` when unset or unparsable.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -27,15 +32,38 @@ impl Drop for Server {
 
 impl Server {
     /// Starts `command` and reads its address from the first stdout line
-    /// that contains `addr=`; the rest of its output is drained (logging on).
+    /// that contains `addr=`, waiting [`ADDRESS_WAIT`] at most (a server
+    /// whose log level hides that line would keep a benchmark waiting for
+    /// ever); the rest of its output is drained (logging on).
     pub fn start(mut command: Command) -> Server {
         let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("server starts");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        while !line.contains("addr=") {
-            line.clear();
-            assert!(out.read_line(&mut line).expect("server output") > 0, "the server ended before its address line");
-        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while !line.contains("addr=") {
+                line.clear();
+                if out.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+            }
+            let _ = tx.send(line);
+            // Drained in bulk, as a log shipper reads: not line by line, which
+            // would cost this process (and so the server's share of the cores)
+            // an allocation per logged request.
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+        });
+        let line = match rx.recv_timeout(ADDRESS_WAIT) {
+            Ok(line) => line,
+            Err(error) => {
+                let _ = child.kill();
+                let why = match error {
+                    RecvTimeoutError::Timeout => format!("printed no `addr=` line within {ADDRESS_WAIT:?}"),
+                    RecvTimeoutError::Disconnected => "ended before its address line".to_owned(),
+                };
+                panic!("the server {why}; its log level must let its `serving addr=...` line (info) out");
+            }
+        };
         let addr = line
             .split("addr=")
             .nth(1)
@@ -43,10 +71,6 @@ impl Server {
             .expect("addr")
             .parse()
             .expect("socket address");
-        // Drained in bulk, as a log shipper reads: not line by line, which
-        // would cost this process (and so the server's share of the cores)
-        // an allocation per logged request.
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Server { child, addr }
     }
 
