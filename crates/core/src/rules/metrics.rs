@@ -66,7 +66,7 @@ pub struct ServerMetrics {
 pub struct ScenarioSeries {
     requests: Vec<IntCounter>,
     latency: Vec<Histogram>,
-    overruns: [IntCounter; 4],
+    overruns: [IntCounter; Handler::ALL.len()],
 }
 
 impl ScenarioSeries {
