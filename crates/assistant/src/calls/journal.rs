@@ -53,6 +53,11 @@ pub(crate) const RESTARTED: &str = "the replica running the model call went away
 /// lease, and then runs on unseen.
 const UNHELD: &str = "the model call ended without an answer here: its replica went away or lost the shared store \
                       for longer than its lease; another replica may start the call again";
+/// How long a mirror that finds its journal gone just after a failed read
+/// waits for it to come back: Redis restarted empty knows no journal until
+/// the call's runner, at its next append (within a [`HEARTBEAT`]), claims
+/// the call again and writes it anew.
+const REAPPEAR_WAIT: Duration = Duration::from_secs(2);
 /// Why a mirror ends whose call's journal is gone.
 const GONE: &str = "the model call's journal is gone: its replica went away, or the shared store lost it";
 /// Failed reads in a row after which a mirror gives up.
@@ -326,6 +331,8 @@ pub(crate) async fn mirror(
 ) {
     let mut started = head.is_some();
     let (mut failures, mut failed) = (0, false);
+    // When the journal was first found gone since the last failed read.
+    let mut gone_since = None;
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
@@ -333,7 +340,7 @@ pub(crate) async fn mirror(
                 return;
             }
             Ok(Some(read)) => {
-                failures = 0;
+                (failures, gone_since) = (0, None);
                 if std::mem::take(&mut failed) && !begins_with(&*journal, &key, head.as_ref()).await {
                     record.fail(RESTARTED);
                     return;
@@ -350,6 +357,9 @@ pub(crate) async fn mirror(
                     record.finish();
                     return;
                 }
+            }
+            Ok(None) if failed && *gone_since.get_or_insert_with(Instant::now) + REAPPEAR_WAIT > Instant::now() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok(None) => {
                 record.fail(GONE);
@@ -380,6 +390,8 @@ async fn begins_with(journal: &dyn Journal, key: &Key, head: Option<&Bytes>) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::{collections::VecDeque, iter::once};
+
     use megamind_core::store::{Entries, StoreError};
 
     use super::*;
@@ -437,6 +449,45 @@ mod tests {
             let journal = Arc::new(Scripted(std::sync::Mutex::new(script.into_iter().collect())));
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             assert_eq!(record.snapshot().2, ends);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
+        type Script = VecDeque<Result<Option<Entries>, StoreError>>;
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let ours = Entry::Started { unix_us: 1 }.encode();
+        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
+        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m2");
+        let restarted = || once(Err(StoreError::Unavailable("Redis restarted".into())));
+        let gone = |reads: usize| std::iter::repeat_with(|| Ok(None)).take(reads);
+        let written_anew = [
+            entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+            // The check of the journal's first entry.
+            entries(1, vec![ours.clone(), text("Сей")]),
+        ];
+        let short = Duration::from_millis(1);
+        // Each script, how its mirror ends, and the least and most time it may take.
+        let cases: [(Script, _, _); 3] = [
+            // Written anew by its runner a moment after Redis came back empty.
+            (restarted().chain(gone(5)).chain(written_anew).collect(), Ending::Completed, (short, REAPPEAR_WAIT)),
+            // Its runner never comes back.
+            (restarted().chain(gone(40)).collect(), Ending::Failed(GONE.into()), (REAPPEAR_WAIT, Duration::MAX)),
+            // Gone with no failed read before: nothing to wait for.
+            (gone(1).collect(), Ending::Failed(GONE.into()), (Duration::ZERO, short)),
+        ];
+        for (script, ends, (least, most)) in cases {
+            let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+            let journal = Arc::new(Scripted(std::sync::Mutex::new(script)));
+            let began = Instant::now();
+            mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+            let took = began.elapsed();
+            assert_eq!(record.snapshot().2, ends);
+            assert!(least <= took && took < most, "{ends:?} after {took:?}");
+            if ends == Ending::Completed {
+                assert_eq!(record.text(), "Сейчас.", "read on from where it was");
+            }
         }
     }
 
