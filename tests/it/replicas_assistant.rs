@@ -16,7 +16,7 @@ use prost_types::value::Kind;
 use reqwest::StatusCode;
 
 use crate::{
-    assistant_harness::{BUDGET, MARGIN, SIGNING_KEY, signed, speech, state_of},
+    assistant_harness::{BUDGET, MARGIN, SIGNING_KEY, handed_over, signed, speech, state_of},
     llm_api::valid,
     mock_llm::{MockLlm, Reply},
     redis_server::RedisServer,
@@ -520,13 +520,7 @@ async fn a_call_whose_claim_ran_out_in_a_stall_is_not_answered_until_it_is_held_
     let second = Client::http(&replicas[1].base).expect("a client").with_scenario("assistant");
     second.call(Request::Run(run.clone())).await.expect("/run answers");
     mock.wait_for_served(2).await;
-    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) =
-        hop.response.as_run().and_then(|run| run.response.clone())
-    else {
-        panic!("/run hands over: {:?}", hop.response)
-    };
-    let apply = TScenarioApplyRequest { arguments: Some(arguments), base_request: run.base_request, input: run.input };
-    let hop = first.call(Request::Continue(apply)).await.expect("/continue answers");
+    let hop = continued(&first, run, &hop).await;
     let body = hop.response.body().expect("an answer");
     let said = speech(body).to_owned();
     assert!(state_of(body).pending.is_some(), "held, not answered from a run Redis may not hold: {said:?}");
@@ -597,15 +591,8 @@ async fn a_call_begun_twice_during_a_redis_stall_gives_way_to_the_one_in_redis()
     let (mock, replicas, second, hop) =
         begun_twice_in_a_stall(&redis, (&OTHER, 3, Duration::from_secs(1)), call_id).await;
     let http = megamind_core::http_client::client_builder().build().expect("a client");
-    let run = asked(call_id);
     // Its /continue speaks none of it: another replica may hold the call.
-    let Some(t_scenario_run_response::Response::ContinueArguments(arguments)) =
-        hop.response.as_run().and_then(|run| run.response.clone())
-    else {
-        panic!("/run hands over: {:?}", hop.response)
-    };
-    let apply = TScenarioApplyRequest { arguments: Some(arguments), base_request: run.base_request, input: run.input };
-    let hop = second.call(Request::Continue(apply)).await.expect("/continue answers");
+    let hop = continued(&second, asked(call_id), &hop).await;
     let said = hop.response.body().map(speech).unwrap_or_default();
     assert!(!said.contains("Другой"), "a filler, not the second run's words: {said:?}");
     // A screen follows that second run on replica 1.
@@ -697,6 +684,13 @@ async fn begun_twice_in_a_stall(
     assert!(hop.took < BUDGET + MARGIN, "answered in {:?}", hop.took);
     mock.wait_for_calls(2).await;
     (mock, replicas, second, hop)
+}
+
+/// The `/continue` on `client` that follows `run`, whose answer `hop` handed over.
+async fn continued(client: &Client, run: TScenarioRunRequest, hop: &Hop) -> Hop {
+    let arguments = Some(handed_over(hop));
+    let apply = TScenarioApplyRequest { arguments, base_request: run.base_request, input: run.input };
+    client.call(Request::Continue(apply)).await.expect("/continue answers")
 }
 
 /// The command a skill's step asked the client to run.

@@ -28,8 +28,8 @@
 //! the store. This replica keeps only weak references to the records it
 //! holds (a record lives while its runner or a reader holds it), and the
 //! ids of the calls it knew lately, so that an expired one is told from
-//! one that never was. A std mutex guards them, held for a few map operations and
-//! never across an await.
+//! one that never was. A std mutex guards them, held for a few map
+//! operations and never across an await.
 
 pub mod config;
 mod entry;

@@ -64,7 +64,7 @@ impl Records {
     }
 
     /// Holds `run` as this replica's run of call `id`, standing in the
-    /// shared store as `shared` says, until [`Records::end_run`].
+    /// shared store as `standing` says, until [`Records::end_run`].
     pub(super) fn hold_run(&mut self, id: &str, run: &watch::Receiver<Run>, standing: &watch::Receiver<Standing>) {
         self.runs.insert(id.into(), (run.clone(), standing.clone()));
     }
