@@ -34,12 +34,12 @@ impl Key {
 }
 
 /// What one entry of the memory store takes besides its value and
-/// `RequestId`: its slot, its key twice (the map's and the eviction
-/// queue's), the tables' room to grow and its place on the shelf of shared
-/// values. Counted by allocator (`tests/entry_cost.rs`, which fails if
-/// entries ever take more): about 610 to 860 bytes on a 64-bit build, the most
-/// just after the tables doubled; rounded up.
-const ENTRY_BYTES: usize = 896;
+/// `RequestId`: its slot with its key, the map's bucket, the eviction
+/// queue's record, the tables' room to grow and its place on the shelf of
+/// shared values. Counted by allocator (`tests/entry_cost.rs`, which fails
+/// if entries ever take more): about 470 to 570 bytes on a 64-bit build, the
+/// most just after the tables doubled; rounded up.
+const ENTRY_BYTES: usize = 640;
 
 /// `scenario/handler/request_id`: a shared store's key (a scenario name has
 /// no `/`; the id may, and comes last).

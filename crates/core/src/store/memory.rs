@@ -8,7 +8,8 @@
 //! and while their reserve is full a new lead gets [`Begin::Full`] rather
 //! than a value being evicted. Entries in flight are never evicted.
 //! Identical values are kept once (`memory/shelf.rs`) and their bytes count
-//! once in their pool's bound.
+//! once in their pool's bound. The map holds a pointer per entry
+//! (`memory/table.rs`); the entry's key lives in its slot.
 //!
 //! A lease ends by its completion, its abandon, or its TTL, which each
 //! append to its journal that does not end it renews: an entry whose
@@ -28,19 +29,21 @@ use std::{
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use dashmap::{DashMap, mapref::entry::Entry as MapEntry};
+use hashbrown::hash_table::Entry as MapEntry;
 // tokio's clock, so that tests can move time on instead of sleeping through a TTL.
 use tokio::{sync::Notify, time::Instant};
 
 use self::{
     journal::Log,
     pool::{Charge, Completed, Pool, Stale, WhenFull},
+    table::Table,
 };
 use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Waiter, is_reserved};
 
 mod journal;
 mod pool;
 mod shelf;
+mod table;
 
 /// Bounds of a memory store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +78,7 @@ impl Default for Limits {
 /// The single-flight store in memory.
 #[derive(Debug)]
 pub struct MemoryStore {
-    // foldhash: fast, and seeded per process, so request ids cannot be chosen to collide.
-    map: DashMap<Key, Arc<Slot>, foldhash::fast::RandomState>,
+    map: Table,
     /// `/run` and `/continue` values.
     evicting: Pool,
     /// `/commit` and `/apply` values.
@@ -95,6 +97,9 @@ pub struct MemoryStore {
 /// the map not at all.
 #[derive(Debug)]
 struct Slot {
+    key: Key,
+    /// The key's hash in the map.
+    hash: u64,
     /// When the lease runs out if nobody ends or renews it before.
     lease_base: Instant,
     /// How far past `lease_base` its holder renewed it, in µs.
@@ -119,8 +124,10 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(lease_until: Instant) -> Slot {
+    fn new(key: Key, hash: u64, lease_until: Instant) -> Slot {
         Slot {
+            key,
+            hash,
             lease_base: lease_until,
             renewed_us: AtomicU64::new(0),
             ended: AtomicBool::new(false),
@@ -172,7 +179,7 @@ impl MemoryStore {
     /// An empty store with these bounds, counting its evictions in `evictions`.
     pub fn new(limits: Limits, evictions: Evictions) -> MemoryStore {
         MemoryStore {
-            map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            map: Table::new(),
             evicting: Pool::new(limits.max_entries, limits.max_bytes, WhenFull::Evict),
             reserved: Pool::new(limits.commit_max_entries, limits.commit_max_bytes, WhenFull::Refuse),
             ttl: limits.ttl,
@@ -203,16 +210,16 @@ impl MemoryStore {
         // Counted in before it is published, so that a lead replacing it once
         // expired always finds it counted.
         let charge = Charge { own, shelved: kept.shelved };
-        let stale = pool.push(Completed { key, slot: slot.clone(), expires }, charge, kept.first_bytes, now);
+        let stale = pool.push(Completed { slot: slot.clone(), expires }, charge, kept.first_bytes, now);
         slot.publish(Some(kept.value));
         self.drop_stale(stale);
     }
 
     /// Ends a lease without a value, unless it was ended already.
-    fn end_empty(&self, key: &Key, slot: &Arc<Slot>) {
+    fn end_empty(&self, slot: &Arc<Slot>) {
         if slot.end() {
-            self.map.remove_if(key, |_, entry| Arc::ptr_eq(entry, slot));
-            self.pool(key).release();
+            self.map.remove(slot);
+            self.pool(&slot.key).release();
             slot.publish(None);
         }
     }
@@ -221,9 +228,8 @@ impl MemoryStore {
         for (record, expired) in stale {
             // The entry may have been replaced since (expired, then led again):
             // only the slot this record holds is removed.
-            let removed = self.map.remove_if(&record.key, |_, slot| Arc::ptr_eq(slot, &record.slot));
-            if removed.is_some() && !expired {
-                self.evictions[record.key.handler as usize].inc();
+            if self.map.remove(&record.slot) && !expired {
+                self.evictions[record.slot.key.handler as usize].inc();
             }
         }
     }
@@ -232,10 +238,10 @@ impl MemoryStore {
     /// map, so only after the reserve refused a lead: there a forgotten
     /// lease would hold room until a `begin` of its own key.
     fn end_lapsed_leases(&self, now: Instant) {
-        self.map.retain(|key, slot| {
+        self.map.retain(|slot| {
             let lapsed = slot.outcome.get().is_none() && slot.lease_until() <= now && slot.end();
             if lapsed {
-                self.pool(key).release();
+                self.pool(&slot.key).release();
                 slot.publish(None);
             }
             !lapsed
@@ -271,13 +277,15 @@ impl MemoryStore {
             }
             None
         };
+        let hash = self.map.hash(&key);
         let lead = |key: Key| {
-            let slot = Arc::new(Slot::new(now + lease_ttl));
+            let slot = Arc::new(Slot::new(key.clone(), hash, now + lease_ttl));
             (slot.clone(), Begin::Lead(Lease { key, token: slot }))
         };
-        let begin = match self.map.entry(key.clone()) {
+        let mut shard = self.map.shard(hash);
+        let begin = match shard.entry(hash, |(held, slot)| *held == hash && slot.key == key, |(held, _)| *held) {
             MapEntry::Occupied(mut occupied) => {
-                let old = occupied.get();
+                let old = &occupied.get().1;
                 match old.outcome.get() {
                     Some(Some(value)) if old.expires.get().is_some_and(|e| *e > now) => Begin::Hit(value.clone()),
                     // In flight: wait, unless its lease ran out and this call is
@@ -304,7 +312,7 @@ impl MemoryStore {
                             }
                             None => {
                                 let (slot, begin) = lead(key);
-                                occupied.insert(slot);
+                                occupied.get_mut().1 = slot;
                                 begin
                             }
                         }
@@ -315,11 +323,12 @@ impl MemoryStore {
                 Some(refusal) => refusal,
                 None => {
                     let (slot, begin) = lead(key);
-                    vacant.insert(slot);
+                    vacant.insert((hash, slot));
                     begin
                 }
             },
         };
+        drop(shard);
         if !stale.is_empty() {
             self.drop_stale(stale);
         }
@@ -331,7 +340,7 @@ impl MemoryStore {
         let Ok(slot) = Arc::downcast::<Slot>(lease.token) else { return Err(StoreError::Foreign) };
         let now = Instant::now();
         if now >= slot.lease_until() {
-            self.end_empty(&lease.key, &slot);
+            self.end_empty(&slot);
         } else if slot.end() {
             self.store_value(lease.key, slot, value, now);
         }
@@ -341,7 +350,7 @@ impl MemoryStore {
     /// [`FlightStore::abandon`], done at once.
     pub fn abandon_now(&self, lease: Lease) -> Result<(), StoreError> {
         let Ok(slot) = Arc::downcast::<Slot>(lease.token) else { return Err(StoreError::Foreign) };
-        self.end_empty(&lease.key, &slot);
+        self.end_empty(&slot);
         Ok(())
     }
 }

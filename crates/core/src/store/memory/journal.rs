@@ -160,7 +160,7 @@ impl Log {
 impl MemoryStore {
     /// The live slot of `key`: in flight, or holding a value not yet expired.
     fn live_slot(&self, key: &Key, now: Instant) -> Option<Arc<Slot>> {
-        let slot = self.map.get(key)?.clone();
+        let slot = self.map.get(key)?;
         let expired = slot.expires.get().is_some_and(|expires| *expires <= now);
         let lapsed = slot.outcome.get().is_none() && slot.lease_until() <= now;
         (!expired && !lapsed && !matches!(slot.outcome.get(), Some(None))).then_some(slot)

@@ -21,16 +21,15 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::{
-    Key, Slot,
+    Slot,
     shelf::{Kept, Shelf},
 };
 
 /// A completed entry, oldest first. It repeats what eviction needs (its
 /// expiry) so that popping it reads no more behind `slot` than the charge
-/// it counts out.
+/// it counts out and what finds it in the map.
 #[derive(Debug)]
 pub(super) struct Completed {
-    pub(super) key: Key,
     pub(super) slot: Arc<Slot>,
     pub(super) expires: Instant,
 }

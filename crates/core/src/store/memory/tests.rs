@@ -453,13 +453,13 @@ async fn a_token_of_another_kind_is_refused() {
 #[test]
 fn an_entry_is_counted_at_no_less_than_its_parts_take() {
     use std::mem::size_of;
-    // Its slot in an `Arc`, the map's key and pointer, the eviction queue's
-    // record and a shelf entry, before the tables' room to grow: a quick
+    // Its slot (with its key) in an `Arc`, the map's hash and pointer, the
+    // eviction queue's record and a shelf entry, before the tables' room to grow: a quick
     // floor that holds on every platform; `tests/entry_cost.rs` counts what
     // entries really take, tables included, where jemalloc builds.
     let parts = 2 * size_of::<usize>()
         + size_of::<Slot>()
-        + size_of::<(Key, Arc<Slot>)>()
+        + size_of::<table::Bucket>()
         + size_of::<pool::Completed>()
         + size_of::<(u64, shelf::Shelved)>();
     let counted = key("").cost(&[]);

@@ -1,0 +1,85 @@
+//! The memory store's map: a pointer to each entry's slot, found by its
+//! key's hash, in shards that each have a lock of their own.
+//!
+//! The key lives in the slot, not in the map: a bucket is the key's hash
+//! and a pointer, so that the table of a full store is small enough to stay
+//! in the CPU's caches, an entry evicted is found by its hash and pointer
+//! without its key being read or hashed again, and the table grows or
+//! sweeps its tombstones without reading a slot.
+
+use std::{
+    hash::BuildHasher,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use hashbrown::HashTable;
+
+use super::{Key, Slot};
+
+/// An entry: its key's hash and its slot.
+pub(super) type Bucket = (u64, Arc<Slot>);
+
+/// One shard's table, locked.
+pub(super) type Shard<'a> = MutexGuard<'a, HashTable<Bucket>>;
+
+#[derive(Debug)]
+pub(super) struct Table {
+    shards: Box<[Padded]>,
+    // foldhash: fast, and seeded per process, so request ids cannot be chosen to collide.
+    hasher: foldhash::fast::RandomState,
+}
+
+/// A shard's lock on a cache line of its own: two cores working on two
+/// shards do not take a line from each other.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(Mutex<HashTable<Bucket>>);
+
+impl Table {
+    pub(super) fn new() -> Table {
+        // As many as a few per core, so that cores seldom wait for each other.
+        let shards = (std::thread::available_parallelism().map_or(1, usize::from) * 4).next_power_of_two();
+        Table { shards: (0..shards).map(|_| Padded::default()).collect(), hasher: Default::default() }
+    }
+
+    pub(super) fn hash(&self, key: &Key) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard that holds the key of `hash`, locked. Held for a few
+    /// pointer moves, never across an await.
+    pub(super) fn shard(&self, hash: u64) -> Shard<'_> {
+        // hashbrown places an entry by the hash's low bits and tags it with
+        // its top seven: the shard is chosen by bits of neither.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        self.shards[index].0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slot of `key`, if there is one.
+    pub(super) fn get(&self, key: &Key) -> Option<Arc<Slot>> {
+        let hash = self.hash(key);
+        self.shard(hash).find(hash, |(held, slot)| *held == hash && slot.key == *key).map(|(_, slot)| slot.clone())
+    }
+
+    /// Removes `slot` if the map still holds it (its key may have been led
+    /// again since, by another slot, which stays).
+    pub(super) fn remove(&self, slot: &Arc<Slot>) -> bool {
+        let removed = match self.shard(slot.hash).find_entry(slot.hash, |(_, held)| Arc::ptr_eq(held, slot)) {
+            Ok(held) => Some(held.remove().0.1),
+            Err(_) => None,
+        };
+        removed.is_some()
+    }
+
+    /// Keeps the slots for which `keep` says so.
+    pub(super) fn retain(&self, mut keep: impl FnMut(&Arc<Slot>) -> bool) {
+        for shard in &self.shards {
+            shard.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(_, slot)| keep(slot));
+        }
+    }
+
+    /// Entries in the map: in flight or holding a value.
+    pub(super) fn len(&self) -> usize {
+        self.shards.iter().map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
+    }
+}
