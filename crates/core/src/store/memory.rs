@@ -8,8 +8,8 @@
 //! and while their reserve is full a new lead gets [`Begin::Full`] rather
 //! than a value being evicted. Entries in flight are never evicted.
 //! Identical values are kept once (`memory/shelf.rs`) and their bytes count
-//! once in their pool's bound. The map holds a pointer per entry
-//! (`memory/table.rs`); the entry's key lives in its slot.
+//! once in their pool's bound. The map holds a hash and a pointer per
+//! entry (`memory/table.rs`); the entry's key lives in its slot.
 //!
 //! A lease ends by its completion, its abandon, or its TTL, which each
 //! append to its journal that does not end it renews: an entry whose
@@ -97,6 +97,7 @@ pub struct MemoryStore {
 /// the map not at all.
 #[derive(Debug)]
 struct Slot {
+    /// Kept here once: the map and the FIFO reach it through the slot.
     key: Key,
     /// The key's hash in the map.
     hash: u64,
