@@ -83,3 +83,49 @@ impl Table {
         self.shards.iter().map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::scenario::Handler;
+
+    fn slot(table: &Table, id: &str) -> Arc<Slot> {
+        let key = Key::new("demo", Handler::Run, id);
+        let hash = table.hash(&key);
+        Arc::new(Slot::new(key, hash, Instant::now()))
+    }
+
+    fn insert(table: &Table, slot: &Arc<Slot>) {
+        table.shard(slot.hash).insert_unique(slot.hash, (slot.hash, slot.clone()), |(hash, _)| *hash);
+    }
+
+    #[test]
+    fn a_slot_is_removed_by_itself_not_by_another_of_its_key() {
+        let table = Table::new();
+        let (first, second) = (slot(&table, "r-1"), slot(&table, "r-1"));
+        insert(&table, &second);
+        assert!(!table.remove(&first), "an older slot of the key leaves the newer one alone");
+        let held = table.get(&first.key).expect("the newer slot is still there");
+        assert!(Arc::ptr_eq(&held, &second));
+        assert!(table.remove(&second));
+        assert!(table.get(&second.key).is_none() && table.len() == 0);
+    }
+
+    #[test]
+    fn every_shard_is_counted_and_swept() {
+        let table = Table::new();
+        // Enough that no shard is left empty by chance, however many there are.
+        let count = 64 * table.shards.len();
+        let slots: Vec<_> = (0..count).map(|n| slot(&table, &format!("r-{n}"))).collect();
+        slots.iter().for_each(|slot| insert(&table, slot));
+        assert_eq!(table.len(), count);
+        let shards = table.shards.iter().filter(|shard| !shard.0.lock().unwrap().is_empty()).count();
+        assert_eq!(shards, table.shards.len(), "keys spread over every shard");
+        let kept = |slot: &Arc<Slot>| slot.key.request_id.as_str().ends_with('0');
+        table.retain(kept);
+        assert_eq!(table.len(), slots.iter().filter(|slot| kept(slot)).count());
+        assert!(slots.iter().all(|slot| table.get(&slot.key).is_some() == kept(slot)));
+    }
+}
