@@ -218,6 +218,13 @@ pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Option<Begin>, StoreError> {
         Ok(None)
     }
+
+    /// Whether the store replicas share is taken for down now, so that
+    /// [`share`](FlightStore::share) would answer `None` without asking it;
+    /// never, for a store in memory alone.
+    fn out_of_reach(&self) -> bool {
+        false
+    }
 }
 
 /// Which share of a store a handler's values go to: `/commit` and `/apply`

@@ -31,6 +31,13 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 const SHARE_EVERY: Duration = Duration::from_millis(250);
 /// How long an offer may take.
 const SHARE_WAIT: Duration = Duration::from_millis(50);
+/// How long a call begun in this replica's memory while the shared store
+/// was out of reach waits, once it finds the store back, before it offers
+/// itself there. A runner whose claim the store lost (Redis restarted
+/// empty) claims its call again at its next append, within a model batch
+/// or an [`END_PAUSE`] of the store's return: the call begun first, whose
+/// words are already out, should be the one that goes on.
+const BACK_MARGIN: Duration = Duration::from_millis(300);
 /// How long the end of a journal is tried again, the call over, while the
 /// store does not take it: longer than a shared lease, so that a claim
 /// lost meanwhile is found lost and offered again.
@@ -121,7 +128,10 @@ struct Target {
 /// Redis restarted empty). Offered, it is claimed there and the whole run
 /// so far written anew, so that every replica follows it; or, held there by
 /// another replica already, given way to (`standing` says so, and the
-/// writing ends). The entries are kept for this while the call runs.
+/// writing ends). A call begun here while the store was out of reach
+/// waits [`BACK_MARGIN`] once it finds the store back, so that a runner
+/// whose claim was lost claims its call again first; a runner offers its
+/// call at once. The entries are kept for this while the call runs.
 pub(crate) async fn write(
     writing: Writing,
     lease: Lease,
@@ -164,7 +174,12 @@ pub(crate) async fn write(
             pending.push(entry);
             end = last;
         }
-        if let Some(store) = store.as_ref().filter(|_| offer && Instant::now() >= next_offer) {
+        let offer_now = store.as_ref().filter(|_| offer && Instant::now() >= next_offer);
+        let begun_here = !is_claim(&targets[0].lease.token);
+        if offer_now.is_some_and(|store| unreachable && begun_here && !store.out_of_reach()) {
+            // Back: a runner that held the call there before goes first.
+            (unreachable, next_offer) = (false, Instant::now() + BACK_MARGIN);
+        } else if let Some(store) = offer_now {
             next_offer = Instant::now() + SHARE_EVERY;
             let first = &targets[0].lease;
             unreachable = false;
@@ -392,7 +407,7 @@ async fn begins_with(journal: &dyn Journal, key: &Key, head: Option<&Bytes>) -> 
 mod tests {
     use std::{collections::VecDeque, iter::once};
 
-    use megamind_core::store::{Entries, StoreError};
+    use megamind_core::store::{Entries, StoreError, Usage, Waited, Waiter};
 
     use super::*;
     use crate::{backend::ModelEvent, calls::record::Ending};
@@ -489,6 +504,95 @@ mod tests {
                 assert_eq!(record.text(), "Сейчас.", "read on from where it was");
             }
         }
+    }
+
+    /// A shared store out of reach until told otherwise, which records
+    /// when a call was offered to it and leads every offer once reachable.
+    #[derive(Debug, Default)]
+    struct Returning {
+        down: std::sync::atomic::AtomicBool,
+        offers: std::sync::Mutex<Vec<(Instant, bool)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl FlightStore for Returning {
+        async fn begin(
+            &self,
+            _key: Key,
+            _lease_ttl: Duration,
+            _deadline: Instant,
+            _may_lead: &mut (dyn FnMut() -> bool + Send),
+        ) -> Result<Begin, StoreError> {
+            unreachable!("a journal's writer only offers")
+        }
+
+        async fn complete(&self, _lease: Lease, _value: Bytes) -> Result<(), StoreError> {
+            unreachable!("a journal's writer only offers")
+        }
+
+        async fn abandon(&self, _lease: Lease) -> Result<(), StoreError> {
+            unreachable!("a journal's writer only offers")
+        }
+
+        async fn wait(&self, _waiter: &Waiter, _deadline: Instant) -> Result<Waited, StoreError> {
+            unreachable!("a journal's writer only offers")
+        }
+
+        async fn purge_expired(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+
+        fn usage(&self) -> Usage {
+            Usage::default()
+        }
+
+        async fn share(&self, lease: &Lease, _ttl: Duration, _deadline: Instant) -> Result<Option<Begin>, StoreError> {
+            let down = self.out_of_reach();
+            self.offers.lock().unwrap().push((Instant::now(), down));
+            Ok((!down).then(|| Begin::Lead(Lease { key: lease.key.clone(), token: Arc::new(()) })))
+        }
+
+        fn out_of_reach(&self) -> bool {
+            self.down.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_begun_in_memory_offers_itself_a_margin_after_the_store_is_back() {
+        let store = Arc::new(Returning::default());
+        store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let writing = Writing {
+            journal: Arc::new(Scripted(std::sync::Mutex::new(VecDeque::new()))),
+            store: Some(store.clone()),
+            lease: Duration::from_secs(3),
+            kept_ttl: Duration::from_secs(60),
+            lease_lost: prometheus::IntCounter::new("lost", "Leases lost.").unwrap(),
+        };
+        // Taken in this replica's memory: not a claim in the shared store.
+        let lease =
+            Lease { key: Key::new("assistant", megamind_core::scenario::Handler::Run, "m3"), token: Arc::new(()) };
+        let (tap, entries) = mpsc::unbounded_channel();
+        let (standing, mut told) = watch::channel(Standing::default());
+        let writer = tokio::spawn(write(writing, lease, entries, standing));
+        // The model streams a word every 50 ms.
+        let gap = Duration::from_millis(50);
+        let words = tokio::spawn(async move {
+            while tap.send((Bytes::from_static(b"word"), false)).is_ok() {
+                tokio::time::sleep(gap).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        store.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        let back = Instant::now();
+        let held = tokio::time::timeout(Duration::from_secs(5), told.wait_for(|standing| standing.claim.is_some()));
+        held.await.expect("held in the store once it is back").expect("the writer goes on");
+        let offers = store.offers.lock().unwrap().clone();
+        assert!(offers.iter().any(|(_, down)| *down), "offered while the store was out of reach: {offers:?}");
+        let offered = offers.iter().find(|(_, down)| !down).map(|(at, _)| *at - back).expect("offered once back");
+        // Found back at its next offer (within SHARE_EVERY and a word), then offered a margin later.
+        assert!(offered >= BACK_MARGIN && offered <= BACK_MARGIN + SHARE_EVERY + 2 * gap, "offered {offered:?} after");
+        words.abort();
+        writer.abort();
     }
 
     #[tokio::test(start_paused = true)]

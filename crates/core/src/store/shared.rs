@@ -412,6 +412,10 @@ impl FlightStore for SharedStore {
         let begun = store.shared.begin(lease.key.clone(), lease_ttl, deadline, &mut may_lead);
         store.run(Op::Begin, begun).await.map(Some)
     }
+
+    fn out_of_reach(&self) -> bool {
+        self.0.is_down()
+    }
 }
 
 #[async_trait]
