@@ -139,7 +139,9 @@ pub(crate) async fn write(
     standing: watch::Sender<Standing>,
 ) {
     let store = writing.store.clone();
-    let mut offer = store.is_some() && !is_claim(&lease.token);
+    // Begun in this replica's memory, not claimed in the shared store.
+    let begun_here = !is_claim(&lease.token);
+    let mut offer = store.is_some() && begun_here;
     let mut next_offer = Instant::now();
     // The first target is `lease`; with a shared store, a claim there once
     // it is offered.
@@ -175,7 +177,6 @@ pub(crate) async fn write(
             end = last;
         }
         let offer_now = store.as_ref().filter(|_| offer && Instant::now() >= next_offer);
-        let begun_here = !is_claim(&targets[0].lease.token);
         if offer_now.is_some_and(|store| unreachable && begun_here && !store.out_of_reach()) {
             // Back: a runner that held the call there before goes first.
             (unreachable, next_offer) = (false, Instant::now() + BACK_MARGIN);

@@ -216,11 +216,7 @@ impl CallRecord {
         let at = whole_micros(self.started.elapsed());
         let recording = self.tx.borrow();
         if let (Some(tap), false) = (&self.tap, recording.finished) {
-            let entry = match failure.or(recording.failure.as_deref()) {
-                Some(reason) => Entry::Failed { reason: clip(reason, MAX_FAILURE_BYTES).to_owned(), at },
-                None => Entry::Completed { at },
-            };
-            let _ = tap.send((entry.encode(), true));
+            let _ = tap.send((end_entry(failure.or(recording.failure.as_deref()), at), true));
         }
         at
     }
@@ -238,11 +234,7 @@ impl CallRecord {
             if first {
                 recording.ended = Some(at);
                 if let Some(tap) = &self.tap {
-                    let entry = match &recording.failure {
-                        Some(reason) => Entry::Failed { reason: reason.clone(), at },
-                        None => Entry::Completed { at },
-                    };
-                    let _ = tap.send((entry.encode(), true));
+                    let _ = tap.send((end_entry(recording.failure.as_deref(), at), true));
                 }
             }
             first
@@ -338,6 +330,16 @@ impl CallRecord {
 /// What `slot` holds, if a reader holds it and it is a `T`.
 fn upgrade<T: Any + Send + Sync>(slot: &Weak<dyn Any + Send + Sync>) -> Option<Arc<T>> {
     slot.upgrade().and_then(|held| held.downcast::<T>().ok())
+}
+
+/// The journal's last entry: the call ended `at`, failed for `failure` or
+/// completed.
+fn end_entry(failure: Option<&str>, at: Duration) -> Bytes {
+    match failure {
+        Some(reason) => Entry::Failed { reason: clip(reason, MAX_FAILURE_BYTES).to_owned(), at },
+        None => Entry::Completed { at },
+    }
+    .encode()
 }
 
 /// `at` in whole µs, as a journal keeps it: a mirror's times are then the

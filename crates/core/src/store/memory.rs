@@ -284,7 +284,7 @@ impl MemoryStore {
             (slot.clone(), Begin::Lead(Lease { key, token: slot }))
         };
         let mut shard = self.map.shard(hash);
-        let begin = match shard.entry(hash, |(held, slot)| *held == hash && slot.key == key, |(held, _)| *held) {
+        let begin = match shard.entry(hash, table::holds(hash, &key), |(held, _)| *held) {
             MapEntry::Occupied(mut occupied) => {
                 let old = &occupied.get().1;
                 match old.outcome.get() {

@@ -51,36 +51,48 @@ impl Table {
     pub(super) fn shard(&self, hash: u64) -> Shard<'_> {
         // hashbrown places an entry by the hash's low bits and tags it with
         // its top seven: the shard is chosen by bits of neither.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        self.shards[index].0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].lock()
     }
 
     /// The slot of `key`, if there is one.
     pub(super) fn get(&self, key: &Key) -> Option<Arc<Slot>> {
         let hash = self.hash(key);
-        self.shard(hash).find(hash, |(held, slot)| *held == hash && slot.key == *key).map(|(_, slot)| slot.clone())
+        self.shard(hash).find(hash, holds(hash, key)).map(|(_, slot)| slot.clone())
     }
 
     /// Removes `slot` if the map still holds it (its key may have been led
     /// again since, by another slot, which stays).
     pub(super) fn remove(&self, slot: &Arc<Slot>) -> bool {
-        let removed = match self.shard(slot.hash).find_entry(slot.hash, |(_, held)| Arc::ptr_eq(held, slot)) {
-            Ok(held) => Some(held.remove().0.1),
-            Err(_) => None,
-        };
+        // The removed slot is let go once the shard is unlocked.
+        let removed = self
+            .shard(slot.hash)
+            .find_entry(slot.hash, |(_, held)| Arc::ptr_eq(held, slot))
+            .map(|held| held.remove().0)
+            .ok();
         removed.is_some()
     }
 
     /// Keeps the slots for which `keep` says so.
     pub(super) fn retain(&self, mut keep: impl FnMut(&Arc<Slot>) -> bool) {
         for shard in &self.shards {
-            shard.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(_, slot)| keep(slot));
+            shard.lock().retain(|(_, slot)| keep(slot));
         }
     }
 
     /// Entries in the map: in flight or holding a value.
     pub(super) fn len(&self) -> usize {
-        self.shards.iter().map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
+        self.shards.iter().map(|shard| shard.lock().len()).sum()
+    }
+}
+
+/// Whether a bucket holds the slot of `key`, whose hash is `hash`.
+pub(super) fn holds<'a>(hash: u64, key: &'a Key) -> impl Fn(&Bucket) -> bool + 'a {
+    move |(held, slot)| *held == hash && slot.key == *key
+}
+
+impl Padded {
+    fn lock(&self) -> Shard<'_> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -121,7 +133,7 @@ mod tests {
         let slots: Vec<_> = (0..count).map(|n| slot(&table, &format!("r-{n}"))).collect();
         slots.iter().for_each(|slot| insert(&table, slot));
         assert_eq!(table.len(), count);
-        let shards = table.shards.iter().filter(|shard| !shard.0.lock().unwrap().is_empty()).count();
+        let shards = table.shards.iter().filter(|shard| !shard.lock().is_empty()).count();
         assert_eq!(shards, table.shards.len(), "keys spread over every shard");
         let kept = |slot: &Arc<Slot>| slot.key.request_id.as_str().ends_with('0');
         table.retain(kept);
