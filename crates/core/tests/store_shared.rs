@@ -338,6 +338,45 @@ async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
     assert!(matches!(memory.share(&alone, LEASE, soon()).await, Ok(None)), "a store in memory alone shares nothing");
 }
 
+/// A journal begun in this replica's memory while Redis was gone, then
+/// shared once it was back, lives here no longer than its copy there: a
+/// reader on this replica is told it is gone when readers on every other
+/// replica are, rather than served a copy only this one kept.
+#[tokio::test]
+async fn a_shared_journal_kept_here_too_expires_with_its_copy_in_redis() {
+    use megamind_core::store::{Appending, Journal};
+    let Some(mut server) = RedisServer::start("a shared journal's local copy") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (other, _other_registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    other.start();
+    kill_and_take_for_down(&mut server, &store).await;
+    let (Ok(Begin::Lead(local)), _) = begin(&store, Handler::Run, "copied").await else { panic!("leads locally") };
+    let entries = [Bytes::from_static(b"one"), Bytes::from_static(b"two")];
+    let kept = Duration::from_millis(400);
+    let appending = Appending { entries: &entries, from: 0, end: true, max_len: 100, ttl: kept, lease: None };
+    assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");
+
+    server.restart();
+    assert!(eventually(Duration::from_secs(10), || !store.is_down() && !other.is_down()).await, "back");
+    let soon = || Instant::now() + Duration::from_millis(200);
+    let Ok(Some(Begin::Lead(claim))) = store.share(&local, LEASE, soon()).await else { panic!("claimed in Redis") };
+    assert!(store.append(&claim, appending).await.unwrap(), "written anew in Redis");
+    let key = Key::new("demo", Handler::Run, "copied");
+    let read = other.read(&key, 0, soon()).await.unwrap().map(|read| read.entries);
+    assert_eq!(read, Some(entries.to_vec()), "every replica reads it from Redis");
+    store.complete(local, Bytes::from_static(b"answer")).await.unwrap();
+    store.complete(claim, Bytes::from_static(b"answer")).await.unwrap();
+
+    let until = Instant::now() + Duration::from_secs(5);
+    while other.read(&key, 0, soon()).await.unwrap().is_some() {
+        assert!(Instant::now() < until, "Redis kept the journal past its TTL");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let here = store.read(&key, 0, soon()).await.unwrap();
+    assert!(here.is_none(), "gone here as it is everywhere: {here:?}");
+}
+
 /// A write Redis carries out while it is taken for down (a claim's
 /// append, still sent there) finds it back at once, before the probe: the
 /// replica that ran a call then offers it again first.

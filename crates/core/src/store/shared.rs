@@ -21,7 +21,9 @@
 //! taken (Redis, or this replica's memory after a fallback), read from
 //! Redis while it serves and from this replica's memory otherwise; but a
 //! reader past a journal's start whom Redis fails is told so, not handed
-//! on to a journal of the same key in memory, another call's. A lease
+//! on to a journal of the same key in memory, another call's. A journal
+//! in memory that was copied to Redis lives here no longer than its copy
+//! there, so that every replica finds it gone at once. A lease
 //! taken in memory, or a claim that Redis no longer holds, may be offered
 //! to Redis once it is back ([`FlightStore::share`]): its holder then
 //! leads there (again), or learns that another replica holds the key.
@@ -424,7 +426,13 @@ impl Journal for SharedStore {
         if !is_claim(&lease.token) {
             return self.0.local.append(lease, appending).await;
         }
-        self.0.run(Op::Append, self.0.shared.append(lease, appending)).await
+        let (store, sent) = (&self.0, Instant::now());
+        let appended = store.run(Op::Append, store.shared.append(lease, appending)).await;
+        if let Ok(true) = appended {
+            // Redis set the copy's TTL after `sent`: gone here no later than there.
+            store.local.copied(&lease.key, sent + appending.ttl);
+        }
+        appended
     }
 
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {

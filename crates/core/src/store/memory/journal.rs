@@ -47,6 +47,9 @@ struct List {
     ended: bool,
     /// No more appends: the value was stored.
     sealed: bool,
+    /// Until when a copy of this journal in the shared store is kept, once
+    /// it was copied there: no reader finds it here after it is gone there.
+    copy_until: Option<Instant>,
 }
 
 impl List {
@@ -112,6 +115,11 @@ impl Log {
         self.lock().bytes()
     }
 
+    /// Whether the journal's copy in the shared store is gone by `now`.
+    fn outlived_copy(&self, now: Instant) -> bool {
+        self.lock().copy_until.is_some_and(|until| until <= now)
+    }
+
     fn append(&self, appending: Appending<'_>) -> bool {
         let mut list = self.lock();
         // One slot, one lease: every entry it holds is its holder's.
@@ -165,6 +173,17 @@ impl MemoryStore {
         let lapsed = slot.outcome.get().is_none() && slot.lease_until() <= now;
         (!expired && !lapsed && !matches!(slot.outcome.get(), Some(None))).then_some(slot)
     }
+
+    /// Records that `key`'s journal here, if it has one, was copied to the
+    /// shared store, which keeps the copy until `until` at least: the
+    /// replicas that read it there are told it is gone once it is, and a
+    /// reader here must not be served on from this one's memory.
+    pub(crate) fn copied(&self, key: &Key, until: Instant) {
+        let Some(slot) = self.live_slot(key, Instant::now()) else { return };
+        let Some(log) = slot.journal.get() else { return };
+        let mut list = log.lock();
+        list.copy_until = list.copy_until.max(Some(until));
+    }
 }
 
 #[async_trait]
@@ -183,8 +202,12 @@ impl Journal for MemoryStore {
     }
 
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
-        let Some(slot) = self.live_slot(key, Instant::now()) else { return Ok(None) };
+        let now = Instant::now();
+        let Some(slot) = self.live_slot(key, now) else { return Ok(None) };
         let log = slot.journal();
+        if log.outlived_copy(now) {
+            return Ok(None);
+        }
         loop {
             // Registered before the check, so that an append in between is not missed.
             let grew = log.grew.notified();
