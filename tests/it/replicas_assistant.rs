@@ -480,6 +480,27 @@ async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
     assert_one_call_read_alike(&http, &replicas, &mock, run()).await;
 }
 
+/// A stream opened just after Redis restarted empty, on a replica that
+/// never saw the call, before the call's runner wrote its journal anew:
+/// it waits for the journal rather than answer that no such call was
+/// started, and streams the call whole.
+#[tokio::test]
+async fn a_stream_opened_just_after_redis_forgot_its_call_streams_it_whole() {
+    let Some(mut redis) = RedisServer::start("a stream opened as Redis forgot its call") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(400))).await;
+    let replicas = replicas(&redis, &mock);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let call_id = "forgotten-stream-1";
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    client.call(Request::Run(asked(call_id))).await.expect("/run answers");
+    mock.wait_for_calls(1).await;
+    redis.restart();
+    let (status, streamed) = get(&http, &replicas[2].base, &format!("/llm/stream/{call_id}"), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{streamed}");
+    assert_eq!(streamed_text(&valid(&streamed)), PIECES.concat());
+    assert_eq!(mock.calls(), 1, "one model call");
+}
+
 /// A call that ends while Redis is gone, its claim with it: once Redis is
 /// back, its replica finds the claim lost and claims the call again, so
 /// that its answer is everyone's.

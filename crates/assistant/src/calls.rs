@@ -406,28 +406,41 @@ impl Calls {
     /// The record of call `id` (this replica's, or a mirror of its
     /// journal), or what is known of it.
     pub(crate) async fn lookup(&self, id: &str) -> Lookup {
-        self.lookup_by(id, soon()).await
+        self.lookup_by(id, soon(), Instant::now() + journal::REAPPEAR_WAIT).await
     }
 
     /// As [`Calls::lookup`], waiting for the first events of a journal that
-    /// has none yet until `by` at most: a handler that must answer soon
-    /// cannot wait as long as a reader of the stream can.
-    async fn lookup_by(&self, id: &str, by: Instant) -> Lookup {
+    /// has none yet until `by` at most (a handler that must answer soon
+    /// cannot wait as long as a reader of the stream can), and for a
+    /// journal the store may have lost lately until `reappear_by`.
+    async fn lookup_by(&self, id: &str, by: Instant, reappear_by: Instant) -> Lookup {
         let shared = &self.shared;
         if let Some(record) = shared.records().get(id) {
             return Lookup::Kept(record);
         }
         let key = key(id);
         let _ = self.store();
-        let read = match self.read_all(&key, by).await {
-            Ok(read) => read,
-            Err(error) => {
-                tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
-                return Lookup::Unavailable;
+        let read = loop {
+            let until = match self.read_all(&key, by).await {
+                Ok(Some(read)) => break read,
+                // A store that failed or came back lately may have lost the
+                // journal (a Redis restarted empty), which the call's runner
+                // writes anew at its next append.
+                Ok(None) => {
+                    let troubled = shared.journal.troubled_since();
+                    troubled.map_or_else(Instant::now, |since| reappear_by.min(since + journal::REAPPEAR_WAIT))
+                }
+                // A connection Redis dropped as it restarted is made anew.
+                Err(_) if Instant::now() + journal::REAPPEAR_POLL < reappear_by => reappear_by,
+                Err(error) => {
+                    tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
+                    return Lookup::Unavailable;
+                }
+            };
+            if Instant::now() >= until {
+                return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
             }
-        };
-        let Some(read) = read else {
-            return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
+            tokio::time::sleep_until((Instant::now() + journal::REAPPEAR_POLL).min(until)).await;
         };
         let mut records = shared.records();
         // Another reader may have made one meanwhile: one mirror per call.
@@ -475,7 +488,7 @@ impl Calls {
         if self.shared.records().is_unheld(id) {
             return Some(String::new());
         }
-        match self.lookup_by(id, by).await {
+        match self.lookup_by(id, by, by).await {
             Lookup::Kept(record) => Some(record.text()),
             Lookup::Gone | Lookup::Unknown | Lookup::Unavailable => None,
         }

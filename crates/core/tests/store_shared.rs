@@ -262,6 +262,7 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
     store.start();
     let (Ok(Begin::Lead(lease)), _) = begin(&store, Handler::Run, "j1").await else { panic!("leads in Redis") };
+    assert_eq!(store.troubled_since(), None, "Redis never failed it");
     let entries = [Bytes::from_static(b"one")];
     let appending = Appending { entries: &entries, from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
     assert!(store.append(&lease, appending).await.unwrap());
@@ -276,7 +277,14 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
     assert!(matches!(read, Err(StoreError::Timeout(_))), "a journal out of reach is an error: {read:?}");
     server.thaw();
 
+    let troubled = store.troubled_since().expect("the read that timed out was a trouble");
     kill_and_take_for_down(&mut server, &store).await;
+    assert!(store.troubled_since().is_some_and(|since| since > troubled), "and so is Redis gone");
+    let elsewhere = store.read(&Key::new("demo", Handler::Run, "elsewhere"), 0, Instant::now()).await;
+    assert!(
+        matches!(elsewhere, Err(StoreError::Unavailable(_))),
+        "a journal Redis cannot be asked for may be there: {elsewhere:?}"
+    );
     let (Ok(Begin::Lead(local)), took) = begin(&store, Handler::Run, "j2").await else { panic!("leads locally") };
     assert!(took < SLACK, "at once: {took:?}");
     assert!(store.append(&local, appending).await.unwrap(), "appended in this replica's memory");

@@ -60,11 +60,14 @@ pub(crate) const RESTARTED: &str = "the replica running the model call went away
 /// lease, and then runs on unseen.
 const UNHELD: &str = "the model call ended without an answer here: its replica went away or lost the shared store \
                       for longer than its lease; another replica may start the call again";
-/// How long a mirror that finds its journal gone just after a failed read
+/// How long a reader that finds a journal gone just after the store failed
+/// it (a mirror's read, or any command of a lookup's replica) or came back
 /// waits for it to come back: Redis restarted empty knows no journal until
 /// the call's runner, at its next append (within a [`HEARTBEAT`]), claims
 /// the call again and writes it anew.
-const REAPPEAR_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const REAPPEAR_WAIT: Duration = Duration::from_secs(2);
+/// How often a journal that may come back is looked for meanwhile.
+pub(crate) const REAPPEAR_POLL: Duration = Duration::from_millis(100);
 /// Why a mirror ends whose call's journal is gone.
 const GONE: &str = "the model call's journal is gone: its replica went away, or the shared store lost it";
 /// Failed reads in a row after which a mirror gives up.
@@ -375,7 +378,7 @@ pub(crate) async fn mirror(
                 }
             }
             Ok(None) if failed && *gone_since.get_or_insert_with(Instant::now) + REAPPEAR_WAIT > Instant::now() => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(REAPPEAR_POLL).await;
             }
             Ok(None) => {
                 record.fail(GONE);

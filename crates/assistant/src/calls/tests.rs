@@ -210,6 +210,18 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
     assert!(matches!(calls.lookup("never").await, Lookup::Unknown));
 }
 
+/// Calls as replicas sharing a store run them, their journal `journal`.
+fn shared_over(journal: Arc<dyn megamind_core::store::Journal>) -> Calls {
+    let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 1 << 20 };
+    let flights = Arc::new(megamind_core::store::MemoryStore::new(
+        retention.limits(),
+        megamind_core::store::memory::unregistered_evictions(),
+    ));
+    let store = ScenarioStore { flights, journal, shared: true };
+    let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap();
+    Calls::with_store(store, 10, CALL_TIMEOUT, retention, (IntGauge::new("g", "g").unwrap(), duplicated))
+}
+
 /// A journal in a store out of reach.
 #[derive(Debug)]
 struct Unreachable;
@@ -229,15 +241,83 @@ impl megamind_core::store::Journal for Unreachable {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
-    let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 1 << 20 };
-    let flights = Arc::new(megamind_core::store::MemoryStore::new(
-        retention.limits(),
-        megamind_core::store::memory::unregistered_evictions(),
-    ));
-    let store = ScenarioStore { flights, journal: Arc::new(Unreachable), shared: true };
-    let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap();
-    let calls = Calls::with_store(store, 10, CALL_TIMEOUT, retention, (IntGauge::new("g", "g").unwrap(), duplicated));
+    let calls = shared_over(Arc::new(Unreachable));
+    let started = Instant::now();
     assert!(matches!(calls.lookup("run elsewhere").await, Lookup::Unavailable), "ask again, it is not lost");
+    assert!(
+        started.elapsed() >= journal::REAPPEAR_WAIT - journal::REAPPEAR_POLL,
+        "once a store dropped as it restarts would be back"
+    );
+}
+
+/// A journal a store restarted empty lost, written anew by its call's
+/// runner at `back`; the store last failed at `troubled`.
+#[derive(Debug)]
+struct Reappearing {
+    back: Instant,
+    troubled: Option<Instant>,
+    entries: Vec<bytes::Bytes>,
+}
+
+#[async_trait::async_trait]
+impl megamind_core::store::Journal for Reappearing {
+    async fn append(
+        &self,
+        _: &megamind_core::store::Lease,
+        _: megamind_core::store::Appending<'_>,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    async fn read(&self, _: &Key, after: u64, _: Instant) -> Result<Option<Entries>, StoreError> {
+        let rest = self.entries.get(usize::try_from(after).unwrap()..).unwrap_or_default();
+        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: true, abandoned: false };
+        Ok((Instant::now() >= self.back).then_some(read))
+    }
+
+    fn troubled_since(&self) -> Option<Instant> {
+        self.troubled
+    }
+}
+
+fn reappearing(back: Duration, troubled: Option<Instant>) -> Calls {
+    let at = Duration::from_millis(5);
+    let entries = vec![
+        super::entry::Entry::started_now(),
+        super::entry::Entry::Event { event: ModelEvent::TextDelta("Сейчас.".into()), at }.encode(),
+        super::entry::Entry::Completed { at }.encode(),
+    ];
+    shared_over(Arc::new(Reappearing { back: Instant::now() + back, troubled, entries }))
+}
+
+/// Just after Redis restarted empty, a call's journal is gone until its
+/// runner writes it anew: a reader that opens the call then waits for it,
+/// for a while, rather than be told no such call was ever started.
+#[tokio::test(start_paused = true)]
+async fn a_journal_missing_just_after_the_store_was_troubled_is_waited_for() {
+    let written_anew = Duration::from_millis(700);
+    let started = Instant::now();
+    let calls = reappearing(written_anew, Some(started));
+    let Lookup::Kept(record) = calls.lookup("lost").await else { panic!("found once written anew") };
+    assert_eq!(record.text(), "Сейчас.");
+    let waited = started.elapsed();
+    assert!(waited >= written_anew && waited <= written_anew + journal::REAPPEAR_POLL, "waited {waited:?}");
+
+    let started = Instant::now();
+    let calls = reappearing(journal::REAPPEAR_WAIT * 2, Some(started));
+    assert!(matches!(calls.lookup("never").await, Lookup::Unknown), "not for ever");
+    assert_eq!(started.elapsed(), journal::REAPPEAR_WAIT, "until the wait from the trouble is over");
+
+    let started = Instant::now();
+    let calls = reappearing(written_anew, Some(started));
+    assert_eq!(calls.partial_text("lost", started + SECOND / 5).await, None, "a hop keeps to its own deadline");
+    assert_eq!(started.elapsed(), SECOND / 5);
+
+    let calls = reappearing(written_anew, Some(started - journal::REAPPEAR_WAIT));
+    assert!(matches!(calls.lookup("never").await, Lookup::Unknown), "a trouble long past");
+    let calls = reappearing(written_anew, None);
+    assert!(matches!(calls.lookup("never").await, Lookup::Unknown), "a store never troubled");
+    assert_eq!(started.elapsed(), SECOND / 5, "both at once");
 }

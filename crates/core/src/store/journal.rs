@@ -94,6 +94,13 @@ pub trait Journal: fmt::Debug + Send + Sync + 'static {
     /// none at `deadline`. `None` when there is no journal: never written
     /// and no lease out on the key, or expired.
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError>;
+
+    /// When the store last failed a command or was found back, if ever: a
+    /// journal it says it lacks soon after may be one it lost (a Redis
+    /// restarted empty), which its writer writes anew at its next append.
+    fn troubled_since(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// Entries read in one go at most.

@@ -21,7 +21,9 @@
 //! taken (Redis, or this replica's memory after a fallback), read from
 //! Redis while it serves and from this replica's memory otherwise; but a
 //! reader past a journal's start whom Redis fails is told so, not handed
-//! on to a journal of the same key in memory, another call's. A journal
+//! on to a journal of the same key in memory, another call's, and so is a
+//! reader of a journal that Redis could not be asked for and that memory
+//! lacks. A journal
 //! in memory that was copied to Redis lives here no longer than its copy
 //! there, so that every replica finds it gone at once. A lease
 //! taken in memory, or a claim that Redis no longer holds, may be offered
@@ -167,6 +169,7 @@ impl StoreHealth {
     /// failures when it only answered late.
     fn failed(&self, error: &StoreError) {
         let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.link.troubled();
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if failures == 1 {
             self.failing_since.store(now, Ordering::Relaxed);
@@ -196,6 +199,7 @@ impl StoreHealth {
     fn back(&self) {
         self.failures.store(0, Ordering::Relaxed);
         if self.down.swap(false, Ordering::AcqRel) {
+            self.link.troubled();
             self.metrics.set_up(true);
             tracing::info!(store = %self.link.address(), "the shared store is back: replicas share answers again");
         }
@@ -437,27 +441,34 @@ impl Journal for SharedStore {
 
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
         let store = &self.0;
-        let mut failed = None;
-        if !store.is_down() {
+        // Why Redis could not say whether it holds the journal.
+        let failed = if store.is_down() {
+            Some(StoreError::Unavailable("the shared store is taken for down".into()))
+        } else {
             match store.run(Op::Read, store.shared.read(key, after, deadline)).await {
                 Ok(Some(entries)) => return Ok(Some(entries)),
                 // A journal begun while Redis was down is in this replica's memory.
-                Ok(None) => {}
-                Err(error) => failed = Some(error),
+                Ok(None) => None,
+                Err(error) => Some(error),
             }
-        }
+        };
         // A reader past the start may have been following the journal in
         // Redis; a journal of the same key in this replica's memory (a call
         // begun here while Redis was away) is another call's, whose entries
         // must not go on where the first one's left off.
-        if after > 0 && (failed.is_some() || store.is_down()) {
-            return Err(failed.unwrap_or_else(|| StoreError::Unavailable("the shared store is taken for down".into())));
-        }
+        let failed = match failed {
+            Some(error) if after > 0 => return Err(error),
+            failed => failed,
+        };
         match store.local.read(key, after, deadline).await? {
             Some(entries) => Ok(Some(entries)),
-            // Not "no journal": one that could not be read may well be there.
+            // Not "no journal": one that Redis could not be asked for may well be there.
             None => failed.map_or(Ok(None), Err),
         }
+    }
+
+    fn troubled_since(&self) -> Option<Instant> {
+        self.0.health.link.troubled_since()
     }
 }
 

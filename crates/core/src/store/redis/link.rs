@@ -43,6 +43,11 @@ pub struct RedisLink {
     /// Redis that restarted empty fails the first command on each
     /// connection.
     failures: AtomicU64,
+    /// When a command last failed or found its connection dropped, or the
+    /// store was last found back after it was taken for down: in ms since
+    /// `born`, plus one (0: never).
+    troubled_at: AtomicU64,
+    born: Instant,
     /// Connections for the journals' blocking reads.
     pub(super) blocking: Blocking,
     /// The key a probe writes: under the stores' prefix, where an ACL that
@@ -75,6 +80,8 @@ impl RedisLink {
             owner,
             counter: Arc::default(),
             failures: AtomicU64::new(0),
+            troubled_at: AtomicU64::new(0),
+            born: Instant::now(),
             blocking: Blocking::default(),
             background: Background::new(),
         })
@@ -176,6 +183,7 @@ impl RedisLink {
         match run(connection.clone()).await {
             Err(error) if error.is_connection_dropped() => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
+                self.troubled();
                 run(connection).await
             }
             done => done,
@@ -186,8 +194,23 @@ impl RedisLink {
     fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Unavailable(_)) = &result {
             self.failures.fetch_add(1, Ordering::Relaxed);
+            self.troubled();
         }
         result
+    }
+
+    /// Notes a trouble now: Redis failed a command, dropped a connection
+    /// (it may have restarted empty), or was found back.
+    pub(crate) fn troubled(&self) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.troubled_at.fetch_max(now.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// When Redis was last troubled ([`RedisLink::troubled`]), if ever: a
+    /// journal it says it lacks soon after may be one it lost.
+    pub fn troubled_since(&self) -> Option<Instant> {
+        let at = self.troubled_at.load(Ordering::Relaxed).checked_sub(1)?;
+        Some(self.born + Duration::from_millis(at))
     }
 
     /// How many commands failed so far (not counting those that only ran
