@@ -38,6 +38,14 @@ const SHARE_WAIT: Duration = Duration::from_millis(50);
 /// or an [`END_PAUSE`] of the store's return: the call begun first, whose
 /// words are already out, should be the one that goes on.
 const BACK_MARGIN: Duration = Duration::from_millis(300);
+/// How soon an append that went unanswered is tried again while the model
+/// is silent (instead of at the next [`HEARTBEAT`]): a runner whose claim
+/// Redis lost (it restarted empty) finds it lost within this of Redis's
+/// return and claims the call again, before a call begun in another
+/// replica's memory offers itself, [`BACK_MARGIN`] after its replica found
+/// Redis back.
+const UNANSWERED_RETRY: Duration = Duration::from_millis(200);
+const _: () = assert!(UNANSWERED_RETRY.as_millis() < BACK_MARGIN.as_millis());
 /// How long the end of a journal is tried again, the call over, while the
 /// store does not take it: longer than a shared lease, so that a claim
 /// lost meanwhile is found lost and offered again.
@@ -157,9 +165,11 @@ pub(crate) async fn write(
     let mut unreachable = false;
     // A claim was just found lost: offered at once, not after a wait.
     let mut at_once = false;
+    // How long a silent model is waited for before the next append.
+    let mut silence = HEARTBEAT;
     loop {
         if !end && !at_once {
-            match tokio::time::timeout(HEARTBEAT, entries.recv()).await {
+            match tokio::time::timeout(silence, entries.recv()).await {
                 Ok(Some((entry, last))) => {
                     pending.push(entry);
                     end = last;
@@ -244,6 +254,7 @@ pub(crate) async fn write(
         if lost {
             (offer, next_offer, at_once) = (true, Instant::now(), true);
         }
+        silence = if unanswered { UNANSWERED_RETRY } else { HEARTBEAT };
         let unheld = offer || unanswered;
         standing.send_if_modified(|standing| std::mem::replace(&mut standing.unheld, unheld) != unheld);
         if end && !at_once {
@@ -596,6 +607,59 @@ mod tests {
         // Found back at its next offer (within SHARE_EVERY and a word), then offered a margin later.
         assert!(offered >= BACK_MARGIN && offered <= BACK_MARGIN + SHARE_EVERY + 2 * gap, "offered {offered:?} after");
         words.abort();
+        writer.abort();
+    }
+
+    /// A journal whose appends go unanswered until `back`, recording when
+    /// each was tried.
+    #[derive(Debug)]
+    struct Unanswered {
+        back: Instant,
+        tried: std::sync::Mutex<Vec<Instant>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Journal for Unanswered {
+        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
+            let now = Instant::now();
+            self.tried.lock().unwrap().push(now);
+            if now < self.back { Err(StoreError::Unavailable("down".into())) } else { Ok(true) }
+        }
+
+        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_append_is_tried_again_soon_while_the_model_is_silent() {
+        let start = Instant::now();
+        let back = start + Duration::from_millis(1500);
+        let journal = Arc::new(Unanswered { back, tried: std::sync::Mutex::default() });
+        let writing = Writing {
+            journal: journal.clone(),
+            store: None,
+            lease: Duration::from_secs(3),
+            kept_ttl: Duration::from_secs(60),
+            lease_lost: prometheus::IntCounter::new("lost", "Leases lost.").unwrap(),
+        };
+        let lease =
+            Lease { key: Key::new("assistant", megamind_core::scenario::Handler::Run, "m4"), token: Arc::new(()) };
+        let (tap, entries) = mpsc::unbounded_channel();
+        let (standing, mut told) = watch::channel(Standing::default());
+        let writer = tokio::spawn(write(writing, lease, entries, standing));
+        // One word, then the model is silent.
+        tap.send((Bytes::from_static(b"word"), false)).unwrap();
+        told.wait_for(|standing| standing.unheld).await.unwrap();
+        tokio::time::sleep_until(back + 3 * HEARTBEAT).await;
+        let tried: Vec<Duration> = journal.tried.lock().unwrap().iter().map(|at| *at - start).collect();
+        let answered = tried.iter().position(|at| start + *at >= back).expect("tried again once back");
+        assert!(tried[answered] - (back - start) <= UNANSWERED_RETRY, "found back soon: {tried:?}");
+        assert!(tried[..answered].windows(2).all(|pair| pair[1] - pair[0] == UNANSWERED_RETRY), "{tried:?}");
+        let after: Vec<Duration> = tried[answered..].windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(after.iter().all(|gap| *gap == HEARTBEAT), "a heartbeat once answered: {tried:?}");
+        assert!(!told.borrow().unheld, "held again");
+        drop(tap);
         writer.abort();
     }
 
