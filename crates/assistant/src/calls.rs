@@ -216,8 +216,21 @@ impl Handle {
             };
             return self.settle(Ok(waited));
         }
-        let waited = self.store.wait(self.waiter.as_ref()?, deadline).await;
-        self.settle(waited)
+        let waiter = self.waiter.as_ref()?;
+        loop {
+            match self.store.wait(waiter, deadline).await {
+                // The store out of reach (Redis killed mid-wait) says
+                // nothing of the call, which runs on where it runs: asked
+                // again until the deadline, then still running, so that the
+                // hop says a filler and the next one asks anew (in this
+                // replica's memory once it takes the store for down).
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, key = %waiter.key, "assistant: a wait for a model call failed; asked again");
+                    tokio::time::sleep_until((Instant::now() + WAIT_AGAIN).min(deadline)).await;
+                }
+                waited => return self.settle(waited),
+            }
+        }
     }
 
     /// Whether the call's lease ended without an outcome: its runner
@@ -228,7 +241,8 @@ impl Handle {
 
     fn settle(&self, waited: Result<Waited, StoreError>) -> Option<Arc<ModelOutcome>> {
         let outcome = match waited {
-            Ok(Waited::TimedOut) => return None,
+            // A store out of reach says nothing of the call.
+            Ok(Waited::TimedOut) | Err(_) => return None,
             Ok(Waited::Done(bytes)) => outcome::decode(&bytes),
             // The task went away without an outcome (a panic, or a runtime
             // shutting down and its lease run out).
@@ -236,7 +250,6 @@ impl Handle {
                 let _ = self.abandoned.set(());
                 Err(BackendError::Connect("the model call was abandoned".into()))
             }
-            Err(error) => Err(unavailable(&error)),
         };
         Some(self.outcome.get_or_init(|| Arc::new(outcome)).clone())
     }
@@ -651,6 +664,9 @@ mod tests;
 
 /// When the store must have answered a lookup: the memory store answers at
 /// once; a shared one gets the time of a few round trips.
+/// The pause before a wait the store failed is asked again.
+const WAIT_AGAIN: Duration = Duration::from_millis(20);
+
 fn soon() -> tokio::time::Instant {
     tokio::time::Instant::now() + std::time::Duration::from_millis(50)
 }

@@ -210,13 +210,16 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
     assert!(matches!(calls.lookup("never").await, Lookup::Unknown));
 }
 
-/// Calls as replicas sharing a store run them, their journal `journal`.
-fn shared_over(journal: Arc<dyn megamind_core::store::Journal>) -> Calls {
+/// Calls as replicas sharing a store run them, over `flights` (a memory
+/// store when `None`) and `journal`.
+fn shared_over(flights: Option<Arc<dyn FlightStore>>, journal: Arc<dyn megamind_core::store::Journal>) -> Calls {
     let retention = Retention { ttl: TTL, max_entries: 100, max_bytes: 1 << 20 };
-    let flights = Arc::new(megamind_core::store::MemoryStore::new(
-        retention.limits(),
-        megamind_core::store::memory::unregistered_evictions(),
-    ));
+    let flights = flights.unwrap_or_else(|| {
+        Arc::new(megamind_core::store::MemoryStore::new(
+            retention.limits(),
+            megamind_core::store::memory::unregistered_evictions(),
+        ))
+    });
     let store = ScenarioStore { flights, journal, shared: true };
     let duplicated = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap();
     Calls::with_store(store, 10, CALL_TIMEOUT, retention, (IntGauge::new("g", "g").unwrap(), duplicated))
@@ -243,7 +246,7 @@ impl megamind_core::store::Journal for Unreachable {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
-    let calls = shared_over(Arc::new(Unreachable));
+    let calls = shared_over(None, Arc::new(Unreachable));
     let started = Instant::now();
     assert!(matches!(calls.lookup("run elsewhere").await, Lookup::Unavailable), "ask again, it is not lost");
     assert!(
@@ -289,7 +292,7 @@ fn reappearing(back: Duration, troubled: Option<Instant>) -> Calls {
         super::entry::Entry::Event { event: ModelEvent::TextDelta("Сейчас.".into()), at }.encode(),
         super::entry::Entry::Completed { at }.encode(),
     ];
-    shared_over(Arc::new(Reappearing { back: Instant::now() + back, troubled, entries }))
+    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries }))
 }
 
 /// Just after Redis restarted empty, a call's journal is gone until its
@@ -320,4 +323,68 @@ async fn a_journal_missing_just_after_the_store_was_troubled_is_waited_for() {
     let calls = reappearing(written_anew, None);
     assert!(matches!(calls.lookup("never").await, Lookup::Unknown), "a store never troubled");
     assert_eq!(started.elapsed(), SECOND / 5, "both at once");
+}
+
+/// A shared store whose every call runs on another replica, out of reach
+/// until `back`, then holding the call's answer.
+#[derive(Debug)]
+struct Elsewhere {
+    back: Instant,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl FlightStore for Elsewhere {
+    async fn begin(
+        &self,
+        key: Key,
+        _: Duration,
+        _: Instant,
+        _: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<Begin, StoreError> {
+        Ok(Begin::Wait(megamind_core::store::Waiter { key, token: Arc::new(()) }))
+    }
+
+    async fn complete(&self, _: megamind_core::store::Lease, _: bytes::Bytes) -> Result<(), StoreError> {
+        unreachable!("another replica runs the call")
+    }
+
+    async fn abandon(&self, _: megamind_core::store::Lease) -> Result<(), StoreError> {
+        unreachable!("another replica runs the call")
+    }
+
+    async fn wait(&self, _: &megamind_core::store::Waiter, _: Instant) -> Result<Waited, StoreError> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        if Instant::now() < self.back {
+            return Err(StoreError::Unavailable("connection refused".into()));
+        }
+        Ok(Waited::Done(outcome::encode(&done("answer"))))
+    }
+
+    async fn purge_expired(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn usage(&self) -> Usage {
+        Usage::default()
+    }
+}
+
+/// A hop waiting for a call another replica runs when Redis is killed:
+/// the call is not lost, so the hop is told it still runs (and says a
+/// filler), not that it failed (which the user would hear as an apology).
+#[tokio::test(start_paused = true)]
+async fn a_wait_the_store_fails_is_no_news_of_the_call() {
+    let back = Instant::now() + SECOND;
+    let flights = Arc::new(Elsewhere { back, asked: std::sync::atomic::AtomicUsize::new(0) });
+    let calls = shared_over(Some(flights.clone()), Arc::new(Unreachable));
+    let (handle, started) = calls.begin("elsewhere", |_| async { done("not here") }).await.unwrap();
+    assert!(!started, "another replica runs it");
+    let hop = Instant::now() + Duration::from_millis(300);
+    assert!(handle.wait_until(hop).await.is_none(), "still running, as far as anyone can tell");
+    assert_eq!(Instant::now(), hop, "asked again until the hop's deadline");
+    assert!(flights.asked.load(Ordering::Relaxed) > 5, "asked again meanwhile");
+    tokio::time::sleep_until(back).await;
+    let outcome = handle.wait_until(Instant::now() + SECOND).await.expect("the answer once the store is back");
+    assert_eq!(text(&outcome), "answer");
 }
