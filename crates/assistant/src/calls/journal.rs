@@ -34,9 +34,10 @@ const SHARE_WAIT: Duration = Duration::from_millis(50);
 /// How long a call begun in this replica's memory while the shared store
 /// was out of reach waits, once it finds the store back, before it offers
 /// itself there. A runner whose claim the store lost (Redis restarted
-/// empty) claims its call again at its next append, within a model batch
-/// or an [`END_PAUSE`] of the store's return: the call begun first, whose
-/// words are already out, should be the one that goes on.
+/// empty) claims its call again at its next append, within a model batch,
+/// an [`UNANSWERED_RETRY`] or an [`END_PAUSE`] of the store's return: the
+/// call begun first, whose words are already out, should be the one that
+/// goes on.
 const BACK_MARGIN: Duration = Duration::from_millis(300);
 /// How soon an append that went unanswered is tried again while the model
 /// is silent (instead of at the next [`HEARTBEAT`]): a runner whose claim
