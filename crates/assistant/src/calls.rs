@@ -148,14 +148,23 @@ pub(crate) enum Lookup {
 #[derive(Debug, Clone)]
 pub(crate) struct Handle {
     store: Arc<dyn FlightStore>,
-    /// The lease followed, while the outcome is unknown.
-    waiter: Option<Waiter>,
-    /// Or this replica's own run of the call, followed in its memory.
-    run: Option<watch::Receiver<Run>>,
+    /// Where the outcome comes from while it is unknown.
+    source: Source,
     /// Decoded once per handle.
     outcome: OnceLock<Arc<ModelOutcome>>,
     /// Set when the lease ended without an outcome.
     abandoned: OnceLock<()>,
+}
+
+/// Where a handle learns its call's outcome.
+#[derive(Debug, Clone)]
+enum Source {
+    /// The lease in the store, which another caller (or replica) holds.
+    Lease(Waiter),
+    /// This replica's own run of the call, followed in its memory.
+    Run(watch::Receiver<Run>),
+    /// Nowhere: the outcome was known when the handle was made.
+    Known,
 }
 
 /// A run of a call on this replica: `None` while it runs. Its sender
@@ -169,19 +178,19 @@ pub(crate) struct AtCapacity;
 
 impl Handle {
     fn waiting(store: Arc<dyn FlightStore>, waiter: Waiter) -> Handle {
-        Handle { store, waiter: Some(waiter), run: None, outcome: OnceLock::new(), abandoned: OnceLock::new() }
+        Handle { store, source: Source::Lease(waiter), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
     /// A handle on this replica's own run of the call: no store is asked,
     /// so a replica that runs a call never begins it again, even while the
     /// shared store is out of reach.
     fn joining(store: Arc<dyn FlightStore>, run: watch::Receiver<Run>) -> Handle {
-        Handle { store, waiter: None, run: Some(run), outcome: OnceLock::new(), abandoned: OnceLock::new() }
+        Handle { store, source: Source::Run(run), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
     fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
         let outcome = OnceLock::from(Arc::new(outcome));
-        Handle { store, waiter: None, run: None, outcome, abandoned: OnceLock::new() }
+        Handle { store, source: Source::Known, outcome, abandoned: OnceLock::new() }
     }
 
     /// The outcome if the call has finished, as far as the store knows
@@ -191,12 +200,12 @@ impl Handle {
         if let Some(outcome) = self.outcome.get() {
             return Some(outcome.clone());
         }
-        if self.run.is_some() {
-            return self.wait_until(Instant::now()).now_or_never()?;
+        match &self.source {
+            Source::Run(_) => self.wait_until(Instant::now()).now_or_never()?,
+            // A wait until now answers at once whatever is there.
+            Source::Lease(waiter) => self.settle(self.store.wait(waiter, Instant::now()).now_or_never()?),
+            Source::Known => None,
         }
-        // A wait until now answers at once whatever is there.
-        let waited = self.store.wait(self.waiter.as_ref()?, Instant::now()).now_or_never()?;
-        self.settle(waited)
     }
 
     /// Waits for the outcome until `deadline`; `None` when still running.
@@ -204,19 +213,22 @@ impl Handle {
         if let Some(outcome) = self.outcome.get() {
             return Some(outcome.clone());
         }
-        if let Some(run) = &self.run {
-            let mut run = run.clone();
-            let waited = match tokio::time::timeout_at(deadline, run.wait_for(Option::is_some)).await {
-                Ok(Ok(done)) => {
-                    let outcome = done.clone().expect("waited for an outcome");
-                    return Some(self.outcome.get_or_init(|| outcome).clone());
-                }
-                Ok(Err(_gone)) => Waited::Abandoned,
-                Err(_elapsed) => Waited::TimedOut,
-            };
-            return self.settle(Ok(waited));
-        }
-        let waiter = self.waiter.as_ref()?;
+        let waiter = match &self.source {
+            Source::Lease(waiter) => waiter,
+            Source::Run(run) => {
+                let mut run = run.clone();
+                let waited = match tokio::time::timeout_at(deadline, run.wait_for(Option::is_some)).await {
+                    Ok(Ok(done)) => {
+                        let outcome = done.clone().expect("waited for an outcome");
+                        return Some(self.outcome.get_or_init(|| outcome).clone());
+                    }
+                    Ok(Err(_gone)) => Waited::Abandoned,
+                    Err(_elapsed) => Waited::TimedOut,
+                };
+                return self.settle(Ok(waited));
+            }
+            Source::Known => return None,
+        };
         loop {
             match self.store.wait(waiter, deadline).await {
                 // The store out of reach (Redis killed mid-wait) says
