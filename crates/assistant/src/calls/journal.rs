@@ -389,7 +389,12 @@ pub(crate) async fn mirror(
                     return;
                 }
             }
-            Ok(None) if failed && *gone_since.get_or_insert_with(Instant::now) + REAPPEAR_WAIT > Instant::now() => {
+            Ok(None)
+                if (failed || troubled_lately(&*journal))
+                    && *gone_since.get_or_insert_with(Instant::now) + REAPPEAR_WAIT > Instant::now() =>
+            {
+                // Once back, it is checked to begin with this run still.
+                failed = true;
                 tokio::time::sleep(REAPPEAR_POLL).await;
             }
             Ok(None) => {
@@ -406,6 +411,14 @@ pub(crate) async fn mirror(
             }
         }
     }
+}
+
+/// Whether `journal`'s store failed a command, dropped a connection or
+/// came back within the last [`REAPPEAR_WAIT`]: a Redis restarted empty
+/// may have lost a journal its reader's own reads never failed on (their
+/// connection made anew, or the drop found and the read sent again).
+pub(crate) fn troubled_lately(journal: &dyn Journal) -> bool {
+    journal.troubled_since().is_some_and(|since| since + REAPPEAR_WAIT > Instant::now())
 }
 
 /// Whether the journal of `key` still begins with `head` (as far as can be
@@ -519,6 +532,63 @@ mod tests {
             if ends == Ending::Completed {
                 assert_eq!(record.text(), "Сейчас.", "read on from where it was");
             }
+        }
+    }
+
+    /// A scripted journal whose store was last troubled at `.1`.
+    #[derive(Debug)]
+    struct Troubled(Scripted, Instant);
+
+    #[async_trait::async_trait]
+    impl Journal for Troubled {
+        async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
+            self.0.append(lease, appending).await
+        }
+
+        async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            self.0.read(key, after, deadline).await
+        }
+
+        fn troubled_since(&self) -> Option<Instant> {
+            Some(self.1)
+        }
+    }
+
+    /// Redis restarted empty, found by another command of the replica (or
+    /// by the mirror's own read, sent again on a connection made anew):
+    /// the mirror's reads never failed, and it waits for the journal all
+    /// the same, then checks that it still begins with its run.
+    #[tokio::test(start_paused = true)]
+    async fn a_journal_gone_just_after_its_store_was_troubled_is_waited_for_too() {
+        type Script = VecDeque<Result<Option<Entries>, StoreError>>;
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
+        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
+        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m5");
+        let gone = |reads: usize| std::iter::repeat_with(|| Ok(None)).take(reads);
+        let anew = |head: &Bytes| {
+            [
+                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+                entries(1, vec![head.clone(), text("Сей")]),
+            ]
+        };
+        let short = Duration::from_millis(1);
+        let now = Instant::now();
+        let cases: [(Script, Instant, _, _); 3] = [
+            (gone(5).chain(anew(&ours)).collect(), now, Ending::Completed, (short, REAPPEAR_WAIT)),
+            (gone(5).chain(anew(&theirs)).collect(), now, Ending::Failed(RESTARTED.into()), (short, REAPPEAR_WAIT)),
+            // A trouble long past: nothing to wait for.
+            (gone(1).collect(), now - REAPPEAR_WAIT, Ending::Failed(GONE.into()), (Duration::ZERO, short)),
+        ];
+        for (script, troubled, ends, (least, most)) in cases {
+            let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+            let journal = Arc::new(Troubled(Scripted(std::sync::Mutex::new(script)), troubled));
+            let began = Instant::now();
+            mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+            let took = began.elapsed();
+            assert_eq!(record.snapshot().2, ends);
+            assert!(least <= took && took < most, "{ends:?} after {took:?}");
         }
     }
 
