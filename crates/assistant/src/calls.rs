@@ -674,11 +674,11 @@ impl Drop for Running {
 #[cfg(test)]
 mod tests;
 
-/// When the store must have answered a lookup: the memory store answers at
-/// once; a shared one gets the time of a few round trips.
 /// The pause before a wait the store failed is asked again.
 const WAIT_AGAIN: Duration = Duration::from_millis(20);
 
+/// When the store must have answered a lookup: the memory store answers at
+/// once; a shared one gets the time of a few round trips.
 fn soon() -> tokio::time::Instant {
     tokio::time::Instant::now() + std::time::Duration::from_millis(50)
 }

@@ -95,9 +95,10 @@ pub trait Journal: fmt::Debug + Send + Sync + 'static {
     /// and no lease out on the key, or expired.
     async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError>;
 
-    /// When the store last failed a command or was found back, if ever: a
-    /// journal it says it lacks soon after may be one it lost (a Redis
-    /// restarted empty), which its writer writes anew at its next append.
+    /// When the store last failed a command, dropped a connection or was
+    /// found back, if ever: a journal it says it lacks soon after may be
+    /// one it lost (a Redis restarted empty), which its writer writes anew
+    /// at its next append. A store that never fails says `None`.
     fn troubled_since(&self) -> Option<Instant> {
         None
     }

@@ -23,12 +23,12 @@
 //! reader past a journal's start whom Redis fails is told so, not handed
 //! on to a journal of the same key in memory, another call's, and so is a
 //! reader of a journal that Redis could not be asked for and that memory
-//! lacks. A journal
-//! in memory that was copied to Redis lives here no longer than its copy
-//! there, so that every replica finds it gone at once. A lease
-//! taken in memory, or a claim that Redis no longer holds, may be offered
-//! to Redis once it is back ([`FlightStore::share`]): its holder then
-//! leads there (again), or learns that another replica holds the key.
+//! lacks. A journal in memory that was copied to Redis lives here no
+//! longer than its copy there, so that every replica finds it gone at
+//! once. A lease taken in memory, or a claim that Redis no longer holds,
+//! may be offered to Redis once it is back ([`FlightStore::share`]): its
+//! holder then leads there (again), or learns that another replica holds
+//! the key.
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
