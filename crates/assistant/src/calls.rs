@@ -445,27 +445,32 @@ impl Calls {
         }
         let key = key(id);
         let _ = self.store();
+        let mut read_by = by;
         let read = loop {
-            let until = match self.read_all(&key, by).await {
+            // Until when the journal is looked for again, and why it could not be read.
+            let (until, failed) = match self.read_all(&key, read_by).await {
                 Ok(Some(read)) => break read,
                 // A store that failed or came back lately may have lost the
                 // journal (a Redis restarted empty), which the call's runner
                 // writes anew at its next append.
                 Ok(None) => {
                     let troubled = shared.journal.troubled_since();
-                    troubled.map_or_else(Instant::now, |since| reappear_by.min(since + journal::REAPPEAR_WAIT))
+                    (troubled.map_or_else(Instant::now, |since| reappear_by.min(since + journal::REAPPEAR_WAIT)), None)
                 }
                 // A connection Redis dropped as it restarted is made anew.
-                Err(_) if Instant::now() + journal::REAPPEAR_POLL < reappear_by => reappear_by,
-                Err(error) => {
-                    tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
-                    return Lookup::Unavailable;
-                }
+                Err(error) => (reappear_by, Some(error)),
             };
-            if Instant::now() >= until {
-                return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
+            // The next read gets the time the first one had, before `until`.
+            let next = Instant::now() + journal::REAPPEAR_POLL;
+            if next + LOOKUP_READ > until {
+                let Some(error) = failed else {
+                    return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
+                };
+                tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
+                return Lookup::Unavailable;
             }
-            tokio::time::sleep_until((Instant::now() + journal::REAPPEAR_POLL).min(until)).await;
+            tokio::time::sleep_until(next).await;
+            read_by = next + LOOKUP_READ;
         };
         let mut records = shared.records();
         // Another reader may have made one meanwhile: one mirror per call.
@@ -677,8 +682,11 @@ mod tests;
 /// The pause before a wait the store failed is asked again.
 const WAIT_AGAIN: Duration = Duration::from_millis(20);
 
-/// When the store must have answered a lookup: the memory store answers at
+/// How long the store has to answer a lookup: the memory store answers at
 /// once; a shared one gets the time of a few round trips.
+const LOOKUP_READ: Duration = Duration::from_millis(50);
+
+/// When the store must have answered a lookup.
 fn soon() -> tokio::time::Instant {
-    tokio::time::Instant::now() + std::time::Duration::from_millis(50)
+    tokio::time::Instant::now() + LOOKUP_READ
 }
