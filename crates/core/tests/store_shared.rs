@@ -50,6 +50,15 @@ fn shared(url: &str, commit_fallback: CommitFallback) -> (SharedStore, Registry)
     (store, registry)
 }
 
+/// Two replicas' stores over the Redis at `url`, started.
+fn two_replicas(url: &str) -> [(SharedStore, Registry); 2] {
+    [(), ()].map(|()| {
+        let (store, registry) = shared(url, CommitFallback::Refuse);
+        store.start();
+        (store, registry)
+    })
+}
+
 fn metrics(registry: &Registry) -> String {
     let mut text = Vec::new();
     TextEncoder::new().encode(&registry.gather(), &mut text).unwrap();
@@ -308,10 +317,7 @@ async fn journals_keep_to_the_deadline_and_fall_back_with_their_entry() {
 #[tokio::test]
 async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
     let Some(mut server) = RedisServer::start("leases shared once Redis is back") else { return };
-    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
-    let (other, _other_registry) = shared(&server.url(), CommitFallback::Refuse);
-    store.start();
-    other.start();
+    let [(store, _registry), (other, _other_registry)] = two_replicas(&server.url());
     kill_and_take_for_down(&mut server, &store).await;
     let (Ok(Begin::Lead(alone)), _) = begin(&store, Handler::Run, "alone").await else { panic!("leads locally") };
     let (Ok(Begin::Lead(twice)), _) = begin(&store, Handler::Run, "twice").await else { panic!("leads locally") };
@@ -354,10 +360,7 @@ async fn a_lease_taken_while_redis_was_gone_is_shared_once_it_is_back() {
 async fn a_shared_journal_kept_here_too_expires_with_its_copy_in_redis() {
     use megamind_core::store::{Appending, Journal};
     let Some(mut server) = RedisServer::start("a shared journal's local copy") else { return };
-    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
-    let (other, _other_registry) = shared(&server.url(), CommitFallback::Refuse);
-    store.start();
-    other.start();
+    let [(store, _registry), (other, _other_registry)] = two_replicas(&server.url());
     kill_and_take_for_down(&mut server, &store).await;
     let (Ok(Begin::Lead(local)), _) = begin(&store, Handler::Run, "copied").await else { panic!("leads locally") };
     let entries = [Bytes::from_static(b"one"), Bytes::from_static(b"two")];

@@ -592,6 +592,29 @@ mod tests {
         }
     }
 
+    /// The writer of call `id`'s journal, under a lease taken in this
+    /// replica's memory (not a claim in the shared store), offered to
+    /// `store`: what the call's record sends it, where it says the call
+    /// stands, and its task.
+    fn writer_of(
+        id: &str,
+        journal: Arc<dyn Journal>,
+        store: Option<Arc<dyn FlightStore>>,
+    ) -> (mpsc::UnboundedSender<(Bytes, bool)>, watch::Receiver<Standing>, tokio::task::JoinHandle<()>) {
+        let writing = Writing {
+            journal,
+            store,
+            lease: Duration::from_secs(3),
+            kept_ttl: Duration::from_secs(60),
+            lease_lost: prometheus::IntCounter::new("lost", "Leases lost.").unwrap(),
+        };
+        let lease =
+            Lease { key: Key::new("assistant", megamind_core::scenario::Handler::Run, id), token: Arc::new(()) };
+        let (tap, entries) = mpsc::unbounded_channel();
+        let (standing, told) = watch::channel(Standing::default());
+        (tap, told, tokio::spawn(write(writing, lease, entries, standing)))
+    }
+
     /// A shared store out of reach until told otherwise, which records
     /// when a call was offered to it and leads every offer once reachable.
     #[derive(Debug, Default)]
@@ -647,19 +670,8 @@ mod tests {
     async fn a_call_begun_in_memory_offers_itself_a_margin_after_the_store_is_back() {
         let store = Arc::new(Returning::default());
         store.down.store(true, std::sync::atomic::Ordering::SeqCst);
-        let writing = Writing {
-            journal: Arc::new(Scripted(std::sync::Mutex::new(VecDeque::new()))),
-            store: Some(store.clone()),
-            lease: Duration::from_secs(3),
-            kept_ttl: Duration::from_secs(60),
-            lease_lost: prometheus::IntCounter::new("lost", "Leases lost.").unwrap(),
-        };
-        // Taken in this replica's memory: not a claim in the shared store.
-        let lease =
-            Lease { key: Key::new("assistant", megamind_core::scenario::Handler::Run, "m3"), token: Arc::new(()) };
-        let (tap, entries) = mpsc::unbounded_channel();
-        let (standing, mut told) = watch::channel(Standing::default());
-        let writer = tokio::spawn(write(writing, lease, entries, standing));
+        let journal = Arc::new(Scripted(std::sync::Mutex::new(VecDeque::new())));
+        let (tap, mut told, writer) = writer_of("m3", journal, Some(store.clone()));
         // The model streams a word every 50 ms.
         let gap = Duration::from_millis(50);
         let words = tokio::spawn(async move {
@@ -707,18 +719,7 @@ mod tests {
         let start = Instant::now();
         let back = start + Duration::from_millis(1500);
         let journal = Arc::new(Unanswered { back, tried: std::sync::Mutex::default() });
-        let writing = Writing {
-            journal: journal.clone(),
-            store: None,
-            lease: Duration::from_secs(3),
-            kept_ttl: Duration::from_secs(60),
-            lease_lost: prometheus::IntCounter::new("lost", "Leases lost.").unwrap(),
-        };
-        let lease =
-            Lease { key: Key::new("assistant", megamind_core::scenario::Handler::Run, "m4"), token: Arc::new(()) };
-        let (tap, entries) = mpsc::unbounded_channel();
-        let (standing, mut told) = watch::channel(Standing::default());
-        let writer = tokio::spawn(write(writing, lease, entries, standing));
+        let (tap, mut told, writer) = writer_of("m4", journal.clone(), None);
         // One word, then the model is silent.
         tap.send((Bytes::from_static(b"word"), false)).unwrap();
         told.wait_for(|standing| standing.unheld).await.unwrap();
