@@ -454,8 +454,8 @@ impl Calls {
                 // journal (a Redis restarted empty), which the call's runner
                 // writes anew at its next append.
                 Ok(None) => {
-                    let troubled = shared.journal.troubled_since();
-                    (troubled.map_or_else(Instant::now, |since| reappear_by.min(since + journal::REAPPEAR_WAIT)), None)
+                    let reappear = journal::reappear_until(&*shared.journal);
+                    (reappear.map_or_else(Instant::now, |until| until.min(reappear_by)), None)
                 }
                 // A connection Redis dropped as it restarted is made anew.
                 Err(error) => (reappear_by, Some(error)),

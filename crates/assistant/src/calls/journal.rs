@@ -69,9 +69,9 @@ pub(crate) const RESTARTED: &str = "the replica running the model call went away
 /// lease, and then runs on unseen.
 const UNHELD: &str = "the model call ended without an answer here: its replica went away or lost the shared store \
                       for longer than its lease; another replica may start the call again";
-/// How long a reader that finds a journal gone just after the store failed
-/// it (a mirror's read, or any command of a lookup's replica) or came back
-/// waits for it to come back: Redis restarted empty knows no journal until
+/// How long a reader that finds a journal gone just after its own read
+/// failed, or its replica's store failed a command or came back, waits for
+/// it to come back: Redis restarted empty knows no journal until
 /// the call's runner, at its next append (within a [`HEARTBEAT`]), claims
 /// the call again and writes it anew.
 pub(crate) const REAPPEAR_WAIT: Duration = Duration::from_secs(2);
@@ -390,7 +390,7 @@ pub(crate) async fn mirror(
                 }
             }
             Ok(None)
-                if (failed || troubled_lately(&*journal))
+                if (failed || reappear_until(&*journal).is_some_and(|until| until > Instant::now()))
                     && *gone_since.get_or_insert_with(Instant::now) + REAPPEAR_WAIT > Instant::now() =>
             {
                 // Once back, it is checked to begin with this run still.
@@ -413,12 +413,13 @@ pub(crate) async fn mirror(
     }
 }
 
-/// Whether `journal`'s store failed a command, dropped a connection or
-/// came back within the last [`REAPPEAR_WAIT`]: a Redis restarted empty
-/// may have lost a journal its reader's own reads never failed on (their
-/// connection made anew, or the drop found and the read sent again).
-pub(crate) fn troubled_lately(journal: &dyn Journal) -> bool {
-    journal.troubled_since().is_some_and(|since| since + REAPPEAR_WAIT > Instant::now())
+/// Until when a journal that `journal`'s store says it lacks may come back:
+/// [`REAPPEAR_WAIT`] after the store last failed a command, dropped a
+/// connection or came back. A Redis restarted empty may have lost a journal
+/// that its reader's own reads never failed on (their connection made
+/// anew, or the drop found and the read sent again).
+pub(crate) fn reappear_until(journal: &dyn Journal) -> Option<Instant> {
+    journal.troubled_since().map(|since| since + REAPPEAR_WAIT)
 }
 
 /// Whether the journal of `key` still begins with `head` (as far as can be
