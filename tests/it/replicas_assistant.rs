@@ -462,11 +462,39 @@ async fn assert_one_call_read_alike(
     assert_eq!(mock.calls(), 1, "one model call");
 }
 
+/// How a test makes Redis forget everything it holds.
+#[derive(Debug, Clone, Copy)]
+enum Forget {
+    /// Restarted empty: every connection to it is dropped.
+    Restart,
+    /// `FLUSHALL`: every connection stays open, and only the data says it.
+    Flush,
+}
+
+impl Forget {
+    fn on(self, redis: &mut RedisServer) {
+        match self {
+            Forget::Restart => redis.restart(),
+            Forget::Flush => redis.query(&mut redis::cmd("FLUSHALL")),
+        }
+    }
+}
+
 /// Redis restarted empty forgets a running call's claim and journal: the
 /// replica running it claims it again and writes its journal anew, so
 /// that the others read it and nobody calls the model again.
 #[tokio::test]
 async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
+    claimed_again_after(Forget::Restart).await;
+}
+
+/// The same when an operator flushed Redis.
+#[tokio::test]
+async fn a_call_whose_claim_a_flush_forgot_is_claimed_again() {
+    claimed_again_after(Forget::Flush).await;
+}
+
+async fn claimed_again_after(forget: Forget) {
     let Some(mut redis) = RedisServer::start("a call Redis forgot") else { return };
     let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(400))).await;
     let replicas = replicas(&redis, &mock);
@@ -476,7 +504,7 @@ async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(run())).await.expect("/run answers");
     mock.wait_for_calls(1).await;
-    redis.restart();
+    forget.on(&mut redis);
     assert_one_call_read_alike(&http, &replicas, &mock, run()).await;
 }
 
@@ -486,6 +514,17 @@ async fn a_call_whose_claim_redis_forgot_is_claimed_again() {
 /// started, and streams the call whole.
 #[tokio::test]
 async fn a_stream_opened_just_after_redis_forgot_its_call_streams_it_whole() {
+    stream_opened_after(Forget::Restart).await;
+}
+
+/// The same just after an operator flushed Redis: no connection dropped,
+/// the replica finds its own mark gone with the call's journal.
+#[tokio::test]
+async fn a_stream_opened_just_after_a_flush_streams_its_call_whole() {
+    stream_opened_after(Forget::Flush).await;
+}
+
+async fn stream_opened_after(forget: Forget) {
     let Some(mut redis) = RedisServer::start("a stream opened as Redis forgot its call") else { return };
     let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(400))).await;
     let replicas = replicas(&redis, &mock);
@@ -494,7 +533,7 @@ async fn a_stream_opened_just_after_redis_forgot_its_call_streams_it_whole() {
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     client.call(Request::Run(asked(call_id))).await.expect("/run answers");
     mock.wait_for_calls(1).await;
-    redis.restart();
+    forget.on(&mut redis);
     let (status, streamed) = get(&http, &replicas[2].base, &format!("/llm/stream/{call_id}"), &[]).await;
     assert_eq!(status, StatusCode::OK, "{streamed}");
     assert_eq!(streamed_text(&valid(&streamed)), PIECES.concat());

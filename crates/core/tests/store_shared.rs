@@ -549,6 +549,70 @@ async fn a_full_redis_is_not_taken_for_down() {
 /// A Redis that answers `PING` but refuses writes (a replica left read-only
 /// after a failover) stays taken for down until it takes writes again,
 /// rather than found back at every probe and lost at the next call.
+/// A Redis flushed under open connections drops none of them: a journal
+/// it then says it lacks is taken for one it may have lost, a trouble
+/// noted once by each replica (as after a restart), so that readers wait
+/// for its writer to write it anew. Before the flush, a journal it lacks
+/// is only lacking.
+#[tokio::test]
+async fn a_journal_lacking_after_a_flush_is_a_trouble_each_replica_notes_once() {
+    use megamind_core::store::Journal;
+    let Some(server) = RedisServer::start("a flushed Redis") else { return };
+    let [(first, _), (second, _)] = two_replicas(&server.url());
+    let key = Key::new("demo", Handler::Run, "never-begun");
+    let lacking = async |store: &SharedStore| {
+        let read = store.read(&key, 0, Instant::now() + Duration::from_millis(200)).await;
+        assert!(matches!(read, Ok(None)), "no such journal: {read:?}");
+    };
+    for store in [&first, &second, &first] {
+        lacking(store).await;
+        assert_eq!(store.troubled_since(), None, "a journal never written is no sign of a loss");
+    }
+
+    let () = server.query(&mut redis::cmd("FLUSHALL"));
+    let flushed = Instant::now();
+    for store in [&first, &second] {
+        lacking(store).await;
+        let noted = store.troubled_since().expect("the flush is noted at the first journal found lacking");
+        // Noted in whole ms.
+        assert!(noted + Duration::from_millis(2) >= flushed, "{:?} before the flush", flushed - noted);
+        lacking(store).await;
+        assert_eq!(store.troubled_since(), Some(noted), "once");
+    }
+}
+
+/// A flush is noted within a second or so even with no journal read (the
+/// replica checks its mark), and from then on an answer this replica keeps
+/// once is written again before an entry refers to it: a retry on another
+/// replica replays it rather than find its body gone.
+#[tokio::test]
+async fn after_a_flush_is_noted_bodies_are_written_again() {
+    use megamind_core::store::Journal;
+    let Some(server) = RedisServer::start("bodies after a flush") else { return };
+    let [(writer, _), _] = two_replicas(&server.url());
+    let card = Bytes::from(vec![7u8; 2900]);
+    let store = async |id: &str| {
+        let (Ok(Begin::Lead(lease)), _) = begin(&writer, Handler::Commit, id).await else { panic!("leads {id}") };
+        writer.complete(lease, card.clone()).await.unwrap();
+    };
+    // Each time another replica, which has read no body yet.
+    let replays = async |id: &str| {
+        let (reader, _) = shared(&server.url(), CommitFallback::Refuse);
+        stored_answer(&reader, id).await == card
+    };
+    // The second makes the answer a body, which the third refers to.
+    for id in ["b0", "b1", "b2"] {
+        store(id).await;
+    }
+    assert!(replays("b2").await);
+    let () = server.query(&mut redis::cmd("FLUSHALL"));
+    assert!(eventually(Duration::from_secs(3), || writer.troubled_since().is_some()).await, "the flush is noted");
+    for id in ["b3", "b4"] {
+        store(id).await;
+        assert!(replays(id).await, "{id} replays elsewhere");
+    }
+}
+
 #[tokio::test]
 async fn a_redis_that_refuses_writes_stays_down_until_it_takes_them() {
     let Some(server) = RedisServer::start("a read-only Redis") else { return };

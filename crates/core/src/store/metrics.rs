@@ -49,7 +49,8 @@ pub enum Op {
     Abandon,
     /// One poll of a wait.
     Wait,
-    /// Checking that the store answers.
+    /// Checking that the store answers (a probe), or that it still holds
+    /// this replica's mark.
     Ping,
     /// Appending to a journal.
     Append,

@@ -68,6 +68,10 @@ const SLOW_TO_DOWN: Duration = Duration::from_secs(1);
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// How long a probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+/// How often a store that is up is checked for this replica's mark
+/// ([`RedisLink::still_holds`]): a flush is noted within about this, however
+/// seldom a journal is found lacking, at one command a second.
+const MARK_EVERY: Duration = Duration::from_secs(1);
 /// The first pause before a `/commit` or `/apply` answer that was not
 /// stored is tried again; it doubles up to [`MAX_END_PAUSE`].
 const FIRST_END_PAUSE: Duration = Duration::from_millis(10);
@@ -217,16 +221,24 @@ impl StoreHealth {
     /// ends with the last store.
     async fn watch(health: Weak<StoreHealth>) {
         let (mut first, mut settings_checked) = (true, false);
+        let mut marked = Instant::now();
         let mut tick = tokio::time::interval(PROBE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(health) = health.upgrade() else { return };
             if settings_checked && !health.is_down() {
+                if marked.elapsed() >= MARK_EVERY {
+                    marked = Instant::now();
+                    let _ = health.run(Op::Ping, health.link.still_holds(marked + PROBE_TIMEOUT)).await;
+                }
                 continue;
             }
             match health.run(Op::Ping, health.link.probe(PROBE_TIMEOUT)).await {
-                Ok(()) => health.back(),
+                Ok(()) => {
+                    marked = Instant::now();
+                    health.back();
+                }
                 // A first probe that fails marks the store down at once.
                 Err(error) if first => health.went_down(&error),
                 Err(_) => {}
@@ -460,10 +472,17 @@ impl Journal for SharedStore {
             Some(error) if after > 0 => return Err(error),
             failed => failed,
         };
-        match store.local.read(key, after, deadline).await? {
-            Some(entries) => Ok(Some(entries)),
+        match (store.local.read(key, after, deadline).await?, failed) {
+            (Some(entries), _) => Ok(Some(entries)),
             // Not "no journal": one that Redis could not be asked for may well be there.
-            None => failed.map_or(Ok(None), Err),
+            (None, Some(error)) => Err(error),
+            (None, None) => {
+                // Redis may lack it because it lost it (flushed, with every
+                // connection still open): then noted as a trouble, which its
+                // readers wait out for the writer to write it anew.
+                let _ = store.run(Op::Ping, store.health.link.still_holds(deadline)).await;
+                Ok(None)
+            }
         }
     }
 

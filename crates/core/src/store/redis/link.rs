@@ -7,7 +7,7 @@ use std::{
     hash::BuildHasher,
     sync::{
         Arc, OnceLock,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, SystemTime},
 };
@@ -19,8 +19,9 @@ use tokio::time::Instant;
 use super::{StoreUrl, journal::Blocking, within};
 use crate::{background::Background, store::StoreError};
 
-/// How long the key a probe writes is kept.
-const PROBE_TTL_MS: u64 = 5_000;
+/// How long the key a probe writes is kept: it is also this replica's
+/// mark in Redis ([`RedisLink::still_holds`]), renewed every second or so.
+const MARK_TTL_MS: u64 = 300_000;
 
 /// The connections to one Redis.
 #[derive(Debug)]
@@ -39,9 +40,9 @@ pub struct RedisLink {
     /// Numbers claims and bodies: no two of any store over this link
     /// ever share one.
     counter: Arc<AtomicU64>,
-    /// Commands that failed (not counting those that only ran late): a
-    /// Redis that restarted empty fails the first command on each
-    /// connection.
+    /// Commands that failed (not counting those that only ran late), and
+    /// losses found ([`RedisLink::still_holds`]): a Redis that restarted
+    /// empty fails the first command on each connection.
     failures: AtomicU64,
     /// When a command last failed or found its connection dropped, or the
     /// store was last found back after it was taken for down: in ms since
@@ -53,6 +54,9 @@ pub struct RedisLink {
     /// The key a probe writes: under the stores' prefix, where an ACL that
     /// lets the stores write lets the probe write too.
     probe_key: String,
+    /// Set once the probe's key was written: from then on, a Redis that
+    /// lacks it has lost what it was given.
+    marked: AtomicBool,
     /// Work the stores over this link left running after answers (entries
     /// being ended, claims given back), which a stopping server waits for.
     background: Background,
@@ -71,6 +75,7 @@ impl RedisLink {
         let owner = format!("{seed:016x}");
         Ok(RedisLink {
             probe_key: format!("{prefix}:probe:{{{owner}}}"),
+            marked: AtomicBool::new(false),
             client,
             address: url.to_string(),
             pool: OnceLock::new(),
@@ -141,11 +146,13 @@ impl RedisLink {
         deadline: Option<Instant>,
         run: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        let mut bound = self.timeout;
-        if let Some(deadline) = deadline {
-            bound = bound.min(deadline.saturating_duration_since(Instant::now()));
-        }
-        self.counted(within(bound, run).await)
+        self.counted(within(self.bound(deadline), run).await)
+    }
+
+    /// How long a command may take: the link's timeout, or less when
+    /// `deadline` comes first.
+    fn bound(&self, deadline: Option<Instant>) -> Duration {
+        deadline.map_or(self.timeout, |deadline| self.timeout.min(deadline.saturating_duration_since(Instant::now())))
     }
 
     /// Runs an idempotent command (or script) as [`RedisLink::command`]
@@ -230,15 +237,53 @@ impl RedisLink {
     /// claim. A Redis that is full answers: it is up, and each call finds
     /// out what it may still do.
     pub async fn probe(&self, timeout: Duration) -> Result<(), StoreError> {
-        let mut write = redis::cmd("SET");
-        write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(PROBE_TTL_MS);
-        let write = &write;
-        let sent =
-            self.again_if_dropped(self.connection()?, |mut c| async move { write.query_async::<()>(&mut c).await });
-        match self.counted(within(timeout, sent).await) {
+        match self.mark(timeout).await {
             Ok(()) | Err(StoreError::Full) => Ok(()),
             Err(error) => Err(error),
         }
+    }
+
+    /// Writes the probe's key, this replica's mark, within `bound`.
+    async fn mark(&self, bound: Duration) -> Result<(), StoreError> {
+        let mut write = redis::cmd("SET");
+        write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(MARK_TTL_MS);
+        let write = &write;
+        let sent =
+            self.again_if_dropped(self.connection()?, |mut c| async move { write.query_async::<()>(&mut c).await });
+        self.counted(within(bound, sent).await)?;
+        self.marked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether Redis still holds this replica's mark (the probe's key),
+    /// renewing it. `false`, a trouble and a failure noted, when it lost
+    /// it: Redis was flushed, restarted empty on a connection not yet found
+    /// dropped, or failed over to a replica that lacked it. A journal Redis
+    /// says it lacks may then be one it lost, which its writer writes anew,
+    /// and bodies this replica wrote are written again before entries
+    /// refer to them. The mark is written again, so that a loss is noted
+    /// once.
+    pub(crate) async fn still_holds(&self, deadline: Instant) -> Result<bool, StoreError> {
+        // Read before the renewal is sent: a mark written after it is no
+        // mark that Redis lost.
+        let marked = self.marked.load(Ordering::Acquire);
+        let mut renew = redis::cmd("PEXPIRE");
+        renew.arg(&self.probe_key).arg(MARK_TTL_MS);
+        let renew = &renew;
+        let held: i64 = self
+            .idempotent(Some(deadline), self.connection()?, |mut c| async move { renew.query_async(&mut c).await })
+            .await?;
+        if held == 1 {
+            return Ok(true);
+        }
+        if marked {
+            // Bodies written before count no more.
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            self.troubled();
+        }
+        self.mark(self.bound(Some(deadline))).await?;
+        // Never written before (no probe answered yet): nothing was lost.
+        Ok(!marked)
     }
 
     /// The work the stores over this link left running after answers.
