@@ -540,6 +540,41 @@ async fn stream_opened_after(forget: Forget) {
     assert_eq!(mock.calls(), 1, "one model call");
 }
 
+/// Redis flushed while the user hears a call's answer: the hop that then
+/// finds the call unclaimed, on a replica that does not run it, does not
+/// run it anew (the user would hear the answer begin again, and its
+/// runner give way); the runner claims it again at its next append, and
+/// the turn hears the answer once and whole, from one model call.
+#[tokio::test]
+async fn a_call_heard_as_redis_is_flushed_is_not_begun_again_elsewhere() {
+    let Some(redis) = RedisServer::start("a call heard at a flush") else { return };
+    let mock = MockLlm::start(Reply::stream(&PIECES, Duration::from_millis(300))).await;
+    let replicas = replicas(&redis, &mock);
+    let clients: Vec<Client> = replicas
+        .iter()
+        .map(|replica| Client::http(&replica.base).expect("a client").with_scenario("assistant"))
+        .collect();
+    let started = Instant::now();
+    let mut flushed = None;
+    // The turn's /run, on replica 0, runs the call. Its first sentence
+    // comes 1.8 s into it and the answer ends at 3.3 s: the flush comes
+    // between, before a request to another replica.
+    let hops = turn(&clients, "heard-flush-1", "который час?", |n| {
+        if flushed.is_none() && n % 3 != 0 && started.elapsed() > Duration::from_millis(2_400) {
+            redis.query::<()>(&mut redis::cmd("FLUSHALL"));
+            flushed = Some(n);
+        }
+        n % 3
+    })
+    .await;
+    let flushed = flushed.expect("flushed mid-turn");
+    let heard =
+        hops[..flushed].iter().filter_map(|hop| hop.response.body()).any(|body| speech(body).contains("Сейчас"));
+    assert!(heard, "the flush came once the answer was being heard");
+    assert_said_once_and_whole(&hops);
+    assert_eq!(mock.calls(), 1, "one model call");
+}
+
 /// A call that ends while Redis is gone, its claim with it: once Redis is
 /// back, its replica finds the claim lost and claims the call again, so
 /// that its answer is everyone's.

@@ -296,7 +296,7 @@ impl Assistant {
                 outcome
             }
         };
-        let (handle, _) = self.calls.begin(&args.call_id, call).await?;
+        let (handle, _) = self.calls.begin(&args.call_id, !args.spoken.is_empty(), call).await?;
         Ok(handle)
     }
 

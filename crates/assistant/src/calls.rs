@@ -165,6 +165,9 @@ enum Source {
     Run(watch::Receiver<Run>),
     /// Nowhere: the outcome was known when the handle was made.
     Known,
+    /// The store, asked again for `key` without leading it: its claim was
+    /// lost with the store's data, and its runner may claim it again.
+    Deferred(Key),
 }
 
 /// A run of a call on this replica: `None` while it runs. Its sender
@@ -188,6 +191,12 @@ impl Handle {
         Handle { store, source: Source::Run(run), outcome: OnceLock::new(), abandoned: OnceLock::new() }
     }
 
+    /// A handle that asks the store for call `key` until its deadline,
+    /// leading it never.
+    fn deferred(store: Arc<dyn FlightStore>, key: Key) -> Handle {
+        Handle { store, source: Source::Deferred(key), outcome: OnceLock::new(), abandoned: OnceLock::new() }
+    }
+
     fn done(store: Arc<dyn FlightStore>, outcome: ModelOutcome) -> Handle {
         let outcome = OnceLock::from(Arc::new(outcome));
         Handle { store, source: Source::Known, outcome, abandoned: OnceLock::new() }
@@ -204,7 +213,7 @@ impl Handle {
             Source::Run(_) => self.wait_until(Instant::now()).now_or_never()?,
             // A wait until now answers at once whatever is there.
             Source::Lease(waiter) => self.settle(self.store.wait(waiter, Instant::now()).now_or_never()?),
-            Source::Known => None,
+            Source::Known | Source::Deferred(_) => None,
         }
     }
 
@@ -228,6 +237,7 @@ impl Handle {
                 return self.settle(Ok(waited));
             }
             Source::Known => return None,
+            Source::Deferred(key) => return self.ask_again(key, deadline).await,
         };
         loop {
             match self.store.wait(waiter, deadline).await {
@@ -242,6 +252,39 @@ impl Handle {
                 }
                 waited => return self.settle(waited),
             }
+        }
+    }
+
+    /// Asks the store for call `key`, without leading it, until
+    /// `deadline`: its runner claims it again (then waited for), or it
+    /// ends; `None` when nobody holds it by then, and a later hop leads it.
+    /// A claim that ends without an outcome is no outcome here (it may be
+    /// the one this replica gave back, still being ended): asked again.
+    async fn ask_again(&self, key: &Key, deadline: Instant) -> Option<Arc<ModelOutcome>> {
+        loop {
+            let asked = self.store.begin(key.clone(), DEFERRED_LEASE, soon().min(deadline), &mut || false).await;
+            let done = match asked {
+                Ok(Begin::Hit(bytes)) => Some(bytes),
+                Ok(Begin::Wait(waiter)) => match self.store.wait(&waiter, deadline).await {
+                    Ok(Waited::Done(bytes)) => Some(bytes),
+                    Ok(Waited::TimedOut) => return None,
+                    Ok(Waited::Abandoned) | Err(_) => None,
+                },
+                // Not asked to lead; a store that leads anyway gets its lease back.
+                Ok(Begin::Lead(lease)) => {
+                    let _ = self.store.abandon(lease).await;
+                    None
+                }
+                Ok(Begin::Full | Begin::Refused) | Err(_) => None,
+            };
+            if let Some(bytes) = done {
+                return Some(self.outcome.get_or_init(|| Arc::new(outcome::decode(&bytes))).clone());
+            }
+            let next = Instant::now() + ASK_AGAIN;
+            if next >= deadline {
+                return None;
+            }
+            tokio::time::sleep_until(next).await;
         }
     }
 
@@ -356,10 +399,12 @@ impl Calls {
 
     /// The call `id`: the running or recent one, else a new one running
     /// `call` in a task of its own, its events going to the record it is
-    /// given. `true` when this started it.
+    /// given. `true` when this started it. `heard`: the user heard words of
+    /// the call already (a run of it began on some replica).
     pub(crate) async fn begin<F>(
         &self,
         id: &str,
+        heard: bool,
         call: impl FnOnce(Arc<CallRecord>) -> F,
     ) -> Result<(Handle, bool), AtCapacity>
     where
@@ -372,12 +417,34 @@ impl Calls {
         if let Some(run) = shared.records().run(id) {
             return Ok((Handle::joining(store, run), false));
         }
+        // A call the user is hearing is first asked for without claiming
+        // it: a claim held meanwhile, however briefly, would be the one its
+        // runner gives way to (see `lost_lately`).
+        let asked = if heard && shared.is_shared && !store.out_of_reach() {
+            match store.begin(key(id), shared.lease_ttl, soon(), &mut || false).await {
+                Ok(Begin::Refused) if self.lost_lately().await => {
+                    return Ok((Handle::deferred(store, key(id)), false));
+                }
+                Ok(Begin::Refused) => None,
+                // Not asked to lead; a store that leads anyway gets its lease back.
+                Ok(Begin::Lead(lease)) => {
+                    let _ = store.abandon(lease).await;
+                    None
+                }
+                asked => Some(asked),
+            }
+        } else {
+            None
+        };
         let mut claimed = None;
         let mut may_lead = || {
             claimed = InFlight::claim(shared);
             claimed.is_some()
         };
-        let begun = store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await;
+        let begun = match asked {
+            Some(asked) => asked,
+            None => store.begin(key(id), shared.lease_ttl, soon(), &mut may_lead).await,
+        };
         let lease = match begun {
             Ok(Begin::Hit(bytes)) => return Ok((Handle::done(store, outcome::decode(&bytes)), false)),
             Ok(Begin::Wait(waiter)) => return Ok((Handle::waiting(store, waiter), false)),
@@ -417,6 +484,20 @@ impl Calls {
         let handle = Handle::joining(store, run);
         tokio::spawn(running.run(call(record), lease, in_flight, (writer, standing)));
         Ok((handle, true))
+    }
+
+    /// Whether a call the user is hearing, found unclaimed in the shared
+    /// store, may still run on its replica: its runner went away and its
+    /// lease ran out; or, within 2 s of a trouble of the store (a loss the
+    /// recheck finds, a failure, a restart), Redis lost the claim while the
+    /// runner runs on and claims it again at its next append. Run here
+    /// then, it would make that runner give way and the user hear the
+    /// answer begin again, so the runner is waited for. Past that window,
+    /// it is taken for gone.
+    async fn lost_lately(&self) -> bool {
+        let journal = &self.shared.journal;
+        journal.recheck(soon()).await;
+        journal::reappear_until(&**journal).is_some_and(|until| until > Instant::now())
     }
 
     /// A reader of the events of call `id` from the first, if it is
@@ -681,6 +762,12 @@ mod tests;
 
 /// The pause before a wait the store failed is asked again.
 const WAIT_AGAIN: Duration = Duration::from_millis(20);
+
+/// The pause before a deferred call is asked for again.
+const ASK_AGAIN: Duration = Duration::from_millis(50);
+
+/// The lease a deferred handle's asks name; they never lead.
+const DEFERRED_LEASE: Duration = Duration::from_secs(1);
 
 /// How long the store has to answer a lookup: the memory store answers at
 /// once; a shared one gets the time of a few round trips.

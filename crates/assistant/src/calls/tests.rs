@@ -49,9 +49,9 @@ impl Calls {
 async fn one_call_per_id_and_everyone_gets_its_outcome() {
     let calls = calls(10, 100);
     let (tx, call) = controlled();
-    let (first, started) = calls.begin("r1", |_| call).await.unwrap();
+    let (first, started) = calls.begin("r1", false, |_| call).await.unwrap();
     assert!(started);
-    let (second, started) = calls.begin("r1", |_| async { done("second call") }).await.unwrap();
+    let (second, started) = calls.begin("r1", false, |_| async { done("second call") }).await.unwrap();
     assert!(!started, "joined, not started");
     assert_eq!(calls.in_flight(), 1);
 
@@ -65,7 +65,7 @@ async fn one_call_per_id_and_everyone_gets_its_outcome() {
     tokio::task::yield_now().await;
     assert_eq!(calls.in_flight(), 0);
 
-    let (third, started) = calls.begin("r1", |_| async { done("again") }).await.unwrap();
+    let (third, started) = calls.begin("r1", false, |_| async { done("again") }).await.unwrap();
     assert!(!started, "a finished call is reused within the TTL");
     assert_eq!(text(&third.ready().unwrap()), "answer");
 }
@@ -73,7 +73,7 @@ async fn one_call_per_id_and_everyone_gets_its_outcome() {
 #[tokio::test(start_paused = true)]
 async fn finished_calls_expire_after_the_ttl() {
     let calls = calls(10, 100);
-    let (handle, _) = calls.begin("r1", |_| async { done("a") }).await.unwrap();
+    let (handle, _) = calls.begin("r1", false, |_| async { done("a") }).await.unwrap();
     handle.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
     tokio::time::advance(TTL - SECOND).await;
@@ -81,7 +81,7 @@ async fn finished_calls_expire_after_the_ttl() {
     tokio::time::advance(2 * SECOND).await;
     assert!(calls.get("r1").await.is_none(), "expired");
     assert!(calls.follow("r1").await.is_none(), "and its record with it");
-    let (_, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+    let (_, started) = calls.begin("r1", false, |_| async { done("b") }).await.unwrap();
     assert!(started, "a new call after expiry");
 }
 
@@ -90,14 +90,14 @@ async fn in_flight_calls_are_capped_and_not_evicted() {
     let calls = calls(2, 1);
     let (tx1, c1) = controlled();
     let (_tx2, c2) = controlled();
-    calls.begin("a", |_| c1).await.unwrap();
-    calls.begin("b", |_| c2).await.unwrap();
-    assert_eq!(calls.begin("c", |_| async { done("c") }).await.unwrap_err(), AtCapacity);
-    assert!(calls.begin("a", |_| async { done("x") }).await.is_ok(), "joining is not capped");
+    calls.begin("a", false, |_| c1).await.unwrap();
+    calls.begin("b", false, |_| c2).await.unwrap();
+    assert_eq!(calls.begin("c", false, |_| async { done("c") }).await.unwrap_err(), AtCapacity);
+    assert!(calls.begin("a", false, |_| async { done("x") }).await.is_ok(), "joining is not capped");
 
     tx1.send(done("a")).unwrap();
     tokio::task::yield_now().await;
-    let (c, started) = calls.begin("c", |_| async { done("c") }).await.unwrap();
+    let (c, started) = calls.begin("c", false, |_| async { done("c") }).await.unwrap();
     assert!(started, "a slot freed up");
     c.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
@@ -119,7 +119,7 @@ async fn finished_answers_and_records_are_bounded_by_bytes() {
                 record.push(ModelEvent::TextDelta(answer.clone()));
                 done(&answer)
             };
-            let (handle, _) = calls.begin(id, call).await.unwrap();
+            let (handle, _) = calls.begin(id, false, call).await.unwrap();
             handle.wait_until(Instant::now() + SECOND).await.unwrap();
             tokio::task::yield_now().await;
         }
@@ -145,13 +145,13 @@ async fn finished_answers_and_records_are_bounded_by_bytes() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_call_abandons_its_lease_at_once() {
     let calls = calls(10, 100);
-    let (handle, _) = calls.begin("r1", |_| panics()).await.unwrap();
+    let (handle, _) = calls.begin("r1", false, |_| panics()).await.unwrap();
     let outcome = handle.wait_until(Instant::now() + SECOND).await.expect("ended");
     assert!(matches!(outcome.as_ref(), Err(BackendError::Connect(_))), "{outcome:?}");
     tokio::task::yield_now().await;
     assert_eq!(calls.in_flight(), 0);
     assert!(calls.follow("r1").await.is_none(), "no outcome, no record");
-    let (_, started) = calls.begin("r1", |_| async { done("again") }).await.unwrap();
+    let (_, started) = calls.begin("r1", false, |_| async { done("again") }).await.unwrap();
     assert!(started, "a retry calls again");
 }
 
@@ -161,7 +161,7 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
     let calls = calls(10, 100);
     let first = runtime();
     let (handle, follower) = first.block_on(async {
-        let handle = calls.begin("r1", |_| std::future::pending::<ModelOutcome>()).await.unwrap().0;
+        let handle = calls.begin("r1", false, |_| std::future::pending::<ModelOutcome>()).await.unwrap().0;
         (handle, calls.follow("r1").await.expect("a running call"))
     });
     assert_eq!(calls.in_flight(), 1);
@@ -175,14 +175,14 @@ fn a_call_dropped_without_an_outcome_is_forgotten_after_its_lease_ttl() {
         let ended = handle.ready().expect("its starter learns at once that the run ended");
         assert!(ended.is_err() && handle.abandoned(), "without an answer: {ended:?}");
         assert!(calls.get("r1").await.is_some(), "the lease holds until its TTL");
-        let (waiting, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+        let (waiting, started) = calls.begin("r1", false, |_| async { done("b") }).await.unwrap();
         assert!(!started, "a retry waits for the lease meanwhile");
         tokio::time::advance(CALL_TIMEOUT + LEASE_MARGIN).await;
         let abandoned = waiting.wait_until(Instant::now() + SECOND).await.expect("ended");
         assert!(abandoned.is_err(), "waiters learn the call was abandoned");
         assert!(calls.get("r1").await.is_none());
         assert!(calls.follow("r1").await.is_none(), "nor its journal");
-        let (retry, started) = calls.begin("r1", |_| async { done("b") }).await.unwrap();
+        let (retry, started) = calls.begin("r1", false, |_| async { done("b") }).await.unwrap();
         assert!(started, "a retry calls again");
         assert_eq!(text(&retry.wait_until(Instant::now() + SECOND).await.unwrap()), "b");
     });
@@ -195,7 +195,7 @@ async fn a_failed_call_says_so_in_its_record_and_a_forgotten_one_is_gone() {
         record.push(ModelEvent::TextDelta("Сейч".into()));
         Err(BackendError::Timeout("call"))
     };
-    let (handle, _) = calls.begin("r1", failing).await.unwrap();
+    let (handle, _) = calls.begin("r1", false, failing).await.unwrap();
     handle.wait_until(Instant::now() + SECOND).await.unwrap();
     tokio::task::yield_now().await;
     let Lookup::Kept(record) = calls.lookup("r1").await else {
@@ -388,7 +388,7 @@ async fn a_wait_the_store_fails_is_no_news_of_the_call() {
     let back = Instant::now() + SECOND;
     let flights = Arc::new(Elsewhere { back, asked: std::sync::atomic::AtomicUsize::new(0) });
     let calls = shared_over(Some(flights.clone()), Arc::new(Unreachable));
-    let (handle, started) = calls.begin("elsewhere", |_| async { done("not here") }).await.unwrap();
+    let (handle, started) = calls.begin("elsewhere", false, |_| async { done("not here") }).await.unwrap();
     assert!(!started, "another replica runs it");
     let hop = Instant::now() + Duration::from_millis(300);
     assert!(handle.wait_until(hop).await.is_none(), "still running, as far as anyone can tell");
@@ -397,4 +397,35 @@ async fn a_wait_the_store_fails_is_no_news_of_the_call() {
     tokio::time::sleep_until(back).await;
     let outcome = handle.wait_until(Instant::now() + SECOND).await.expect("the answer once the store is back");
     assert_eq!(text(&outcome), "answer");
+}
+
+/// A deferred handle asks the store for its call and never leads it: a
+/// claim given back meanwhile (as the replica that deferred gives its own
+/// back) is asked again, not taken for the call's end, and a run begun
+/// elsewhere after it is waited for, its outcome the handle's. With nobody
+/// holding the call, it has no outcome at its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_deferred_call_is_asked_for_until_its_deadline_and_never_led() {
+    let calls = calls(10, 100);
+    let store = calls.store().clone();
+    let nobody = Handle::deferred(store.clone(), key("r0"));
+    let started = Instant::now();
+    assert!(nobody.wait_until(started + Duration::from_millis(300)).await.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(250), "asked until the deadline: {:?}", started.elapsed());
+    assert!(calls.get("r0").await.is_none() && !nobody.abandoned(), "never led");
+
+    let Ok(Begin::Lead(given_back)) = store.begin(key("r1"), TTL, soon(), &mut || true).await else {
+        panic!("a first lead")
+    };
+    let deferred = Handle::deferred(store.clone(), key("r1"));
+    let elsewhere = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store.abandon(given_back).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        calls.begin("r1", false, |_| async { done("run elsewhere") }).await.unwrap()
+    };
+    let (outcome, (_, started)) = tokio::join!(deferred.wait_until(Instant::now() + SECOND), elsewhere);
+    assert!(started);
+    assert_eq!(text(&outcome.expect("the run begun after the claim was given back")), "run elsewhere");
+    assert!(!deferred.abandoned());
 }

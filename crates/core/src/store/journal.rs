@@ -102,6 +102,14 @@ pub trait Journal: fmt::Debug + Send + Sync + 'static {
     fn troubled_since(&self) -> Option<Instant> {
         None
     }
+
+    /// Asks the store, by `deadline`, whether it lost what it held, so that
+    /// [`Journal::troubled_since`] also covers a loss that no command failed
+    /// on (a Redis flushed with every connection open). A store that never
+    /// loses anything has nothing to ask.
+    async fn recheck(&self, deadline: Instant) {
+        let _ = deadline;
+    }
 }
 
 /// Entries read in one go at most.

@@ -480,7 +480,7 @@ impl Journal for SharedStore {
                 // Redis may lack it because it lost it (flushed, with every
                 // connection still open): then noted as a trouble, which its
                 // readers wait out for the writer to write it anew.
-                let _ = store.run(Op::Ping, store.health.link.still_holds(deadline)).await;
+                self.recheck(deadline).await;
                 Ok(None)
             }
         }
@@ -488,6 +488,13 @@ impl Journal for SharedStore {
 
     fn troubled_since(&self) -> Option<Instant> {
         self.0.health.link.troubled_since()
+    }
+
+    async fn recheck(&self, deadline: Instant) {
+        let store = &self.0;
+        if !store.is_down() {
+            let _ = store.run(Op::Ping, store.health.link.still_holds(deadline)).await;
+        }
     }
 }
 
