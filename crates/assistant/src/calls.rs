@@ -487,13 +487,13 @@ impl Calls {
     }
 
     /// Whether a call the user is hearing, found unclaimed in the shared
-    /// store, may still run on its replica: its runner went away and its
-    /// lease ran out; or, within 2 s of a trouble of the store (a loss the
-    /// recheck finds, a failure, a restart), Redis lost the claim while the
-    /// runner runs on and claims it again at its next append. Run here
-    /// then, it would make that runner give way and the user hear the
-    /// answer begin again, so the runner is waited for. Past that window,
-    /// it is taken for gone.
+    /// store, may still run on its replica: so it is taken within 2 s of a
+    /// trouble of the store (a loss the recheck finds, a failure, a
+    /// restart), for Redis may have lost the claim of a runner that runs on
+    /// and claims the call again at its next append. Run here then, the
+    /// call would make that runner give way and the user hear the answer
+    /// begin again. Past that window, its runner is taken for gone (its
+    /// lease ran out).
     async fn lost_lately(&self) -> bool {
         let journal = &self.shared.journal;
         journal.recheck(soon()).await;

@@ -69,7 +69,7 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// How long a probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// How often a store that is up is checked for this replica's mark
-/// ([`RedisLink::still_holds`]): a flush is noted within about this, however
+/// ([`RedisLink::check_mark`]): a flush is noted within about this, however
 /// seldom a journal is found lacking, at one command a second.
 const MARK_EVERY: Duration = Duration::from_secs(1);
 /// The first pause before a `/commit` or `/apply` answer that was not
@@ -230,7 +230,7 @@ impl StoreHealth {
             if settings_checked && !health.is_down() {
                 if marked.elapsed() >= MARK_EVERY {
                     marked = Instant::now();
-                    let _ = health.run(Op::Ping, health.link.still_holds(marked + PROBE_TIMEOUT)).await;
+                    let _ = health.run(Op::Ping, health.link.check_mark(marked + PROBE_TIMEOUT)).await;
                 }
                 continue;
             }
@@ -493,7 +493,7 @@ impl Journal for SharedStore {
     async fn recheck(&self, deadline: Instant) {
         let store = &self.0;
         if !store.is_down() {
-            let _ = store.run(Op::Ping, store.health.link.still_holds(deadline)).await;
+            let _ = store.run(Op::Ping, store.health.link.check_mark(deadline)).await;
         }
     }
 }

@@ -20,7 +20,7 @@ use super::{StoreUrl, journal::Blocking, within};
 use crate::{background::Background, store::StoreError};
 
 /// How long the key a probe writes is kept: it is also this replica's
-/// mark in Redis ([`RedisLink::still_holds`]), renewed every second or so.
+/// mark in Redis ([`RedisLink::check_mark`]), renewed every second or so.
 const MARK_TTL_MS: u64 = 300_000;
 
 /// The connections to one Redis.
@@ -41,7 +41,7 @@ pub struct RedisLink {
     /// ever share one.
     counter: Arc<AtomicU64>,
     /// Commands that failed (not counting those that only ran late), and
-    /// losses found ([`RedisLink::still_holds`]): a Redis that restarted
+    /// losses found ([`RedisLink::check_mark`]): a Redis that restarted
     /// empty fails the first command on each connection.
     failures: AtomicU64,
     /// When a command last failed or found its connection dropped, or the
@@ -255,15 +255,15 @@ impl RedisLink {
         Ok(())
     }
 
-    /// Whether Redis still holds this replica's mark (the probe's key),
-    /// renewing it. `false`, a trouble and a failure noted, when it lost
-    /// it: Redis was flushed, restarted empty on a connection not yet found
-    /// dropped, or failed over to a replica that lacked it. A journal Redis
-    /// says it lacks may then be one it lost, which its writer writes anew,
-    /// and bodies this replica wrote are written again before entries
-    /// refer to them. The mark is written again, so that a loss is noted
-    /// once.
-    pub(crate) async fn still_holds(&self, deadline: Instant) -> Result<bool, StoreError> {
+    /// Checks that Redis still holds this replica's mark (the probe's
+    /// key), renewing it. A mark gone means Redis lost what it held: it was
+    /// flushed, restarted empty on a connection not yet found dropped, or
+    /// failed over to a replica that lacked it. A trouble and a failure are
+    /// then noted: a journal Redis says it lacks may be one it lost, which
+    /// its writer writes anew, and bodies this replica wrote are written
+    /// again before entries refer to them. The mark is written again, so
+    /// that a loss is noted once.
+    pub(crate) async fn check_mark(&self, deadline: Instant) -> Result<(), StoreError> {
         // Read before the renewal is sent: a mark written after it is no
         // mark that Redis lost.
         let marked = self.marked.load(Ordering::Acquire);
@@ -274,16 +274,15 @@ impl RedisLink {
             .idempotent(Some(deadline), self.connection()?, |mut c| async move { renew.query_async(&mut c).await })
             .await?;
         if held == 1 {
-            return Ok(true);
+            return Ok(());
         }
+        // Never written before (no probe answered yet): nothing was lost.
         if marked {
             // Bodies written before count no more.
             self.failures.fetch_add(1, Ordering::Relaxed);
             self.troubled();
         }
-        self.mark(self.bound(Some(deadline))).await?;
-        // Never written before (no probe answered yet): nothing was lost.
-        Ok(!marked)
+        self.mark(self.bound(Some(deadline))).await
     }
 
     /// The work the stores over this link left running after answers.
