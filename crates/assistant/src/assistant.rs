@@ -262,8 +262,9 @@ impl Assistant {
         self.calls.follow(call_id).await
     }
 
-    /// The call `args.call_id`: the running or kept one, else a new one.
-    async fn start(&self, args: &TAssistantContinueArguments) -> Result<Handle, AtCapacity> {
+    /// The call `args.call_id`: the running or kept one, else a new one;
+    /// `true` when this replica began it.
+    async fn start(&self, args: &TAssistantContinueArguments) -> Result<(Handle, bool), AtCapacity> {
         let call = |record: Arc<CallRecord>| {
             let state = args.state.clone().unwrap_or_default();
             let messages = self.policy.messages(&state, &args.utterance);
@@ -296,14 +297,14 @@ impl Assistant {
                 outcome
             }
         };
-        let (handle, _) = self.calls.begin(&args.call_id, !args.spoken.is_empty(), call).await?;
-        Ok(handle)
+        self.calls.begin(&args.call_id, !args.spoken.is_empty(), call).await
     }
 
     /// The outcome of the call `handle` follows, by `stop_by`. A call
     /// whose lease ended without an outcome (its replica died mid-call, or
     /// it panicked) is begun again, once: this replica runs it, unless
-    /// another one claimed it first.
+    /// another one claimed it first, or Redis lost its claim lately and its
+    /// runner is waited for.
     async fn outcome(
         &self,
         args: &TAssistantContinueArguments,
@@ -314,8 +315,12 @@ impl Assistant {
         if !handle.abandoned() {
             return outcome;
         }
-        let Ok(again) = self.start(args).await else { return outcome };
-        tracing::warn!(call_id = %args.call_id, "assistant: a model call was left without an answer; begun again");
+        let Ok((again, begun)) = self.start(args).await else { return outcome };
+        if begun {
+            tracing::warn!(call_id = %args.call_id, "assistant: a model call was left without an answer; begun again");
+        } else {
+            tracing::debug!(call_id = %args.call_id, "assistant: a model call was left without an answer; asked for again");
+        }
         again.wait_until(stop_by).await
     }
 
@@ -506,7 +511,7 @@ impl Scenario for Assistant {
                 }
             },
         };
-        let Ok(handle) = self.start(&args).await else {
+        let Ok((handle, _)) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
             return Ok(reply::irrelevant(BUSY, base.state.as_ref()).into());
@@ -543,7 +548,7 @@ impl Scenario for Assistant {
                 self.metrics.answer("continue", "refused");
                 reply::spoken(&self.config.dialog.apology_text, false, &state, "assistant.apology")
             }
-            Ok(handle) => match self.outcome(&args, handle, stop_by).await {
+            Ok((handle, _)) => match self.outcome(&args, handle, stop_by).await {
                 Some(outcome) => self.finish(Handler::Continue, &args, &outcome).await,
                 None => {
                     // Half the margin for reading, the rest to build and send the answer.
