@@ -364,6 +364,8 @@ pub(crate) async fn mirror(
     let (mut failures, mut failed) = (0, false);
     // When the journal was first found gone since the last failed read.
     let mut gone_since = None;
+    // The store's last trouble when the journal was last read.
+    let mut troubled = journal.troubled_since();
     loop {
         match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
@@ -372,7 +374,13 @@ pub(crate) async fn mirror(
             }
             Ok(Some(read)) => {
                 (failures, gone_since) = (0, None);
-                if std::mem::take(&mut failed) && !begins_with(&*journal, &key, head.as_ref()).await {
+                // A store troubled since (a loss its mark shows, a connection
+                // made anew) may hold another run's journal under the key by
+                // now, never found gone by a read of this one: its entries
+                // past this run's would be read as this run's.
+                let last = journal.troubled_since();
+                let anew = std::mem::replace(&mut troubled, last) != last;
+                if (std::mem::take(&mut failed) || anew) && !begins_with(&*journal, &key, head.as_ref()).await {
                     record.fail(RESTARTED);
                     return;
                 }
@@ -590,6 +598,62 @@ mod tests {
             let took = began.elapsed();
             assert_eq!(record.snapshot().2, ends);
             assert!(least <= took && took < most, "{ends:?} after {took:?}");
+        }
+    }
+
+    /// A scripted journal whose store is troubled as its read number `.1`
+    /// (from 0) is served.
+    #[derive(Debug)]
+    struct TroubledAtRead(Scripted, usize, std::sync::Mutex<(usize, Option<Instant>)>);
+
+    #[async_trait::async_trait]
+    impl Journal for TroubledAtRead {
+        async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
+            self.0.append(lease, appending).await
+        }
+
+        async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            {
+                let mut reads = self.2.lock().unwrap();
+                if reads.0 == self.1 {
+                    reads.1 = Some(Instant::now());
+                }
+                reads.0 += 1;
+            }
+            self.0.read(key, after, deadline).await
+        }
+
+        fn troubled_since(&self) -> Option<Instant> {
+            self.2.lock().unwrap().1
+        }
+    }
+
+    /// Redis flushed while a mirror followed its call, and another run's
+    /// journal written under the key before the mirror read again: its
+    /// reads neither failed nor found the journal gone. Once its replica
+    /// notes the trouble (its mark gone), the mirror checks that the
+    /// journal still begins with its run before it reads on, rather than
+    /// take the other run's entries past its own for its run's.
+    #[tokio::test(start_paused = true)]
+    async fn a_journal_read_after_a_trouble_is_checked_to_begin_with_the_mirrors_run() {
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
+        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
+        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m6");
+        for (head, ends) in [(theirs.clone(), Ending::Failed(RESTARTED.into())), (ours.clone(), Ending::Completed)] {
+            let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+            let script = [
+                entries(3, vec![text("час ")]),
+                // Served as the trouble is noted.
+                entries(4, vec![text("ровно."), Entry::Completed { at }.encode()]),
+                // The check of the journal's first entry.
+                entries(1, vec![head, text("Сей")]),
+            ];
+            let scripted = Scripted(std::sync::Mutex::new(script.into_iter().collect()));
+            let journal = Arc::new(TroubledAtRead(scripted, 1, std::sync::Mutex::default()));
+            mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+            assert_eq!(record.snapshot().2, ends);
         }
     }
 
