@@ -600,6 +600,10 @@ impl Calls {
             return Some(String::new());
         }
         match self.lookup_by(id, by, by).await {
+            // Not spoken from: a run that gave way, a stream of one that did
+            // (a call that failed has its outcome in the hop's handle), or
+            // one whose journal the store may have lost to another run.
+            Lookup::Kept(record) if !record.speakable() => None,
             Lookup::Kept(record) => Some(record.text()),
             Lookup::Gone | Lookup::Unknown | Lookup::Unavailable => None,
         }

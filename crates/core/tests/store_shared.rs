@@ -613,6 +613,28 @@ async fn after_a_flush_is_noted_bodies_are_written_again() {
     }
 }
 
+/// A flush is found by the replica's own check of its mark, a quarter of
+/// a second apart, with no read at all: whoever waits for a loss (a
+/// stream blocked on a journal) is woken.
+#[tokio::test]
+async fn a_flush_found_wakes_who_waits_for_a_loss() {
+    use megamind_core::store::Journal;
+    let Some(server) = RedisServer::start("a loss found") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let marked = || server.query::<Vec<String>>(redis::cmd("KEYS").arg("shared:probe:*")).len() == 1;
+    assert!(eventually(Duration::from_secs(5), marked).await, "the mark written by the first probe");
+    let waiting = store.loss_found();
+    tokio::pin!(waiting);
+    // Polled once, so that it waits from now on.
+    assert!(tokio::time::timeout(Duration::ZERO, &mut waiting).await.is_err(), "no loss yet");
+    let () = server.query(&mut redis::cmd("FLUSHALL"));
+    let flushed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), waiting).await.expect("woken by the loss");
+    assert!(flushed.elapsed() < Duration::from_millis(250) + SLACK * 5, "within a check: {:?}", flushed.elapsed());
+    assert!(store.troubled_since().is_some());
+}
+
 #[tokio::test]
 async fn a_redis_that_refuses_writes_stays_down_until_it_takes_them() {
     let Some(server) = RedisServer::start("a read-only Redis") else { return };

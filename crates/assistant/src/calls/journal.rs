@@ -367,7 +367,16 @@ pub(crate) async fn mirror(
     // The store's last trouble when the journal was last read.
     let mut troubled = journal.troubled_since();
     loop {
-        match journal.read(&key, after, Instant::now() + MIRROR_WAIT).await {
+        let read = tokio::select! {
+            read = journal.read(&key, after, Instant::now() + MIRROR_WAIT) => read,
+            // The store lost what it held: the journal under the key may be
+            // another run's by now, read (and checked) at once.
+            () = journal.loss_found() => {
+                record.doubt(true);
+                continue;
+            }
+        };
+        match read {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
                 record.fail(UNHELD);
                 return;
@@ -384,6 +393,7 @@ pub(crate) async fn mirror(
                     record.fail(RESTARTED);
                     return;
                 }
+                record.doubt(false);
                 if read.first > after.saturating_add(1) && !read.entries.is_empty() {
                     record.fail("the model call's journal lost events");
                     return;
@@ -403,6 +413,7 @@ pub(crate) async fn mirror(
             {
                 // Once back, it is checked to begin with this run still.
                 failed = true;
+                record.doubt(true);
                 tokio::time::sleep(REAPPEAR_POLL).await;
             }
             Ok(None) => {
@@ -654,6 +665,85 @@ mod tests {
             let journal = Arc::new(TroubledAtRead(scripted, 1, std::sync::Mutex::default()));
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             assert_eq!(record.snapshot().2, ends);
+        }
+    }
+
+    type ScriptedRead = Result<Option<Entries>, StoreError>;
+
+    /// A journal whose reads answer in turn from a script (`None`: a read
+    /// that blocks until it is dropped, as one waiting for entries does),
+    /// and whose store finds a loss when told to.
+    #[derive(Debug, Default)]
+    struct Flushed {
+        reads: std::sync::Mutex<VecDeque<Option<ScriptedRead>>>,
+        troubled: std::sync::Mutex<Option<Instant>>,
+        lost: tokio::sync::Notify,
+    }
+
+    impl Flushed {
+        fn lose(&self) {
+            *self.troubled.lock().unwrap() = Some(Instant::now());
+            self.lost.notify_waiters();
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Journal for Flushed {
+        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
+            Ok(true)
+        }
+
+        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            let next = self.reads.lock().unwrap().pop_front();
+            match next {
+                Some(Some(read)) => read,
+                Some(None) => std::future::pending().await,
+                None => Err(StoreError::Unavailable("the script is over".into())),
+            }
+        }
+
+        fn troubled_since(&self) -> Option<Instant> {
+            *self.troubled.lock().unwrap()
+        }
+
+        async fn loss_found(&self) {
+            self.lost.notified().await;
+        }
+    }
+
+    /// A mirror blocked waiting for entries when its replica finds that
+    /// Redis lost its data: woken, it is not spoken from until it has
+    /// checked that the journal (written anew) still begins with its run,
+    /// and it ends if the journal is another run's.
+    #[tokio::test(start_paused = true)]
+    async fn a_mirror_waiting_for_entries_is_woken_by_a_loss_and_not_spoken_from_until_checked() {
+        let at = Duration::from_millis(5);
+        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
+        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
+        let entries =
+            |first: u64, entries: Vec<Bytes>| Some(Ok(Some(Entries { first, entries, ..Entries::default() })));
+        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m7");
+        for (head, ends) in [(ours.clone(), Ending::Completed), (theirs.clone(), Ending::Failed(RESTARTED.into()))] {
+            let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+            let script = [
+                // Blocked until the loss is found.
+                None,
+                // Gone for now.
+                Some(Ok(None)),
+                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+                // The check of the journal's first entry.
+                entries(1, vec![head, text("Сей")]),
+            ];
+            let journal = Arc::new(Flushed { reads: std::sync::Mutex::new(script.into()), ..Flushed::default() });
+            let mirroring = tokio::spawn(mirror(journal.clone(), key.clone(), record.clone(), 2, Some(ours.clone())));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(record.speakable(), "read on, not in doubt");
+            journal.lose();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!record.speakable(), "in doubt while the journal is gone");
+            mirroring.await.unwrap();
+            assert_eq!(record.snapshot().2, ends);
+            assert_eq!(record.speakable(), ends == Ending::Completed);
         }
     }
 

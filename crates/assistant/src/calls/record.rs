@@ -79,6 +79,9 @@ pub(crate) struct CallRecord {
     shared: Mutex<Weak<dyn Any + Send + Sync>>,
     /// Where the runner's record sends what it keeps, for the journal.
     tap: Option<Tap>,
+    /// Set on a mirror while its journal may be another run's (the store
+    /// lost it lately) and it has not checked: not spoken from meanwhile.
+    in_doubt: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -172,7 +175,8 @@ impl CallRecord {
             ended: None,
         };
         let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
-        CallRecord { bound, started, tx: watch::Sender::new(recording), shared, tap }
+        let in_doubt = std::sync::atomic::AtomicBool::new(false);
+        CallRecord { bound, started, tx: watch::Sender::new(recording), shared, tap, in_doubt }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
@@ -261,6 +265,18 @@ impl CallRecord {
     /// Whether the record is finished: it then changes no more.
     pub(crate) fn has_ended(&self) -> bool {
         self.tx.borrow().finished
+    }
+
+    /// Whether a hop may speak from this record now: it has not failed,
+    /// and, a mirror, it is not in doubt ([`CallRecord::doubt`]).
+    pub(crate) fn speakable(&self) -> bool {
+        !self.in_doubt.load(std::sync::atomic::Ordering::Acquire) && self.tx.borrow().failure.is_none()
+    }
+
+    /// Marks a mirror in doubt (its journal may be another run's by now)
+    /// or, checked, no longer.
+    pub(crate) fn doubt(&self, in_doubt: bool) {
+        self.in_doubt.store(in_doubt, std::sync::atomic::Ordering::Release);
     }
 
     /// How the call ended, so far.

@@ -110,6 +110,14 @@ pub trait Journal: fmt::Debug + Send + Sync + 'static {
     async fn recheck(&self, deadline: Instant) {
         let _ = deadline;
     }
+
+    /// Resolves when the store next finds that it lost what it held (see
+    /// [`Journal::recheck`]): a reader waiting for entries of a journal
+    /// that may have been written anew since reads again at once. Never,
+    /// for a store that never loses anything.
+    async fn loss_found(&self) {
+        std::future::pending().await
+    }
 }
 
 /// Entries read in one go at most.

@@ -70,8 +70,12 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// How often a store that is up is checked for this replica's mark
 /// ([`RedisLink::check_mark`]): a flush is noted within about this, however
-/// seldom a journal is found lacking, at one command a second.
-const MARK_EVERY: Duration = Duration::from_secs(1);
+/// seldom a journal is found lacking, before a hop speaks from a stream of
+/// a run that gave way; four commands a second.
+const MARK_EVERY: Duration = Duration::from_millis(250);
+/// Ticks of the watch ([`MARK_EVERY`]) between probes of a store taken for down.
+const PROBE_TICKS: u32 = 2;
+const _: () = assert!(MARK_EVERY.as_millis() * PROBE_TICKS as u128 == PROBE_EVERY.as_millis());
 /// The first pause before a `/commit` or `/apply` answer that was not
 /// stored is tried again; it doubles up to [`MAX_END_PAUSE`].
 const FIRST_END_PAUSE: Duration = Duration::from_millis(10);
@@ -221,24 +225,24 @@ impl StoreHealth {
     /// ends with the last store.
     async fn watch(health: Weak<StoreHealth>) {
         let (mut first, mut settings_checked) = (true, false);
-        let mut marked = Instant::now();
-        let mut tick = tokio::time::interval(PROBE_EVERY);
+        let mut ticks = 0u32;
+        let mut tick = tokio::time::interval(MARK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let Some(health) = health.upgrade() else { return };
             if settings_checked && !health.is_down() {
-                if marked.elapsed() >= MARK_EVERY {
-                    marked = Instant::now();
-                    let _ = health.run(Op::Ping, health.link.check_mark(marked + PROBE_TIMEOUT)).await;
-                }
+                let _ = health.run(Op::Ping, health.link.check_mark(Instant::now() + PROBE_TIMEOUT)).await;
+                ticks = 0;
+                continue;
+            }
+            let due = ticks % PROBE_TICKS == 0;
+            ticks = ticks.wrapping_add(1);
+            if !due {
                 continue;
             }
             match health.run(Op::Ping, health.link.probe(PROBE_TIMEOUT)).await {
-                Ok(()) => {
-                    marked = Instant::now();
-                    health.back();
-                }
+                Ok(()) => health.back(),
                 // A first probe that fails marks the store down at once.
                 Err(error) if first => health.went_down(&error),
                 Err(_) => {}
@@ -495,6 +499,10 @@ impl Journal for SharedStore {
         if !store.is_down() {
             let _ = store.run(Op::Ping, store.health.link.check_mark(deadline)).await;
         }
+    }
+
+    async fn loss_found(&self) {
+        self.0.health.link.loss_found().await;
     }
 }
 

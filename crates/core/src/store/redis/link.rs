@@ -57,6 +57,8 @@ pub struct RedisLink {
     /// Set once the probe's key was written: from then on, a Redis that
     /// lacks it has lost what it was given.
     marked: AtomicBool,
+    /// Told when the mark is found gone.
+    lost: tokio::sync::Notify,
     /// Work the stores over this link left running after answers (entries
     /// being ended, claims given back), which a stopping server waits for.
     background: Background,
@@ -76,6 +78,7 @@ impl RedisLink {
         Ok(RedisLink {
             probe_key: format!("{prefix}:probe:{{{owner}}}"),
             marked: AtomicBool::new(false),
+            lost: tokio::sync::Notify::new(),
             client,
             address: url.to_string(),
             pool: OnceLock::new(),
@@ -281,8 +284,15 @@ impl RedisLink {
             // Bodies written before count no more.
             self.failures.fetch_add(1, Ordering::Relaxed);
             self.troubled();
+            self.lost.notify_waiters();
         }
         self.mark(self.bound(Some(deadline))).await
+    }
+
+    /// Resolves when this replica next finds its mark gone
+    /// ([`RedisLink::check_mark`]).
+    pub(crate) async fn loss_found(&self) {
+        self.lost.notified().await;
     }
 
     /// The work the stores over this link left running after answers.
