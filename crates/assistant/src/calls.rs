@@ -262,20 +262,14 @@ impl Handle {
     /// the one this replica gave back, still being ended): asked again.
     async fn ask_again(&self, key: &Key, deadline: Instant) -> Option<Arc<ModelOutcome>> {
         loop {
-            let asked = self.store.begin(key.clone(), DEFERRED_LEASE, soon().min(deadline), &mut || false).await;
-            let done = match asked {
+            let done = match ask(&*self.store, key.clone(), soon().min(deadline)).await {
                 Ok(Begin::Hit(bytes)) => Some(bytes),
                 Ok(Begin::Wait(waiter)) => match self.store.wait(&waiter, deadline).await {
                     Ok(Waited::Done(bytes)) => Some(bytes),
                     Ok(Waited::TimedOut) => return None,
                     Ok(Waited::Abandoned) | Err(_) => None,
                 },
-                // Not asked to lead; a store that leads anyway gets its lease back.
-                Ok(Begin::Lead(lease)) => {
-                    let _ = self.store.abandon(lease).await;
-                    None
-                }
-                Ok(Begin::Full | Begin::Refused) | Err(_) => None,
+                Ok(Begin::Lead(_) | Begin::Full | Begin::Refused) | Err(_) => None,
             };
             if let Some(bytes) = done {
                 return Some(self.outcome.get_or_init(|| Arc::new(outcome::decode(&bytes))).clone());
@@ -381,15 +375,10 @@ impl Calls {
     #[cfg(test)]
     pub(crate) async fn get(&self, id: &str) -> Option<Handle> {
         let store = self.store();
-        match store.begin(key(id), self.shared.lease_ttl, soon(), &mut || false).await {
+        match ask(&**store, key(id), soon()).await {
             Ok(Begin::Hit(bytes)) => Some(Handle::done(store.clone(), outcome::decode(&bytes))),
             Ok(Begin::Wait(waiter)) => Some(Handle::waiting(store.clone(), waiter)),
-            // Not asked to lead; a store that leads anyway gets its lease back.
-            Ok(Begin::Lead(lease)) => {
-                let _ = store.abandon(lease).await;
-                None
-            }
-            Ok(Begin::Full | Begin::Refused) => None,
+            Ok(Begin::Lead(_) | Begin::Full | Begin::Refused) => None,
             Err(error) => {
                 tracing::warn!(%error, call_id = id, "assistant: the model calls' store is out of reach");
                 None
@@ -421,16 +410,11 @@ impl Calls {
         // it: a claim held meanwhile, however briefly, would be the one its
         // runner gives way to (see `lost_lately`).
         let asked = if heard && shared.is_shared && !store.out_of_reach() {
-            match store.begin(key(id), shared.lease_ttl, soon(), &mut || false).await {
+            match ask(&*store, key(id), soon()).await {
                 Ok(Begin::Refused) if self.lost_lately().await => {
                     return Ok((Handle::deferred(store, key(id)), false));
                 }
                 Ok(Begin::Refused) => None,
-                // Not asked to lead; a store that leads anyway gets its lease back.
-                Ok(Begin::Lead(lease)) => {
-                    let _ = store.abandon(lease).await;
-                    None
-                }
                 asked => Some(asked),
             }
         } else {
@@ -770,8 +754,20 @@ const WAIT_AGAIN: Duration = Duration::from_millis(20);
 /// The pause before a deferred call is asked for again.
 const ASK_AGAIN: Duration = Duration::from_millis(50);
 
-/// The lease a deferred handle's asks name; they never lead.
-const DEFERRED_LEASE: Duration = Duration::from_secs(1);
+/// The lease an [`ask`] names: it never leads.
+const ASK_LEASE: Duration = Duration::from_secs(1);
+
+/// Asks `store` for call `key` by `deadline` without leading it: a store
+/// that leads all the same gets its lease back, and answers `Refused`.
+async fn ask(store: &dyn FlightStore, key: Key, deadline: Instant) -> Result<Begin, StoreError> {
+    match store.begin(key, ASK_LEASE, deadline, &mut || false).await {
+        Ok(Begin::Lead(lease)) => {
+            let _ = store.abandon(lease).await;
+            Ok(Begin::Refused)
+        }
+        asked => asked,
+    }
+}
 
 /// How long the store has to answer a lookup: the memory store answers at
 /// once; a shared one gets the time of a few round trips.

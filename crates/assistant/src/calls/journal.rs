@@ -555,22 +555,65 @@ mod tests {
         }
     }
 
-    /// A scripted journal whose store was last troubled at `.1`.
-    #[derive(Debug)]
-    struct Troubled(Scripted, Instant);
+    type ScriptedRead = Result<Option<Entries>, StoreError>;
 
-    #[async_trait::async_trait]
-    impl Journal for Troubled {
-        async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
-            self.0.append(lease, appending).await
+    /// A journal whose reads answer in turn from a script (`None`: a read
+    /// that blocks until it is dropped, as one waiting for entries does),
+    /// and whose store finds a loss when told to, or as a given read is
+    /// served.
+    #[derive(Debug, Default)]
+    struct Flushed {
+        reads: std::sync::Mutex<VecDeque<Option<ScriptedRead>>>,
+        /// Reads served so far.
+        served: std::sync::atomic::AtomicUsize,
+        /// The read (from 0) as which a loss is found.
+        lose_at_read: Option<usize>,
+        troubled: std::sync::Mutex<Option<Instant>>,
+        lost: tokio::sync::Notify,
+    }
+
+    impl Flushed {
+        /// Answering `reads`, its store last troubled at `troubled`.
+        fn new(reads: impl IntoIterator<Item = Option<ScriptedRead>>, troubled: Option<Instant>) -> Flushed {
+            let reads = std::sync::Mutex::new(reads.into_iter().collect());
+            Flushed { reads, troubled: std::sync::Mutex::new(troubled), ..Flushed::default() }
         }
 
-        async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
-            self.0.read(key, after, deadline).await
+        fn losing_at_read(self, read: usize) -> Flushed {
+            Flushed { lose_at_read: Some(read), ..self }
+        }
+
+        fn lose(&self) {
+            *self.troubled.lock().unwrap() = Some(Instant::now());
+            self.lost.notify_waiters();
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Journal for Flushed {
+        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
+            Ok(true)
+        }
+
+        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
+            let served = self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.lose_at_read == Some(served) {
+                self.lose();
+            }
+            let next = self.reads.lock().unwrap().pop_front();
+            match next {
+                Some(Some(read)) => read,
+                Some(None) => std::future::pending().await,
+                None => Err(StoreError::Unavailable("the script is over".into())),
+            }
         }
 
         fn troubled_since(&self) -> Option<Instant> {
-            Some(self.1)
+            *self.troubled.lock().unwrap()
+        }
+
+        async fn loss_found(&self) {
+            self.lost.notified().await;
         }
     }
 
@@ -603,39 +646,12 @@ mod tests {
         ];
         for (script, troubled, ends, (least, most)) in cases {
             let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
-            let journal = Arc::new(Troubled(Scripted(std::sync::Mutex::new(script)), troubled));
+            let journal = Arc::new(Flushed::new(script.into_iter().map(Some), Some(troubled)));
             let began = Instant::now();
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             let took = began.elapsed();
             assert_eq!(record.snapshot().2, ends);
             assert!(least <= took && took < most, "{ends:?} after {took:?}");
-        }
-    }
-
-    /// A scripted journal whose store is troubled as its read number `.1`
-    /// (from 0) is served.
-    #[derive(Debug)]
-    struct TroubledAtRead(Scripted, usize, std::sync::Mutex<(usize, Option<Instant>)>);
-
-    #[async_trait::async_trait]
-    impl Journal for TroubledAtRead {
-        async fn append(&self, lease: &Lease, appending: Appending<'_>) -> Result<bool, StoreError> {
-            self.0.append(lease, appending).await
-        }
-
-        async fn read(&self, key: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
-            {
-                let mut reads = self.2.lock().unwrap();
-                if reads.0 == self.1 {
-                    reads.1 = Some(Instant::now());
-                }
-                reads.0 += 1;
-            }
-            self.0.read(key, after, deadline).await
-        }
-
-        fn troubled_since(&self) -> Option<Instant> {
-            self.2.lock().unwrap().1
         }
     }
 
@@ -661,53 +677,9 @@ mod tests {
                 // The check of the journal's first entry.
                 entries(1, vec![head, text("Сей")]),
             ];
-            let scripted = Scripted(std::sync::Mutex::new(script.into_iter().collect()));
-            let journal = Arc::new(TroubledAtRead(scripted, 1, std::sync::Mutex::default()));
+            let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None).losing_at_read(1));
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             assert_eq!(record.snapshot().2, ends);
-        }
-    }
-
-    type ScriptedRead = Result<Option<Entries>, StoreError>;
-
-    /// A journal whose reads answer in turn from a script (`None`: a read
-    /// that blocks until it is dropped, as one waiting for entries does),
-    /// and whose store finds a loss when told to.
-    #[derive(Debug, Default)]
-    struct Flushed {
-        reads: std::sync::Mutex<VecDeque<Option<ScriptedRead>>>,
-        troubled: std::sync::Mutex<Option<Instant>>,
-        lost: tokio::sync::Notify,
-    }
-
-    impl Flushed {
-        fn lose(&self) {
-            *self.troubled.lock().unwrap() = Some(Instant::now());
-            self.lost.notify_waiters();
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Journal for Flushed {
-        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
-            Ok(true)
-        }
-
-        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
-            let next = self.reads.lock().unwrap().pop_front();
-            match next {
-                Some(Some(read)) => read,
-                Some(None) => std::future::pending().await,
-                None => Err(StoreError::Unavailable("the script is over".into())),
-            }
-        }
-
-        fn troubled_since(&self) -> Option<Instant> {
-            *self.troubled.lock().unwrap()
-        }
-
-        async fn loss_found(&self) {
-            self.lost.notified().await;
         }
     }
 
@@ -734,7 +706,7 @@ mod tests {
                 // The check of the journal's first entry.
                 entries(1, vec![head, text("Сей")]),
             ];
-            let journal = Arc::new(Flushed { reads: std::sync::Mutex::new(script.into()), ..Flushed::default() });
+            let journal = Arc::new(Flushed::new(script, None));
             let mirroring = tokio::spawn(mirror(journal.clone(), key.clone(), record.clone(), 2, Some(ours.clone())));
             tokio::time::sleep(Duration::from_millis(10)).await;
             assert!(record.speakable(), "read on, not in doubt");

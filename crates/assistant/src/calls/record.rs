@@ -26,7 +26,10 @@
 
 use std::{
     any::Any,
-    sync::{Arc, Mutex, Weak},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -81,7 +84,7 @@ pub(crate) struct CallRecord {
     tap: Option<Tap>,
     /// Set on a mirror while its journal may be another run's (the store
     /// lost it lately) and it has not checked: not spoken from meanwhile.
-    in_doubt: std::sync::atomic::AtomicBool,
+    in_doubt: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -175,8 +178,7 @@ impl CallRecord {
             ended: None,
         };
         let shared = Mutex::new(Weak::<()>::new() as Weak<dyn Any + Send + Sync>);
-        let in_doubt = std::sync::atomic::AtomicBool::new(false);
-        CallRecord { bound, started, tx: watch::Sender::new(recording), shared, tap, in_doubt }
+        CallRecord { bound, started, tx: watch::Sender::new(recording), shared, tap, in_doubt: AtomicBool::new(false) }
     }
 
     /// Appends `event`, within the bound; nothing once finished.
@@ -270,13 +272,13 @@ impl CallRecord {
     /// Whether a hop may speak from this record now: it has not failed,
     /// and, a mirror, it is not in doubt ([`CallRecord::doubt`]).
     pub(crate) fn speakable(&self) -> bool {
-        !self.in_doubt.load(std::sync::atomic::Ordering::Acquire) && self.tx.borrow().failure.is_none()
+        !self.in_doubt.load(Ordering::Acquire) && self.tx.borrow().failure.is_none()
     }
 
     /// Marks a mirror in doubt (its journal may be another run's by now)
     /// or, checked, no longer.
     pub(crate) fn doubt(&self, in_doubt: bool) {
-        self.in_doubt.store(in_doubt, std::sync::atomic::Ordering::Release);
+        self.in_doubt.store(in_doubt, Ordering::Release);
     }
 
     /// How the call ended, so far.

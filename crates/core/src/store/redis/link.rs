@@ -20,7 +20,8 @@ use super::{StoreUrl, journal::Blocking, within};
 use crate::{background::Background, store::StoreError};
 
 /// How long the key a probe writes is kept: it is also this replica's
-/// mark in Redis ([`RedisLink::check_mark`]), renewed every second or so.
+/// mark in Redis ([`RedisLink::check_mark`]), renewed several times a
+/// second while Redis serves.
 const MARK_TTL_MS: u64 = 300_000;
 
 /// The connections to one Redis.
