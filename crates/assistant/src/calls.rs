@@ -33,6 +33,8 @@
 
 pub mod config;
 mod entry;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub(crate) mod journal;
 pub(crate) mod outcome;
 pub mod record;

@@ -78,7 +78,7 @@ pub(crate) const REAPPEAR_WAIT: Duration = Duration::from_secs(2);
 /// How often a journal that may come back is looked for meanwhile.
 pub(crate) const REAPPEAR_POLL: Duration = Duration::from_millis(100);
 /// Why a mirror ends whose call's journal is gone.
-const GONE: &str = "the model call's journal is gone: its replica went away, or the shared store lost it";
+pub(crate) const GONE: &str = "the model call's journal is gone: its replica went away, or the shared store lost it";
 /// Failed reads in a row after which a mirror gives up.
 const MAX_READ_FAILURES: u32 = 20;
 

@@ -41,10 +41,10 @@ use super::entry::{self, Entry, Tap};
 use crate::backend::{EventSink, ModelEvent};
 
 /// Room past the bound for how the call ended.
-const END_ALLOWANCE: usize = 1024;
+pub(crate) const END_ALLOWANCE: usize = 1024;
 /// What an event counts against the bound besides its text: more than
 /// its header, its numbers and its place take.
-const EVENT_COST: usize = 32;
+pub(crate) const EVENT_COST: usize = 32;
 
 /// What a record keeps at most: its bytes, each event counted at its text
 /// and a cost of its own.

@@ -64,6 +64,8 @@ use super::{Begin, FlightStore, Key, Lease, StoreError, Token, Usage, Waited, Wa
 
 mod bodies;
 mod journal;
+#[cfg(feature = "fuzzing")]
+pub use journal::fuzz_stream_reply;
 mod link;
 mod url;
 

@@ -247,9 +247,13 @@ fn array(value: Value) -> Option<Vec<Value>> {
 }
 
 /// Stream entries (`[id, [field, value]]`) as journal entries after `after`.
+/// Their numbers follow `after` (past a gap the length cap made) one by
+/// one, as the journal's writer numbers them: a reader goes on after the
+/// last, so any other numbering is something this server did not write.
 fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
     let garbage = || StoreError::Unavailable("a journal holds something this server did not write".into());
     let mut out = Entries { first: after.saturating_add(1), ..Entries::default() };
+    let mut last = after;
     for (index, entry) in read.into_iter().enumerate() {
         let mut parts = array(entry).ok_or_else(garbage)?.into_iter();
         let (Some(Value::BulkString(id)), Some(fields)) = (parts.next(), parts.next()) else { return Err(garbage()) };
@@ -258,6 +262,11 @@ fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
             .and_then(|id| id.strip_prefix("0-"))
             .and_then(|n| n.parse::<u64>().ok())
             .ok_or_else(garbage)?;
+        let follows = if index == 0 { number > after } else { Some(number) == last.checked_add(1) };
+        if !follows {
+            return Err(garbage());
+        }
+        last = number;
         if index == 0 {
             out.first = number;
         }
@@ -279,6 +288,16 @@ fn entries(read: Vec<Value>, after: u64) -> Result<Entries, StoreError> {
     Ok(out)
 }
 
+/// The journal entries after entry `after` that an `XREAD` reply's bytes
+/// (RESP2 or RESP3) hold, read as a journal's reader reads them; `None`
+/// for bytes that are no reply: for the fuzz target `stream_reply`, built
+/// with the `fuzzing` feature.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_stream_reply(reply: &[u8], after: u64) -> Option<Result<Entries, StoreError>> {
+    let read = redis::parse_redis_value(reply).ok()?;
+    Some(entries(stream_entries(read), after))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +315,28 @@ mod tests {
         let none = entries(Vec::new(), u64::MAX).unwrap();
         assert_eq!((none.first, none.last(u64::MAX)), (u64::MAX, u64::MAX));
         assert!(entries(vec![entry("1-2", "d", "x")], 0).is_err(), "not an id this server writes");
+    }
+
+    #[test]
+    fn entries_numbered_otherwise_than_their_writer_numbers_them_are_refused() {
+        let read = entries(vec![entry("0-7", "d", "a"), entry("0-8", "d", "b")], 3).unwrap();
+        assert_eq!((read.first, read.last(3)), (7, 8), "past a gap the length cap made");
+        for (ids, after) in [(["0-3", "0-4"], 3), (["0-2", "0-5"], 1), (["0-5", "0-5"], 1), (["0-6", "0-5"], 1)] {
+            let read = entries(ids.iter().map(|id| entry(id, "d", "x")).collect(), after);
+            assert!(read.is_err(), "{ids:?} after {after}");
+        }
+    }
+
+    #[test]
+    fn an_xread_reply_s_bytes_read_as_its_entries_in_either_protocol() {
+        let resp2 = b"*1\r\n*2\r\n$1\r\nj\r\n*2\r\n*2\r\n$3\r\n0-4\r\n*2\r\n$1\r\nd\r\n$2\r\nhi\r\n\
+                      *2\r\n$3\r\n0-5\r\n*2\r\n$1\r\ne\r\n$0\r\n\r\n";
+        let resp3 = b"%1\r\n$1\r\nj\r\n*1\r\n*2\r\n$3\r\n0-4\r\n*2\r\n$1\r\nd\r\n$2\r\nhi\r\n";
+        for (reply, ended) in [(&resp2[..], true), (&resp3[..], false)] {
+            let read = fuzz_stream_reply(reply, 3).expect("a reply").expect("entries");
+            assert_eq!((read.first, &read.entries[..], read.ended), (4, &[Bytes::from_static(b"hi")][..], ended));
+        }
+        assert!(fuzz_stream_reply(b"*1\r\n", 0).is_none(), "cut short");
+        assert!(fuzz_stream_reply(b"$2\r\nhi\r\n", 0).expect("a reply").is_ok_and(|read| read.entries.is_empty()));
     }
 }
