@@ -1,5 +1,6 @@
 //! The model server's event stream, cut anywhere: the same events (or the
-//! same error) as when it arrives whole, and no event past the size bound.
+//! same error) as when it arrives whole, no event past the size bound, and
+//! an error told in at most 400 bytes.
 
 #![no_main]
 
@@ -19,6 +20,10 @@ fuzz_target!(|data: &[u8]| {
         ((events, None), (pieces_events, None)) => assert_eq!(events, pieces_events, "events depend on the cuts"),
         ((_, Some(error)), (_, Some(pieces_error))) => assert_eq!(error, pieces_error, "errors depend on the cuts"),
         _ => panic!("one side failed: whole {whole:?}, in pieces {pieces:?}"),
+    }
+    // What the server got wrong is told short, however much it sent.
+    if let (_, Some(error)) = &whole {
+        assert!(error.to_string().len() <= 400, "an error of {} bytes", error.to_string().len());
     }
 
     // A tight bound: data past it is refused, never handed out.

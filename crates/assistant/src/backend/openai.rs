@@ -16,6 +16,9 @@
 pub(crate) mod completion;
 pub mod sse;
 
+#[cfg(feature = "fuzzing")]
+pub use completion::fuzz_completion;
+
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;

@@ -47,7 +47,7 @@ pub(crate) struct WholeAnswer {
 pub(crate) fn parse_completion(body: &[u8]) -> Result<WholeAnswer, BackendError> {
     let completion: ChatCompletion = serde_json::from_slice(body).map_err(|e| {
         let start = clip(&String::from_utf8_lossy(body), 80).to_owned();
-        BackendError::BadResponse(format!("not a chat completion ({e}): {start:?}"))
+        BackendError::BadResponse(format!("not a chat completion ({}): {start:?}", sse::json_problem(&e)))
     })?;
     let usage = sse::usage(completion.usage.as_ref());
     let Some(choice) = completion.choices.into_iter().next() else {
@@ -64,9 +64,61 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<WholeAnswer, BackendError>
     }
 }
 
+/// Reads `body` as a whole chat completion and checks what is taken of it;
+/// panics when an invariant breaks: an answer taken has text that is not
+/// blank, reasoning that is not empty, a `finish_reason` within its bound,
+/// and reads back the same from a completion that says only what was
+/// taken; a refusal quotes the body only shortened. For the fuzz target
+/// `model_completion`, built with the `fuzzing` feature.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_completion(body: &[u8]) {
+    let whole = match parse_completion(body) {
+        Ok(whole) => whole,
+        Err(BackendError::BadResponse(why)) => {
+            // The JSON parser's word, its quotes shortened (320 bytes at
+            // most), and the body's start (80 characters, each at most 4
+            // bytes or escaped in 10).
+            assert!(why.len() <= 64 + 320 + 10 * 80, "a refusal of {} bytes", why.len());
+            return;
+        }
+        Err(other) => panic!("a whole answer refused as {other:?}"),
+    };
+    assert!(!whole.text.trim().is_empty(), "a blank answer taken");
+    assert!(whole.reasoning.as_ref().is_none_or(|reasoning| !reasoning.is_empty()), "empty reasoning taken");
+    let reason = whole.finish_reason.as_deref();
+    assert!(
+        reason.is_none_or(|r| r.len() <= crate::backend::MAX_FINISH_REASON_BYTES && !r.trim().is_empty()),
+        "{reason:?}"
+    );
+    let mut completion = serde_json::json!({
+        "choices": [{"message": {"content": whole.text, "reasoning_content": whole.reasoning}, "finish_reason": reason}],
+    });
+    if let Some(usage) = whole.usage {
+        completion["usage"] =
+            serde_json::json!({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens});
+    }
+    let again = parse_completion(completion.to_string().as_bytes());
+    assert_eq!(again.as_ref(), Ok(&whole), "taken otherwise from what it said");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_answers_hold_what_the_fuzz_target_checks() {
+        let bodies = [
+            &br#"{"choices":[{"message":{"content":" Hi ","reasoning":"hm"},"finish_reason":"  stop "}],"usage":{}}"#[..],
+            br#"{"choices":[{"message":{"content":"Hi"},"finish_reason":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}]}"#,
+            br#"{"choices":[{"message":{"content":"   "}}]}"#,
+            // Found by the fuzz target: cut at its bound, the reason ended in blanks.
+            br#"{"choices":[{"message":{"content":"Hi"},"finish_reason":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx \r\f y"}]}"#,
+            b"not json at all, and long enough to be cut: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        ];
+        bodies.into_iter().for_each(fuzz_completion);
+        let quoted = format!(r#"{{"choices":"{}"}}"#, "a".repeat(4000));
+        fuzz_completion(quoted.as_bytes());
+    }
 
     #[test]
     fn completions_parse_and_garbage_does_not() {

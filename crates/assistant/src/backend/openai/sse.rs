@@ -149,14 +149,26 @@ struct Delta {
     reasoning: Option<String>,
 }
 
+/// Bytes kept of what the model server says of an error.
+const MAX_PROBLEM_BYTES: usize = 200;
+
+/// What is wrong with a model server's JSON, its quotes shortened: the
+/// parser's message quotes a string found where it wanted another type,
+/// which may be most of a megabyte of the answer (the user's words among
+/// them), and the error goes on to the call's stored outcome, its readers
+/// and the log.
+pub(crate) fn json_problem(error: &serde_json::Error) -> String {
+    megamind_core::codec::quote::sanitize(&error.to_string())
+}
+
 fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
     if data.trim() == "[DONE]" {
         events.push(StreamEvent::Done);
         return Ok(());
     }
-    let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(e.to_string()))?;
+    let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(json_problem(&e)))?;
     if let Some(error) = chunk.error {
-        return Err(SseError::Backend(megamind_core::text::clip(&error.to_string(), 200).to_owned()));
+        return Err(SseError::Backend(megamind_core::text::clip(&error.to_string(), MAX_PROBLEM_BYTES).to_owned()));
     }
     if let Some(choice) = chunk.choices.into_iter().next() {
         if let Some(delta) = choice.delta {
@@ -172,8 +184,9 @@ fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> 
 
 /// A `finish_reason` that says something, clipped.
 pub(crate) fn finish_reason(value: Option<&Value>) -> Option<String> {
-    let reason = value?.as_str()?.trim();
-    (!reason.is_empty()).then(|| megamind_core::text::clip(reason, MAX_FINISH_REASON_BYTES).to_owned())
+    // Trimmed after the clip too: cut inside, it may end in blanks.
+    let reason = megamind_core::text::clip(value?.as_str()?.trim(), MAX_FINISH_REASON_BYTES).trim_end();
+    (!reason.is_empty()).then(|| reason.to_owned())
 }
 
 /// A `usage` object's token counts; absent ones count 0.
@@ -252,6 +265,11 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         assert!(matches!(SseDecoder::new(1024).push(b"data: {not json\n\n"), Err(SseError::BadChunk(_))));
+        let misplaced = format!("data: {{\"choices\":\"{}\"}}\n\n", "a".repeat(4000));
+        let Err(SseError::BadChunk(problem)) = SseDecoder::new(1 << 20).push(misplaced.as_bytes()) else {
+            panic!("a chunk whose choices are a string")
+        };
+        assert!(problem.starts_with("invalid type: string \"aaa…") && problem.len() < 100, "{problem}");
         assert!(matches!(SseDecoder::new(1024).push(b"data: \xff\xfe\n\n"), Err(SseError::NotUtf8)));
         let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
         assert!(matches!(error, Err(SseError::Backend(ref m)) if m.contains("overloaded")), "{error:?}");
