@@ -538,7 +538,7 @@ impl Scenario for Assistant {
         ctx: CallContext,
     ) -> ScenarioResult<TScenarioContinueResponse> {
         let stop_by = self.stop_by(ctx.deadline);
-        let args = state::continue_arguments(request.arguments.as_ref())?;
+        let args = state::continue_arguments(request.arguments.as_ref(), self.caps)?;
         let screen = has_screen(request.base_request.as_ref());
         let mut body = match self.start(&args).await {
             Err(AtCapacity) => {

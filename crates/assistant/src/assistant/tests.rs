@@ -400,3 +400,28 @@ async fn followers_of_a_call_read_its_events_from_the_start() {
 }
 
 mod callbacks;
+
+#[tokio::test(start_paused = true)]
+async fn a_continue_bringing_more_history_than_run_keeps_calls_the_model_with_the_capped_history() {
+    let backend = Scripted::new(10, Ok("Сейчас 12 часов."));
+    let config = AssistantConfig::default();
+    let (assistant, _) = assistant(backend.clone(), config.clone());
+    let turns =
+        (0..40).map(|i| TAssistantTurn { user: format!("вопрос {i}"), assistant: format!("ответ {i}") });
+    let args = TAssistantContinueArguments {
+        call_id: "r-9".into(),
+        utterance: "Который час?".into(),
+        state: Some(TAssistantState { session_id: "s".into(), turns: turns.collect(), ..Default::default() }),
+        ..Default::default()
+    };
+    let request = continue_request(Any::from_msg(&args).unwrap());
+    continue_body(assistant.r#continue(request, ctx("r-9")).await.unwrap().into_owned());
+
+    let requests = backend.requests.lock().unwrap();
+    let asked: Vec<&str> = requests[0].messages.iter().map(|m| m.content.as_str()).collect();
+    let kept = config.dialog.history_turns;
+    // The system prompt, the kept turns' two messages each, the question.
+    assert_eq!(asked.len(), 1 + 2 * kept + 1, "{asked:?}");
+    assert_eq!(asked[1], format!("вопрос {}", 40 - kept), "the last turns are kept");
+    assert_eq!(asked.last(), Some(&"Который час?"));
+}

@@ -18,11 +18,16 @@
 //! `IsSessionReset`) and carried in the state afterwards, so it is stable over
 //! the session and the same for every retry of a request.
 
-use megamind_core::{proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError, text::clip};
+use megamind_core::{
+    dispatch::MAX_REQUEST_ID, proto::n_alice::n_scenarios::TScenarioBaseRequest, scenario::ScenarioError, text::clip,
+};
 use prost::Message;
 use prost_types::Any;
 
-use crate::proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn};
+use crate::{
+    backend::MAX_ANSWER_BYTES,
+    proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
+};
 
 /// The type URL of the state.
 pub(crate) fn type_url() -> String {
@@ -48,6 +53,11 @@ pub(crate) fn decode(any: Option<&Any>, caps: Caps) -> TAssistantState {
     match TAssistantState::decode(any.value.as_slice()) {
         Ok(mut state) => {
             cap(&mut state.turns, caps);
+            let pending = state.pending.as_ref();
+            if let Some(why) = pending.and_then(|p| out_of_bounds(&p.call_id, &p.spoken)) {
+                tracing::debug!(why, "assistant: a pending call past the bounds ignored");
+                state.pending = None;
+            }
             state
         }
         Err(error) => {
@@ -114,17 +124,38 @@ pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
     format!("session_{}.{micros:06}", server_time_ms / 1000)
 }
 
-/// The `ContinueArguments` `/run` handed over, checked.
-pub(crate) fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinueArguments, ScenarioError> {
+/// Longest call id: a `RequestId`, and what a skill's next step adds to it.
+const MAX_CALL_ID: usize = 2 * MAX_REQUEST_ID;
+
+/// Why a call named by a state's pending call or by `ContinueArguments`
+/// is past what this server ever hands over, if it is: a `CallId` longer
+/// than [`MAX_CALL_ID`], or `Spoken` longer than an answer.
+fn out_of_bounds(call_id: &str, spoken: &str) -> Option<String> {
+    let fields = [("CallId", call_id.len(), MAX_CALL_ID), ("Spoken", spoken.len(), MAX_ANSWER_BYTES)];
+    let (field, length, limit) = fields.into_iter().find(|(_, length, limit)| length > limit)?;
+    Some(format!("{field} is {length} bytes long, over the limit of {limit}"))
+}
+
+/// The `ContinueArguments` `/run` handed over, checked. They come back as
+/// `/run` made them, but are input all the same: arguments past its bounds
+/// are refused, and the state's history is capped by `caps` as a request's
+/// `State` is.
+pub(crate) fn continue_arguments(any: Option<&Any>, caps: Caps) -> Result<TAssistantContinueArguments, ScenarioError> {
     let expected = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
     let any = any.ok_or_else(|| ScenarioError::BadRequest(format!("expected Arguments of {expected}, got none")))?;
     if any.type_url != expected {
         return Err(ScenarioError::BadRequest(format!("expected Arguments of {expected}, got {}", any.type_url)));
     }
-    let args = TAssistantContinueArguments::decode(any.value.as_slice())
+    let mut args = TAssistantContinueArguments::decode(any.value.as_slice())
         .map_err(|e| ScenarioError::BadRequest(format!("undecodable Arguments: {e}")))?;
     if args.call_id.is_empty() || args.utterance.trim().is_empty() {
         return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
+    }
+    if let Some(why) = out_of_bounds(&args.call_id, &args.spoken) {
+        return Err(ScenarioError::BadRequest(format!("Arguments' {why}")));
+    }
+    if let Some(state) = &mut args.state {
+        cap(&mut state.turns, caps);
     }
     Ok(args)
 }
@@ -132,6 +163,7 @@ pub(crate) fn continue_arguments(any: Option<&Any>) -> Result<TAssistantContinue
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::megamind_scenario::v1::TAssistantPending;
 
     fn turn(user: &str, assistant: &str) -> TAssistantTurn {
         TAssistantTurn { user: user.into(), assistant: assistant.into() }
@@ -193,6 +225,54 @@ mod tests {
         let broken = Any { type_url: type_url(), value: vec![0xff, 0xff, 0xff] };
         assert_eq!(decode(Some(&broken), caps), TAssistantState::default());
         assert_eq!(decode(None, caps), TAssistantState::default());
+    }
+
+    fn arguments(args: &TAssistantContinueArguments) -> Any {
+        Any::from_msg(args).unwrap()
+    }
+
+    #[test]
+    fn continue_arguments_past_what_run_hands_over_are_refused_and_their_history_capped() {
+        let caps = Caps { turns: 2, bytes: 1024 };
+        let history = (0..30).map(|i| turn(&format!("u{i}"), &format!("a{i}"))).collect();
+        let state = TAssistantState { turns: history, ..Default::default() };
+        let skill_step = format!("{}#skill-step-12", "r".repeat(MAX_REQUEST_ID));
+        let args = TAssistantContinueArguments {
+            call_id: skill_step.clone(),
+            utterance: "открой Safari".into(),
+            state: Some(state),
+            ..Default::default()
+        };
+        let read = continue_arguments(Some(&arguments(&args)), caps).unwrap();
+        assert_eq!(read.call_id, skill_step, "a skill's step of a RequestId as long as may be");
+        assert_eq!(read.state.unwrap().turns, [turn("u28", "a28"), turn("u29", "a29")], "capped as a State is");
+
+        let long_id = TAssistantContinueArguments { call_id: "r".repeat(MAX_CALL_ID + 1), ..args.clone() };
+        let long_spoken = TAssistantContinueArguments { spoken: "я".repeat(MAX_ANSWER_BYTES / 2 + 1), ..args };
+        for (args, field) in [(long_id, "CallId"), (long_spoken, "Spoken")] {
+            let refused = continue_arguments(Some(&arguments(&args)), caps).unwrap_err();
+            assert!(
+                matches!(&refused, ScenarioError::BadRequest(why) if why.contains(field) && why.contains("over the limit")),
+                "{refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pending_call_past_the_bounds_reads_as_none_and_the_rest_of_the_state_stays() {
+        let caps = Caps { turns: 2, bytes: 1024 };
+        let pending =
+            |call_id: String| TAssistantPending { call_id, utterance: "вопрос".into(), ..Default::default() };
+        let state = |call_id| TAssistantState {
+            session_id: "s".into(),
+            turns: vec![turn("a", "b")],
+            pending: Some(pending(call_id)),
+            ..Default::default()
+        };
+        let kept = decode(Some(&encode(&state("req-1".into()))), caps);
+        assert_eq!(kept.pending.map(|p| p.call_id).as_deref(), Some("req-1"));
+        let dropped = decode(Some(&encode(&state("r".repeat(MAX_CALL_ID + 1)))), caps);
+        assert_eq!((dropped.pending, dropped.session_id.as_str(), dropped.turns.len()), (None, "s", 1));
     }
 
     #[test]
