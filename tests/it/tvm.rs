@@ -324,3 +324,27 @@ async fn a_caller_without_a_ticket_is_refused_before_its_body_is_read() {
     let response = tokio::time::timeout(BUDGET, response).await.expect("an answer before the budget").unwrap();
     assert_eq!(response.headers().get("grpc-status").map(|v| v.to_str().unwrap()), Some("7"), "PERMISSION_DENIED");
 }
+
+#[tokio::test]
+async fn tickets_and_the_local_token_go_to_tvmtool_itself_never_through_a_proxy_the_environment_names() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    // A proxy that takes connections and answers none: what reaches it is counted.
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let proxy_url = format!("http://{}", proxy.local_addr().expect("an address"));
+    let reached = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = reached.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = proxy.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let args = ["--tvmtool-url", &tvmtool.url(), "--tvm-dst", DST];
+    let proxies = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"].map(|name| (name, proxy_url.as_str()));
+    let env = [proxies.as_slice(), &[("NO_PROXY", ""), ("no_proxy", ""), ("TVMTOOL_LOCAL_AUTHTOKEN", TOKEN)]].concat();
+    let server = LoggedServer::start(&args, &env);
+    let (status, body) = post_run(&server.app, Some(MEGAMIND), None).await;
+    server.stop();
+    assert_eq!(status, 200, "checked by tvmtool: {body}");
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0, "a connection to the proxy");
+}

@@ -167,6 +167,18 @@ mod tests {
     }
 
     #[test]
+    fn times_a_clock_cannot_add_are_refused() {
+        let mut config = AssistantConfig::default();
+        config.calls.result_ttl_secs = u64::MAX / 2;
+        config.calls.call_timeout_ms = u64::MAX;
+        config.calls.max_thinking_ms = u64::MAX;
+        let all = config.validate().unwrap_err().join("\n");
+        for key in ["calls.result_ttl_secs", "calls.call_timeout_ms", "calls.max_thinking_ms"] {
+            assert!(all.contains(key), "{key} missing from {all}");
+        }
+    }
+
+    #[test]
     fn the_stream_address_is_one_signed_path_segment_under_the_public_url() {
         let mut config = AssistantConfig::default();
         let key = megamind_core::rules::auth::AddressKey::from_secret("k");

@@ -37,6 +37,13 @@ pub use store::StoreConfig;
 /// errors.
 pub const HIDDEN: &str = "<hidden>";
 
+/// Longest time an answer is kept for repeats: 30 days.
+pub const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// Longest connection timeout, and longest time work past its budget may
+/// go on: a day.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
 /// Top-level tables that are the core's own, not a scenario's.
 pub const CORE_TABLES: &[&str] = &["auth", "budget", "cache", "store"];
 
@@ -341,8 +348,18 @@ impl Config {
         ] {
             check(value > 0, format!("cache.{name} must be above 0"));
         }
-        check(self.cache.ttl_secs > 0, "cache.ttl_secs must be above 0".into());
-        check(self.cache.commit_ttl_secs > 0, "cache.commit_ttl_secs must be above 0".into());
+        // Upper bounds too: a time past them is a slip (or a "forever"), and
+        // the clock's arithmetic and Redis's `PX` have limits of their own.
+        for (name, secs) in [("ttl_secs", self.cache.ttl_secs), ("commit_ttl_secs", self.cache.commit_ttl_secs)] {
+            check((1..=MAX_TTL_SECS).contains(&secs), format!("cache.{name} = {secs}: must be 1..={MAX_TTL_SECS} s"));
+        }
+        for (name, ms) in [
+            ("detach_limit_ms", self.detach_limit_ms),
+            ("shutdown_delay_ms", self.shutdown_delay_ms),
+            ("drain_timeout_ms", self.drain_timeout_ms),
+        ] {
+            check(ms <= MAX_TIMEOUT_MS, format!("{name} = {ms}: must be at most {MAX_TIMEOUT_MS} ms"));
+        }
         let shortest = [b.run_ms, b.continue_ms, b.commit_ms, b.apply_ms].into_iter().min().unwrap_or_default();
         let auth =
             self.auth.problems().into_iter().chain(self.auth.budget_problems(shortest.saturating_sub(b.reserve_ms)));
@@ -354,7 +371,7 @@ impl Config {
             ("idle_timeout_ms", self.idle_timeout_ms),
             ("send_timeout_ms", self.send_timeout_ms),
         ] {
-            check(ms > 0, format!("{name} must be above 0 ms"));
+            check((1..=MAX_TIMEOUT_MS).contains(&ms), format!("{name} = {ms}: must be 1..={MAX_TIMEOUT_MS} ms"));
         }
         check(self.max_connections > 0, "max_connections must be above 0".into());
         check(self.h2_max_concurrent_streams > 0, "h2_max_concurrent_streams must be above 0".into());

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use megamind_core::config::{MAX_TIMEOUT_MS, MAX_TTL_SECS};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -41,9 +42,18 @@ impl Default for CallsConfig {
 impl CallsConfig {
     /// Checks every value, reporting each problem with its key under `calls.`.
     pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
-        check(self.call_timeout_ms > 0, "calls.call_timeout_ms must be above 0".into());
+        // Upper bounds as the server's own times have: the clock's arithmetic and Redis's `PX` have limits.
+        let (timeout, ttl) = (self.call_timeout_ms, self.result_ttl_secs);
+        check(
+            (1..=MAX_TIMEOUT_MS).contains(&timeout),
+            format!("calls.call_timeout_ms = {timeout}: must be 1..={MAX_TIMEOUT_MS}"),
+        );
+        check(
+            self.max_thinking_ms <= MAX_TIMEOUT_MS,
+            format!("calls.max_thinking_ms = {}: must be at most {MAX_TIMEOUT_MS}", self.max_thinking_ms),
+        );
         check(self.max_in_flight > 0, "calls.max_in_flight must be above 0".into());
-        check(self.result_ttl_secs > 0, "calls.result_ttl_secs must be above 0".into());
+        check((1..=MAX_TTL_SECS).contains(&ttl), format!("calls.result_ttl_secs = {ttl}: must be 1..={MAX_TTL_SECS}"));
         check(self.max_retained > 0, "calls.max_retained must be above 0".into());
         check(self.max_retained_bytes > 0, "calls.max_retained_bytes must be above 0".into());
     }

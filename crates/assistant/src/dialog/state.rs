@@ -53,6 +53,10 @@ pub(crate) fn decode(any: Option<&Any>, caps: Caps) -> TAssistantState {
     match TAssistantState::decode(any.value.as_slice()) {
         Ok(mut state) => {
             cap(&mut state.turns, caps);
+            if state.session_id.len() > MAX_SESSION_ID {
+                tracing::debug!(bytes = state.session_id.len(), "assistant: a session id past the bound ignored");
+                state.session_id.clear();
+            }
             let pending = state.pending.as_ref();
             if let Some(why) = pending.and_then(|p| out_of_bounds(&p.call_id, &p.spoken)) {
                 tracing::debug!(why, "assistant: a pending call past the bounds ignored");
@@ -127,6 +131,10 @@ pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
 /// Longest call id: a `RequestId`, and what a skill's next step adds to it.
 const MAX_CALL_ID: usize = 2 * MAX_REQUEST_ID;
 
+/// Longest session id: the ones made here ([`new_session_id`]) have 24 to
+/// 30 bytes. The model is told it, in its prompt, on every call.
+const MAX_SESSION_ID: usize = 64;
+
 /// Why a call named by a state's pending call or by `ContinueArguments`
 /// is past what this server ever hands over, if it is: a `CallId` longer
 /// than [`MAX_CALL_ID`], or `Spoken` longer than an answer.
@@ -155,6 +163,11 @@ pub(crate) fn continue_arguments(any: Option<&Any>, caps: Caps) -> Result<TAssis
         return Err(ScenarioError::BadRequest(format!("Arguments' {why}")));
     }
     if let Some(state) = &mut args.state {
+        let session = state.session_id.len();
+        if session > MAX_SESSION_ID {
+            let why = format!("Arguments' State.SessionId is {session} bytes long, over the limit of {MAX_SESSION_ID}");
+            return Err(ScenarioError::BadRequest(why));
+        }
         cap(&mut state.turns, caps);
     }
     Ok(args)
@@ -273,6 +286,27 @@ mod tests {
         assert_eq!(kept.pending.map(|p| p.call_id).as_deref(), Some("req-1"));
         let dropped = decode(Some(&encode(&state("r".repeat(MAX_CALL_ID + 1)))), caps);
         assert_eq!((dropped.pending, dropped.session_id.as_str(), dropped.turns.len()), (None, "s", 1));
+    }
+
+    #[test]
+    fn a_session_id_past_the_bound_is_made_anew_or_refused() {
+        let caps = Caps { turns: 2, bytes: 1024 };
+        let long = TAssistantState { session_id: "s".repeat(MAX_SESSION_ID + 1), ..Default::default() };
+        let base = TScenarioBaseRequest { state: Some(encode(&long)), server_time_ms: 1_000, ..Default::default() };
+        let made = of_request(&base, "req-1", caps).session_id;
+        assert_eq!(made, new_session_id(1_000, "req-1"), "a new one, as for a state without one");
+        let fits = TAssistantState { session_id: "s".repeat(MAX_SESSION_ID), ..long.clone() };
+        let base = TScenarioBaseRequest { state: Some(encode(&fits)), ..base };
+        assert_eq!(of_request(&base, "req-1", caps).session_id, fits.session_id);
+
+        let args = TAssistantContinueArguments {
+            call_id: "req-1".into(),
+            utterance: "да".into(),
+            state: Some(long),
+            ..Default::default()
+        };
+        let refused = continue_arguments(Some(&arguments(&args)), caps).unwrap_err();
+        assert!(matches!(&refused, ScenarioError::BadRequest(why) if why.contains("SessionId")), "{refused:?}");
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::{fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::redis::redact_url;
+
 /// How long a refused ticket's verdict is reused at most.
 const REFUSAL_TTL: Duration = Duration::from_secs(5);
 
@@ -81,7 +83,7 @@ impl fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let token = if self.tvmtool_token.is_empty() { "" } else { super::HIDDEN };
         f.debug_struct("AuthConfig")
-            .field("tvmtool_url", &self.tvmtool_url)
+            .field("tvmtool_url", &redact_url(&self.tvmtool_url))
             .field("tvmtool_token", &token)
             .field("tvm_dst", &self.tvm_dst)
             .field("tvm_allowed_src", &self.tvm_allowed_src)
@@ -133,6 +135,7 @@ impl AuthConfig {
         let mut problems = Vec::new();
         let url = self.tvmtool_url.trim();
         if !url.is_empty() && reqwest::Url::parse(url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+            let url = redact_url(url);
             problems.push(format!("auth.tvmtool_url = {url:?}: must be an http:// or https:// address"));
         }
         if self.tvm_allowed_src.is_empty() {
@@ -163,6 +166,18 @@ mod tests {
         let config = AuthConfig { tvmtool_token: "s3cr3t".into(), ..AuthConfig::default() };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cr3t") && shown.contains("<hidden>"), "{shown}");
+    }
+
+    #[test]
+    fn a_password_in_tvmtool_s_address_never_shows() {
+        let config = AuthConfig { tvmtool_url: "htpp://tvm:pa55word@localhost:18080".into(), ..AuthConfig::default() };
+        let problems = config.problems();
+        assert!(problems[0].starts_with("auth.tvmtool_url = \"htpp://tvm:<hidden>@localhost"), "{problems:?}");
+        let tvmtool =
+            crate::rules::auth::tvmtool::Tvmtool::new("http://tvm:pa55word@localhost:1", "t".into(), "d".into());
+        for shown in [format!("{config:?}"), format!("{:?}", tvmtool.unwrap()), problems.join("\n")] {
+            assert!(!shown.contains("pa55word") && shown.contains("<hidden>"), "{shown}");
+        }
     }
 
     #[test]

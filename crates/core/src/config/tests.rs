@@ -150,3 +150,18 @@ fn worker_threads_default_to_one_per_cpu_and_are_bounded() {
     let error = Config { worker_threads: 1025, ..Config::default() }.validate().unwrap_err().to_string();
     assert!(error.contains("worker_threads = 1025: must be 0 (one per CPU) to 1024"), "{error}");
 }
+
+#[test]
+fn times_a_clock_cannot_add_are_refused_before_the_server_starts() {
+    let config = Config::from_toml(
+        "detach_limit_ms = 9223372036854775807\nheader_timeout_ms = 9223372036854775807\n\
+         [cache]\nttl_secs = 9223372036854775807\ncommit_ttl_secs = 2592001\n",
+    )
+    .unwrap();
+    let problems = config.problems();
+    for key in ["cache.ttl_secs = ", "cache.commit_ttl_secs = 2592001", "detach_limit_ms = ", "header_timeout_ms = "] {
+        assert!(problems.iter().any(|p| p.starts_with(key) && p.contains("must be")), "{key}: {problems:?}");
+    }
+    let fits = Config::from_toml("send_timeout_ms = 86400000\n[cache]\nttl_secs = 2592000\n").unwrap();
+    assert!(fits.problems().is_empty(), "{:?}", fits.problems());
+}

@@ -130,3 +130,31 @@ async fn a_run_error_has_its_features_as_every_run_answer_does() {
     assert!(matches!(answer.response, Some(t_scenario_run_response::Response::Error(_))), "{answer:?}");
     assert_eq!(answer.features, Some(TScenarioFeatures::default()));
 }
+
+/// Panics quoting its request's words, as a `serde_json` error unwrapped would.
+struct QuotingPanic;
+
+#[async_trait::async_trait]
+impl Scenario for QuotingPanic {
+    async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        let words = "мой адрес улица Пушкина ".repeat(200);
+        panic!("invalid type: string {words:?}, expected a number");
+    }
+}
+
+#[tokio::test]
+async fn a_scenario_s_panic_is_answered_without_the_words_it_quotes() {
+    let mut registry = Registry::new();
+    registry.register("quoting", Arc::new(QuotingPanic)).unwrap();
+    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
+    let dispatcher = Dispatcher::new(registry, None, DispatchLimits::default(), cache, admission, ServerMetrics::new());
+    let scenario = dispatcher.scenario(Some("quoting")).unwrap();
+    let Reply::Answer(body) = dispatcher.dispatch(scenario, run_call("r-1", None)).await else { panic!("refused") };
+    let Some(t_scenario_run_response::Response::Error(error)) = TScenarioRunResponse::decode(body).unwrap().response
+    else {
+        panic!("no error")
+    };
+    assert_eq!(error.r#type, "internal");
+    assert!(error.message.starts_with("the scenario panicked: invalid type: string"), "{}", error.message);
+    assert!(!error.message.contains("Пушкина") && error.message.len() < 400, "{}", error.message);
+}

@@ -85,8 +85,13 @@ pub(super) async fn run_scenario(
             (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
         }
         Err(panic) => {
-            let message = format!("the scenario panicked: {}", panic_message(&*panic));
-            tracing::error!(handler = handler.as_str(), "{message}");
+            // A panic's message may quote what the scenario choked on (a
+            // client's string, a slice of the utterance): shortened as a
+            // body's problems are, and logged as a field, which the log
+            // line escapes and caps.
+            let panicked = crate::codec::quote::sanitize(panic_message(&*panic));
+            tracing::error!(handler = handler.as_str(), panic = %panicked, "the scenario panicked");
+            let message = format!("the scenario panicked: {panicked}");
             let body = error_body(handler, scenario.version(), "internal", message);
             return Finished { body, outcome: Outcome::Error("internal"), keep: false };
         }

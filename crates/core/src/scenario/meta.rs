@@ -3,7 +3,11 @@
 //! both transports read them from one [`http::HeaderMap`] with
 //! [`CallMeta::from_headers`]).
 
+use std::fmt;
+
 use http::HeaderMap;
+
+use crate::config::HIDDEN;
 
 /// The header Megamind puts its own TVM service ticket in.
 pub const SERVICE_TICKET: &str = "x-ya-service-ticket";
@@ -15,7 +19,9 @@ pub const USER_TICKET: &str = "x-ya-user-ticket";
 pub const SCENARIO_KEY: &str = "x-scenario";
 
 /// The caller's credentials as it sent them, and what checking them said.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A debug print shows whether each ticket came, never the ticket: every
+/// call's context carries them, and a scenario may print its context.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct CallMeta {
     /// `X-Ya-Service-Ticket`: who calls (Megamind), when present.
     pub service_ticket: Option<String>,
@@ -24,6 +30,17 @@ pub struct CallMeta {
     /// The user the checked user ticket names (`[auth] user_ticket` on);
     /// `None` when no user ticket was checked.
     pub default_uid: Option<u64>,
+}
+
+impl fmt::Debug for CallMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |ticket: &Option<String>| ticket.as_ref().map(|_| HIDDEN);
+        f.debug_struct("CallMeta")
+            .field("service_ticket", &shown(&self.service_ticket))
+            .field("user_ticket", &shown(&self.user_ticket))
+            .field("default_uid", &self.default_uid)
+            .finish()
+    }
 }
 
 impl CallMeta {
@@ -50,5 +67,17 @@ mod tests {
         assert_eq!(meta.user_ticket.as_deref(), Some("3:user:u"));
         headers.insert(USER_TICKET, http::HeaderValue::from_bytes(b"\xff").unwrap());
         assert_eq!(CallMeta::from_headers(&headers).user_ticket, None);
+    }
+
+    #[test]
+    fn a_debug_print_of_a_call_s_context_shows_no_ticket() {
+        let meta = CallMeta {
+            service_ticket: Some("3:serv:s3cret".into()),
+            user_ticket: Some("3:user:s3cret".into()),
+            default_uid: Some(42),
+        };
+        let ctx = crate::scenario::CallContext { request_id: "r".into(), deadline: tokio::time::Instant::now(), meta };
+        let shown = format!("{ctx:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("<hidden>") && shown.contains("42"), "{shown}");
     }
 }

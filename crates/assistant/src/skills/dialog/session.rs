@@ -70,14 +70,19 @@ fn size(turn: &TAssistantTurn) -> usize {
     turn.user.len() + turn.assistant.len()
 }
 
-/// Keeps the exchanges within `max_bytes`: the first (the skill's request
-/// and parameters) stays, the oldest after it go; a newest exchange still
-/// too large alone is cut at character boundaries.
+/// Exchanges kept at most: the first and one per step after it. Empty ones
+/// cost no bytes, yet each is two messages to the model.
+const MAX_EXCHANGES: usize = 1 + crate::skills::MAX_STEPS as usize;
+
+/// Keeps the exchanges within `max_bytes` and [`MAX_EXCHANGES`]: the first
+/// (the skill's request and parameters) stays, the oldest after it go; a
+/// newest exchange still too large alone is cut at character boundaries.
 pub(crate) fn cap(session: &mut TSkillSession, max_bytes: usize) {
     let mut total: usize = session.exchanges.iter().map(size).sum();
+    let len = session.exchanges.len();
     let mut drop = 0;
     // Index 0 is kept, and so is the newest.
-    while total > max_bytes && 1 + drop + 1 < session.exchanges.len() {
+    while (total > max_bytes || len - drop > MAX_EXCHANGES) && 1 + drop + 1 < len {
         total -= size(&session.exchanges[1 + drop]);
         drop += 1;
     }
@@ -104,6 +109,21 @@ mod tests {
 
     fn bytes(session: &TSkillSession) -> usize {
         session.exchanges.iter().map(size).sum()
+    }
+
+    #[test]
+    fn exchanges_beyond_one_per_step_go_however_small() {
+        let mut session = start("deploy", "req-1");
+        session.exchanges = vec![TAssistantTurn { user: "first".into(), ..Default::default() }];
+        session.exchanges.extend((0..5_000).map(|_| TAssistantTurn::default()));
+        session.exchanges.push(TAssistantTurn { user: "newest".into(), ..Default::default() });
+        bound(&mut session, 1 << 20);
+        assert_eq!(session.exchanges.len(), MAX_EXCHANGES);
+        assert_eq!(
+            (session.exchanges[0].user.as_str(), session.exchanges[MAX_EXCHANGES - 1].user.as_str()),
+            ("first", "newest")
+        );
+        assert_eq!(session.dropped as usize, 5_002 - MAX_EXCHANGES, "counted as dropped");
     }
 
     #[test]

@@ -24,10 +24,11 @@ pub struct Tvmtool {
     dst: String,
 }
 
-/// The token never shows.
+/// The token never shows, nor a password in the address.
 impl fmt::Debug for Tvmtool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tvmtool").field("base", &self.base).field("dst", &self.dst).finish_non_exhaustive()
+        let base = crate::store::redis::redact_url(&self.base);
+        f.debug_struct("Tvmtool").field("base", &base).field("dst", &self.dst).finish_non_exhaustive()
     }
 }
 
@@ -131,6 +132,11 @@ impl Tvmtool {
         let client = crate::http_client::client_builder()
             // tvmtool is next door: a connection is cheap to keep.
             .pool_idle_timeout(Duration::from_secs(90))
+            // Tickets and the local token go to tvmtool itself: never to a
+            // proxy the environment names (`HTTP_PROXY` and the like), nor
+            // on to wherever a redirect points.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("tvmtool client: {e}"))?;
         Ok(Tvmtool { client, base: base.trim().trim_end_matches('/').to_owned(), token, dst })
