@@ -220,7 +220,7 @@ impl Assistant {
     ) -> Result<Assistant, AssistantError> {
         let addresses = Arc::new(config.llm.address_key().map_err(AssistantError::Setup)?);
         let calls = calls_of(config, &metrics, &Stores::memory())?;
-        let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
+        let caps = Caps::of(config);
         let margin = Margin::new(config.answer_margin());
         let activity = warmup::Activity::new();
         let config = config.clone();

@@ -127,7 +127,7 @@ fn speech(body: &TScenarioResponseBody) -> &str {
 }
 
 fn state_of(body: &TScenarioResponseBody) -> TAssistantState {
-    state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20 })
+    state::decode(body.state.as_ref(), Caps { turns: 100, bytes: 1 << 20, utterance: 16 << 10 })
 }
 
 fn metric(registry: &prometheus::Registry, needle: &str) -> bool {

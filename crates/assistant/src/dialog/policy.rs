@@ -137,7 +137,7 @@ impl ChatPolicy {
                 text.trim().into()
             }
         };
-        let caps = Caps { turns: config.dialog.history_turns, bytes: config.dialog.history_max_bytes };
+        let caps = Caps::of(config);
         Ok(ChatPolicy {
             system_prompt,
             caps,
@@ -277,7 +277,7 @@ mod tests {
         let layout = body.layout.as_ref().unwrap();
         assert_eq!(layout.output_speech, "Открываю Safari.");
         assert!(matches!(layout.directives[0].directive, Some(t_directive::Directive::OpenAppDirective(_))));
-        let new_state = state::decode(body.state.as_ref(), Caps { turns: 10, bytes: 1 << 20 });
+        let new_state = state::decode(body.state.as_ref(), Caps { turns: 10, bytes: 1 << 20, utterance: 16 << 10 });
         assert_eq!(new_state.session_id, "s");
         assert_eq!(new_state.turns, [TAssistantTurn { user: "открой Safari".into(), assistant: raw.into() }]);
         assert_eq!(policy().interpret("c", "?", &completion("{\"text\": \""), &state, ""), Interpretation::Unusable);

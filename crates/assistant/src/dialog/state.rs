@@ -34,13 +34,30 @@ pub(crate) fn type_url() -> String {
     Any::from_msg(&TAssistantState::default()).map(|a| a.type_url).unwrap_or_default()
 }
 
-/// Limits of the history.
+/// Limits of the history, and of the words a call is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Caps {
     /// Turns kept at most.
     pub(crate) turns: usize,
     /// Bytes of user and assistant text kept at most.
     pub(crate) bytes: usize,
+    /// Longest `Utterance` a pending call or `ContinueArguments` may carry:
+    /// the longest this server hands over (a user's words, a skill's first
+    /// message with its parameters, a command's output, a session's next
+    /// message).
+    pub(crate) utterance: usize,
+}
+
+impl Caps {
+    /// The caps `config` sets.
+    pub(crate) fn of(config: &crate::config::AssistantConfig) -> Caps {
+        let skills = &config.skills;
+        Caps {
+            turns: config.dialog.history_turns,
+            bytes: config.dialog.history_max_bytes,
+            utterance: (16 << 10).max(skills.max_output_bytes).max(skills.max_session_bytes) + 1024,
+        }
+    }
 }
 
 /// The state in `any`, capped; empty when absent or not ours.
@@ -58,7 +75,7 @@ pub(crate) fn decode(any: Option<&Any>, caps: Caps) -> TAssistantState {
                 state.session_id.clear();
             }
             let pending = state.pending.as_ref();
-            if let Some(why) = pending.and_then(|p| out_of_bounds(&p.call_id, &p.spoken)) {
+            if let Some(why) = pending.and_then(|p| out_of_bounds(&p.call_id, &p.utterance, &p.spoken, caps)) {
                 tracing::debug!(why, "assistant: a pending call past the bounds ignored");
                 state.pending = None;
             }
@@ -137,9 +154,14 @@ const MAX_SESSION_ID: usize = 64;
 
 /// Why a call named by a state's pending call or by `ContinueArguments`
 /// is past what this server ever hands over, if it is: a `CallId` longer
-/// than [`MAX_CALL_ID`], or `Spoken` longer than an answer.
-fn out_of_bounds(call_id: &str, spoken: &str) -> Option<String> {
-    let fields = [("CallId", call_id.len(), MAX_CALL_ID), ("Spoken", spoken.len(), MAX_ANSWER_BYTES)];
+/// than [`MAX_CALL_ID`], an `Utterance` longer than `caps` allow, or
+/// `Spoken` longer than an answer.
+fn out_of_bounds(call_id: &str, utterance: &str, spoken: &str, caps: Caps) -> Option<String> {
+    let fields = [
+        ("CallId", call_id.len(), MAX_CALL_ID),
+        ("Utterance", utterance.len(), caps.utterance),
+        ("Spoken", spoken.len(), MAX_ANSWER_BYTES),
+    ];
     let (field, length, limit) = fields.into_iter().find(|(_, length, limit)| length > limit)?;
     Some(format!("{field} is {length} bytes long, over the limit of {limit}"))
 }
@@ -159,7 +181,7 @@ pub(crate) fn continue_arguments(any: Option<&Any>, caps: Caps) -> Result<TAssis
     if args.call_id.is_empty() || args.utterance.trim().is_empty() {
         return Err(ScenarioError::BadRequest("Arguments lack CallId or Utterance".into()));
     }
-    if let Some(why) = out_of_bounds(&args.call_id, &args.spoken) {
+    if let Some(why) = out_of_bounds(&args.call_id, &args.utterance, &args.spoken, caps) {
         return Err(ScenarioError::BadRequest(format!("Arguments' {why}")));
     }
     if let Some(state) = &mut args.state {
@@ -188,7 +210,7 @@ mod tests {
 
     #[test]
     fn keeps_the_last_n_turns() {
-        let caps = Caps { turns: 3, bytes: 1 << 20 };
+        let caps = Caps { turns: 3, bytes: 1 << 20, utterance: 16 << 10 };
         let mut turns = Vec::new();
         for i in 0..5 {
             push_turn(&mut turns, turn(&format!("u{i}"), &format!("a{i}")), caps);
@@ -199,7 +221,7 @@ mod tests {
 
     #[test]
     fn drops_the_oldest_turns_past_the_byte_cap() {
-        let caps = Caps { turns: 100, bytes: 300 };
+        let caps = Caps { turns: 100, bytes: 300, utterance: 16 << 10 };
         let mut turns = Vec::new();
         for i in 0..10 {
             push_turn(&mut turns, turn(&format!("{i}").repeat(50), &"ответ".repeat(5)), caps);
@@ -211,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_single_huge_turn_is_cut_at_character_boundaries() {
-        let caps = Caps { turns: 10, bytes: 301 };
+        let caps = Caps { turns: 10, bytes: 301, utterance: 16 << 10 };
         let mut turns = vec![turn("old", "old")];
         push_turn(&mut turns, turn(&"я".repeat(1000), &"ж".repeat(1000)), caps);
         assert_eq!(turns.len(), 1);
@@ -222,7 +244,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_ignores_foreign_or_broken_state() {
-        let caps = Caps { turns: 2, bytes: 1024 };
+        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
         let state = TAssistantState {
             session_id: "session_1.000001".into(),
             turns: vec![turn("a", "b"), turn("c", "d"), turn("e", "f")],
@@ -246,7 +268,7 @@ mod tests {
 
     #[test]
     fn continue_arguments_past_what_run_hands_over_are_refused_and_their_history_capped() {
-        let caps = Caps { turns: 2, bytes: 1024 };
+        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
         let history = (0..30).map(|i| turn(&format!("u{i}"), &format!("a{i}"))).collect();
         let state = TAssistantState { turns: history, ..Default::default() };
         let skill_step = format!("{}#skill-step-12", "r".repeat(MAX_REQUEST_ID));
@@ -273,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_pending_call_past_the_bounds_reads_as_none_and_the_rest_of_the_state_stays() {
-        let caps = Caps { turns: 2, bytes: 1024 };
+        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
         let pending =
             |call_id: String| TAssistantPending { call_id, utterance: "вопрос".into(), ..Default::default() };
         let state = |call_id| TAssistantState {
@@ -289,8 +311,27 @@ mod tests {
     }
 
     #[test]
+    fn words_longer_than_this_server_hands_over_are_refused_or_their_pending_call_dropped() {
+        let config = crate::config::AssistantConfig::default();
+        let caps = Caps::of(&config);
+        let longest_output = crate::skills::prompt::command_output(&"x".repeat(config.skills.max_output_bytes), 100);
+        let longest_next = "я".repeat(config.skills.max_session_bytes / 2);
+        for words in [longest_output, longest_next, "слово ".repeat(2000)] {
+            let args = TAssistantContinueArguments { call_id: "r".into(), utterance: words, ..Default::default() };
+            assert!(continue_arguments(Some(&arguments(&args)), caps).is_ok(), "{} bytes", args.utterance.len());
+        }
+        let long = "x".repeat(caps.utterance + 1);
+        let args = TAssistantContinueArguments { call_id: "r".into(), utterance: long.clone(), ..Default::default() };
+        let refused = continue_arguments(Some(&arguments(&args)), caps).unwrap_err();
+        assert!(matches!(&refused, ScenarioError::BadRequest(why) if why.contains("Utterance")), "{refused:?}");
+        let pending = TAssistantPending { call_id: "r".into(), utterance: long, ..Default::default() };
+        let state = TAssistantState { pending: Some(pending), ..Default::default() };
+        assert_eq!(decode(Some(&encode(&state)), caps).pending, None);
+    }
+
+    #[test]
     fn a_session_id_past_the_bound_is_made_anew_or_refused() {
-        let caps = Caps { turns: 2, bytes: 1024 };
+        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
         let long = TAssistantState { session_id: "s".repeat(MAX_SESSION_ID + 1), ..Default::default() };
         let base = TScenarioBaseRequest { state: Some(encode(&long)), server_time_ms: 1_000, ..Default::default() };
         let made = of_request(&base, "req-1", caps).session_id;
