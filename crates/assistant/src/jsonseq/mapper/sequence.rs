@@ -18,6 +18,11 @@ const MAX_SUMMARY_BYTES: usize = 2048;
 const MAX_TITLE_BYTES: usize = 512;
 /// Blanks held back inside a text at most; past it they are sent.
 const MAX_BLANK_BYTES: usize = 4096;
+/// Phases sent at most; past it, a phase's text goes on in the latest one,
+/// where a piece's texts are joined into one event. A model's eight bytes
+/// (`<phase>x`) are two events: a megabyte of them would be a quarter of a
+/// million, each carrying the call's ids.
+pub(crate) const MAX_PHASES: u64 = 256;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 enum Stage {
@@ -85,8 +90,8 @@ impl Sequence {
         if !self.may_think() {
             return false;
         }
-        // Past u64::MAX nothing follows: the text goes on in the latest phase.
-        let Some(id) = self.phase.unwrap_or(0).checked_add(1) else { return false };
+        // Past the bound nothing follows: the text goes on in the latest phase.
+        let Some(id) = self.phase.unwrap_or(0).checked_add(1).filter(|id| *id <= MAX_PHASES) else { return false };
         self.thinking_start(out);
         let title = clip(title.trim(), MAX_TITLE_BYTES).split_whitespace().collect::<Vec<_>>().join(" ");
         let title = if title.is_empty() { mapper::THINKING_TITLE.to_owned() } else { title };

@@ -348,3 +348,27 @@ fn format_names_and_mapper_traits() {
     send::<Mapper>();
     assert!(std::mem::size_of::<Mapper>() <= 256, "{}", std::mem::size_of::<Mapper>());
 }
+
+#[test]
+fn a_piece_holding_thousands_of_tags_or_lines_is_a_bounded_number_of_events() {
+    let max_phases = usize::try_from(super::sequence::MAX_PHASES).unwrap();
+    let phase = "{\"event\":\"phase_start\",\"title\":\"t\"}\n{\"event\":\"phase_delta\",\"id\":1,\"text\":\"x\"}\n";
+    let pieces = [
+        (Format::ThinkingMl, format!("<thinking>{}", "<phase>x".repeat(10_000)), 10_000),
+        (Format::Jsonl, "{\"event\":\"final_delta\",\"text\":\"x\"}\n".repeat(10_000), 10_000),
+        (Format::Jsonl, phase.repeat(5_000), 5_000),
+    ];
+    for (format, piece, texts) in pieces {
+        let mut mapper = Mapper::new(format);
+        let mut events = Vec::new();
+        mapper.text(&piece, &mut events);
+        assert!(events.len() <= 2 * max_phases + 2, "{format:?}: {} events", events.len());
+        let phases = events.iter().filter(|e| e.name == "phase_start").count();
+        assert!(phases <= max_phases, "{phases} phases");
+        let text: String = events.iter().filter_map(SeqEvent::text).collect();
+        assert_eq!(text.matches('x').count(), texts, "no text lost");
+        mapper.finish(&mut events);
+        let sent: Vec<_> = events.iter().map(|event| event.to_event("m-1", "r-1")).collect();
+        assert!(crate::jsonseq::validate(&sent).is_empty(), "{format:?}");
+    }
+}
