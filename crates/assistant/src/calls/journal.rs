@@ -461,13 +461,39 @@ mod tests {
     use super::*;
     use crate::{backend::ModelEvent, calls::record::Ending};
 
+    /// When each scripted event came, into its call.
+    const AT: Duration = Duration::from_millis(5);
+
+    /// A piece of the answer's text, as a journal keeps it.
+    fn text(piece: &str) -> Bytes {
+        Entry::Event { event: ModelEvent::TextDelta(piece.into()), at: AT }.encode()
+    }
+
+    /// The end of a call that answered.
+    fn completed() -> Bytes {
+        Entry::Completed { at: AT }.encode()
+    }
+
+    /// The start of the run a mirror follows, and of another run under its key.
+    fn starts() -> (Bytes, Bytes) {
+        (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode())
+    }
+
+    /// A read answering `entries`, the first numbered `first`.
+    fn entries(first: u64, entries: Vec<Bytes>) -> ScriptedRead {
+        Ok(Some(Entries { first, entries, ..Entries::default() }))
+    }
+
+    /// The key of call `id`.
+    fn key(id: &str) -> Key {
+        Key::new("assistant", megamind_core::scenario::Handler::Run, id)
+    }
+
     #[test]
     fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
         let first_run = [Entry::started_now(), text("Сей")];
         let mirror = mirror_of(latest_run(&first_run), 1024);
-        let second_run = [Entry::started_now(), text("Сейчас."), Entry::Completed { at }.encode()];
+        let second_run = [Entry::started_now(), text("Сейчас."), completed()];
         assert!(apply(&mirror, &second_run, &mut true), "the new start ends the mirror");
         let early = mirror_of(&[], 1024);
         assert!(!apply(&early, &first_run, &mut false), "a mirror made before the start reads it as the start");
@@ -479,38 +505,19 @@ mod tests {
         assert_eq!(fresh.snapshot().2, super::super::record::Ending::Completed);
     }
 
-    /// A journal that answers reads from a script.
-    #[derive(Debug)]
-    struct Scripted(std::sync::Mutex<std::collections::VecDeque<Result<Option<Entries>, StoreError>>>);
-
-    #[async_trait::async_trait]
-    impl Journal for Scripted {
-        async fn append(&self, _lease: &Lease, _appending: Appending<'_>) -> Result<bool, StoreError> {
-            Ok(true)
-        }
-
-        async fn read(&self, _key: &Key, _after: u64, _deadline: Instant) -> Result<Option<Entries>, StoreError> {
-            let next = self.0.lock().unwrap().pop_front();
-            next.unwrap_or_else(|| Err(StoreError::Unavailable("the script is over".into())))
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_with_its_run() {
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
-        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
-        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
-        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m1");
+        let (ours, theirs) = starts();
+        let key = key("m1");
         for (head, ends) in [(theirs.clone(), Ending::Failed(RESTARTED.into())), (ours.clone(), Ending::Completed)] {
             let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
             let script = [
                 Err(StoreError::Unavailable("Redis restarted".into())),
-                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+                entries(3, vec![text("час."), completed()]),
                 // The check of the journal's first entry.
                 entries(1, vec![head, text("Сей")]),
             ];
-            let journal = Arc::new(Scripted(std::sync::Mutex::new(script.into_iter().collect())));
+            let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             assert_eq!(record.snapshot().2, ends);
         }
@@ -518,16 +525,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
-        type Script = VecDeque<Result<Option<Entries>, StoreError>>;
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
-        let ours = Entry::Started { unix_us: 1 }.encode();
-        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
-        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m2");
+        type Script = VecDeque<ScriptedRead>;
+        let (ours, _) = starts();
+        let key = key("m2");
         let restarted = || once(Err(StoreError::Unavailable("Redis restarted".into())));
         let gone = |reads: usize| std::iter::repeat_with(|| Ok(None)).take(reads);
         let written_anew = [
-            entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+            entries(3, vec![text("час."), completed()]),
             // The check of the journal's first entry.
             entries(1, vec![ours.clone(), text("Сей")]),
         ];
@@ -543,7 +547,7 @@ mod tests {
         ];
         for (script, ends, (least, most)) in cases {
             let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
-            let journal = Arc::new(Scripted(std::sync::Mutex::new(script)));
+            let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
             let began = Instant::now();
             mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
             let took = began.elapsed();
@@ -623,19 +627,12 @@ mod tests {
     /// the same, then checks that it still begins with its run.
     #[tokio::test(start_paused = true)]
     async fn a_journal_gone_just_after_its_store_was_troubled_is_waited_for_too() {
-        type Script = VecDeque<Result<Option<Entries>, StoreError>>;
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
-        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
-        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
-        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m5");
+        type Script = VecDeque<ScriptedRead>;
+        let (ours, theirs) = starts();
+        let key = key("m5");
         let gone = |reads: usize| std::iter::repeat_with(|| Ok(None)).take(reads);
-        let anew = |head: &Bytes| {
-            [
-                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
-                entries(1, vec![head.clone(), text("Сей")]),
-            ]
-        };
+        let anew =
+            |head: &Bytes| [entries(3, vec![text("час."), completed()]), entries(1, vec![head.clone(), text("Сей")])];
         let short = Duration::from_millis(1);
         let now = Instant::now();
         let cases: [(Script, Instant, _, _); 3] = [
@@ -663,17 +660,14 @@ mod tests {
     /// take the other run's entries past its own for its run's.
     #[tokio::test(start_paused = true)]
     async fn a_journal_read_after_a_trouble_is_checked_to_begin_with_the_mirrors_run() {
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
-        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
-        let entries = |first: u64, entries: Vec<Bytes>| Ok(Some(Entries { first, entries, ..Entries::default() }));
-        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m6");
+        let (ours, theirs) = starts();
+        let key = key("m6");
         for (head, ends) in [(theirs.clone(), Ending::Failed(RESTARTED.into())), (ours.clone(), Ending::Completed)] {
             let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
             let script = [
                 entries(3, vec![text("час ")]),
                 // Served as the trouble is noted.
-                entries(4, vec![text("ровно."), Entry::Completed { at }.encode()]),
+                entries(4, vec![text("ровно."), completed()]),
                 // The check of the journal's first entry.
                 entries(1, vec![head, text("Сей")]),
             ];
@@ -689,12 +683,8 @@ mod tests {
     /// and it ends if the journal is another run's.
     #[tokio::test(start_paused = true)]
     async fn a_mirror_waiting_for_entries_is_woken_by_a_loss_and_not_spoken_from_until_checked() {
-        let at = Duration::from_millis(5);
-        let text = |piece: &str| Entry::Event { event: ModelEvent::TextDelta(piece.into()), at }.encode();
-        let (ours, theirs) = (Entry::Started { unix_us: 1 }.encode(), Entry::Started { unix_us: 2 }.encode());
-        let entries =
-            |first: u64, entries: Vec<Bytes>| Some(Ok(Some(Entries { first, entries, ..Entries::default() })));
-        let key = Key::new("assistant", megamind_core::scenario::Handler::Run, "m7");
+        let (ours, theirs) = starts();
+        let key = key("m7");
         for (head, ends) in [(ours.clone(), Ending::Completed), (theirs.clone(), Ending::Failed(RESTARTED.into()))] {
             let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
             let script = [
@@ -702,9 +692,9 @@ mod tests {
                 None,
                 // Gone for now.
                 Some(Ok(None)),
-                entries(3, vec![text("час."), Entry::Completed { at }.encode()]),
+                Some(entries(3, vec![text("час."), completed()])),
                 // The check of the journal's first entry.
-                entries(1, vec![head, text("Сей")]),
+                Some(entries(1, vec![head, text("Сей")])),
             ];
             let journal = Arc::new(Flushed::new(script, None));
             let mirroring = tokio::spawn(mirror(journal.clone(), key.clone(), record.clone(), 2, Some(ours.clone())));
@@ -797,7 +787,7 @@ mod tests {
     async fn a_call_begun_in_memory_offers_itself_a_margin_after_the_store_is_back() {
         let store = Arc::new(Returning::default());
         store.down.store(true, std::sync::atomic::Ordering::SeqCst);
-        let journal = Arc::new(Scripted(std::sync::Mutex::new(VecDeque::new())));
+        let journal = Arc::new(Flushed::default());
         let (tap, mut told, writer) = writer_of("m3", journal, Some(store.clone()));
         // The model streams a word every 50 ms.
         let gap = Duration::from_millis(50);

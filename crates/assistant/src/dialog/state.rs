@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn keeps_the_last_n_turns() {
-        let caps = Caps { turns: 3, bytes: 1 << 20, utterance: 16 << 10 };
+        let caps = caps(3, 1 << 20);
         let mut turns = Vec::new();
         for i in 0..5 {
             push_turn(&mut turns, turn(&format!("u{i}"), &format!("a{i}")), caps);
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn drops_the_oldest_turns_past_the_byte_cap() {
-        let caps = Caps { turns: 100, bytes: 300, utterance: 16 << 10 };
+        let caps = caps(100, 300);
         let mut turns = Vec::new();
         for i in 0..10 {
             push_turn(&mut turns, turn(&format!("{i}").repeat(50), &"ответ".repeat(5)), caps);
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_single_huge_turn_is_cut_at_character_boundaries() {
-        let caps = Caps { turns: 10, bytes: 301, utterance: 16 << 10 };
+        let caps = caps(10, 301);
         let mut turns = vec![turn("old", "old")];
         push_turn(&mut turns, turn(&"я".repeat(1000), &"ж".repeat(1000)), caps);
         assert_eq!(turns.len(), 1);
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_ignores_foreign_or_broken_state() {
-        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
+        let caps = caps(2, 1024);
         let state = TAssistantState {
             session_id: "session_1.000001".into(),
             turns: vec![turn("a", "b"), turn("c", "d"), turn("e", "f")],
@@ -262,13 +262,18 @@ mod tests {
         assert_eq!(decode(None, caps), TAssistantState::default());
     }
 
+    /// Caps of `turns` and `bytes` of history, words as long as the defaults allow.
+    fn caps(turns: usize, bytes: usize) -> Caps {
+        Caps { turns, bytes, utterance: 16 << 10 }
+    }
+
     fn arguments(args: &TAssistantContinueArguments) -> Any {
         Any::from_msg(args).unwrap()
     }
 
     #[test]
     fn continue_arguments_past_what_run_hands_over_are_refused_and_their_history_capped() {
-        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
+        let caps = caps(2, 1024);
         let history = (0..30).map(|i| turn(&format!("u{i}"), &format!("a{i}"))).collect();
         let state = TAssistantState { turns: history, ..Default::default() };
         let skill_step = format!("{}#skill-step-12", "r".repeat(MAX_REQUEST_ID));
@@ -295,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_pending_call_past_the_bounds_reads_as_none_and_the_rest_of_the_state_stays() {
-        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
+        let caps = caps(2, 1024);
         let pending =
             |call_id: String| TAssistantPending { call_id, utterance: "вопрос".into(), ..Default::default() };
         let state = |call_id| TAssistantState {
@@ -331,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_session_id_past_the_bound_is_made_anew_or_refused() {
-        let caps = Caps { turns: 2, bytes: 1024, utterance: 16 << 10 };
+        let caps = caps(2, 1024);
         let long = TAssistantState { session_id: "s".repeat(MAX_SESSION_ID + 1), ..Default::default() };
         let base = TScenarioBaseRequest { state: Some(encode(&long)), server_time_ms: 1_000, ..Default::default() };
         let made = of_request(&base, "req-1", caps).session_id;
