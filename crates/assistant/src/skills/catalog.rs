@@ -23,7 +23,13 @@
 //! `triggers` (phrases that start the skill) and `parameters` (what it
 //! expects, `name` or `name: description`). A value holding a newline is
 //! one item per line (write it as a `|` block); otherwise items are
-//! separated by commas. Items are trimmed and empty ones dropped.
+//! separated by commas. Items are trimmed and empty ones dropped; past
+//! [`MAX_ITEMS`] of either, the rest are ignored with a warning.
+//!
+//! A skills folder is written by people, and its files are read as input:
+//! besides the bounds above, a skill reports at most [`MAX_KEY_WARNINGS`]
+//! unknown keys one by one (the rest as a count), and its triggers are
+//! normalized once, when it is loaded, not on every utterance.
 
 use std::{
     collections::BTreeMap,
@@ -47,6 +53,12 @@ pub const MAX_SKILLS: usize = 256;
 const MAX_ENTRIES: usize = 4096;
 /// The longest name `closest` compares (edit distance is quadratic).
 const MAX_QUERY_CHARS: usize = 128;
+/// The most triggers, and the most parameters, a skill keeps: every
+/// utterance is compared with every trigger, and every parameter is
+/// written into the model's instructions.
+pub const MAX_ITEMS: usize = 64;
+/// Unknown keys reported one by one per skill (each is a log line).
+pub const MAX_KEY_WARNINGS: usize = 8;
 
 /// One skill, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +77,9 @@ pub struct Skill {
     pub allowed_tools: Option<Vec<String>>,
     /// `metadata.triggers` split into phrases.
     pub triggers: Vec<String>,
+    /// The triggers as utterances are compared with them: normalized,
+    /// between spaces; empty ones left out.
+    matched: Vec<String>,
     /// `metadata.parameters` split into parameters.
     pub parameters: Vec<Parameter>,
     /// The Markdown body, without front matter, trimmed.
@@ -217,9 +232,8 @@ impl Catalog {
         let said = format!(" {} ", normalize(utterance));
         let mut best: Option<(usize, &Skill)> = None;
         for skill in self.skills.values() {
-            for trigger in &skill.triggers {
-                let trigger = normalize(trigger);
-                if trigger.is_empty() || !said.contains(&format!(" {trigger} ")) {
+            for trigger in &skill.matched {
+                if !said.contains(trigger.as_str()) {
                     continue;
                 }
                 if best.is_none_or(|(len, _)| trigger.len() > len) {
@@ -294,13 +308,19 @@ fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Lo
         (line, format!("invalid front matter: {}", message.lines().next().unwrap_or("invalid YAML")))
     };
     let keys: BTreeMap<String, serde::de::IgnoredAny> = serde_saphyr::from_str(yaml).map_err(located)?;
-    let warnings = keys
-        .keys()
-        .filter(|key| !KNOWN_KEYS.contains(&key.as_str()))
-        .map(|key| (crate::skills::catalog::front::line_of_key(yaml, key), format!("unknown key `{key}` ignored")))
-        .collect();
-    let front: FrontMatter = serde_saphyr::from_str(yaml).map_err(located)?;
     let at = |key: &str| crate::skills::catalog::front::line_of_key(yaml, key);
+    // Each key's line is a scan of the front matter: a few keys named,
+    // never tens of thousands (a quarter of a megabyte of `kN: 1` lines).
+    let unknown: Vec<&String> = keys.keys().filter(|key| !KNOWN_KEYS.contains(&key.as_str())).collect();
+    let mut warnings: Vec<Located> = unknown
+        .iter()
+        .take(MAX_KEY_WARNINGS)
+        .map(|key| (at(key), format!("unknown key `{}` ignored", megamind_core::text::clip(key, 64))))
+        .collect();
+    if let Some(more) = unknown.len().checked_sub(MAX_KEY_WARNINGS).filter(|more| *more > 0) {
+        warnings.push((None, format!("{more} more unknown keys ignored")));
+    }
+    let front: FrontMatter = serde_saphyr::from_str(yaml).map_err(located)?;
     check_name(&front.name, folder).map_err(|reason| (at("name"), reason))?;
     let chars = front.description.trim().chars().count();
     if !(1..=1024).contains(&chars) {
@@ -310,8 +330,17 @@ fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Lo
         Tools::Line(line) => split_tools(&line),
         Tools::List(list) => list.into_iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
     });
-    let triggers = front.metadata.get("triggers").map(|v| split_items(v)).unwrap_or_default();
-    let parameters = front.metadata.get("parameters").map(|v| split_items(v)).unwrap_or_default();
+    let mut items = |key: &str| {
+        let mut items = front.metadata.get(key).map(|v| split_items(v)).unwrap_or_default();
+        if items.len() > MAX_ITEMS {
+            let reason = format!("`metadata.{key}`: {} items, only the first {MAX_ITEMS} are used", items.len());
+            warnings.push((at("metadata"), reason));
+            items.truncate(MAX_ITEMS);
+        }
+        items
+    };
+    let triggers = items("triggers");
+    let parameters = items("parameters");
     let parameters = parameters
         .into_iter()
         .map(|item| match item.split_once(':') {
@@ -326,12 +355,19 @@ fn parse_located(folder: &str, path: &Path, text: &str) -> Result<(Skill, Vec<Lo
         compatibility: front.compatibility,
         metadata: front.metadata,
         allowed_tools,
+        matched: matched(&triggers),
         triggers,
         parameters,
         body: body.trim().to_string(),
         path: path.to_path_buf(),
     };
     Ok((skill, warnings))
+}
+
+/// `triggers` normalized and between spaces, as [`Catalog::find_trigger`]
+/// looks for them in an utterance.
+fn matched(triggers: &[String]) -> Vec<String> {
+    triggers.iter().map(|trigger| normalize(trigger)).filter(|t| !t.is_empty()).map(|t| format!(" {t} ")).collect()
 }
 
 /// The Agent Skills rules for `name`, and its folder's name.

@@ -197,3 +197,49 @@ fn metadata_scalars_are_read_as_strings() {
     assert!(warnings.is_empty());
     assert_eq!(skill.metadata.get("version").map(String::as_str), Some("1.0"));
 }
+
+#[test]
+fn a_front_matter_of_thousands_of_unknown_keys_names_a_few_and_counts_the_rest() {
+    let mut text = String::from("---\nname: many\ndescription: x\n");
+    let mut keys = 0;
+    while text.len() < MAX_SKILL_BYTES as usize - 64 {
+        text.push_str(&format!("k{keys}: 1\n"));
+        keys += 1;
+    }
+    text.push_str("---\n");
+    let (_, warnings) = parse("many", Path::new("many/SKILL.md"), &text).expect("a valid skill");
+    assert_eq!(warnings.len(), MAX_KEY_WARNINGS + 1, "{warnings:?}");
+    // Named in key order, with their lines.
+    let first = warnings.first().expect("a warning");
+    assert_eq!((first.line, first.reason.as_str()), (Some(4), "unknown key `k0` ignored"));
+    let last = warnings.last().expect("the count");
+    assert_eq!(last.reason, format!("{} more unknown keys ignored", keys - MAX_KEY_WARNINGS));
+}
+
+#[test]
+fn a_skill_keeps_its_first_triggers_and_parameters_and_warns_of_the_rest() {
+    let phrases = |word: &str| (0..MAX_ITEMS + 36).map(|i| format!("{word} {i}")).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "---\nname: wordy\ndescription: x\nmetadata:\n  triggers: {}\n  parameters: {}\n---\n",
+        phrases("скажи"),
+        phrases("p")
+    );
+    let dir = scratch("wordy");
+    write_skill(&dir, "wordy", &text);
+    let (catalog, problems) = Catalog::load(&dir);
+    let skill = catalog.get("wordy").expect("loaded");
+    assert_eq!((skill.triggers.len(), skill.parameters.len()), (MAX_ITEMS, MAX_ITEMS));
+    let reasons: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            format!("`metadata.triggers`: {} items, only the first {MAX_ITEMS} are used", MAX_ITEMS + 36),
+            format!("`metadata.parameters`: {} items, only the first {MAX_ITEMS} are used", MAX_ITEMS + 36),
+        ]
+    );
+    assert!(problems.iter().all(|p| !p.skipped && p.line == Some(4)), "{problems:?}");
+    let name = |utterance: &str| catalog.find_trigger(utterance).map(|s| s.name.as_str());
+    assert_eq!(name("Скажи 63!"), Some("wordy"));
+    assert_eq!(name("скажи 64"), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}

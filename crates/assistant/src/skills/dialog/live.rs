@@ -131,7 +131,11 @@ async fn on_sighup(live: Weak<LiveCatalog>) {
     };
     while hangups.recv().await.is_some() {
         let Some(live) = live.upgrade() else { return };
-        live.reload("sighup");
+        // Reading and parsing a folder of files blocks: not on a thread
+        // that serves calls.
+        if let Err(error) = tokio::task::spawn_blocking(move || live.reload("sighup")).await {
+            tracing::warn!(%error, "skills: the SIGHUP reload failed");
+        }
     }
 }
 
