@@ -82,7 +82,7 @@ impl Loaded {
         // password written into a URL is one.
         checks::for_each_string(&mut table, &mut |_, text| {
             if text.contains("://") {
-                *text = megamind_core::store::redis::redact_url(text);
+                *text = megamind_core::text::redact_url(text);
             }
         });
         toml::to_string(&table).unwrap_or_default()
@@ -114,7 +114,7 @@ fn value_at<'a>(table: &'a mut toml::Table, key: &str) -> Option<&'a mut toml::V
 fn hide(table: &mut toml::Table, key: &str) {
     if let Some(toml::Value::String(value)) = value_at(table, key) {
         if value.contains("://") {
-            *value = megamind_core::store::redis::redact_url(value);
+            *value = megamind_core::text::redact_url(value);
         } else if !value.is_empty() {
             *value = megamind_core::config::HIDDEN.into();
         }

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_core::store::{StoreUrl, redis::redact_url};
+use megamind_core::{store::StoreUrl, text::redact_url};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -1,5 +1,8 @@
 //! Text helpers the modules share: cutting text to a byte bound without
-//! splitting a character, and the "did you mean" of a misspelt name.
+//! splitting a character, the "did you mean" of a misspelt name, and a URL
+//! shown without its password.
+
+use crate::config::HIDDEN;
 
 /// The longest prefix of `text` of at most `max_bytes` that ends on a
 /// character boundary.
@@ -35,9 +38,33 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
     nearest(word, candidates).map(|near| format!("; did you mean `{near}`?")).unwrap_or_default()
 }
 
+/// `text` with the password of its `user:password@` part replaced by
+/// `<hidden>`; text that is not such a URL, unchanged. For every URL the
+/// configuration takes (the store's, tvmtool's): shown in problems, debug
+/// prints and logs.
+pub fn redact_url(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut url) if url.password().is_some() => {
+            // Setting a password fails only on URLs that cannot have one.
+            let _ = url.set_password(Some(HIDDEN));
+            // The placeholder's `<>` are percent-encoded in a password.
+            url.to_string().replace("%3Chidden%3E", HIDDEN)
+        }
+        _ => text.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{clip, nearest};
+    use super::{clip, nearest, redact_url};
+
+    #[test]
+    fn a_url_is_shown_without_its_password_and_other_text_as_it_is() {
+        assert_eq!(redact_url("redis://user:s3cret@host:6379/1"), "redis://user:<hidden>@host:6379/1");
+        assert_eq!(redact_url("http://:pw@127.0.0.1:1/"), "http://:<hidden>@127.0.0.1:1/");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        assert_eq!(redact_url("sk-plain-key"), "sk-plain-key");
+    }
 
     #[test]
     fn a_near_miss_finds_the_name_it_missed_and_a_stranger_finds_none() {

@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::redis::redact_url;
+use crate::text::redact_url;
 
 /// How long a refused ticket's verdict is reused at most.
 const REFUSAL_TTL: Duration = Duration::from_secs(5);

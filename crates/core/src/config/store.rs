@@ -5,7 +5,10 @@ use std::{fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{CommitFallback, StoreUrl, redis::redact_url};
+use crate::{
+    store::{CommitFallback, StoreUrl},
+    text::redact_url,
+};
 
 /// `[store]`.
 #[derive(Clone, PartialEq, Deserialize, Serialize)]

@@ -73,7 +73,7 @@ use bodies::{BODY_EXTRA, Bodies, Keep};
 
 pub use journal::MAX_BLOCKING;
 pub use link::RedisLink;
-pub use url::{StoreUrl, redact_url};
+pub use url::StoreUrl;
 
 /// Ends the claim `ARGV[1]` if the key still holds it: with the value
 /// `ARGV[2]` (already `v`-prefixed) kept for `ARGV[3]` ms, or, without one,

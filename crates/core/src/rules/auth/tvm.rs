@@ -77,7 +77,7 @@ impl TvmAuthenticator {
         let inner = Inner {
             tvmtool,
             // A password in the URL stays out of the log.
-            address: crate::store::redis::redact_url(url.trim()),
+            address: crate::text::redact_url(url.trim()),
             allowed: config.tvm_allowed_src.clone(),
             user_ticket: config.user_ticket,
             timeout: config.check_timeout(),

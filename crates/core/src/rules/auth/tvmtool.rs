@@ -27,7 +27,7 @@ pub struct Tvmtool {
 /// The token never shows, nor a password in the address.
 impl fmt::Debug for Tvmtool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let base = crate::store::redis::redact_url(&self.base);
+        let base = crate::text::redact_url(&self.base);
         f.debug_struct("Tvmtool").field("base", &base).field("dst", &self.dst).finish_non_exhaustive()
     }
 }
