@@ -292,6 +292,8 @@ fn deployment_fallbacks(auth: &mut AuthConfig, env: &dyn Fn(&str) -> Option<Stri
 
 fn serve(loaded: Loaded) -> anyhow::Result<()> {
     let Loaded { config, modules, .. } = loaded;
+    // A server's panics may quote a client's text: reported on one line.
+    logging::panics::install();
     let log_guard = logging::init(&config.log_level, std::io::stdout()).map_err(anyhow::Error::msg)?;
     // Scenarios register their own collectors in the registry /metrics renders.
     let metrics = ServerMetrics::new();

@@ -1,7 +1,7 @@
 //! The run step's work: the scenario's handler called, its answer encoded,
 //! a panic caught; and work past its budget finishing in the background.
 
-use std::{any::Any, panic::AssertUnwindSafe, sync::Arc};
+use std::{panic::AssertUnwindSafe, sync::Arc};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -15,6 +15,7 @@ use super::{
 use crate::{
     rules::{
         idempotency::{IdempotencyCache, Leading},
+        logging,
         overload::Permit,
     },
     scenario::{CallContext, Handler, Scenario, ScenarioError},
@@ -89,7 +90,7 @@ pub(super) async fn run_scenario(
             // client's string, a slice of the utterance): shortened as a
             // body's problems are, and logged as a field, which the log
             // line escapes and caps.
-            let panicked = crate::codec::quote::sanitize(panic_message(&*panic));
+            let panicked = crate::codec::quote::sanitize(logging::panics::message(&*panic));
             tracing::error!(handler = handler.as_str(), panic = %panicked, "the scenario panicked");
             let message = format!("the scenario panicked: {panicked}");
             let body = error_body(handler, scenario.version(), "internal", message);
@@ -113,12 +114,4 @@ async fn call_handler(
         (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
     };
     Ok(body.into())
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
 }

@@ -7,6 +7,7 @@
 
 pub mod batch;
 pub mod line;
+pub mod panics;
 
 use std::{
     io::Write,

@@ -1,0 +1,88 @@
+//! Panics reported on one line of stderr. A panic's message may quote what
+//! the code choked on (a slice of a client's text); the standard report
+//! writes it as it is, so a newline in it starts a line that log collectors
+//! take for a record of its own, and a megabyte goes out whole.
+
+use std::{
+    any::Any,
+    backtrace::{Backtrace, BacktraceStatus},
+    io::Write,
+    panic::Location,
+};
+
+/// Longest message written, in bytes.
+const MAX_MESSAGE: usize = 512;
+
+/// Replaces the standard panic report with [`report`]'s line, and the
+/// backtrace when `RUST_BACKTRACE` asks for one (a backtrace names code,
+/// never data).
+pub fn install() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let line = report(thread.name(), info.location(), message(info.payload()));
+        let backtrace = Backtrace::capture();
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(stderr, "{line}");
+        if backtrace.status() == BacktraceStatus::Captured {
+            let _ = writeln!(stderr, "{backtrace}");
+        }
+    }));
+}
+
+/// A panic's message, as `panic!` and `expect` leave it.
+pub fn message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// One line: the thread, where, and the message with its control
+/// characters escaped, at most [`MAX_MESSAGE`] bytes of it.
+fn report(thread: Option<&str>, location: Option<&Location<'_>>, message: &str) -> String {
+    let mut escaped = String::with_capacity(message.len().min(MAX_MESSAGE));
+    for c in message.chars() {
+        if escaped.len() >= MAX_MESSAGE {
+            escaped.push('…');
+            break;
+        }
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    let thread = thread.unwrap_or("<unnamed>").escape_default();
+    match location {
+        Some(at) => format!("thread '{thread}' panicked at {at}: {escaped}"),
+        None => format!("thread '{thread}' panicked: {escaped}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_one_line_escaped_and_bounded() {
+        let at = Location::caller();
+        let forged = "bad \"кафе\"\n{\"level\":\"INFO\",\"msg\":\"forged\"}\r\u{1b}[31m";
+        let line = report(Some("tokio-runtime-worker"), Some(at), forged);
+        assert!(!line.contains(['\n', '\r', '\u{1b}']), "{line}");
+        assert!(line.starts_with(&format!("thread 'tokio-runtime-worker' panicked at {at}: bad \"кафе\"\\n{{")));
+        assert!(line.ends_with("\\r\\u{1b}[31m"), "{line}");
+
+        let long = report(None, None, &"x".repeat(1 << 20));
+        assert!(long.starts_with("thread '<unnamed>' panicked: xxx") && long.ends_with('…'));
+        assert!(long.len() < MAX_MESSAGE + 64, "{}", long.len());
+    }
+
+    #[test]
+    fn the_message_is_read_from_either_kind_of_payload() {
+        let caught = |f: fn()| std::panic::catch_unwind(f).expect_err("it panics");
+        assert_eq!(message(&*caught(|| panic!("static"))), "static");
+        assert_eq!(message(&*caught(|| panic!("formatted {}", 7))), "formatted 7");
+        assert_eq!(message(&*caught(|| std::panic::panic_any(7_u8))), "(no message)");
+    }
+}
