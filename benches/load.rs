@@ -388,10 +388,10 @@ fn main() {
         if let (Some(full), Some(small)) = (row("http /demo/run, fresh RequestIds"), row(SMALL_CACHE_ROW)) {
             report_footprint(full, small);
         }
-        if let Some(tvm) = &tvm {
-            if let (Some(off), Some(on)) = (row(tvm::OFF), row(tvm::ON)) {
-                tvm.report(off, on);
-            }
+        if let Some(tvm) = &tvm
+            && let (Some(off), Some(on)) = (row(tvm::OFF), row(tvm::ON))
+        {
+            tvm.report(off, on);
         }
         match server.peak_rss_mib() {
             Some(rss) => println!("\nour server's peak RSS: {rss:.1} MiB"),

@@ -280,10 +280,10 @@ pub fn parse(
 /// flag, variable, `--set`) set the key.
 fn deployment_fallbacks(auth: &mut AuthConfig, env: &dyn Fn(&str) -> Option<String>) {
     let set = |value: &mut String, variable| {
-        if value.trim().is_empty() {
-            if let Some(fallback) = env(variable).filter(|fallback| !fallback.trim().is_empty()) {
-                *value = fallback;
-            }
+        if value.trim().is_empty()
+            && let Some(fallback) = env(variable).filter(|fallback| !fallback.trim().is_empty())
+        {
+            *value = fallback;
         }
     };
     set(&mut auth.tvmtool_url, "DEPLOY_TVM_TOOL_URL");

@@ -52,7 +52,7 @@ impl TvmLoad {
         let settings = Settings { ticket: Some(TICKET), ..*settings };
         self.rounds += 1;
         let mut order = [(OFF, &self.off), (ON, &self.on)];
-        if self.rounds % 2 == 0 {
+        if self.rounds.is_multiple_of(2) {
             order.reverse();
         }
         let mut rows = Vec::with_capacity(2);
@@ -60,7 +60,7 @@ impl TvmLoad {
             let run = fresh_ids("poi_run_request", "TScenarioRunRequest");
             rows.push(server.measure(drive(name, server.addr, "/demo/run", &settings, run)).await);
         }
-        if self.rounds % 2 == 0 {
+        if self.rounds.is_multiple_of(2) {
             rows.reverse();
         }
         [rows.remove(0), rows.remove(0)]

@@ -62,6 +62,7 @@ mod replicas;
 mod replicas_assistant;
 mod replicas_hold;
 mod router;
+mod toolchain;
 mod tvm;
 mod tvm_faults;
 #[path = "../support/tvmtool.rs"]

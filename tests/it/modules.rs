@@ -177,10 +177,10 @@ fn code_of(source: &str) -> String {
             // The item it gates: one line ending in `;`, or up to its closing brace.
             let indent = &line[..line.len() - trimmed.len()];
             let closing = format!("{indent}}}");
-            if let Some(gated) = lines.next() {
-                if !gated.trim_end().ends_with(';') {
-                    lines.by_ref().find(|line| line.trim_end() == closing);
-                }
+            if let Some(gated) = lines.next()
+                && !gated.trim_end().ends_with(';')
+            {
+                lines.by_ref().find(|line| line.trim_end() == closing);
             }
             continue;
         }

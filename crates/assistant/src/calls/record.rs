@@ -200,10 +200,11 @@ impl CallRecord {
                     let _ = tap.send((Bytes::copy_from_slice(entry), false));
                 }
             }
-            if recording.truncated && !was_cut {
-                if let Some(tap) = &self.tap {
-                    let _ = tap.send((Entry::Cut.encode(), false));
-                }
+            if recording.truncated
+                && !was_cut
+                && let Some(tap) = &self.tap
+            {
+                let _ = tap.send((Entry::Cut.encode(), false));
             }
             kept || recording.truncated != was_cut
         });

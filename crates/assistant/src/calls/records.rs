@@ -43,10 +43,10 @@ impl Records {
         }
         self.live.insert(id.into(), Arc::downgrade(record));
         if self.known_set.insert(id.into()) {
-            if self.known.len() == MAX_KNOWN {
-                if let Some(oldest) = self.known.pop_front() {
-                    self.known_set.remove(&oldest);
-                }
+            if self.known.len() == MAX_KNOWN
+                && let Some(oldest) = self.known.pop_front()
+            {
+                self.known_set.remove(&oldest);
             }
             self.known.push_back(id.into());
         }

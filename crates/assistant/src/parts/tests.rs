@@ -297,10 +297,10 @@ async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
         let query = PartQuery::from_query(uri.query());
         let mut versions = versions.lock().unwrap();
         let response = parts.respond(uri.path(), || versions.0.as_str().into(), &query, headers.get(header::IF_MATCH));
-        if query.part.as_deref().unwrap_or("1") == "1" {
-            if let Some(next) = versions.1.take() {
-                versions.0 = next;
-            }
+        if query.part.as_deref().unwrap_or("1") == "1"
+            && let Some(next) = versions.1.take()
+        {
+            versions.0 = next;
         }
         response
     }

@@ -53,12 +53,11 @@ fn take_empty_anys(message: &mut DynamicMessage, path: &mut Vec<String>, found: 
         if is_any(&field) && !field.is_list() && is_empty_any(&message.get_field(&field)) {
             message.clear_field(&field);
             found.push(path.clone());
-        } else if let (Kind::Message(kind), false) = (field.kind(), field.is_list() || field.is_map()) {
-            if !kind.full_name().starts_with("google.protobuf.") {
-                if let Value::Message(inner) = message.get_field_mut(&field) {
-                    take_empty_anys(inner, path, found);
-                }
-            }
+        } else if let (Kind::Message(kind), false) = (field.kind(), field.is_list() || field.is_map())
+            && !kind.full_name().starts_with("google.protobuf.")
+            && let Value::Message(inner) = message.get_field_mut(&field)
+        {
+            take_empty_anys(inner, path, found);
         }
         path.pop();
     }

@@ -139,10 +139,10 @@ fn print_field(out: &mut String, name: &str, value: &Value, kind: &Kind, depth: 
 
 fn field_name(field: &FieldDescriptor) -> String {
     // Groups print under their type name, as protobuf's own printer does.
-    if field.is_group() {
-        if let Kind::Message(message) = field.kind() {
-            return message.name().to_owned();
-        }
+    if field.is_group()
+        && let Kind::Message(message) = field.kind()
+    {
+        return message.name().to_owned();
     }
     field.name().to_owned()
 }
@@ -182,23 +182,21 @@ fn write_float(out: &mut String, v: f64, plain: String, exponent: String) {
 /// outside printable ASCII as octal. Control characters are always escaped.
 fn write_quoted(out: &mut String, bytes: &[u8], utf8: bool) {
     out.push('"');
-    if utf8 {
-        if let Ok(s) = std::str::from_utf8(bytes) {
-            for c in s.chars() {
-                match c {
-                    '"' => out.push_str("\\\""),
-                    '\\' => out.push_str("\\\\"),
-                    '\'' => out.push_str("\\'"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    '\t' => out.push_str("\\t"),
-                    c if (c as u32) < 0x20 || c as u32 == 0x7f => write!(out, "\\{:03o}", c as u32).unwrap_or(()),
-                    c => out.push(c),
-                }
+    if utf8 && let Ok(s) = std::str::from_utf8(bytes) {
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => write!(out, "\\{:03o}", c as u32).unwrap_or(()),
+                c => out.push(c),
             }
-            out.push('"');
-            return;
         }
+        out.push('"');
+        return;
     }
     for &b in bytes {
         match b {

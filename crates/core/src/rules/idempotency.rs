@@ -210,10 +210,10 @@ impl Drop for Leading<'_> {
         });
         // The memory store abandons at once; another may need the runtime
         // (without one, the lease runs out by its TTL).
-        if abandon.as_mut().now_or_never().is_none() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                self.cache.background.spawn_on(abandon, &runtime);
-            }
+        if abandon.as_mut().now_or_never().is_none()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            self.cache.background.spawn_on(abandon, &runtime);
         }
     }
 }

@@ -107,9 +107,7 @@ pub trait Journal: fmt::Debug + Send + Sync + 'static {
     /// [`Journal::troubled_since`] also covers a loss that no command failed
     /// on (a Redis flushed with every connection open). A store that never
     /// loses anything has nothing to ask.
-    async fn recheck(&self, deadline: Instant) {
-        let _ = deadline;
-    }
+    async fn recheck(&self, _deadline: Instant) {}
 
     /// Resolves when the store next finds that it lost what it held (see
     /// [`Journal::recheck`]): a reader waiting for entries of a journal

@@ -236,7 +236,7 @@ impl StoreHealth {
                 ticks = 0;
                 continue;
             }
-            let due = ticks % PROBE_TICKS == 0;
+            let due = ticks.is_multiple_of(PROBE_TICKS);
             ticks = ticks.wrapping_add(1);
             if !due {
                 continue;

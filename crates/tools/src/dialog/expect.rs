@@ -143,14 +143,14 @@ impl Expectation {
                 })
             })
             .collect();
-        if let Some(max) = self.max_ms {
-            if let Some(slowest) = took.iter().max().filter(|slowest| slowest.as_millis() > u128::from(max)) {
-                failures.push(Failure {
-                    path: "max_ms".into(),
-                    expected: format!("every handler within {max} ms"),
-                    got: format!("{} ms", slowest.as_millis()),
-                });
-            }
+        if let Some(max) = self.max_ms
+            && let Some(slowest) = took.iter().max().filter(|slowest| slowest.as_millis() > u128::from(max))
+        {
+            failures.push(Failure {
+                path: "max_ms".into(),
+                expected: format!("every handler within {max} ms"),
+                got: format!("{} ms", slowest.as_millis()),
+            });
         }
         failures
     }

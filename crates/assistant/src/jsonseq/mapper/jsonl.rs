@@ -92,10 +92,10 @@ impl Jsonl {
             let object = std::mem::take(&mut self.held);
             if !looks_like_json(&object) {
                 seq.final_text(&object, out);
-            } else if !object.contains("\"event\"") {
-                if let Some(text) = whole_text(&object) {
-                    seq.final_text(&text, out);
-                }
+            } else if !object.contains("\"event\"")
+                && let Some(text) = whole_text(&object)
+            {
+                seq.final_text(&text, out);
             }
         }
         self.state = State::Between;

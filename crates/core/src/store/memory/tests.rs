@@ -308,7 +308,7 @@ async fn shared_and_distinct_values_churned_under_bounds_leave_nothing_counted()
             n => store.complete(lease, canned[n as usize - 2].clone()).await.unwrap(),
         }
         assert!(store.usage().bytes <= max_bytes, "the bound holds at step {step}: {:?}", store.usage());
-        if state % 7 == 0 {
+        if state.is_multiple_of(7) {
             tokio::time::advance(Duration::from_millis(37)).await;
         }
     }
