@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use megamind_core::config::MAX_TIMEOUT_MS;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -95,6 +97,9 @@ impl AssistantConfig {
                 errors.push(format!("assistant.{message}"));
             }
         };
+        for (key, ms) in [("run_wait_ms", self.run_wait_ms), ("answer_margin_ms", self.answer_margin_ms)] {
+            check(ms <= MAX_TIMEOUT_MS, format!("{key} = {ms}: must be at most {MAX_TIMEOUT_MS}"));
+        }
         self.backend.validate(&mut check);
         self.dialog.validate(&mut check);
         self.calls.validate(&mut check);
@@ -172,10 +177,42 @@ mod tests {
         config.calls.result_ttl_secs = u64::MAX / 2;
         config.calls.call_timeout_ms = u64::MAX;
         config.calls.max_thinking_ms = u64::MAX;
-        let all = config.validate().unwrap_err().join("\n");
-        for key in ["calls.result_ttl_secs", "calls.call_timeout_ms", "calls.max_thinking_ms"] {
+        config.run_wait_ms = u64::MAX;
+        config.answer_margin_ms = MAX_TIMEOUT_MS + 1;
+        config.backend.connect_timeout_ms = u64::MAX;
+        config.backend.first_token_timeout_ms = u64::MAX;
+        config.backend.breaker_cooldown_ms = u64::MAX;
+        config.backend.retry_backoff_ms = u64::MAX;
+        config.backend.warmup_idle_secs = u64::MAX / 1000;
+        config.llm.heartbeat_secs = u64::MAX;
+        config.llm.max_streams = usize::MAX;
+        let errors = config.validate().unwrap_err();
+        let all = errors.join("\n");
+        let keys = [
+            "calls.result_ttl_secs",
+            "calls.call_timeout_ms",
+            "calls.max_thinking_ms",
+            "assistant.run_wait_ms",
+            "assistant.answer_margin_ms",
+            "backend.connect_timeout_ms",
+            "backend.first_token_timeout_ms",
+            "backend.breaker_cooldown_ms",
+            "backend.retry_backoff_ms",
+            "backend.warmup_idle_secs",
+            "llm.heartbeat_secs",
+            "llm.max_streams",
+        ];
+        assert_eq!(errors.len(), keys.len(), "{all}");
+        for key in keys {
             assert!(all.contains(key), "{key} missing from {all}");
         }
+        // The longest times allowed are allowed.
+        let mut longest = AssistantConfig { run_wait_ms: MAX_TIMEOUT_MS, ..AssistantConfig::default() };
+        longest.backend.breaker_cooldown_ms = MAX_TIMEOUT_MS;
+        longest.backend.warmup_idle_secs = MAX_TIMEOUT_MS / 1000;
+        longest.llm.heartbeat_secs = 3600;
+        longest.llm.max_streams = 1_000_000;
+        assert_eq!(longest.validate(), Ok(()));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::{fmt, str::FromStr};
 
-use megamind_core::config::HIDDEN;
+use megamind_core::config::{HIDDEN, MAX_TIMEOUT_MS};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -102,10 +102,22 @@ impl BackendConfig {
         check(self.kind() != "openai" || !url.is_empty(), "backend.base_url must be set for kind = \"openai\"".into());
         check(url.is_empty() || !self.model.trim().is_empty(), "backend.model must be set when base_url is".into());
         check_sampling("backend", self.temperature, self.max_tokens, &self.extra_body, check);
-        check(self.connect_timeout_ms > 0, "backend.connect_timeout_ms must be above 0".into());
-        check(self.first_token_timeout_ms > 0, "backend.first_token_timeout_ms must be above 0".into());
+        // Upper bounds as the server's own times have: a clock cannot add
+        // a time of millions of years, and would panic at the first call.
+        for (key, ms) in [
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("first_token_timeout_ms", self.first_token_timeout_ms),
+            ("breaker_cooldown_ms", self.breaker_cooldown_ms.max(1)),
+            ("retry_backoff_ms", self.retry_backoff_ms.max(1)),
+        ] {
+            check((1..=MAX_TIMEOUT_MS).contains(&ms), format!("backend.{key} = {ms}: must be 1..={MAX_TIMEOUT_MS}"));
+        }
         check(self.breaker_failures > 0, "backend.breaker_failures must be above 0".into());
-        check(self.warmup_idle_secs > 0, "backend.warmup_idle_secs must be above 0".into());
+        let idle = self.warmup_idle_secs;
+        check(
+            (1..=MAX_TIMEOUT_MS / 1000).contains(&idle),
+            format!("backend.warmup_idle_secs = {idle}: must be 1..={}", MAX_TIMEOUT_MS / 1000),
+        );
     }
 }
 

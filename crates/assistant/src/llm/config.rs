@@ -10,6 +10,10 @@ use megamind_core::rules::auth::AddressKey;
 use crate::backend::config::Secret;
 pub use crate::jsonseq::mapper::Format;
 
+/// The most streams open at once that `max_streams` may allow: far above
+/// what a replica serves, and within what a semaphore counts.
+const MAX_STREAMS: usize = 1_000_000;
+
 /// The `[assistant.llm]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -54,8 +58,9 @@ impl Default for LlmConfig {
 impl LlmConfig {
     /// Checks every value, reporting each problem with its key under `llm.`.
     pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
-        check(self.heartbeat_secs > 0, "llm.heartbeat_secs must be above 0".into());
-        check(self.max_streams > 0, "llm.max_streams must be above 0".into());
+        let (heartbeat, streams) = (self.heartbeat_secs, self.max_streams);
+        check((1..=3600).contains(&heartbeat), format!("llm.heartbeat_secs = {heartbeat}: must be 1..=3600"));
+        check((1..=MAX_STREAMS).contains(&streams), format!("llm.max_streams = {streams}: must be 1..={MAX_STREAMS}"));
         let public = self.public_url.trim();
         check(
             public.is_empty() || public.starts_with("http://") || public.starts_with("https://"),
