@@ -49,13 +49,17 @@ pub fn parse_transcript(text: &str) -> (Vec<Event>, bool) {
         match field {
             "event" => event.name = value.to_owned(),
             "id" => event.id = Some(value.to_owned()),
+            // Once cut, an event takes no more: its later lines would
+            // join data no longer whole, and each would add its newline.
+            "data" if event.cut => {}
             "data" => {
-                if std::mem::replace(&mut has_data, true) {
-                    event.data.push('\n');
-                }
-                if event.data.len() + value.len() > MAX_EVENT_BYTES {
+                let joined = std::mem::replace(&mut has_data, true);
+                if event.data.len() + usize::from(joined) + value.len() > MAX_EVENT_BYTES {
                     event.cut = true;
                 } else {
+                    if joined {
+                        event.data.push('\n');
+                    }
                     event.data.push_str(value);
                 }
             }
@@ -86,5 +90,19 @@ mod tests {
             ("message", "plain"),
             "the last event without a blank line"
         );
+    }
+
+    #[test]
+    fn an_event_is_cut_at_its_bound_whatever_follows() {
+        // A megabyte of data, then millions of empty `data:` lines, each of
+        // which once added its newline past the bound.
+        let text = format!("data: {}\n{}data: tail\n\n", "x".repeat(MAX_EVENT_BYTES - 10), "data:\n".repeat(2_000_000));
+        let (events, _) = parse_transcript(&text);
+        let event = &events[0];
+        assert!(event.cut);
+        assert!(event.data.len() <= MAX_EVENT_BYTES, "{}", event.data.len());
+        assert!(!event.data.ends_with("tail"));
+        let whole = parse_transcript("data: a\ndata:\ndata: b\n\n").0;
+        assert_eq!((whole[0].data.as_str(), whole[0].cut), ("a\n\nb", false));
     }
 }

@@ -1,7 +1,8 @@
 //! The kept snapshots: per resource, its versions by ETag and which one is
-//! the latest. Bounded by count and bytes, the oldest evicted first; every
-//! entry expires `ttl` after it was last kept, and expired ones are purged
-//! on each access (so no background task is needed).
+//! the latest. Bounded by count and bytes, the oldest evicted first, and
+//! per resource by [`MAX_PER_RESOURCE`]; every entry expires `ttl` after it
+//! was last kept, and expired ones are purged on each access (so no
+//! background task is needed).
 //!
 //! An answer too large to keep leaves a record without content: its ETag and
 //! resource, so that a later part can still be checked against it.
@@ -13,6 +14,13 @@ use std::{
 };
 
 use tokio::time::Instant;
+
+/// Versions of one resource kept at most. A running answer changes with
+/// every render, so each part 1 asked of it keeps a new version: past this
+/// many, the resource's own oldest gives way, never another resource's
+/// snapshot (one client asking part 1 again and again would otherwise
+/// evict every other client's).
+const MAX_PER_RESOURCE: usize = 8;
 
 /// What is kept of a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +110,13 @@ impl Snapshots {
         let seq = self.next_seq;
         self.next_seq += 1;
         let expires = now + self.ttl;
+        let crowded = self.resources.get(resource).filter(|r| !r.kept.contains_key(etag));
+        if let Some(oldest) = crowded
+            .filter(|r| r.kept.len() >= MAX_PER_RESOURCE)
+            .and_then(|r| r.kept.values().map(|entry| entry.seq).min())
+        {
+            self.evict(oldest);
+        }
         let kept = self.resources.entry(resource.to_owned()).or_default();
         kept.latest = Some(etag.to_owned());
         if let Some(entry) = kept.kept.get_mut(etag) {
@@ -143,7 +158,15 @@ impl Snapshots {
 
     /// Drops the oldest entry; false if there is none.
     fn evict_oldest(&mut self) -> bool {
-        let Some((_, (resource, etag))) = self.order.pop_first() else { return false };
+        match self.order.first_key_value() {
+            Some((&seq, _)) => self.evict(seq),
+            None => false,
+        }
+    }
+
+    /// Drops the entry kept as `seq`; false if there is none.
+    fn evict(&mut self, seq: u64) -> bool {
+        let Some((resource, etag)) = self.order.remove(&seq) else { return false };
         if let Some(kept) = self.resources.get_mut(&resource) {
             if let Some(entry) = kept.kept.remove(&etag) {
                 self.bytes -= entry.bytes;
@@ -185,6 +208,25 @@ mod tests {
         assert_eq!(s.get("/b", "2", now), Found::Nothing);
         assert_eq!(s.get("/a", "1", now), Found::Content("one".into()));
         assert_eq!(s.usage().0, 2);
+    }
+
+    #[test]
+    fn one_resource_asked_again_and_again_gives_way_to_itself_not_to_others() {
+        let now = Instant::now();
+        let mut s = snapshots(1024, 1 << 20);
+        s.keep("/b", "b1", &"bee".into(), now);
+        for version in 0..2000 {
+            s.keep("/a", &format!("a{version}"), &"aye".into(), now);
+        }
+        assert_eq!(s.get("/b", "b1", now), Found::Content("bee".into()));
+        assert_eq!(s.usage().0, 1 + MAX_PER_RESOURCE);
+        assert_eq!(s.latest("/a", now).map(|(etag, _)| etag), Some("a1999".to_owned()));
+        assert_eq!(s.get("/a", "a1992", now), Found::Content("aye".into()));
+        assert_eq!(s.get("/a", "a1991", now), Found::Nothing);
+        // A version kept again is no new one: nothing gives way.
+        s.keep("/a", "a1992", &"aye".into(), now);
+        assert_eq!(s.usage().0, 1 + MAX_PER_RESOURCE);
+        assert_eq!(s.get("/a", "a1993", now), Found::Content("aye".into()));
     }
 
     #[test]
