@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Body;
 use tokio::time::Instant;
 
@@ -21,7 +21,7 @@ use crate::{
     codec::{self, CodecError, Format},
     dispatch::{Call, CallMeta, Refusal, Reply, Transport, response_descriptor},
     scenario::{Handler, registry::Registered},
-    transport::pieces::Pieces,
+    transport::pieces::{self, Uncollected},
 };
 
 /// The scenario handler a request calls.
@@ -113,11 +113,11 @@ where
     // A client that never finishes its body must not hold the call past its budget.
     let budget = app.budgets.of(handler);
     let deadline = started + budget;
-    let read = Limited::new(Pieces::new(request.into_body()), app.body_limit).collect();
+    let read = pieces::collect(request.into_body(), app.body_limit);
     let body = match tokio::time::timeout_at(deadline, read).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(error)) if error.is::<LengthLimitError>() => return Err(too_large),
-        Ok(Err(error)) => return Err(Refusal::BodyUnreadable(error.to_string())),
+        Ok(Ok(body)) => body,
+        Ok(Err(Uncollected::TooLarge)) => return Err(too_large),
+        Ok(Err(Uncollected::Unreadable(why))) => return Err(Refusal::BodyUnreadable(why)),
         Err(_elapsed) => return Err(Refusal::BodyTooSlow { handler, limit: budget }),
     };
     let transport = Transport::Http;

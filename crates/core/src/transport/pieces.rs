@@ -1,16 +1,19 @@
-//! Request bodies bounded in pieces: each chunk of an HTTP/1.1 chunked body
-//! and each HTTP/2 DATA frame costs the server about a microsecond to take
-//! in, so a body of a few megabytes in one-byte chunks cost half a second
-//! of CPU (ten times the same bytes in one piece) before its budget ran
-//! out. Past [`MAX_PIECES`], the body is refused.
+//! Request bodies bounded in pieces and collected without holding them.
+//!
+//! Each chunk of an HTTP/1.1 chunked body and each HTTP/2 DATA frame costs
+//! the server about a microsecond to take in, so a body of a few megabytes
+//! in one-byte chunks cost half a second of CPU (ten times the same bytes in
+//! one piece) before its budget ran out. Past [`MAX_PIECES`], the body is
+//! refused.
+//!
+//! A piece is a slice of the connection's read buffer, and while it is held
+//! the connection reads into a new buffer: a body sent a byte per TCP
+//! segment, its pieces kept until the end, held kilobytes per byte (74 MiB
+//! for 200 KB). [`collect`] copies each piece into one buffer as it comes.
 
-use std::{
-    pin::Pin,
-    task::{Context, Poll, ready},
-};
-
-use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Body;
 
 /// Pieces a request body may come in: 64 bytes each at the least for a
 /// body at the default 4 MiB limit, where a client writes kilobytes.
@@ -21,70 +24,97 @@ pub const MAX_PIECES: usize = 65_536;
 #[error("the body came in more than {MAX_PIECES} pieces (chunks or frames); send it in larger ones")]
 pub struct TooManyPieces;
 
-/// `body`, failing with [`TooManyPieces`] past [`MAX_PIECES`] data frames.
-#[derive(Debug)]
-pub(crate) struct Pieces<B> {
-    body: B,
-    pieces: usize,
-}
-
-impl<B> Pieces<B> {
-    pub(crate) fn new(body: B) -> Pieces<B> {
-        Pieces { body, pieces: 0 }
-    }
-}
-
 /// Counts one more piece of a body into `pieces`: past [`MAX_PIECES`], refused.
 pub(crate) fn count(pieces: &mut usize) -> Result<(), TooManyPieces> {
     *pieces += 1;
     if *pieces > MAX_PIECES { Err(TooManyPieces) } else { Ok(()) }
 }
 
-impl<B> Body for Pieces<B>
+/// Why a body was not collected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Uncollected {
+    /// More than the limit's bytes.
+    TooLarge,
+    /// The body failed, or came in too many pieces: why.
+    Unreadable(String),
+}
+
+/// `body` whole: at most `limit` bytes, in at most [`MAX_PIECES`] pieces.
+/// A body of one piece is that piece, not copied; the pieces of any other
+/// are copied into one buffer as they come and let go.
+pub(crate) async fn collect<B>(mut body: B, limit: usize) -> Result<Bytes, Uncollected>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        if matches!(frame, Some(Ok(_)))
-            && let Err(too_many) = count(&mut self.pieces)
-        {
-            return Poll::Ready(Some(Err(Box::new(too_many))));
+    let (mut first, mut joined): (Option<Bytes>, Option<BytesMut>) = (None, None);
+    let (mut pieces, mut len) = (0, 0_usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| Uncollected::Unreadable(error.into().to_string()))?;
+        // Trailers carry nothing a call reads.
+        let Ok(data) = frame.into_data() else { continue };
+        count(&mut pieces).map_err(|too_many| Uncollected::Unreadable(too_many.to_string()))?;
+        len = len.saturating_add(data.len());
+        if len > limit {
+            return Err(Uncollected::TooLarge);
         }
-        Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
+        match (joined.as_mut(), first.take()) {
+            (Some(buffer), _) => buffer.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(earlier)) => {
+                // What the body says is still to come, as far as the limit allows.
+                let rest = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+                let mut buffer = BytesMut::with_capacity(len.saturating_add(rest).min(limit));
+                buffer.extend_from_slice(&earlier);
+                buffer.extend_from_slice(&data);
+                joined = Some(buffer);
+            }
+        }
     }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    Ok(joined.map(BytesMut::freeze).or(first).unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
-    use http_body_util::{BodyExt, StreamBody};
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
 
     use super::*;
 
     type Frames = futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>;
 
-    fn pieces(n: usize) -> Pieces<StreamBody<Frames>> {
-        let frames: Vec<_> = (0..n).map(|_| Ok(Frame::data(Bytes::from_static(b"x")))).collect();
-        Pieces::new(StreamBody::new(futures_util::stream::iter(frames)))
+    fn body(pieces: Vec<Bytes>) -> StreamBody<Frames> {
+        let frames: Vec<_> = pieces.into_iter().map(|piece| Ok(Frame::data(piece))).collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    fn ones(n: usize) -> StreamBody<Frames> {
+        body((0..n).map(|_| Bytes::from_static(b"x")).collect())
     }
 
     #[tokio::test]
     async fn a_body_in_too_many_pieces_is_refused() {
-        let whole = pieces(MAX_PIECES).collect().await.expect("at the bound").to_bytes();
+        let whole = collect(ones(MAX_PIECES), usize::MAX).await.expect("at the bound");
         assert_eq!(whole.len(), MAX_PIECES);
-        let error = pieces(MAX_PIECES + 1).collect().await.expect_err("one past the bound");
-        assert!(error.is::<TooManyPieces>(), "{error}");
+        let error = collect(ones(MAX_PIECES + 1), usize::MAX).await.expect_err("one past the bound");
+        assert_eq!(error, Uncollected::Unreadable(TooManyPieces.to_string()));
+    }
+
+    #[tokio::test]
+    async fn a_body_is_bounded_in_bytes_and_its_pieces_are_not_held() {
+        assert_eq!(collect(ones(10), 10).await, Ok(Bytes::from_static(b"xxxxxxxxxx")));
+        assert_eq!(collect(ones(11), 10).await, Err(Uncollected::TooLarge));
+        // One piece is handed on as it came.
+        let piece = Bytes::from(vec![7_u8; 1000]);
+        let whole = collect(body(vec![piece.clone()]), 1000).await.expect("one piece");
+        assert_eq!(whole.as_ptr(), piece.as_ptr());
+        // Pieces sliced out of one buffer, as hyper reads them: once
+        // collected, none of them is held, so the buffer is ours alone again.
+        let mut read = BytesMut::from(&b"abcdef"[..]);
+        let pieces = vec![read.split_to(2).freeze(), read.split_to(2).freeze(), read.split_to(2).freeze()];
+        let whole = collect(body(pieces), 100).await.expect("three pieces");
+        assert_eq!(&whole[..], b"abcdef");
+        assert!(read.try_reclaim(6), "a piece of the read buffer is still held");
+        assert_eq!(collect(body(Vec::new()), 0).await, Ok(Bytes::new()));
     }
 }
