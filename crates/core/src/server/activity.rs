@@ -152,10 +152,10 @@ impl Activity {
         InFlight { activity: self.clone(), answering: false }
     }
 
-    fn read(&self, first: Option<&[u8]>) {
-        if let Some(bytes) = first {
-            let len = bytes.len().min(H2_PREFACE.len());
-            self.h2.store(len > 0 && bytes[..len] == H2_PREFACE[..len], SeqCst);
+    /// Bytes arrived; `h2`: what they decided of the protocol, if they did.
+    fn read(&self, h2: Option<bool>) {
+        if let Some(h2) = h2 {
+            self.h2.store(h2, SeqCst);
         }
         if self.in_flight.load(SeqCst) == 0 && self.head_since.load(SeqCst) == 0 {
             self.head_since.store(self.now() + 1, SeqCst);
@@ -307,7 +307,9 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
 pub(crate) struct Watched<IO> {
     io: IO,
     activity: Arc<Activity>,
-    first_read: bool,
+    /// Bytes of the HTTP/2 preface read so far, while they are all there is:
+    /// `None` once the connection has shown which protocol it speaks.
+    preface: Option<usize>,
     /// Bytes read from `io` before, read again first (the stream lane
     /// hands hyper a head it read and did not answer).
     read: Bytes,
@@ -320,7 +322,28 @@ impl<IO> Watched<IO> {
 
     /// `io`, whose reads return `read` first.
     pub(crate) fn after(read: Bytes, io: IO, activity: Arc<Activity>) -> Watched<IO> {
-        Watched { io, activity, first_read: true, read }
+        Watched { io, activity, preface: Some(0), read }
+    }
+
+    /// What `bytes`, read next, decide of the protocol: HTTP/2 once the
+    /// whole preface has come (however many reads it took), HTTP/1 at the
+    /// first byte that differs from it; nothing while a prefix of it is all
+    /// there is. A lone `P` must not pass for HTTP/2, which the header
+    /// timeout spares.
+    fn sniff(&mut self, bytes: &[u8]) -> Option<bool> {
+        let matched = self.preface?;
+        let want = &H2_PREFACE[matched..];
+        let n = bytes.len().min(want.len());
+        let decided = if bytes[..n] != want[..n] {
+            Some(false)
+        } else if n == want.len() {
+            Some(true)
+        } else {
+            self.preface = Some(matched + n);
+            return None;
+        };
+        self.preface = None;
+        decided
     }
 
     /// The socket, no longer watched.
@@ -340,8 +363,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
             Poll::Ready(Ok(()))
         };
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            let first = std::mem::take(&mut self.first_read).then(|| &buf.filled()[before..]);
-            self.activity.read(first);
+            let h2 = self.sniff(&buf.filled()[before..]);
+            self.activity.read(h2);
         }
         polled
     }
@@ -419,7 +442,7 @@ mod tests {
     #[test]
     fn requests_and_answers_move_the_clocks() {
         let activity = Activity::new(Arc::default(), Instant::now());
-        activity.read(Some(b"PRI * HTTP/2.0\r\n"));
+        activity.read(Some(true));
         assert!(activity.is_h2());
         let request = activity.begin();
         assert_eq!((activity.snapshot().in_flight, activity.snapshot().head_since), (1, None));
@@ -431,8 +454,36 @@ mod tests {
         activity.read(None);
         assert!(activity.snapshot().head_since.is_some(), "bytes with no request in flight start a head");
         let plain = Activity::new(Arc::default(), Instant::now());
-        plain.read(Some(b"GET / HTTP/1.1\r\n"));
+        plain.read(Some(false));
         assert!(!plain.is_h2());
+    }
+
+    /// Reads `reads` one after another through a [`Watched`] socket: whether
+    /// its connection is taken for HTTP/2 after each.
+    async fn h2_after(reads: &[&[u8]]) -> Vec<bool> {
+        use tokio::io::AsyncReadExt;
+        let activity = Activity::new(Arc::default(), Instant::now());
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut watched = Watched::new(server, activity.clone());
+        let mut seen = Vec::new();
+        for read in reads {
+            tokio::io::AsyncWriteExt::write_all(&mut client, read).await.unwrap();
+            let mut buf = vec![0; read.len()];
+            watched.read_exact(&mut buf).await.unwrap();
+            seen.push(activity.is_h2());
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn only_the_whole_preface_makes_a_connection_http2() {
+        assert_eq!(h2_after(&[b"P"]).await, [false], "a lone P is no preface");
+        assert_eq!(h2_after(&[b"P", b"OST / HTTP/1.1\r\n"]).await, [false, false]);
+        assert_eq!(h2_after(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]).await, [true]);
+        assert_eq!(h2_after(&[b"PRI * HT", b"TP/2.0\r\n\r\nSM", b"\r\n\r\n"]).await, [false, false, true]);
+        assert_eq!(h2_after(&[b"PRI * HT", b"TP/1.1\r\n"]).await, [false, false]);
+        // Decided, later bytes change nothing.
+        assert_eq!(h2_after(&[b"GET / HTTP/1.1\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]).await, [false, false]);
     }
 
     #[test]
