@@ -217,7 +217,9 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     // The message must arrive within the call's time, as HTTP's body must.
     let budget = app.budgets.of(handler);
     let limit = client_timeout.map_or(budget, |client| client.min(budget));
-    let deadline = started + limit;
+    // The reserve kept, as for the scenario's answer: the status too must
+    // reach the client before its deadline.
+    let deadline = app.budgets.deadline_within(handler, started, client_timeout);
     let request =
         request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None, pieces: 0 }));
     let meta = CallMeta::from_headers(request.headers());
