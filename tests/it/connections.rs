@@ -193,16 +193,44 @@ async fn a_grpc_message_that_never_ends_gets_deadline_exceeded() {
     // A message header announcing 100 bytes, then 3 of them, and no end.
     body.send_data(Bytes::from_static(&[0, 0, 0, 0, 100, 1, 2, 3]), false).unwrap();
     let started = Instant::now();
+    assert_eq!(grpc_status(response).await, "4", "DEADLINE_EXCEEDED");
+    assert!(started.elapsed() < Duration::from_secs(2), "answered in {:?}", started.elapsed());
+}
+
+/// The `grpc-status` of an answer, from its head or its trailers.
+async fn grpc_status(response: h2::client::ResponseFuture) -> http::HeaderValue {
     let response = tokio::time::timeout(BOUND, response).await.expect("an answer in time").unwrap();
-    let status = match response.headers().get("grpc-status") {
-        Some(status) => status.clone(),
-        None => {
-            let mut body = response.into_body();
-            let trailers = tokio::time::timeout(BOUND, body.trailers()).await.unwrap().unwrap().expect("trailers");
-            trailers.get("grpc-status").expect("grpc-status").clone()
-        }
-    };
-    assert_eq!(status, "4", "DEADLINE_EXCEEDED");
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.clone();
+    }
+    let mut body = response.into_body();
+    let trailers = tokio::time::timeout(BOUND, body.trailers()).await.unwrap().unwrap().expect("trailers");
+    trailers.get("grpc-status").expect("grpc-status").clone()
+}
+
+/// Health's calls read their message before they answer, a watch before
+/// its lifetime starts: one never finished held its connection and a
+/// watch's slot for ever. It is cut off at the header timeout.
+#[tokio::test]
+async fn a_health_message_that_never_ends_is_cut_off_at_the_header_timeout() {
+    let app = spawn(Config { header_timeout_ms: 300, ..Config::default() }).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut pending = Vec::new();
+    for path in ["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/Watch"] {
+        let request =
+            http::Request::post(path).header("content-type", "application/grpc").header("te", "trailers").body(());
+        let mut client = client.clone().ready().await.unwrap();
+        let (response, mut body) = client.send_request(request.unwrap(), false).unwrap();
+        // A message header announcing 100 bytes, then one of them, and no end.
+        body.send_data(Bytes::from_static(&[0, 0, 0, 0, 100, 1]), false).unwrap();
+        pending.push((path, response, body));
+    }
+    let started = Instant::now();
+    for (path, response, _body) in pending {
+        assert_eq!(grpc_status(response).await, "4", "{path}: DEADLINE_EXCEEDED");
+    }
     assert!(started.elapsed() < Duration::from_secs(2), "answered in {:?}", started.elapsed());
 }
 

@@ -153,10 +153,26 @@ impl GrpcRoutes {
             Some(slot) => slot,
             None => None,
         };
+        // The scenario's calls bound their message by the budget. Health
+        // and reflection read theirs before answering (`Watch` before it
+        // streams, so before its lifetime starts): it must come within the
+        // header timeout, as a request's head must, or a message never
+        // finished would hold the connection, and a watch's slot, for ever.
+        let path = request.uri().path();
+        let scenario =
+            path.strip_prefix('/').and_then(|p| p.strip_prefix(SERVICE_NAME)).is_some_and(|m| m.starts_with('/'));
+        let bounded = !scenario;
+        let within = self.app.connection_limits.header_timeout;
         // axum's router, under the routes, is always ready: no `poll_ready` needed.
-        let response = match self.routes.call(request).await {
-            Ok(response) => response,
-            Err(infallible) => match infallible {},
+        let call = self.routes.call(request);
+        let called = if bounded { tokio::time::timeout(within, call).await } else { Ok(call.await) };
+        let response = match called {
+            Ok(Ok(response)) => response,
+            Ok(Err(infallible)) => match infallible {},
+            Err(_elapsed) => {
+                let message = format!("the request message did not arrive within {} ms", within.as_millis());
+                return Status::deadline_exceeded(message).into_http();
+            }
         };
         match slot {
             Some(slot) => self.streams.bound(response, slot),
