@@ -321,6 +321,45 @@ async fn an_h2_client_that_reads_nothing_is_held_to_its_streams_and_cut_off() {
     assert!(text.contains(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#), "{text}");
 }
 
+/// An HTTP/2 connection writes pings' answers while a stream's client
+/// keeps its window shut: once counted as the answer's progress, a ping
+/// every 100 ms held a stalled answer open for ever.
+#[tokio::test]
+async fn pings_do_not_keep_an_unread_h2_answer_past_the_send_timeout() {
+    let config = Config { send_timeout_ms: 300, idle_timeout_ms: 60_000, ..Config::default() };
+    let app = spawn(config).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (client, mut connection) = h2::client::Builder::new().initial_window_size(0).handshake(tcp).await.unwrap();
+    let mut ping_pong = connection.ping_pong().expect("pings");
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = connection.await;
+        let _ = ended_tx.send(Instant::now());
+    });
+    let pings = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        let mut answered = 0_u32;
+        loop {
+            every.tick().await;
+            if ping_pong.ping(h2::Ping::opaque()).await.is_err() {
+                return answered;
+            }
+            answered += 1;
+        }
+    });
+    let mut client = client.ready().await.expect("the connection is up");
+    let request = http::Request::post("/demo/run").header("content-type", "application/protobuf").body(()).unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(Bytes::from(run_body()), true).unwrap();
+    // Kept, not dropped: dropping it would reset its stream and free it.
+    let _head = tokio::time::timeout(BOUND, response).await.expect("a head in time").unwrap();
+    tokio::time::timeout(BOUND, ended_rx).await.expect("the connection is closed").unwrap();
+    let answered = pings.await.unwrap();
+    assert!(answered >= 2, "pings were answered while the answer waited: {answered}");
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#), "{text}");
+}
+
 #[tokio::test]
 async fn keep_alive_requests_sent_just_after_shutdown_are_all_answered() {
     let mut app = spawn(Config::default()).await;

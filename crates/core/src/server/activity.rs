@@ -8,10 +8,11 @@
 //! socket and the requests update them, the watchdog task reads them.
 
 use std::{
+    collections::HashMap,
     io,
     pin::Pin,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst},
     },
     task::{Context, Poll},
@@ -76,6 +77,13 @@ pub(crate) struct Activity {
     head_since: AtomicU64,
     /// When an answer was last given or a byte last written while one was pending.
     progress: AtomicU64,
+    /// HTTP/2's answers with bytes for the client, each with when it last
+    /// handed a frame over. A connection's writes are no progress of theirs:
+    /// pings and other streams' bytes are written while one stream's
+    /// client keeps its window shut, so each answer keeps its own clock.
+    stalls: Mutex<HashMap<u64, u64>>,
+    /// The number of the next request, naming it in `stalls`.
+    next_request: AtomicU64,
     h2: AtomicBool,
     /// Requests open on every connection of the server.
     open: Arc<AtomicUsize>,
@@ -104,6 +112,8 @@ impl Activity {
             // A new connection owes its first request head within the header timeout.
             head_since: AtomicU64::new(1),
             progress: AtomicU64::new(0),
+            stalls: Mutex::default(),
+            next_request: AtomicU64::new(0),
             h2: AtomicBool::new(false),
             open,
         })
@@ -128,14 +138,22 @@ impl Activity {
         // `in_flight` first: a request that ends stores `idle_since` before
         // it lowers the count, so a count of 0 comes with a fresh `idle_since`.
         let in_flight = self.in_flight.load(SeqCst);
+        let h2 = self.h2.load(SeqCst);
+        let progress = self.progress.load(SeqCst);
+        let oldest = || self.stalls().values().min().copied();
         Snapshot {
             in_flight,
             sending: self.sending.load(SeqCst),
             idle_since: self.idle_since.load(SeqCst),
             head_since: self.head_since.load(SeqCst).checked_sub(1),
-            progress: self.progress.load(SeqCst),
-            h2: self.h2.load(SeqCst),
+            progress: if h2 { oldest().unwrap_or(progress) } else { progress },
+            h2,
         }
+    }
+
+    fn stalls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
+        // Held for one map operation, never across an await.
+        self.stalls.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Whether this connection has a request open while the server has
@@ -149,7 +167,8 @@ impl Activity {
         self.in_flight.fetch_add(1, SeqCst);
         self.open.fetch_add(1, SeqCst);
         self.head_since.store(0, SeqCst);
-        InFlight { activity: self.clone(), answering: false }
+        let id = self.next_request.fetch_add(1, SeqCst);
+        InFlight { activity: self.clone(), answering: false, id }
     }
 
     /// Bytes arrived; `h2`: what they decided of the protocol, if they did.
@@ -199,6 +218,8 @@ pub(crate) struct InFlight {
     activity: Arc<Activity>,
     /// Counted in `sending`: its answer has bytes for the client.
     answering: bool,
+    /// Its name in the connection's `stalls`.
+    id: u64,
 }
 
 impl InFlight {
@@ -219,8 +240,29 @@ impl InFlight {
         if sending {
             activity.progress.store(activity.now(), SeqCst);
             activity.sending.fetch_add(1, SeqCst);
+            self.handed();
         } else {
             activity.sending.fetch_sub(1, SeqCst);
+            self.unstalled();
+        }
+    }
+
+    /// The answer handed a frame over.
+    fn handed_frame(&mut self) {
+        if self.answering { self.handed() } else { self.sending(true) }
+    }
+
+    /// Over HTTP/2, the answer's own clock starts again.
+    fn handed(&self) {
+        let activity = &self.activity;
+        if self.answering && activity.is_h2() {
+            activity.stalls().insert(self.id, activity.now());
+        }
+    }
+
+    fn unstalled(&self) {
+        if self.activity.is_h2() {
+            self.activity.stalls().remove(&self.id);
         }
     }
 }
@@ -230,6 +272,7 @@ impl Drop for InFlight {
         let activity = &self.activity;
         if self.answering {
             activity.sending.fetch_sub(1, SeqCst);
+            self.unstalled();
         }
         activity.idle_since.store(activity.now(), SeqCst);
         activity.in_flight.fetch_sub(1, SeqCst);
@@ -268,6 +311,9 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
         if !self.rest.is_empty() {
             let n = self.rest.len().min(MAX_FRAME);
             let data = self.rest.split_to(n);
+            if let Some(in_flight) = self.in_flight.as_mut() {
+                in_flight.handed_frame();
+            }
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
         let mut frame = Pin::new(&mut self.body).poll_frame(cx);
@@ -276,7 +322,7 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
             (Poll::Pending, Some(in_flight)) => in_flight.sending(false),
             (Poll::Ready(Some(Ok(frame))), in_flight) => {
                 if let Some(in_flight) = in_flight {
-                    in_flight.sending(true);
+                    in_flight.handed_frame();
                 }
                 if let Some(data) = frame.data_mut().filter(|data| data.len() > MAX_FRAME) {
                     self.rest = data.split_off(MAX_FRAME);
