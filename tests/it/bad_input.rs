@@ -87,6 +87,15 @@ async fn routing_problems_get_their_status_codes() {
     assert!(answer.text().await.unwrap().contains("application/protobuf"));
     // Refused before the scenario, and still a call of it in the metrics.
     app.metrics_line(&refused_series("http", "unsupported_media_type", 1)).await;
+    // A client's own words are quoted back shortened, not whole.
+    let answer = app.post("/demo/run", &format!("image/{}", "x".repeat(8000)), None, body.clone()).await;
+    assert_eq!(answer.status(), 415);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains("\"image/xxx") && text.len() < 512, "{} bytes: {text}", text.len());
+    let answer = app.post(&format!("/{}/run", "y".repeat(4000)), "application/protobuf", None, body.clone()).await;
+    assert_eq!(answer.status(), 404);
+    let text = answer.text().await.unwrap();
+    assert!(text.starts_with("no such scenario handler: /yyy") && text.len() < 512, "{} bytes: {text}", text.len());
 }
 
 #[tokio::test]

@@ -325,6 +325,13 @@ async fn unknown_scenarios_and_methods_get_their_statuses() {
         .expect_err("no such scenario");
     assert_eq!(status.code(), Code::NotFound);
     assert!(status.message().contains("\"nope\"") && status.message().contains("demo"), "{}", status.message());
+    let long = "n".repeat(8000);
+    let status = client
+        .run(request(fixture::<TScenarioRunRequest>("poi_run_request"), Some(&long)))
+        .await
+        .expect_err("no such scenario");
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().len() < 512, "the name quoted whole: {} bytes", status.message().len());
 
     let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
     let status = raw_call(&app, "Launch", None, body).await.expect_err("no such method");

@@ -102,6 +102,11 @@ pub enum Refusal {
     UnsupportedMediaType(String),
 }
 
+/// The most of a client's own words (a path, a name, a header's value) a
+/// refusal quotes back, in bytes: enough to recognise them, not the 16 KiB
+/// a header may hold.
+pub const MAX_ECHO: usize = 128;
+
 impl Refusal {
     /// The stable word for logs and metric labels.
     pub fn error_type(&self) -> &'static str {

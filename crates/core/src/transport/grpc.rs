@@ -331,7 +331,8 @@ fn method_handler(path: &str) -> Option<Handler> {
 
 fn unknown_scenario(app: &App, name: &str) -> Response<Body> {
     let known = app.dispatcher.registry().listed();
-    status(&Refusal::UnknownScenario { name: name.to_owned(), known }).into_http()
+    let name = crate::text::clip(name, crate::dispatch::call::MAX_ECHO).to_owned();
+    status(&Refusal::UnknownScenario { name, known }).into_http()
 }
 
 /// The gRPC status of each refusal.

@@ -97,7 +97,10 @@ where
         None => Format::Binary,
         Some(Ok(value)) => match Format::from_media_type(value) {
             Some(format) => format,
-            None => return Err(Refusal::UnsupportedMediaType(value.to_owned())),
+            None => {
+                let value = crate::text::clip(value, crate::dispatch::call::MAX_ECHO);
+                return Err(Refusal::UnsupportedMediaType(value.to_owned()));
+            }
         },
         Some(Err(_)) => return Err(Refusal::UnsupportedMediaType("(not ASCII)".into())),
     };

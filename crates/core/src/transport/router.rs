@@ -66,8 +66,9 @@ async fn fallback(State(app): State<Arc<App>>, method: Method, uri: Uri) -> Resp
         return response.into_response();
     }
     let text = format!(
-        "no such scenario handler: {path}\nroutes: POST /{{scenario}}/{{run|continue|commit|apply}} \
+        "no such scenario handler: {}\nroutes: POST /{{scenario}}/{{run|continue|commit|apply}} \
          (scenarios: {}), POST /{{run|continue|commit|apply}} for the default scenario\n",
+        crate::text::clip(path, crate::dispatch::call::MAX_ECHO),
         app.dispatcher.registry().listed()
     );
     plain(StatusCode::NOT_FOUND, text).into_response()
