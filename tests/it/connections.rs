@@ -234,6 +234,32 @@ async fn a_health_message_that_never_ends_is_cut_off_at_the_header_timeout() {
     assert!(started.elapsed() < Duration::from_secs(2), "answered in {:?}", started.elapsed());
 }
 
+/// An HTTP/2 connection that opens no stream sends pings and settings, not
+/// request heads: the idle timeout closes it (with a GOAWAY), and pings do
+/// not keep it open.
+#[tokio::test]
+async fn an_h2_connection_that_opens_no_stream_is_closed_at_the_idle_timeout() {
+    let app = spawn(Config { idle_timeout_ms: 300, header_timeout_ms: 60_000, ..Config::default() }).await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    let (_client, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping_pong = connection.ping_pong().expect("pings");
+    let opened = Instant::now();
+    let pings = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            every.tick().await;
+            if ping_pong.ping(h2::Ping::opaque()).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio::time::timeout(BOUND, connection).await.expect("the connection is closed").expect("closed by a GOAWAY");
+    assert!(opened.elapsed() >= Duration::from_millis(250), "closed early: {:?}", opened.elapsed());
+    pings.abort();
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="idle_timeout"} 1"#), "{text}");
+}
+
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let app = spawn(Config { idle_timeout_ms: 300, ..Config::default() }).await;
