@@ -32,10 +32,7 @@ pub use problem::Problem;
 pub use sources::{Override, Sources};
 pub use store::StoreConfig;
 
-/// What a set secret (a token, a key, a URL's password) shows instead of
-/// itself wherever the config is printed: `--print-config`, debug prints,
-/// errors.
-pub const HIDDEN: &str = "<hidden>";
+pub use crate::text::HIDDEN;
 
 /// Longest time an answer is kept for repeats: 30 days.
 pub const MAX_TTL_SECS: u64 = 30 * 24 * 3600;

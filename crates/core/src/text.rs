@@ -1,8 +1,11 @@
 //! Text helpers the modules share: cutting text to a byte bound without
-//! splitting a character, the "did you mean" of a misspelt name, and a URL
-//! shown without its password.
+//! splitting a character, the "did you mean" of a misspelt name, and what a
+//! secret shows instead of itself (a URL without its password).
 
-use crate::config::HIDDEN;
+/// What a set secret (a token, a key, a URL's password) shows instead of
+/// itself wherever the config is printed: `--print-config`, debug prints,
+/// errors.
+pub const HIDDEN: &str = "<hidden>";
 
 /// The longest prefix of `text` of at most `max_bytes` that ends on a
 /// character boundary.
