@@ -448,3 +448,111 @@ async fn a_round_robin_client_sends_each_call_of_a_turn_to_the_next_replica() {
     let error = Client::http_round_robin(&[], 0).unwrap_err();
     assert!(error.to_string().contains("no server given"), "{error}");
 }
+
+/// A server at the returned address that answers its first request with
+/// `head` and then `body` over and over, until the client goes away; it
+/// returns how many bytes of `body` it got to write.
+async fn answering_without_end(head: &'static str, body: Vec<u8>) -> (String, tokio::task::JoinHandle<u64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 64 * 1024];
+        let _ = stream.read(&mut request).await;
+        let mut written = 0;
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return written;
+        }
+        while stream.write_all(&body).await.is_ok() {
+            written += body.len() as u64;
+        }
+        written
+    });
+    (address, server)
+}
+
+#[tokio::test]
+async fn an_answer_past_the_bound_is_refused_without_reading_it_whole() {
+    use megamind_tools::client::MAX_ANSWER_BYTES;
+    // One MiB chunks of a chunked body that never ends.
+    let mut chunk = format!("{:x}\r\n", 1 << 20).into_bytes();
+    chunk.extend(std::iter::repeat_n(0u8, 1 << 20));
+    chunk.extend(b"\r\n");
+    let chunked = "HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ntransfer-encoding: chunked\r\n\r\n";
+    let announced = "HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: 1099511627776\r\n\r\n";
+    for (head, body, announces) in [(chunked, chunk, false), (announced, vec![0u8; 1 << 20], true)] {
+        let (address, server) = answering_without_end(head, body).await;
+        let mut client = Client::http(&address).unwrap().with_scenario("huge");
+        // Bounded by the test, not by the code under test, which the old one was not.
+        let error = tokio::time::timeout(Duration::from_secs(120), client.say("привет")).await.expect("an end");
+        let error = error.unwrap_err();
+        assert!(matches!(error, ClientError::TooLarge { handler: Handler::Run, .. }), "{error:?}");
+        assert!(error.to_string().contains(&format!("longer than {MAX_ANSWER_BYTES} bytes")), "{error}");
+        drop(client);
+        let written = tokio::time::timeout(Duration::from_secs(60), server).await.expect("the client hung up").unwrap();
+        // The cap read, and what the sockets' buffers hold besides (far
+        // below a second cap); an announced length too long, nothing read.
+        let cap = MAX_ANSWER_BYTES as u64;
+        let read = if announces { 0..cap } else { cap..2 * cap };
+        assert!(read.contains(&written), "{head}: {written} bytes sent");
+    }
+}
+
+#[tokio::test]
+async fn an_error_answers_body_is_kept_to_its_first_kib() {
+    use megamind_tools::client::MAX_ERROR_BODY_BYTES;
+    let head = "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n";
+    // «я» is two bytes: a cut through one must not split it.
+    let mut chunk = format!("{:x}\r\n", 3 * 1024 * 2 + 1).into_bytes();
+    chunk.extend("x".bytes().chain("я".repeat(3 * 1024).bytes()));
+    chunk.extend(b"\r\n");
+    let (address, server) = answering_without_end(head, chunk).await;
+    let mut client = Client::http(&address).unwrap().with_scenario("x");
+    // The body never ends: only a client reading it in part gets an error.
+    let error = tokio::time::timeout(Duration::from_secs(120), client.say("привет")).await.expect("an end");
+    let error = error.unwrap_err();
+    drop(client);
+    let ClientError::Status { status, body, .. } = &error else { panic!("{error:?}") };
+    assert_eq!(*status, 502);
+    assert!(body.len() <= MAX_ERROR_BODY_BYTES && body.len() > MAX_ERROR_BODY_BYTES - 2, "{}", body.len());
+    assert!(body.starts_with("xя") && body.ends_with('я'), "{body}");
+    tokio::time::timeout(Duration::from_secs(60), server).await.expect("the client hung up").unwrap();
+}
+
+#[tokio::test]
+async fn a_ticket_that_cannot_be_sent_is_refused_without_its_text() {
+    for transport in TRANSPORTS {
+        let (_app, scenario, client) = scripted(transport).await;
+        for (client, name) in [
+            (client.with_service_ticket("3:serv:S3CRET-TICKET\r\nX-Evil: 1"), "service ticket"),
+            (scenario_client(&_app, transport, "scripted").with_user_ticket("3:user:S3CRET-TICKET\r"), "user ticket"),
+        ] {
+            let mut client = client;
+            let error = client.say("привет").await.unwrap_err().to_string();
+            assert!(error.starts_with(&format!("invalid {name}: the ")), "{transport:?}: {error}");
+            assert!(!error.contains("S3CRET"), "{transport:?}: {error}");
+        }
+        assert!(scenario.seen().is_empty(), "nothing was sent");
+    }
+}
+
+#[tokio::test]
+async fn a_server_address_s_password_is_in_no_error() {
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let unreachable = format!("http://user:pw-S3CRET@{gone}");
+    let error = Client::http(&unreachable).unwrap().say("привет").await.unwrap_err();
+    assert!(matches!(error, ClientError::Unreachable { .. }), "{error:?}");
+    for error in [
+        error,
+        Client::http("ftp://user:pw-S3CRET@example.org").unwrap_err(),
+        Client::http("http://user:pw-S3CRET@bad host:1/").unwrap_err(),
+        Client::http("user:pw-S3CRET@bad host").unwrap_err(),
+        Client::grpc("http://user:pw-S3CRET@bad host").unwrap_err(),
+    ] {
+        let text = format!("{error} {error:?}");
+        assert!(!text.contains("S3CRET"), "{text}");
+    }
+    let error = Client::http("ftp://user:pw-S3CRET@example.org").unwrap_err().to_string();
+    assert!(error.contains("ftp://user:<hidden>@example.org"), "the address is still told: {error}");
+}

@@ -381,3 +381,67 @@ async fn a_line_typed_as_the_result_of_a_command_no_longer_awaited_is_said_inste
     assert!(after.contains("Навыки: disk-usage"), "the line was said: {stdout}");
     assert_eq!(mock.received().len(), 1, "no model call but the skill's first step");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_control_characters_is_shown_escaped_and_not_run() {
+    // On a terminal, `\r` and "erase the line" leave `git status` in view of
+    // a command that pipes the network into a shell.
+    let hidden = "[CMD] echo pwned #\r\x1b[2Kgit status";
+    let (mock, server, _skills) = skill_server("skills-hidden", &[hidden, "[DONE] Готово."]).await;
+    let out = session(&server, "запусти навык git-quick-commit\n/run\n/skip\n/quit\n").await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(r"run_command (waiting for its result): echo pwned #\r\u{1b}[2Kgit status"),
+        "the command as it is, escaped: {stdout}"
+    );
+    assert!(!stdout.contains(['\r', '\x1b']), "no control character reaches the terminal: {stdout:?}");
+    assert!(stdout.contains("not run: the command holds control characters"), "{stdout}");
+    assert!(!stdout.contains("  | pwned") && !stdout.contains("exit code"), "it did not run: {stdout}");
+    let sent: Vec<String> = mock
+        .received()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(sent.len(), 2, "/run sent nothing, /skip its result: {sent:?}");
+    assert!(sent[1].starts_with("User skipped the command."), "{sent:?}");
+}
+
+#[test]
+fn a_server_address_s_password_is_in_no_message() {
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let unreachable = format!("http://user:pw-S3CRET@{gone}");
+    for server in [unreachable.as_str(), "ftp://user:pw-S3CRET@127.0.0.1:9", "http://user:pw-S3CRET@bad host:1/"] {
+        let out = dialog(&["--server", server], "привет\n");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{server}: {stderr}");
+        assert!(!stderr.contains("S3CRET") && !text(&out.stdout).contains("S3CRET"), "{stderr}");
+    }
+    let out = dialog(&["--server", "ftp://user:pw-S3CRET@127.0.0.1:9"], "привет\n");
+    assert!(text(&out.stderr).contains("ftp://user:<hidden>@127.0.0.1:9"), "{}", text(&out.stderr));
+}
+
+// The clock is paused: the 30 s the dialog waits pass at once.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_ends_the_dialog_at_its_timeout() {
+    use megamind_tools::dialog::{self, DialogArgs, script::TurnSpec};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts, reads, and never answers.
+    let silent = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+    });
+    let args = DialogArgs::to(server);
+    let mut client = dialog::client(&args, &args.scenario).unwrap();
+    let spec = TurnSpec { say: Some("привет".into()), ..TurnSpec::default() };
+    let started = tokio::time::Instant::now();
+    // A client without a timeout would wait for ever: the test's own bound
+    // ends it (at once too).
+    let played = tokio::time::timeout(2 * dialog::CALL_TIMEOUT, dialog::play(&mut client, &spec)).await;
+    // The Unplayable that `dialog` exits 2 with.
+    let error = played.expect("the dialog's own timeout ends the call").unwrap_err();
+    assert_eq!(error.0, format!("/run: no answer within {:?}", dialog::CALL_TIMEOUT));
+    assert!(started.elapsed() >= dialog::CALL_TIMEOUT);
+    silent.abort();
+}

@@ -60,6 +60,13 @@ use wire::{Route, Wire};
 
 /// How many callbacks one turn follows unless told otherwise.
 pub const DEFAULT_MAX_CALLBACKS: usize = 128;
+/// The longest answer read over HTTP, in bytes ([`ClientError::TooLarge`]
+/// past it). A protocol answer is kilobytes: more comes from a broken or
+/// hostile server, which must not fill the client's memory.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// Bytes of an error answer's body kept in [`ClientError::Status`]: enough
+/// for the reason, not a whole error page.
+pub const MAX_ERROR_BODY_BYTES: usize = 1024;
 
 /// A dialog with one scenario on one server: its transport, its settings and
 /// the session it carries (`State`, whether the session is new, the
@@ -97,10 +104,12 @@ impl Client {
         let mut bases = Vec::with_capacity(base_urls.len());
         for base_url in base_urls {
             let base = with_scheme(base_url);
-            let url = reqwest::Url::parse(&base)
-                .map_err(|e| ClientError::Setting { name: "server address", reason: format!("{base_url:?}: {e}") })?;
+            let url = reqwest::Url::parse(&base).map_err(|e| ClientError::Setting {
+                name: "server address",
+                reason: format!("{:?}: {e}", shown_address(base_url)),
+            })?;
             if !matches!(url.scheme(), "http" | "https") {
-                let reason = format!("{base_url:?} is not an http:// or https:// URL");
+                let reason = format!("{:?} is not an http:// or https:// URL", shown_address(base_url));
                 return Err(ClientError::Setting { name: "server address", reason });
             }
             bases.push(base.trim_end_matches('/').to_owned());
@@ -119,7 +128,10 @@ impl Client {
     /// inside a tokio runtime.
     pub fn grpc(address: &str) -> Result<Client, ClientError> {
         let channel = Channel::from_shared(with_scheme(address))
-            .map_err(|e| ClientError::Setting { name: "server address", reason: format!("{address:?}: {e}") })?
+            .map_err(|e| ClientError::Setting {
+                name: "server address",
+                reason: format!("{:?}: {e}", shown_address(address)),
+            })?
             .connect_lazy();
         Ok(Client::over(Wire::Grpc(ScenarioClient::new(channel))))
     }
@@ -381,6 +393,24 @@ fn input_of(event: t_input::Event) -> TInput {
 
 fn with_scheme(address: &str) -> String {
     if address.contains("://") { address.to_owned() } else { format!("http://{address}") }
+}
+
+/// A server's `address` fit for an error message or a log: without the
+/// password a URL may carry (`http://user:<hidden>@host/`). When it does not
+/// parse as a URL, where the password ends is anyone's guess, so everything
+/// between the scheme and the last `@` is hidden.
+pub fn shown_address(address: &str) -> String {
+    let full = with_scheme(address);
+    if reqwest::Url::parse(&full).is_ok() {
+        return megamind_core::text::redact_url(&full);
+    }
+    match full.rsplit_once('@') {
+        Some((before, host)) => {
+            let scheme = before.split_once("://").map_or("", |(scheme, _)| scheme);
+            format!("{scheme}://{}@{host}", megamind_core::text::HIDDEN)
+        }
+        None => full,
+    }
 }
 
 /// A `RequestId` prefix no other client shares: this process, the time it

@@ -72,6 +72,25 @@ pub struct DialogArgs {
     pub verbose: bool,
 }
 
+impl DialogArgs {
+    /// The command line's defaults, talking to `server`: where a program
+    /// (or a test) driving `dialog` starts.
+    pub fn to(server: impl Into<String>) -> DialogArgs {
+        DialogArgs {
+            server: server.into(),
+            scenario: "assistant".into(),
+            script: Vec::new(),
+            junit: None,
+            record: None,
+            replay: None,
+            ignore: Vec::new(),
+            service_ticket: None,
+            budget_ms: 300,
+            verbose: false,
+        }
+    }
+}
+
 /// What ended a run that could not do its work (exit code 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -110,10 +129,16 @@ pub fn main(args: &DialogArgs) -> u8 {
     }
 }
 
+/// How long a dialog waits for one answer. A server answers within its own
+/// deadline, or answers `timeout`; one that says nothing at all is stuck,
+/// and ends the run (exit 2) rather than hang a CI job until someone kills it.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The client of one dialog with `scenario` at `args.server`.
 pub fn client(args: &DialogArgs, scenario: &str) -> Result<Client, Unplayable> {
-    let client = Client::http(&args.server).map_err(|e| Unplayable(format!("{}: {e}", args.server)))?;
-    let client = client.with_scenario(scenario);
+    let client = Client::http(&args.server)
+        .map_err(|e| Unplayable(format!("{}: {e}", crate::client::shown_address(&args.server))))?;
+    let client = client.with_scenario(scenario).with_timeout(CALL_TIMEOUT);
     Ok(match &args.service_ticket {
         Some(ticket) => client.with_service_ticket(ticket),
         None => client,
@@ -233,4 +258,23 @@ fn print_result(result: &DialogResult) {
 /// `body` in text format, for `-v` and replay.
 pub fn text_of(message: &impl ReflectMessage) -> String {
     codec::text::print(&message.transcode_to_dynamic()).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::DialogArgs;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: DialogArgs,
+    }
+
+    #[test]
+    fn a_programs_defaults_are_the_command_lines() {
+        let parsed = Command::parse_from(["dialog", "--server", "http://h:1"]).args;
+        assert_eq!(format!("{parsed:?}"), format!("{:?}", DialogArgs::to("http://h:1")));
+    }
 }

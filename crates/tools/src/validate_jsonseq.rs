@@ -25,7 +25,7 @@ pub fn main(args: &ValidateArgs) -> u8 {
     let text = match read(args) {
         Ok(text) => text,
         Err(message) => {
-            eprintln!("validate-jsonseq: {}: {message}", args.source);
+            eprintln!("validate-jsonseq: {}: {message}", shown_source(&args.source));
             return 2;
         }
     };
@@ -46,9 +46,19 @@ pub fn main(args: &ValidateArgs) -> u8 {
     }
 }
 
+fn is_url(source: &str) -> bool {
+    source.starts_with("http://") || source.starts_with("https://")
+}
+
+/// `source` as messages show it: a URL without its password; a file's
+/// path as given (an `@` in a file name is nobody's password).
+fn shown_source(source: &str) -> String {
+    if is_url(source) { crate::client::shown_address(source) } else { source.to_owned() }
+}
+
 fn read(args: &ValidateArgs) -> Result<String, String> {
     let mut bytes = Vec::new();
-    if args.source.starts_with("http://") || args.source.starts_with("https://") {
+    if is_url(&args.source) {
         bytes = fetch(&args.source, Duration::from_secs(args.timeout_secs))?;
     } else if args.source == "-" {
         std::io::stdin().lock().take(MAX_TRANSCRIPT_BYTES).read_to_end(&mut bytes).map_err(|e| e.to_string())?;

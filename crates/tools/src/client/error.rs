@@ -34,7 +34,8 @@ pub enum ClientError {
         handler: Handler,
         /// The status the server answered.
         status: http::StatusCode,
-        /// The body the server sent with it, as text.
+        /// The body the server sent with it, as text, its first
+        /// [`MAX_ERROR_BODY_BYTES`](super::MAX_ERROR_BODY_BYTES) at most.
         body: String,
     },
     /// A gRPC status other than OK (`NOT_FOUND`, `RESOURCE_EXHAUSTED`,
@@ -47,6 +48,15 @@ pub enum ClientError {
         code: tonic::Code,
         /// The status message.
         message: String,
+    },
+    /// An answer longer than [`MAX_ANSWER_BYTES`](super::MAX_ANSWER_BYTES):
+    /// no protocol message comes near it, so the rest is not read.
+    #[error("/{handler}: the answer is longer than {limit} bytes; the rest was not read")]
+    TooLarge {
+        /// The handler called.
+        handler: Handler,
+        /// The most bytes an answer may have.
+        limit: usize,
     },
     /// No answer within the client's own timeout per call.
     #[error("/{handler}: no answer within {after:?}")]

@@ -33,7 +33,7 @@ use tonic::{
 };
 
 use super::{
-    ClientError,
+    ClientError, MAX_ANSWER_BYTES, MAX_ERROR_BODY_BYTES,
     hop::{Hop, Request, Response},
 };
 
@@ -110,27 +110,58 @@ async fn http_call(
     let mut post = http.post(url).header(http::header::CONTENT_TYPE, "application/protobuf").body(body);
     for (header, name, ticket) in route.tickets() {
         let ticket = http::HeaderValue::from_str(ticket)
-            .map_err(|_| ClientError::Setting { name, reason: format!("{ticket:?} is not a header value") })?;
+            .map_err(|_| ClientError::Setting { name, reason: unsendable(ticket) })?;
         post = post.header(header, ticket);
     }
     let unreachable = |source| ClientError::Unreachable { handler, source };
     let started = Instant::now();
-    let answer = post.send().await.map_err(unreachable)?;
+    let mut answer = post.send().await.map_err(unreachable)?;
     let status = answer.status();
-    let bytes = answer.bytes().await.map_err(unreachable)?;
-    let took = started.elapsed();
     if status != http::StatusCode::OK {
-        let body = String::from_utf8_lossy(&bytes).trim_end().to_owned();
+        // Only what the error keeps is read: a huge error page costs nothing.
+        let bytes = read_body(&mut answer, MAX_ERROR_BODY_BYTES).await.map_err(unreachable)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let body = megamind_core::text::clip(text.trim_end(), MAX_ERROR_BODY_BYTES).to_owned();
         return Err(ClientError::Status { handler, status, body });
     }
+    let too_large = ClientError::TooLarge { handler, limit: MAX_ANSWER_BYTES };
+    // A length announced past the bound is refused before a byte is read.
+    if answer.content_length().is_some_and(|length| length > MAX_ANSWER_BYTES as u64) {
+        return Err(too_large);
+    }
+    let bytes = read_body(&mut answer, MAX_ANSWER_BYTES).await.map_err(unreachable)?;
+    if bytes.len() > MAX_ANSWER_BYTES {
+        return Err(too_large);
+    }
+    let took = started.elapsed();
     let decode = |source| ClientError::Decode { handler, source };
     let response = match handler {
-        Handler::Run => Response::Run(TScenarioRunResponse::decode(bytes).map_err(decode)?),
-        Handler::Continue => Response::Continue(TScenarioContinueResponse::decode(bytes).map_err(decode)?),
-        Handler::Commit => Response::Commit(TScenarioCommitResponse::decode(bytes).map_err(decode)?),
-        Handler::Apply => Response::Apply(TScenarioApplyResponse::decode(bytes).map_err(decode)?),
+        Handler::Run => Response::Run(TScenarioRunResponse::decode(&bytes[..]).map_err(decode)?),
+        Handler::Continue => Response::Continue(TScenarioContinueResponse::decode(&bytes[..]).map_err(decode)?),
+        Handler::Commit => Response::Commit(TScenarioCommitResponse::decode(&bytes[..]).map_err(decode)?),
+        Handler::Apply => Response::Apply(TScenarioApplyResponse::decode(&bytes[..]).map_err(decode)?),
     };
     Ok((took, response))
+}
+
+/// The body of `answer`, chunk by chunk, until it ends or holds more than
+/// `limit` bytes: then it stops reading, and what it returns is longer than
+/// `limit` by less than a chunk.
+async fn read_body(answer: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() > limit {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// Why `ticket` cannot be sent, without its text: a ticket is a credential,
+/// and error messages end up in logs.
+fn unsendable(ticket: &str) -> String {
+    format!("the {}-byte ticket holds a character other than visible ASCII, which a header cannot carry", ticket.len())
 }
 
 async fn grpc_call(
@@ -176,15 +207,17 @@ fn grpc_request<T>(message: T, metadata: &MetadataMap) -> tonic::Request<T> {
 
 fn metadata(route: &Route) -> Result<MetadataMap, ClientError> {
     let mut metadata = MetadataMap::new();
-    let value = |name, text: &str| {
-        AsciiMetadataValue::try_from(text)
-            .map_err(|_| ClientError::Setting { name, reason: format!("{text:?} is not a valid metadata value") })
+    let value = |name, text: &str, reason: fn(&str) -> String| {
+        AsciiMetadataValue::try_from(text).map_err(|_| ClientError::Setting { name, reason: reason(text) })
     };
     if let Some(scenario) = &route.scenario {
-        metadata.insert(SCENARIO_KEY, value("scenario name", scenario)?);
+        metadata.insert(
+            SCENARIO_KEY,
+            value("scenario name", scenario, |text| format!("{text:?} is not a valid metadata value"))?,
+        );
     }
     for (key, name, ticket) in route.tickets() {
-        metadata.insert(key, value(name, ticket)?);
+        metadata.insert(key, value(name, ticket, unsendable)?);
     }
     Ok(metadata)
 }

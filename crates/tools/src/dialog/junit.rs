@@ -62,7 +62,7 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\n' | '\t' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => out.push('\u{fffd}'),
+            c if (c as u32) < 0x20 || matches!(c, '\u{fffe}' | '\u{ffff}') => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -95,5 +95,14 @@ mod tests {
         assert_eq!(escape("a\u{1}b"), "a\u{fffd}b");
         assert_eq!(xml.matches("<testcase").count(), 2);
         assert_eq!(xml.matches("<failure").count(), 1);
+    }
+
+    #[test]
+    fn the_noncharacters_xml_cannot_hold_become_the_replacement_character() {
+        // XML 1.0's Char stops at U+FFFD: a parser refuses the whole report
+        // over one U+FFFE or U+FFFF in a speech.
+        assert_eq!(escape("a\u{fffe}b\u{ffff}c"), "a\u{fffd}b\u{fffd}c");
+        // The planes above are Chars again, and U+FFFD itself stays.
+        assert_eq!(escape("\u{10000}\u{fffd}\u{fdd0}"), "\u{10000}\u{fffd}\u{fdd0}");
     }
 }

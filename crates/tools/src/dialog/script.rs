@@ -5,7 +5,7 @@
 //! against the protocol's schema, the matchers; and bounds the work a file
 //! can ask for.
 
-use std::{cell::LazyCell, collections::HashMap, path::Path};
+use std::{cell::LazyCell, collections::HashMap, io::Read, path::Path};
 
 use megamind_core::{
     codec::{self, Format},
@@ -114,7 +114,12 @@ pub struct ScriptError(pub String);
 /// Reads, parses and checks the script at `path`.
 pub fn load(path: &Path) -> Result<Loaded, ScriptError> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| ScriptError(format!("{file}: cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    // One byte past the bound tells a file too long, however long it is
+    // (a device such as /dev/zero never ends).
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_SCRIPT_BYTES as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| ScriptError(format!("{file}: cannot read: {e}")))?;
     if bytes.len() > MAX_SCRIPT_BYTES {
         return Err(ScriptError(format!("{file}: larger than {MAX_SCRIPT_BYTES} bytes")));
     }
@@ -332,6 +337,25 @@ dialogs:
             lines[4].starts_with("  - f.yaml:9: dialog \"x\", turn 2: max_msec: unknown key; did you mean `max_ms`?")
         );
         assert_eq!(lines.len(), 5, "{error}");
+    }
+
+    #[test]
+    fn a_file_past_the_bound_is_refused_after_reading_one_byte_more() {
+        // /dev/zero never ends: reading it whole would never return.
+        let error = load(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert_eq!(error, format!("/dev/zero: larger than {MAX_SCRIPT_BYTES} bytes"));
+
+        let dir = std::env::temp_dir().join(format!("script-bound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (at, past) = (dir.join("at.yaml"), dir.join("past.yaml"));
+        let turn = "dialogs:\n  - name: x\n    turns:\n      - say: a\n";
+        // Padded with a comment to exactly the bound: it loads.
+        let padding = MAX_SCRIPT_BYTES - turn.len() - 2;
+        std::fs::write(&at, format!("{turn}#{}\n", "x".repeat(padding))).unwrap();
+        std::fs::write(&past, format!("{turn}#{}\n", "x".repeat(padding + 1))).unwrap();
+        assert!(load(&at).is_ok());
+        assert!(load(&past).unwrap_err().to_string().ends_with(&format!("larger than {MAX_SCRIPT_BYTES} bytes")));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
