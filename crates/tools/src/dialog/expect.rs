@@ -20,6 +20,32 @@ use serde_json::{Map, Value};
 
 /// Largest compiled regex, in bytes: a script cannot ask for unbounded work.
 const MAX_REGEX_BYTES: usize = 1 << 20;
+/// Different regexes one script may hold. Each may take up to
+/// [`MAX_REGEX_BYTES`] compiled (`\w{20}` takes 1.2 MiB) and milliseconds
+/// to compile: a script of thousands of them held gigabytes. A regex
+/// written again is compiled once.
+pub const MAX_REGEXES: usize = 64;
+
+/// The regexes of one script, each compiled once, and their bound.
+#[derive(Debug, Default)]
+pub struct Regexes(std::collections::HashMap<String, regex::Regex>);
+
+impl Regexes {
+    fn compile(&mut self, pattern: String) -> Result<regex::Regex, String> {
+        if let Some(regex) = self.0.get(&pattern) {
+            return Ok(regex.clone());
+        }
+        if self.0.len() >= MAX_REGEXES {
+            return Err(format!("regex: a script holds at most {MAX_REGEXES} different regexes"));
+        }
+        let regex = regex::RegexBuilder::new(&pattern)
+            .size_limit(MAX_REGEX_BYTES)
+            .build()
+            .map_err(|e| format!("regex: {e}"))?;
+        self.0.insert(pattern, regex.clone());
+        Ok(regex)
+    }
+}
 /// What an unset message reads as.
 pub const ABSENT: &str = "<absent>";
 /// The keys an `expect:` map takes besides paths from the body's own
@@ -111,6 +137,14 @@ impl Expectation {
     /// Compiles the `expect:` map of a turn; else every key that cannot be
     /// read, each as (the key as written, what is wrong, opening with the key).
     pub fn compile(expect: &Map<String, Value>) -> Result<Expectation, Vec<(String, String)>> {
+        Expectation::compile_in(expect, &mut Regexes::default())
+    }
+
+    /// [`Expectation::compile`], its regexes among the script's `regexes`.
+    pub fn compile_in(
+        expect: &Map<String, Value>,
+        regexes: &mut Regexes,
+    ) -> Result<Expectation, Vec<(String, String)>> {
         let mut expectation = Expectation::default();
         let mut problems = Vec::new();
         for (path, value) in expect {
@@ -121,7 +155,7 @@ impl Expectation {
                 }
                 continue;
             }
-            match Target::parse(path).and_then(|target| Ok((target, Matcher::compile(value)?))) {
+            match Target::parse(path).and_then(|target| Ok((target, Matcher::compile(value, regexes)?))) {
                 Ok((target, matcher)) => expectation.checks.push(Check { path: path.clone(), target, matcher }),
                 Err(e) => problems.push((path.clone(), format!("{path}: {e}"))),
             }
@@ -307,7 +341,7 @@ fn render(value: &Field) -> String {
 }
 
 impl Matcher {
-    fn compile(value: &Value) -> Result<Matcher, String> {
+    fn compile(value: &Value, regexes: &mut Regexes) -> Result<Matcher, String> {
         let Value::Object(object) = value else { return scalar(value).map(Matcher::Exact) };
         let [(kind, operand)] = object.iter().collect::<Vec<_>>()[..] else {
             return Err("write a value, or one of contains, not_contains, regex, one_of".into());
@@ -315,14 +349,7 @@ impl Matcher {
         match kind.as_str() {
             "contains" => scalar(operand).map(Matcher::Contains),
             "not_contains" => scalar(operand).map(Matcher::NotContains),
-            "regex" => {
-                let pattern = scalar(operand)?;
-                regex::RegexBuilder::new(&pattern)
-                    .size_limit(MAX_REGEX_BYTES)
-                    .build()
-                    .map(Matcher::Regex)
-                    .map_err(|e| format!("regex: {e}"))
-            }
+            "regex" => regexes.compile(scalar(operand)?).map(Matcher::Regex),
             "one_of" => match operand {
                 Value::Array(items) => items.iter().map(scalar).collect::<Result<_, _>>().map(Matcher::OneOf),
                 _ => Err("one_of: write a list".into()),

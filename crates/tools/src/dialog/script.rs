@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize, de::IgnoredAny};
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 
-use super::expect::Expectation;
+use super::expect::{Expectation, Regexes};
 
 /// Largest script file read, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
@@ -158,6 +158,7 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
     let lines = LazyCell::new(|| Lines::of(text));
     // Every turn is checked: all of a file's mistakes are told at once.
     let mut problems = Vec::new();
+    let mut regexes = Regexes::default();
     for (d, dialog) in script.dialogs.into_iter().enumerate() {
         let name = &dialog.name;
         if dialog.turns.is_empty() || dialog.turns.len() > MAX_TURNS {
@@ -185,7 +186,7 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
             {
                 problems.push(format!("{}: request: not a TScenarioRunRequest in text format: {e}", at()));
             }
-            match Expectation::compile(&turn.expect) {
+            match Expectation::compile_in(&turn.expect, &mut regexes) {
                 Ok(expectation) => expectations.push(expectation),
                 Err(keys) => {
                     // Top to bottom as written, not in the map's order.
@@ -368,5 +369,23 @@ dialogs:
         assert!(parse("f", "dialogs: []\n").is_err());
         let request = "dialogs:\n  - name: x\n    turns:\n      - request: 'Input { Nope: 1 }'\n";
         assert!(parse("f", request).unwrap_err().to_string().contains("request: not a TScenarioRunRequest"));
+    }
+
+    #[test]
+    fn a_regex_written_again_is_compiled_once_and_different_ones_are_bounded() {
+        use crate::dialog::expect::MAX_REGEXES;
+        let script = |patterns: &mut dyn Iterator<Item = String>| {
+            let turns: String = patterns
+                .map(|pattern| format!("      - say: a\n        expect: {{speech: {{regex: '{pattern}'}}}}\n"))
+                .collect();
+            format!("dialogs:\n  - name: x\n    turns:\n{turns}")
+        };
+        // The same heavy regex in every turn: one compiled, shared.
+        let same = parse("f", &script(&mut (0..500).map(|_| r"\w{20}".to_owned()))).expect("loads");
+        assert_eq!(same.dialogs[0].1.len(), 500);
+        let distinct = |n: usize| script(&mut (0..n).map(|i| format!(r"\w{{20}}{i}")));
+        assert!(parse("f", &distinct(MAX_REGEXES)).is_ok());
+        let error = parse("f", &distinct(MAX_REGEXES + 1)).unwrap_err().to_string();
+        assert!(error.contains(&format!("a script holds at most {MAX_REGEXES} different regexes")), "{error}");
     }
 }
