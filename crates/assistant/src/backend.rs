@@ -95,6 +95,15 @@ pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// backend's invention.
 pub const MAX_FINISH_REASON_BYTES: usize = 64;
 
+/// A `finish_reason` as kept, wherever it is read from (a backend's
+/// answer, another replica's stored outcome): trimmed, clipped to
+/// [`MAX_FINISH_REASON_BYTES`], none when it says nothing.
+pub(crate) fn bounded_finish_reason(text: &str) -> Option<String> {
+    // Trimmed after the clip too: cut inside, it may end in blanks.
+    let reason = megamind_core::text::clip(text.trim(), MAX_FINISH_REASON_BYTES).trim_end();
+    (!reason.is_empty()).then(|| reason.to_owned())
+}
+
 /// A finished completion.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Completion {

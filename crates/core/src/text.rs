@@ -41,6 +41,22 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
     nearest(word, candidates).map(|near| format!("; did you mean `{near}`?")).unwrap_or_default()
 }
 
+/// `text` with each character `escaped` picks written as its escape
+/// (`\r`, `\u{1b}`), every other one as it is (Cyrillic stays readable):
+/// text shown on a terminal or in a log line that must stay one line and
+/// show what it holds.
+pub fn escape(text: &str, escaped: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `text` with the password of its `user:password@` part replaced by
 /// `<hidden>`; text that is not such a URL, unchanged. For every URL the
 /// configuration takes (the store's, tvmtool's): shown in problems, debug

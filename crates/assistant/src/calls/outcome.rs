@@ -17,7 +17,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::{
-    backend::{BackendError, Completion, MAX_ANSWER_BYTES, MAX_FINISH_REASON_BYTES, TokenUsage},
+    backend::{BackendError, Completion, MAX_ANSWER_BYTES, TokenUsage},
     proto::megamind_scenario::v1::{
         TAssistantCompletion, TAssistantHttpStatus, TAssistantModelError, TAssistantModelOutcome, TAssistantTokenUsage,
         t_assistant_model_error::Cause, t_assistant_model_outcome::Outcome,
@@ -69,10 +69,7 @@ pub(crate) fn decode(bytes: &[u8]) -> ModelOutcome {
             text: completion.text,
             first_token: completion.first_token_micros.map(Duration::from_micros),
             attempts: completion.attempts,
-            finish_reason: completion
-                .finish_reason
-                .map(|reason| megamind_core::text::clip(reason.trim(), MAX_FINISH_REASON_BYTES).trim_end().to_owned())
-                .filter(|reason| !reason.is_empty()),
+            finish_reason: completion.finish_reason.as_deref().and_then(crate::backend::bounded_finish_reason),
             usage: completion
                 .usage
                 .map(|u| TokenUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }),
@@ -113,6 +110,7 @@ fn error(cause: Cause) -> BackendError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::MAX_FINISH_REASON_BYTES;
 
     #[test]
     fn every_outcome_reads_back_as_it_was_stored() {

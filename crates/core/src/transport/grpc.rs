@@ -161,11 +161,10 @@ impl GrpcRoutes {
         let path = request.uri().path();
         let scenario =
             path.strip_prefix('/').and_then(|p| p.strip_prefix(SERVICE_NAME)).is_some_and(|m| m.starts_with('/'));
-        let bounded = !scenario;
         let within = self.app.connection_limits.header_timeout;
         // axum's router, under the routes, is always ready: no `poll_ready` needed.
         let call = self.routes.call(request);
-        let called = if bounded { tokio::time::timeout(within, call).await } else { Ok(call.await) };
+        let called = if scenario { Ok(call.await) } else { tokio::time::timeout(within, call).await };
         let response = match called {
             Ok(Ok(response)) => response,
             Ok(Err(infallible)) => match infallible {},

@@ -265,15 +265,7 @@ async fn command_result(
 /// [mislead](misleads) escaped (`\r`, `\u{1b}`), anything else (Cyrillic
 /// too) as it is.
 fn shown(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if misleads(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    megamind_core::text::escape(text, misleads)
 }
 
 /// Whether a terminal shows text holding `c` as other than it is: a control

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::backend::{MAX_FINISH_REASON_BYTES, TokenUsage};
+use crate::backend::TokenUsage;
 
 /// What a complete event means; one chunk may mean several, in this order:
 /// reasoning, text, finish, usage.
@@ -23,7 +23,7 @@ pub enum StreamEvent {
     /// More of the model's reasoning (never empty).
     Reasoning(String),
     /// `finish_reason`: why the model stopped (at most
-    /// [`MAX_FINISH_REASON_BYTES`]).
+    /// [`crate::backend::MAX_FINISH_REASON_BYTES`]).
     Finish(String),
     /// `usage`: what the call cost.
     Usage(TokenUsage),
@@ -184,9 +184,7 @@ fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> 
 
 /// A `finish_reason` that says something, clipped.
 pub(crate) fn finish_reason(value: Option<&Value>) -> Option<String> {
-    // Trimmed after the clip too: cut inside, it may end in blanks.
-    let reason = megamind_core::text::clip(value?.as_str()?.trim(), MAX_FINISH_REASON_BYTES).trim_end();
-    (!reason.is_empty()).then(|| reason.to_owned())
+    crate::backend::bounded_finish_reason(value?.as_str()?)
 }
 
 /// A `usage` object's token counts; absent ones count 0.
@@ -319,7 +317,7 @@ mod tests {
             events,
             [
                 StreamEvent::Delta("a".into()),
-                StreamEvent::Finish("x".repeat(MAX_FINISH_REASON_BYTES)),
+                StreamEvent::Finish("x".repeat(crate::backend::MAX_FINISH_REASON_BYTES)),
                 StreamEvent::Usage(TokenUsage { prompt_tokens: 0, completion_tokens: 3 }),
             ]
         );

@@ -41,18 +41,7 @@ pub fn message(payload: &(dyn Any + Send)) -> &str {
 /// One line: the thread, where, and the message with its control
 /// characters escaped, at most [`MAX_MESSAGE`] bytes of it.
 fn report(thread: Option<&str>, location: Option<&Location<'_>>, message: &str) -> String {
-    let mut escaped = String::with_capacity(message.len().min(MAX_MESSAGE));
-    for c in message.chars() {
-        if escaped.len() >= MAX_MESSAGE {
-            escaped.push('…');
-            break;
-        }
-        if c.is_control() {
-            escaped.extend(c.escape_default());
-        } else {
-            escaped.push(c);
-        }
-    }
+    let escaped = crate::codec::quote::cap_at(crate::text::escape(message, char::is_control), MAX_MESSAGE);
     let thread = thread.unwrap_or("<unnamed>").escape_default();
     match location {
         Some(at) => format!("thread '{thread}' panicked at {at}: {escaped}"),
