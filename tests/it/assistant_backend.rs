@@ -1,13 +1,14 @@
 //! The OpenAI-compatible backend on the wire, against the mock model: the
 //! first-token timeout only for streams, a connection dropped mid-answer
-//! retried while nothing was delivered, the breaker counting calls, and
-//! `extra_body` sent in the order it was written.
+//! retried while nothing was delivered, the breaker counting calls,
+//! `extra_body` sent in the order it was written, and an answer or error
+//! body past its bound.
 
 use std::time::Duration;
 
 use crate::{
     assistant_harness::{apology, ask, client, metrics_text, spawn},
-    helpers::{Transport, binary},
+    helpers::{LoggedServer, Transport, binary},
     metrics::sample,
     mock_llm::{MockLlm, Reply},
 };
@@ -182,4 +183,43 @@ async fn the_served_binary_warms_a_local_model_server_up_before_its_runtime_serv
     let _ = child.wait();
     let body = warmed.expect("a warm-up request (max_tokens 1) reached the model server");
     assert_eq!(body["messages"][0]["role"], "system", "{body}");
+}
+
+#[tokio::test]
+async fn a_model_answer_over_the_bound_is_a_bad_response_whole_or_streamed() {
+    // 2 MiB of answer, twice the bound: the call fails, and no part of it is spoken.
+    let long = "ы".repeat(1 << 20);
+    let mock = MockLlm::start(Reply::content(&long)).await;
+    let h = spawn(&mock, |c| c.backend.stream = false).await;
+    assert_eq!(ask(&mut client(&h.app, Transport::Http), "расскажи").await.speech(), apology());
+    let text = metrics_text(&h.metrics);
+    let bad = r#"megamind_assistant_model_calls_total{backend="openai",outcome="bad_response"} 1"#;
+    assert!(text.contains(bad), "whole: {text}");
+
+    // The same, a kilobyte an event: cut off once the text collected passes the bound.
+    let piece = "ы".repeat(512);
+    let mock = MockLlm::start(Reply::stream(&vec![piece.as_str(); 2_048], Duration::ZERO)).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "расскажи").await;
+    assert!(turn.speech().len() < 1 << 20, "spoken: {} bytes", turn.speech().len());
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(bad), "streamed: {text}");
+}
+
+#[tokio::test]
+async fn a_model_servers_error_body_reaches_the_log_cut_to_its_bound() {
+    // A megabyte of error body, a mark at its start: the log quotes the
+    // start, and not the megabyte.
+    let body = format!("mark-of-the-body {}", "z".repeat(1 << 20));
+    let mock = MockLlm::start(Reply::Json { delay: Duration::ZERO, status: 400, body }).await;
+    let url = mock.base_url();
+    let server = LoggedServer::start(&["--llm-base-url", &url, "--llm-warmup", "off"], &[]);
+    assert_eq!(ask(&mut client(&server.app, Transport::Http), "вопрос").await.speech(), apology());
+    let log = server.stop();
+    let quoted: Vec<&str> = log.lines().filter(|line| line.contains("mark-of-the-body")).collect();
+    assert!(!quoted.is_empty(), "the error body is quoted:\n{log:.2000}");
+    for line in quoted {
+        let run = line.split(|c| c != 'z').map(str::len).max().unwrap_or(0);
+        assert!(run <= 300 && line.len() < 4_096, "a line of {} bytes, {run} of the body:\n{line:.500}", line.len());
+    }
 }

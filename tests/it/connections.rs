@@ -1,6 +1,8 @@
 //! Connection limits and timeouts, seen from hostile and careless clients:
-//! slow heads, bodies that never end, idle keep-alives, too many connections,
-//! HTTP/2 clients that never read, and keep-alive requests during a drain.
+//! slow heads (on a server with the stream lane too), bodies that never end,
+//! idle keep-alives, too many connections (and too few open files for
+//! them), HTTP/2 clients that never read, whatever their windows, and
+//! keep-alive requests during a drain.
 
 use std::{
     sync::Arc,
@@ -8,14 +10,20 @@ use std::{
 };
 
 use bytes::Bytes;
-use megamind_core::{codec::Format, config::Config, proto::n_alice::n_scenarios::TScenarioRunRequest};
+use megamind_core::{
+    app::App, codec::Format, config::Config, proto::n_alice::n_scenarios::TScenarioRunRequest,
+    rules::metrics::ServerMetrics,
+};
 use megamind_scenario::scenarios::demo::Demo;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
-use crate::helpers::{TestApp, fixture_body, registry_of, spawn_app};
+use crate::helpers::{
+    LoggedServer, TestApp, binary_with_open_files, fixture_body, registry_of, serve_app, served_config, spawn_app,
+    spawn_builtin,
+};
 
 /// Bound on every wait for the server: far above the timeouts under test.
 const BOUND: Duration = Duration::from_secs(5);
@@ -126,6 +134,34 @@ async fn a_slow_request_head_is_cut_off_at_the_header_timeout() {
     assert!(closed_by_server(&mut silent).await, "a silent connection is closed");
     let text = metrics(&app).await;
     assert!(text.contains(r#"megamind_connections_closed_total{reason="header_timeout"} 2"#), "{text}");
+}
+
+#[tokio::test]
+async fn on_a_server_with_the_stream_lane_every_kind_of_slow_head_is_cut_off_at_the_header_timeout() {
+    // The assistant's streams give the server its lane: a connection's first
+    // bytes are read before hyper's, by code of the server's own.
+    let app = spawn_builtin(Config { header_timeout_ms: 300, ..served_config() }).await;
+    for (case, first) in [
+        ("silent", None),
+        ("a stream's head, trickled on the lane", Some(&b"GET /llm/stream/x HTTP/1.1\r\nhost: test\r\n"[..])),
+        ("a call's head, trickled on the main threads", Some(b"POST /assistant/run HTTP/1.1\r\nhost: test\r\n")),
+    ] {
+        let mut slow = TcpStream::connect(app.addr).await.unwrap();
+        let started = Instant::now();
+        let closed = match first {
+            None => closed_by_server(&mut slow).await,
+            Some(first) => {
+                slow.write_all(first).await.unwrap();
+                trickle_until_closed(&mut slow, started).await.is_some()
+            }
+        };
+        assert!(closed, "{case}: still open after {BOUND:?}");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(280), "{case}: closed early, at {took:?}");
+        assert!(took < Duration::from_millis(2_000), "{case}: closed late, at {took:?}");
+    }
+    let text = metrics(&app).await;
+    assert!(text.contains(r#"megamind_connections_closed_total{reason="header_timeout"} 3"#), "{text}");
 }
 
 #[tokio::test]
@@ -525,4 +561,100 @@ async fn a_body_in_too_many_chunks_is_refused() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("the body came in more than 65536 pieces"), "{answer}");
+}
+
+/// One HTTP/2 frame: its 9-byte head and `payload`.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    [&length[1..], &[kind, flags], &stream.to_be_bytes(), payload].concat()
+}
+
+#[tokio::test]
+async fn an_h2_client_with_open_windows_that_reads_nothing_holds_a_bounded_buffer_per_stream() {
+    // A route whose answer never ends, counting what the server took of it.
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = taken.clone();
+    let endless = axum::routing::get(move || {
+        let counted = counted.clone();
+        let chunk = Bytes::from(vec![b'x'; 1024]);
+        let pieces = futures_util::stream::repeat_with(move || {
+            counted.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, std::convert::Infallible>(chunk.clone())
+        });
+        std::future::ready(axum::body::Body::from_stream(pieces))
+    });
+    const STREAMS: u32 = 200;
+    let config = Config { h2_max_concurrent_streams: STREAMS, send_timeout_ms: 60_000, ..Config::default() };
+    let registry = registry_of("demo", Arc::new(Demo::new()));
+    let routes = vec![("/endless".to_owned(), endless)];
+    let app = App::with_routes(&config, registry, ServerMetrics::new(), routes).unwrap();
+    let app = serve_app(app).await;
+
+    // Windows as wide as HTTP/2 allows, a small receive buffer, and not a
+    // byte read: the server may buffer what it likes, up to its own bound.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut tcp = socket.connect(app.addr).await.unwrap();
+    let widest = 0x7fff_ffffu32;
+    let settings = [&[0, 4][..], &widest.to_be_bytes(), &[0, 2], &0u32.to_be_bytes()].concat();
+    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    opening.extend(h2_frame(4, 0, 0, &settings));
+    opening.extend(h2_frame(8, 0, 0, &(widest - 65_535).to_be_bytes()));
+    // GET, http, and `/endless` as a literal not indexed: END_STREAM | END_HEADERS.
+    let block = [&[0x82, 0x86, 0x04, 8][..], b"/endless"].concat();
+    for stream in (1..STREAMS * 2).step_by(2) {
+        opening.extend(h2_frame(1, 0x5, stream, &block));
+    }
+    tcp.write_all(&opening).await.unwrap();
+
+    // Taken until it stops: at most the kernel's buffers (a few MiB) and
+    // the bound per stream; hyper's default (400 KiB a stream) would take 80 MiB.
+    let mut last = usize::MAX;
+    let settled = tokio::time::timeout(BOUND, async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = taken.load(std::sync::atomic::Ordering::Relaxed);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    })
+    .await
+    .expect("the server stops taking the answers");
+    let streams = usize::try_from(STREAMS).unwrap();
+    assert!(settled >= streams * 1024, "every stream answered: {settled} bytes taken");
+    assert!(settled <= 16 << 20, "{settled} bytes taken for {STREAMS} streams");
+    drop(tcp);
+}
+
+#[tokio::test]
+async fn under_a_low_open_files_limit_connections_wait_for_a_slot_instead_of_failing_accepts() {
+    // 128 files: 64 of them for connections, the rest for what else the
+    // server opens, whatever max_connections (10,000 by default) says.
+    let server = LoggedServer::start_as(binary_with_open_files(128), &[]);
+    let addr = server.app.addr;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(&get("/healthz")).await.unwrap();
+        let answer = tokio::time::timeout(BOUND, read_answer(&mut stream)).await.expect("answered in time");
+        assert!(answer.is_some_and(|(head, _)| head.starts_with("http/1.1 200")), "connection {}", held.len());
+        held.push(stream);
+    }
+    // The 65th waits in the listen backlog, its request unanswered while
+    // every slot is held (no answer can show that but a while without one).
+    let mut waiting = TcpStream::connect(addr).await.unwrap();
+    waiting.write_all(&get("/healthz")).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(500), read_answer(&mut waiting)).await;
+    assert!(early.is_err(), "served past the cap: {early:?}");
+    // A slot given back: it is served.
+    drop(held.pop());
+    let answer = tokio::time::timeout(BOUND, read_answer(&mut waiting)).await.expect("served once a slot is free");
+    assert!(answer.is_some_and(|(head, _)| head.starts_with("http/1.1 200")));
+    drop(held);
+    let log = server.stop();
+    let lowered: Vec<&str> = log.lines().filter(|line| line.contains("max_connections lowered")).collect();
+    assert!(lowered.len() == 1 && lowered[0].contains("using=64"), "{log}");
+    assert!(!log.contains("accept failed"), "{log}");
 }

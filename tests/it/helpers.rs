@@ -294,7 +294,20 @@ pub fn convert(args: &[&str], input: &[u8]) -> std::process::Output {
 /// settings of the environment the tests run in (a `MEGAMIND_STORE_URL` set
 /// there would point every test at that Redis): each test sets its own.
 pub fn binary() -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario"));
+    without_our_variables(std::process::Command::new(env!("CARGO_BIN_EXE_megamind-scenario")))
+}
+
+/// The server binary run by `sh` with at most `files` open files (soft and
+/// hard limit alike, so that it cannot raise its own).
+pub fn binary_with_open_files(files: u32) -> std::process::Command {
+    let mut command = std::process::Command::new("sh");
+    let script = format!("ulimit -n {files} && exec \"$0\" \"$@\"");
+    command.args(["-c", &script, env!("CARGO_BIN_EXE_megamind-scenario")]);
+    without_our_variables(command)
+}
+
+/// `command` without the `MEGAMIND_` variables of the test's environment.
+fn without_our_variables(mut command: std::process::Command) -> std::process::Command {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("MEGAMIND_") {
             command.env_remove(name);
@@ -344,11 +357,18 @@ impl LoggedServer {
     /// `serve` on port 0 with no shutdown delay, `args` and the
     /// environment `env` besides.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> LoggedServer {
+        let mut command = binary();
+        command.envs(env.iter().copied());
+        LoggedServer::start_as(command, args)
+    }
+
+    /// As [`LoggedServer::start`], `binary` being the server binary's
+    /// command, e.g. [`binary_with_open_files`].
+    pub fn start_as(mut binary: std::process::Command, args: &[&str]) -> LoggedServer {
         use std::{io::BufRead, process::Stdio};
-        let mut child = binary()
+        let mut child = binary
             .args(["serve", "--addr", "127.0.0.1:0", "--shutdown-delay-ms", "0"])
             .args(args)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

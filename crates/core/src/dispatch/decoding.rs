@@ -107,4 +107,22 @@ mod tests {
         assert!(!Decoding::inline(&vec![0; INLINE_TEXT_BYTES + 1], Format::Json));
         assert!(Decoding::inline(&vec![0; INLINE_TEXT_BYTES + 1], Format::Binary));
     }
+
+    #[tokio::test]
+    async fn a_body_past_the_slots_waits_for_one_and_answers_timeout_at_its_deadline() {
+        let decoding = Decoding::new();
+        let body = Bytes::from_static(b"{}");
+        let soon = || Instant::now() + std::time::Duration::from_millis(50);
+        // One slot a CPU; every slot taken, as by as many slow bodies: the next is not decoded.
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(decoding.slots.available_permits(), cpus);
+        let slots = u32::try_from(cpus).unwrap();
+        let held = decoding.slots.clone().acquire_many_owned(slots).await.unwrap();
+        let waited = decoding.decode(Handler::Run, &body, Format::Json, soon()).await;
+        assert!(matches!(waited, Err(Aside::TimedOut)), "decoded past the bound");
+        // A slot given back: decoded.
+        drop(held);
+        let decoded = decoding.decode(Handler::Run, &body, Format::Json, soon()).await;
+        assert!(decoded.is_ok(), "not decoded with a slot free");
+    }
 }
