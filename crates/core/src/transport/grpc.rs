@@ -358,6 +358,16 @@ pub fn status(refusal: &Refusal) -> Status {
 /// The header a gRPC client states its deadline in.
 const GRPC_TIMEOUT: &str = "grpc-timeout";
 
+/// How a `grpc-timeout` header is read: open to the fuzz target
+/// `request_values`, built with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+pub mod timeout_header {
+    /// A `grpc-timeout` value read as a call reads it.
+    pub fn parse_timeout(value: &[u8]) -> Option<std::time::Duration> {
+        super::parse_timeout(value)
+    }
+}
+
 /// A `grpc-timeout` value: at most 8 digits and a unit (`H`, `M`, `S`, `m`,
 /// `u`, `n`), as the gRPC over HTTP/2 specification has it.
 fn parse_timeout(value: &[u8]) -> Option<Duration> {
