@@ -1,8 +1,8 @@
 //! The OpenAI-compatible backend on the wire, against the mock model: the
 //! first-token timeout only for streams, a connection dropped mid-answer
 //! retried while nothing was delivered, the breaker counting calls,
-//! `extra_body` sent in the order it was written, and an answer or error
-//! body past its bound.
+//! `extra_body` sent in the order it was written, an answer or error body
+//! past its bound, and a model server that never accepts the connection.
 
 use std::time::Duration;
 
@@ -222,4 +222,43 @@ async fn a_model_servers_error_body_reaches_the_log_cut_to_its_bound() {
         let run = line.split(|c| c != 'z').map(str::len).max().unwrap_or(0);
         assert!(run <= 300 && line.len() < 4_096, "a line of {} bytes, {run} of the body:\n{line:.500}", line.len());
     }
+}
+
+#[tokio::test]
+async fn a_model_server_that_never_accepts_is_given_up_at_the_connect_timeout() {
+    // A listener whose queue is full: the kernel drops further SYNs, and a
+    // connect neither succeeds nor fails until the client gives up.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(300), tokio::net::TcpStream::connect(addr)).await {
+            Ok(stream) => queued.push(stream.expect("queued")),
+            Err(_) => break,
+        }
+        assert!(queued.len() < 64, "the listener's queue never fills");
+    }
+    let mock = MockLlm::start(Reply::content("не дойдёт")).await;
+    let started = std::time::Instant::now();
+    let h = spawn(&mock, |c| {
+        c.backend.base_url = format!("http://{addr}/v1");
+        c.backend.connect_timeout_ms = 200;
+        c.backend.first_token_timeout_ms = 30_000;
+        c.backend.max_retries = 0;
+        c.calls.call_timeout_ms = 30_000;
+    })
+    .await;
+    assert_eq!(ask(&mut client(&h.app, Transport::Http), "вопрос").await.speech(), apology());
+    // Given up at its connect timeout (a timeout, in the metrics), not at the call's 30 s.
+    let given_up = r#"megamind_assistant_model_calls_total{backend="openai",outcome="timeout"} 1"#;
+    while !metrics_text(&h.metrics).contains(given_up) {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", metrics_text(&h.metrics));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_call_seconds_bucket{backend="openai",le="0.5"} 1"#), "{text}");
+    assert_eq!(mock.calls(), 0);
+    drop((listener, queued));
 }
