@@ -10,10 +10,12 @@
 //! - [`validate_jsonseq`]: the `validate-jsonseq` command.
 //! - [`stdout`]: where the commands print; a closed standard output ends
 //!   them quietly.
+//! - [`bounded`]: reading a whole file or stream under a bound.
 
 // A closed standard output would make `println!` panic: print with `outln!`.
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
+pub mod bounded;
 pub mod client;
 pub mod convert;
 pub mod dialog;

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 /// Largest compiled regex, in bytes: a script cannot ask for unbounded work.
 const MAX_REGEX_BYTES: usize = 1 << 20;
 /// Different regexes one script may hold. Each may take up to
-/// [`MAX_REGEX_BYTES`] compiled (`\w{20}` takes 1.2 MiB) and milliseconds
+/// [`MAX_REGEX_BYTES`] compiled (`\w{20}` takes nearly 1 MiB) and milliseconds
 /// to compile: a script of thousands of them held gigabytes. A regex
 /// written again is compiled once.
 pub const MAX_REGEXES: usize = 64;

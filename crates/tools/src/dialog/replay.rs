@@ -24,7 +24,10 @@ use megamind_core::{
 };
 
 use super::{DialogArgs, Unplayable, text_of};
-use crate::client::{Request, Response};
+use crate::{
+    bounded::read_at_most,
+    client::{Request, Response},
+};
 
 /// Largest log read, in bytes.
 const MAX_LOG_BYTES: u64 = 256 << 20;
@@ -46,25 +49,28 @@ pub struct Logged {
     pub request: String,
     /// The answer, in text format, when it was logged.
     pub answer: Option<String>,
+    /// Whether the request or the answer was longer than an entry may be
+    /// ([`MAX_ENTRY_BYTES`]): kept only up to it, it is not replayed.
+    pub cut: bool,
 }
 
 /// The calls of a debug log, in the order they ended.
 pub fn parse_log(log: &str) -> Vec<Logged> {
-    let mut requests: HashMap<String, VecDeque<String>> = HashMap::new();
-    let mut answer = None;
+    let mut requests: HashMap<String, VecDeque<(String, bool)>> = HashMap::new();
+    let mut answer: Option<(String, bool)> = None;
     let mut calls = Vec::new();
-    let mut entries: Vec<(&str, String)> = entries(log).collect();
+    let mut entries: Vec<Entry> = entries(log).collect();
     // Stable: entries of one instant keep the file's order. The timestamps
     // are RFC 3339 of one width, so their text sorts as their time.
-    entries.sort_by_key(|(head, _)| head.split_whitespace().next().unwrap_or_default());
-    for (head, body) in entries {
+    entries.sort_by_key(|entry| entry.head.split_whitespace().next().unwrap_or_default());
+    for Entry { head, body, cut } in entries {
         let Some(what) = head.split_once(&format!("{ACCESS_TARGET}: ")).map(|(_, what)| what.trim()) else { continue };
         match what {
             "request" => {
                 let request_id = field_of(&body, "RequestId").unwrap_or_default();
-                requests.entry(request_id).or_default().push_back(body);
+                requests.entry(request_id).or_default().push_back((body, cut));
             }
-            "answer" => answer = Some(body),
+            "answer" => answer = Some((body, cut)),
             summary if summary.starts_with("transport=") => {
                 let fields = summary_fields(summary);
                 let handler = match fields.get("handler").map(String::as_str) {
@@ -75,9 +81,13 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
                     _ => continue,
                 };
                 let request_id = fields.get("request_id").cloned().unwrap_or_default();
-                let Some(request) = requests.get_mut(&request_id).and_then(VecDeque::pop_front) else { continue };
+                let Some((request, request_cut)) = requests.get_mut(&request_id).and_then(VecDeque::pop_front) else {
+                    continue;
+                };
                 let scenario = fields.get("scenario").cloned().unwrap_or_default();
-                calls.push(Logged { scenario, handler, request_id, request, answer: answer.take() });
+                let (answer, answer_cut) = answer.take().map_or((None, false), |(answer, cut)| (Some(answer), cut));
+                let cut = request_cut || answer_cut;
+                calls.push(Logged { scenario, handler, request_id, request, answer, cut });
             }
             _ => {}
         }
@@ -87,10 +97,7 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
 
 /// Replays the log at `path` against `args.server`; `true` when no answer differs.
 pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
-    let file = std::fs::File::open(path).map_err(|e| Unplayable(format!("{}: {e}", path.display())))?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_LOG_BYTES), &mut text)
-        .map_err(|e| Unplayable(format!("{}: {e}", path.display())))?;
+    let text = read_log(path)?;
     let calls = parse_log(&text);
     if calls.is_empty() {
         return Err(Unplayable(format!(
@@ -101,10 +108,15 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
     let ignored: Vec<&str> = VOLATILE.iter().copied().chain(args.ignore.iter().map(String::as_str)).collect();
     let mut differ = 0;
     for call in &calls {
+        let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
+        if call.cut {
+            let most = MAX_ENTRY_BYTES >> 20;
+            crate::outln!("? {label}: its request or answer is over {most} MiB in the log, not replayed");
+            continue;
+        }
         let client = super::client(args, &call.scenario)?;
         let request = request_of(call)?;
         let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
-        let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
         let Some(logged) = &call.answer else {
             crate::outln!("? {label}: no answer logged");
             continue;
@@ -149,9 +161,29 @@ fn answer_text(response: &Response) -> String {
     }
 }
 
-/// The log's entries: a line starting with a timestamp and the lines after
-/// it up to the next such line (each capped).
-fn entries(log: &str) -> impl Iterator<Item = (&str, String)> {
+/// The log at `path`, refused past [`MAX_LOG_BYTES`]: a log cut there
+/// would lose its last calls, or end inside a character.
+fn read_log(path: &Path) -> Result<String, Unplayable> {
+    let failed = |e: &dyn std::fmt::Display| Unplayable(format!("{}: {e}", path.display()));
+    let read = std::fs::File::open(path).and_then(|file| read_at_most(file, MAX_LOG_BYTES));
+    let Some(bytes) = read.map_err(|e| failed(&e))? else {
+        let most = MAX_LOG_BYTES >> 20;
+        return Err(failed(&format!("larger than {most} MiB; replay a part of it (e.g. `tail -c 100M`)")));
+    };
+    String::from_utf8(bytes).map_err(|e| failed(&format!("not UTF-8: {e}")))
+}
+
+/// One entry of the log: a line starting with a timestamp, and the lines
+/// after it up to the next such line, kept up to [`MAX_ENTRY_BYTES`].
+struct Entry<'a> {
+    head: &'a str,
+    body: String,
+    /// Lines past the bound were left out: the body is only a start.
+    cut: bool,
+}
+
+/// The log's entries.
+fn entries(log: &str) -> impl Iterator<Item = Entry<'_>> {
     let mut lines = log.lines().peekable();
     std::iter::from_fn(move || {
         let head = loop {
@@ -160,14 +192,17 @@ fn entries(log: &str) -> impl Iterator<Item = (&str, String)> {
                 break line;
             }
         };
-        let mut body = String::new();
+        let (mut body, mut cut) = (String::new(), false);
         while let Some(line) = lines.next_if(|line| !starts_with_timestamp(line)) {
-            if body.len() + line.len() < MAX_ENTRY_BYTES {
+            // Once a line is left out, so are the ones after it: a body
+            // missing its middle could still read as a request.
+            cut |= body.len() + line.len() >= MAX_ENTRY_BYTES;
+            if !cut {
                 body.push_str(line);
                 body.push('\n');
             }
         }
-        Some((head, body))
+        Some(Entry { head, body, cut })
     })
 }
 
@@ -292,6 +327,27 @@ ResponseBody {
         let old: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
         let new: Vec<String> = ["a", "B", "c"].map(String::from).to_vec();
         assert_eq!(diff(&old, &new), ["- b", "+ B"]);
+    }
+
+    #[test]
+    fn a_logged_request_past_the_entry_bound_is_cut_to_it() {
+        // The bound the constant documents, written out rather than read
+        // from it: a constant raised by mistake fails here.
+        const DOCUMENTED_BYTES: usize = 4 << 20;
+        // Lines of 1 KiB up to 5 MiB: the bound cuts the body, not one line.
+        let line = format!("# {}\n", "x".repeat(1021));
+        let padding = line.repeat((5 << 20) / line.len());
+        let log = LOG.replacen("Input {\n", &format!("{padding}Input {{\n"), 1);
+        let calls = parse_log(&log);
+        assert_eq!(calls.len(), 1, "the call is still paired by its RequestId, read before the cut");
+        let request = &calls[0].request;
+        assert!(request.len() <= DOCUMENTED_BYTES, "kept {} bytes, more than the 4 MiB bound", request.len());
+        assert!(request.len() > DOCUMENTED_BYTES - line.len(), "cut at the bound, not before: {}", request.len());
+        // Marked, and only its start kept: no line after the cut joins it.
+        assert!(calls[0].cut, "a cut request is not replayed");
+        assert!(!request.contains("Input {"), "the lines after the cut were kept");
+        assert!(calls[0].answer.as_deref().unwrap().contains("OutputSpeech"), "the next entry is whole");
+        assert!(!parse_log(LOG)[0].cut, "a call within the bound is replayed");
     }
 
     #[test]

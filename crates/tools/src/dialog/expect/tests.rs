@@ -120,3 +120,24 @@ fn every_bad_key_of_a_turn_is_told_and_a_misspelt_shortcut_is_named() {
     let (_, message) = &Expectation::compile(&stranger).unwrap_err()[0];
     assert!(!message.contains("did you mean") && message.contains("Layout"), "{message}");
 }
+
+#[test]
+fn a_regex_compiled_past_the_size_bound_is_refused_saying_so() {
+    // `\w` is Unicode: each repetition compiles to about 49 KB, so `\w{20}`
+    // takes 0.95 MiB and `\w{40}` about 1.9 MiB. Twice the documented 1 MiB
+    // is past it for sure, and cheap to compile should the bound be raised.
+    let compile = |pattern: &str| {
+        let Value::Object(map) = json!({"speech": {"regex": pattern}}) else { unreachable!() };
+        Expectation::compile(&map)
+    };
+    assert!(compile(r"\w{20}").is_ok(), "a regex just under the bound compiles");
+    let problems = compile(r"\w{40}")
+        .map(|expectation| expectation.checks.len())
+        .expect_err("a regex twice the bound must be refused");
+    let said: Vec<&str> = problems.iter().map(|(_, message)| message.as_str()).collect();
+    assert_eq!(
+        said,
+        ["speech: regex: Compiled regex exceeds size limit of 1048576 bytes."],
+        "the key, and the size limit of docs/dialog.md in bytes"
+    );
+}
