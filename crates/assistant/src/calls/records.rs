@@ -87,3 +87,30 @@ impl Records {
         self.known_set.contains(id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_its_bound_the_oldest_known_id_is_forgotten_and_the_newest_kept() {
+        let mut records = Records::default();
+        // Ten thousand calls, each record dropped at once: only the ids
+        // remembered by count tell "expired" from "never was".
+        let held: usize = 10_000;
+        for i in 0..held {
+            records.hold(&format!("call-{i}"), &Arc::new(CallRecord::new(1024)));
+        }
+        assert_eq!(records.known.len(), MAX_KNOWN, "the list of known ids stays at its bound");
+        assert_eq!(records.known_set.len(), MAX_KNOWN, "and so does the set");
+        assert!(!records.knows("call-0"), "the oldest id is forgotten");
+        assert!(records.knows(&format!("call-{}", held - 1)), "the newest id is kept");
+        let first_kept = held.saturating_sub(MAX_KNOWN);
+        assert!(records.knows(&format!("call-{first_kept}")), "the last {MAX_KNOWN} ids are kept");
+        assert!(!records.knows(&format!("call-{}", first_kept - 1)), "and no older one");
+        assert!(records.live.len() <= 2 * 64, "records gone are swept: {} held", records.live.len());
+        // An id held again is not counted twice, nor does it push another out.
+        records.hold(&format!("call-{first_kept}"), &Arc::new(CallRecord::new(1024)));
+        assert!(records.knows(&format!("call-{first_kept}")) && records.known.len() == MAX_KNOWN);
+    }
+}

@@ -157,6 +157,56 @@ mod tests {
         assert_eq!(TurnInput::from_input(&no_skill), Some(TurnInput::Words("привет".into())), "no skill slot: words");
     }
 
+    #[test]
+    fn a_run_skill_frame_of_a_hundred_huge_slots_keeps_the_first_slots_each_cut() {
+        use megamind_core::proto::n_alice::n_scenarios::{TSemanticFrame, TSemanticFrameSlot};
+        let slot = |name: String, value: String| TSemanticFrameSlot { name, value, ..Default::default() };
+        // 10 KiB names and values, with an odd byte first so that a cut at
+        // the bound would fall inside a two-byte `я`.
+        let huge = |i: usize| format!("{i}{}", "я".repeat(5 * 1024));
+        let mut slots = vec![slot("skill".into(), format!("x{}", "я".repeat(5 * 1024)))];
+        slots.extend((0..99).map(|i| slot(huge(i), huge(i))));
+        let mut input = text_input("запусти");
+        input.semantic_frames = vec![TSemanticFrame { name: SKILL_FRAME.into(), slots: slots.clone() }];
+        let read = TurnInput::from_input(&input);
+        let Some(TurnInput::RunSkill { skill, parameters }) = read else { panic!("a skill frame: {read:?}") };
+        let near_bound = |text: &str| (MAX_SLOT_BYTES - 3..=MAX_SLOT_BYTES).contains(&text.len());
+        assert!(near_bound(&skill), "the skill slot is cut at the bound too: {} bytes", skill.len());
+        // The `skill` slot is one of the MAX_SLOTS read.
+        assert_eq!(parameters.len(), MAX_SLOTS - 1, "only the first {MAX_SLOTS} slots are read");
+        for (i, (name, value)) in parameters.iter().enumerate() {
+            let whole = huge(i);
+            assert!(near_bound(name) && whole.starts_with(name.as_str()), "slot {i}: name of {} bytes", name.len());
+            assert!(near_bound(value) && whole.starts_with(value.as_str()), "slot {i}: value of {} bytes", value.len());
+        }
+        // Past the slots read, even the `skill` slot is not looked at.
+        slots.rotate_left(1);
+        input.semantic_frames = vec![TSemanticFrame { name: SKILL_FRAME.into(), slots }];
+        assert_eq!(
+            TurnInput::from_input(&input),
+            Some(TurnInput::Words("запусти".into())),
+            "a `skill` slot past the first {MAX_SLOTS} is not read"
+        );
+    }
+
+    #[test]
+    fn a_callback_name_of_a_hundred_kibibytes_is_cut_at_its_bound() {
+        // An odd byte first: the bound falls inside a two-byte `я`.
+        let name = format!("x{}", "я".repeat(50 * 1024));
+        let callback = TCallbackDirective { name: name.clone(), ..Default::default() };
+        let Some(TurnInput::Callback { name: cut, .. }) =
+            TurnInput::from_input(&input(t_input::Event::Callback(callback)))
+        else {
+            panic!("a callback")
+        };
+        assert!(
+            (MAX_CALLBACK_NAME_BYTES - 3..=MAX_CALLBACK_NAME_BYTES).contains(&cut.len()),
+            "cut to the bound: {} bytes",
+            cut.len()
+        );
+        assert!(name.starts_with(&cut), "the cut name is a prefix on a character boundary");
+    }
+
     fn text_input(words: &str) -> TInput {
         input(t_input::Event::Text(TTextInput { utterance: words.into(), ..Default::default() }))
     }

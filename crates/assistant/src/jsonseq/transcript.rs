@@ -105,4 +105,20 @@ mod tests {
         let whole = parse_transcript("data: a\ndata:\ndata: b\n\n").0;
         assert_eq!((whole[0].data.as_str(), whole[0].cut), ("a\n\nb", false));
     }
+
+    #[test]
+    fn a_transcript_of_more_events_than_the_bound_is_cut_there_and_says_so() {
+        // A hundred thousand and five: past the bound by a few.
+        let count = 100_005;
+        let text: String = (0..count).map(|i| format!("id: {i}\ndata: x\n\n")).collect();
+        let (events, more) = parse_transcript(&text);
+        assert_eq!(events.len(), MAX_EVENTS, "the events stop at the bound");
+        assert!(more, "the cut is reported");
+        let last = events.last().and_then(|event| event.id.as_deref());
+        assert_eq!(last, Some((MAX_EVENTS - 1).to_string().as_str()), "the first events are kept, in order");
+        // Exactly at the bound nothing is cut, even without a closing blank line.
+        let at_bound = text.lines().take(3 * MAX_EVENTS - 1).collect::<Vec<_>>().join("\n");
+        assert_eq!(parse_transcript(&at_bound).0.len(), MAX_EVENTS);
+        assert!(!parse_transcript(&at_bound).1, "no more than the bound: no cut reported");
+    }
 }

@@ -51,6 +51,8 @@ pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
 pub const MAX_SKILLS: usize = 256;
 /// The most folder entries looked at, skills or not.
 const MAX_ENTRIES: usize = 4096;
+/// Skills left out past [`MAX_SKILLS`] named in their one problem.
+const MAX_NAMED_LEFT_OUT: usize = 8;
 /// The longest name `closest` compares (edit distance is quadratic).
 const MAX_QUERY_CHARS: usize = 128;
 /// The most triggers, and the most parameters, a skill keeps: every
@@ -139,7 +141,7 @@ impl Catalog {
             reason,
             skipped,
         };
-        let entries = match std::fs::read_dir(dir) {
+        let mut entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(error) => {
                 problems.push(problem(dir, None, format!("cannot read the skills folder: {error}"), true));
@@ -147,8 +149,18 @@ impl Catalog {
                 return (catalog, problems);
             }
         };
-        let mut folders: Vec<PathBuf> = entries.take(MAX_ENTRIES).filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        let mut folders: Vec<PathBuf> =
+            entries.by_ref().take(MAX_ENTRIES).filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        if entries.next().is_some() {
+            // Which ones is the filesystem's choice: say so, and that the order is no longer by name.
+            let reason = format!(
+                "more than {MAX_ENTRIES} entries: only the first {MAX_ENTRIES} the filesystem lists are looked at"
+            );
+            problems.push(problem(dir, None, reason, false));
+        }
         folders.sort();
+        // Skills past the bound, reported together: one line, not one each.
+        let mut left_out: Vec<String> = Vec::new();
         for folder in folders {
             let file = folder.join("SKILL.md");
             // `metadata` follows links: a linked folder is read, one level only.
@@ -156,7 +168,7 @@ impl Catalog {
                 continue;
             }
             if catalog.skills.len() >= MAX_SKILLS {
-                problems.push(problem(&file, None, format!("more than {MAX_SKILLS} skills"), true));
+                left_out.push(folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default());
                 continue;
             }
             let Some(folder_name) = folder.file_name().and_then(|n| n.to_str()) else {
@@ -177,6 +189,13 @@ impl Catalog {
                 }
                 Err(skipped) => problems.push(skipped),
             }
+        }
+        if !left_out.is_empty() {
+            let named = left_out.iter().take(MAX_NAMED_LEFT_OUT).map(String::as_str).collect::<Vec<_>>().join(", ");
+            let more = if left_out.len() > MAX_NAMED_LEFT_OUT { ", …" } else { "" };
+            let reason = format!("more than {MAX_SKILLS} skills: {} left out ({named}{more})", left_out.len());
+            // Not invalid, only past the bound: a warning, not counted as skipped skills.
+            problems.push(problem(dir, None, reason, false));
         }
         log(&problems);
         (catalog, problems)

@@ -274,6 +274,23 @@ mod tests {
     }
 
     #[test]
+    fn a_backend_error_of_ten_thousand_characters_is_quoted_cut_to_its_bound() {
+        for letter in ["x", "я"] {
+            let event = format!("data: {}\n\n", serde_json::json!({"error": {"message": letter.repeat(10_000)}}));
+            let Err(SseError::Backend(quoted)) = SseDecoder::new(1 << 20).push(event.as_bytes()) else {
+                panic!("a backend error")
+            };
+            // A two-byte letter may leave one byte of the bound unused.
+            assert!(
+                (MAX_PROBLEM_BYTES - 1..=MAX_PROBLEM_BYTES).contains(&quoted.len()),
+                "{letter}: cut to the bound, not {} bytes",
+                quoted.len()
+            );
+            assert!(quoted.starts_with(&format!("{{\"message\":\"{letter}{letter}")), "{quoted}");
+        }
+    }
+
+    #[test]
     fn bounded_by_max_bytes() {
         let mut decoder = SseDecoder::new(64);
         assert_eq!(decoder.push(&[b'x'; 65]), Err(SseError::TooLarge(64)), "a line without an end");

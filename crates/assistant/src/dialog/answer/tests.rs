@@ -279,3 +279,32 @@ fn hostile_input_neither_panics_nor_takes_long() {
     let huge = format!("{{\"text\": \"{}\"}}", "а".repeat(1 << 20));
     assert_eq!(parse(&huge).text.chars().count(), 1 << 20);
 }
+
+#[test]
+fn an_answer_object_is_looked_for_only_at_the_first_braces() {
+    // `{x}` is a brace no JSON starts at, and no answer object cut off.
+    let junk = |count: usize| "{x} ".repeat(count);
+    let whole = r#"{"text": "Готово."}"#;
+    let cut = r#"{"text": "Почти.", "command": "open_app", "args": {"app_name": "Saf"#;
+    let found = parse(&format!("Вот: {}{whole}", junk(MAX_OBJECT_STARTS - 1)));
+    assert_eq!(found.text, "Готово.", "the last brace within the bound is tried");
+    let salvaged = parse(&format!("Вот: {}{cut}", junk(MAX_OBJECT_STARTS - 1)));
+    assert_eq!((salvaged.text.as_str(), salvaged.dropped), ("Почти.", Some(Dropped::Truncated)));
+    // Past the bound, however long the answer, nothing is looked for: it is prose.
+    for count in [MAX_OBJECT_STARTS, 100, 100_000] {
+        for object in [whole, cut] {
+            let raw = format!("Вот: {}{object}", junk(count));
+            let started = std::time::Instant::now();
+            let answer = parse(&raw);
+            assert_eq!(
+                (answer.text.len(), answer.command, answer.dropped),
+                (raw.len(), None, None),
+                "{count} braces before {object}"
+            );
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        }
+    }
+    // Objects that parse but are no answer stop the search at the first.
+    let plain = format!("{}{cut}", "{\"a\":1} ".repeat(100_000));
+    assert_eq!(parse(&plain), ModelAnswer { text: String::new(), command: None, dropped: None });
+}

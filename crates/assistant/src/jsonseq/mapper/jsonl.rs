@@ -214,8 +214,10 @@ fn whole_text(object: &str) -> Option<String> {
 mod tests {
     use serde_json::json;
 
+    use super::{Jsonl, MAX_BLANK_BYTES};
     use crate::jsonseq::mapper::{
         Format, MAX_OBJECT_BYTES, map_all,
+        sequence::Sequence,
         tests::{final_text, joined, names, valid},
     };
 
@@ -310,5 +312,19 @@ mod tests {
         assert_eq!(final_of(&huge), "after", "an object too large is skipped");
         let huge_text = format!("{{{}\nafter", "x".repeat(MAX_OBJECT_BYTES + 10));
         assert_eq!(final_of(&huge_text), huge_text, "and text that only opened with a brace stays text");
+    }
+
+    #[test]
+    fn blanks_between_lines_are_held_and_sent_only_up_to_their_bound() {
+        let (mut jsonl, mut seq, mut out) = (Jsonl::default(), Sequence::default(), Vec::new());
+        jsonl.feed("a\n", &mut seq, &mut out);
+        for _ in 0..100 {
+            jsonl.feed(&"\n".repeat(1000), &mut seq, &mut out);
+            assert!(jsonl.held.len() <= MAX_BLANK_BYTES, "{} bytes of blanks held", jsonl.held.len());
+        }
+        // Blanks between lines keep paragraphs apart: a hundred thousand of
+        // them are cut to the bound (after the newline ending the line).
+        let text = final_text(&valid(map_all(Format::Jsonl, &["a\n", &"\n".repeat(100_000), "b"])));
+        assert_eq!(text, format!("a\n{}b", "\n".repeat(MAX_BLANK_BYTES)), "{} bytes", text.len());
     }
 }

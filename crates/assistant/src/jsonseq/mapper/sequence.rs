@@ -194,7 +194,60 @@ impl Body {
         let mut text = std::mem::take(&mut self.blank);
         text.push_str(visible);
         self.blank.push_str(trailing);
+        // Held only up to the bound, as blanks alone are: past it, sent.
+        if self.blank.len() > MAX_BLANK_BYTES {
+            text.push_str(&std::mem::take(&mut self.blank));
+        }
         self.started = true;
         Some(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_and_a_title_of_ten_thousand_bytes_are_sent_cut_to_their_bounds() {
+        let (mut seq, mut out) = (Sequence::default(), Vec::new());
+        // An odd byte first: each bound falls inside a two-byte `я`.
+        let long = format!("x{}", "я".repeat(5_000));
+        seq.summary(&long, &mut out);
+        seq.phase_start(&long, &mut out);
+        let field = |name: &str, key: &str| -> String {
+            let event = out.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("{name} in {out:?}"));
+            event.data[key].as_str().unwrap_or_default().to_owned()
+        };
+        let summary = field("serp_summary", "text");
+        assert!((MAX_SUMMARY_BYTES - 1..=MAX_SUMMARY_BYTES).contains(&summary.len()), "{} bytes", summary.len());
+        assert!(long.starts_with(&summary));
+        let title = field("phase_start", "title");
+        assert!((MAX_TITLE_BYTES - 1..=MAX_TITLE_BYTES).contains(&title.len()), "{} bytes", title.len());
+        assert!(long.starts_with(&title));
+    }
+
+    #[test]
+    fn pieces_of_blanks_inside_a_text_are_held_back_only_up_to_their_bound() {
+        let mut body = Body::default();
+        assert_eq!(body.push("a").as_deref(), Some("a"));
+        let mut sent = 0;
+        for _ in 0..10 {
+            sent += body.push(&" ".repeat(1000)).map_or(0, |blanks| blanks.len());
+            assert!(body.blank.len() <= MAX_BLANK_BYTES, "{} bytes of blanks held", body.blank.len());
+        }
+        assert_eq!(sent + body.blank.len(), 10_000, "past the bound the blanks are sent, none lost");
+        assert!(sent > 0, "ten thousand blanks are more than the bound: some were sent");
+    }
+
+    #[test]
+    fn blanks_ending_a_piece_of_text_are_held_back_only_up_to_their_bound() {
+        let mut body = Body::default();
+        // Within the bound: held until more text comes.
+        assert_eq!(body.push("a  ").as_deref(), Some("a"));
+        assert_eq!(body.push("b").as_deref(), Some("  b"));
+        // Past it: sent with the text, none held and none lost.
+        let sent = body.push(&format!("c{}", " ".repeat(10_000))).unwrap_or_default();
+        assert!(body.blank.len() <= MAX_BLANK_BYTES, "{} bytes of blanks held after text", body.blank.len());
+        assert_eq!(sent.len() + body.blank.len(), 10_001);
     }
 }

@@ -389,3 +389,63 @@ fn parse_queries(text: &str) -> Vec<String> {
         Err(_) => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonseq::mapper::{
+        Format, map_all,
+        tests::{final_text, valid},
+    };
+
+    /// Feeds `pieces` one by one, checking after each that no more than
+    /// the bounds is held; the events.
+    fn fed(pieces: &[&str]) -> Vec<SeqEvent> {
+        let (mut reader, mut seq, mut out) = (ThinkingMl::default(), Sequence::default(), Vec::new());
+        for piece in pieces {
+            reader.feed(piece, &mut seq, &mut out);
+            assert!(reader.collected.len() <= MAX_COLLECTED_BYTES, "{} bytes collected", reader.collected.len());
+            assert!(reader.held.len() <= MAX_TAG_BYTES, "{} bytes held", reader.held.len());
+        }
+        reader.finish(&mut seq, &mut out);
+        seq.end(&mut out);
+        valid(out)
+    }
+
+    #[test]
+    fn a_summary_title_or_query_list_of_ten_thousand_bytes_is_collected_only_up_to_its_bound() {
+        let long = "x".repeat(10_000);
+        let pieces: Vec<&str> = std::iter::once("<serp>").chain(std::iter::repeat_n("x", 10_000)).collect();
+        for events in [fed(&pieces), fed(&["<serp>", &long, "</serp>"])] {
+            let summary = events.iter().find(|e| e.name == "serp_summary").and_then(SeqEvent::text);
+            assert_eq!(summary.map(str::len), Some(MAX_COLLECTED_BYTES), "the summary ends at the bound");
+            // Too long to be a summary: the rest is the answer's text.
+            assert_eq!(final_text(&events).len() + MAX_COLLECTED_BYTES, 10_000);
+        }
+        let events = fed(&["<thinking><phase><title>", &long, "</title>y</phase>"]);
+        let phase = events.iter().find(|e| e.name == "phase_start").expect("a phase");
+        assert!(phase.data["title"].as_str().is_some_and(|t| t.len() <= MAX_COLLECTED_BYTES), "{phase:?}");
+        let queries = format!("<final>a<serp_queries>[\"{long}\"]</serp_queries>");
+        let events = fed(&[&queries]);
+        assert!(events.iter().all(|e| e.name != "serp_queries"), "a list past the bound is no list");
+        assert!(final_text(&events).len() + MAX_COLLECTED_BYTES >= 10_000, "its rest is the answer's text");
+    }
+
+    #[test]
+    fn a_plain_tag_padded_past_its_bound_is_text() {
+        let padded = format!("<thinking{}>x", " ".repeat(10_000));
+        let chars: Vec<String> = padded.chars().map(String::from).collect();
+        let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+        for events in [fed(&[&padded]), fed(&chars)] {
+            assert_eq!(final_text(&events), padded, "shown as written, not read as `<thinking>`");
+        }
+        let (mut reader, mut seq, mut out) = (ThinkingMl::default(), Sequence::default(), Vec::new());
+        for piece in chars {
+            reader.feed(piece, &mut seq, &mut out);
+            assert!(reader.held.len() <= MAX_PLAIN_TAG_BYTES, "{} bytes held", reader.held.len());
+        }
+        // Within the bound the blanks are a tag's.
+        let short = format!("<thinking{}>x</thinking>y", " ".repeat(MAX_PLAIN_TAG_BYTES - "<thinking>".len()));
+        assert_eq!(final_text(&valid(map_all(Format::ThinkingMl, &[&short]))), "y");
+    }
+}

@@ -243,3 +243,64 @@ fn a_skill_keeps_its_first_triggers_and_parameters_and_warns_of_the_rest() {
     assert_eq!(name("скажи 64"), None);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn closest_compares_only_the_first_characters_of_a_huge_query() {
+    let dir = scratch("closest");
+    // The longest name a skill may have: only a query about twice as long
+    // can come within reach of it.
+    let name = "a".repeat(64);
+    write_skill(&dir, &name, &format!("---\nname: {name}\ndescription: x\n---\n"));
+    let (catalog, problems) = Catalog::load(&dir);
+    assert!(problems.is_empty(), "{problems:?}");
+    let prefix = "a".repeat(MAX_QUERY_CHARS);
+    assert_eq!(catalog.closest(&prefix, 3), [name.as_str()], "a query of {MAX_QUERY_CHARS} characters reaches it");
+    // Read whole, 100 000 more characters would put every name out of reach
+    // (and cost 100 000 × 64 steps per name).
+    let huge = format!("{prefix}{}", "b".repeat(100_000));
+    assert_eq!(catalog.closest(&huge, 3), catalog.closest(&prefix, 3), "the characters past the bound are ignored");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A valid skill of each of `names` in `dir`.
+fn write_valid_skills(dir: &Path, names: impl Iterator<Item = String>) {
+    for name in names {
+        write_skill(dir, &name, &format!("---\nname: {name}\ndescription: x\n---\n"));
+    }
+}
+
+#[test]
+fn a_folder_of_more_skills_than_the_bound_loads_the_first_by_name_and_reports_the_rest() {
+    let dir = scratch("many");
+    write_valid_skills(&dir, (0..300).map(|i| format!("skill-{i:04}")));
+    let (catalog, problems) = Catalog::load(&dir);
+    assert_eq!(catalog.len(), MAX_SKILLS, "the catalog stops at its bound");
+    let loaded: Vec<String> = catalog.skills().map(|s| s.name.clone()).collect();
+    let first: Vec<String> = (0..MAX_SKILLS).map(|i| format!("skill-{i:04}")).collect();
+    assert_eq!(loaded, first, "the first skills by name");
+    // One problem for all that were left out, naming the first of them.
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let reason = format!(
+        "more than {MAX_SKILLS} skills: 44 left out (skill-0256, skill-0257, skill-0258, skill-0259, skill-0260, skill-0261, skill-0262, skill-0263, …)"
+    );
+    assert!(!problems[0].skipped && problems[0].reason == reason, "{:?}", problems[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_folder_of_more_entries_than_the_bound_is_read_only_up_to_it() {
+    let dir = scratch("entries");
+    // Every entry a skill, so that the skills left out count the entries looked at.
+    write_valid_skills(&dir, (0..5_000).map(|i| format!("s{i:04}")));
+    let (catalog, problems) = Catalog::load(&dir);
+    assert_eq!(catalog.len(), MAX_SKILLS);
+    let reasons: Vec<&str> = problems.iter().map(|p| p.reason.as_str()).collect();
+    let entries =
+        format!("more than {MAX_ENTRIES} entries: only the first {MAX_ENTRIES} the filesystem lists are looked at");
+    assert_eq!(reasons[0], entries, "{reasons:?}");
+    // Only the entries looked at count: the rest are not even skills left out.
+    let left_out = MAX_ENTRIES - MAX_SKILLS;
+    let counted = format!("more than {MAX_SKILLS} skills: {left_out} left out (");
+    assert!(reasons.len() == 2 && reasons[1].starts_with(&counted), "{reasons:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -221,3 +221,30 @@ fn a_step_is_read_from_the_words_after_the_thought() {
     assert_eq!(body.layout.as_ref().unwrap().output_speech, "Смотрю диск.");
     assert_eq!(step("<think>\nLet me run du -sh on"), Interpretation::Unusable, "a thought alone is no step");
 }
+
+#[test]
+fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
+    let file = std::env::temp_dir().join(format!("skills-context-{}.md", std::process::id()));
+    let mut config = AssistantConfig::default();
+    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
+    config.skills.watch = false;
+    config.skills.system_context_file = Some(file.clone());
+    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+    // A hundred kibibytes: it would go into every step's prompt.
+    std::fs::write(&file, "x".repeat(100 * 1024)).unwrap();
+    let refused = SkillPolicy::from_config(&config, &metrics, false);
+    // At the bound exactly, it is read whole.
+    std::fs::write(&file, "x".repeat(MAX_CONTEXT_BYTES)).unwrap();
+    let read = SkillPolicy::from_config(&config, &metrics, false);
+    let _ = std::fs::remove_file(&file);
+    let Err(AssistantError::Setup(message)) = refused else { panic!("refused: {:?}", refused.map(|_| ())) };
+    assert_eq!(
+        message,
+        format!(
+            "skills.system_context_file {} is over {MAX_CONTEXT_BYTES} bytes: it goes into every step's prompt",
+            file.display()
+        )
+    );
+    let policy = read.unwrap_or_else(|e| panic!("a context at the bound is read: {e}"));
+    assert_eq!(policy.context.map(|text| text.len()), Some(MAX_CONTEXT_BYTES));
+}

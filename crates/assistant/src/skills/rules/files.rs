@@ -49,3 +49,29 @@ pub(super) fn quoted(text: &str) -> String {
         format!("{}…", megamind_core::text::clip(text, MAX_QUOTED_BYTES))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skills::rules::{CommandRules, Verdict};
+
+    #[test]
+    fn a_very_long_path_is_quoted_in_the_reason_cut_to_its_bound() {
+        let policy = CommandRules::default();
+        // An odd byte first: the bound falls inside a two-byte `я`.
+        for path in [format!("/tmp/{}", "a".repeat(3000)), format!("/{}", "я".repeat(1500))] {
+            let verdict = policy.check(&format!("echo x > {path}"), None);
+            let Verdict::Ask(reason) = verdict else { panic!("writing a file asks: {verdict:?}") };
+            let quoted = reason.strip_prefix("запишет в файл ").expect("the phrase of writing a file");
+            let cut = quoted.strip_suffix('…').unwrap_or_else(|| panic!("marked as cut: {} bytes", quoted.len()));
+            assert!((MAX_QUOTED_BYTES - 1..=MAX_QUOTED_BYTES).contains(&cut.len()), "{} bytes", cut.len());
+            assert!(path.starts_with(cut), "a prefix on a character boundary: {cut}");
+        }
+        let start_up = format!("/home/{}/.bashrc", "u".repeat(3000));
+        let quoted = writes_to(&start_up);
+        assert!(
+            quoted.len() <= "изменит файл …, команды из которого потом запускаются сами".len() + MAX_QUOTED_BYTES,
+            "{quoted}"
+        );
+    }
+}

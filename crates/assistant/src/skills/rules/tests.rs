@@ -257,3 +257,57 @@ fn reasons_are_joined_and_bounded() {
     assert_eq!(join(vec!["а".into(), "б".into(), "в".into()]), "а, б и в");
     assert_eq!(join((0..5).map(|i| i.to_string()).collect()), "0, 1, 2 и сделает ещё кое-что");
 }
+
+/// Too deep, in the words of the rules: a string nested past [`MAX_DEPTH`]
+/// is refused unread.
+const TOO_DEEP: &str = "вкладывает команды друг в друга слишком глубоко, чтобы их проверить";
+
+/// `command` run by a shell through `levels` levels of nesting: `bash -c`
+/// outside, then `eval`s (which quote nothing, so the line grows linearly).
+fn nested(levels: usize, command: &str) -> String {
+    format!("bash -c '{}{command}'", "eval ".repeat(levels - 1))
+}
+
+#[test]
+fn commands_nested_past_the_bound_are_denied_and_within_it_judged_as_usual() {
+    let policy = CommandRules::default();
+    let any = tools(&["Bash"]);
+    // Within the bound: a harmless command is not refused, a harmful one is
+    // denied for what it does.
+    for levels in 1..MAX_DEPTH {
+        let harmless = nested(levels, "ls");
+        assert!(
+            matches!(policy.check(&harmless, None), Verdict::Ask(_)),
+            "{harmless}: {:?}",
+            policy.check(&harmless, None)
+        );
+        let harmful = nested(levels, "rm -rf /");
+        assert_eq!(
+            policy.check(&harmful, None),
+            Verdict::Deny("удалит корневую или домашнюю папку".into()),
+            "{harmful}"
+        );
+    }
+    // Past it, even `ls` is denied, whatever `allowed-tools` says.
+    for levels in [MAX_DEPTH, 10, 100] {
+        let deep = nested(levels, "ls");
+        for tools in [None, Some(any.as_slice())] {
+            assert_eq!(policy.check(&deep, tools), Verdict::Deny(TOO_DEEP.into()), "{levels} levels under {tools:?}");
+        }
+    }
+    // The same with shells alone, each quoting the next.
+    let shells = [
+        "bash -c ls",
+        "bash -c 'sh -c ls'",
+        "bash -c \"sh -c 'zsh -c ls'\"",
+        "bash -c \"sh -c 'zsh -c \\\"dash -c ls\\\"'\"",
+    ];
+    for (levels, command) in (1..).zip(shells) {
+        let verdict = policy.check(command, None);
+        if levels < MAX_DEPTH {
+            assert!(matches!(verdict, Verdict::Ask(_)), "{command}: {verdict:?}");
+        } else {
+            assert_eq!(verdict, Verdict::Deny(TOO_DEEP.into()), "{command}");
+        }
+    }
+}
