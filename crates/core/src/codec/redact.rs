@@ -6,7 +6,8 @@
 //!
 //! - replaced by [`REDACTED`]: `ClientIP`, `RawPersonalData`, `DeviceId`,
 //!   `Uuid`, `ServiceTicket`, `UserTicket`;
-//! - dropped whole: `BiometryScoring`, `BiometryClassification`.
+//! - dropped whole: `BiometryScoring`, `BiometryClassification`, and
+//!   `Location` (where the device is, to a few metres).
 //!
 //! Redaction stops at the nesting limit: a message nested deeper is not
 //! printed at all.
@@ -18,8 +19,8 @@ use super::depth::{self, MAX_DEPTH, TooDeep};
 
 /// String fields whose value is replaced by [`REDACTED`].
 pub const SECRET_STRINGS: &[&str] = &["ClientIP", "RawPersonalData", "DeviceId", "Uuid", "ServiceTicket", "UserTicket"];
-/// Message fields (biometry) dropped whole.
-pub const SECRET_MESSAGES: &[&str] = &["BiometryScoring", "BiometryClassification"];
+/// Message fields (biometry, the device's location) dropped whole.
+pub const SECRET_MESSAGES: &[&str] = &["BiometryScoring", "BiometryClassification", "Location"];
 /// What a redacted string reads as.
 pub const REDACTED: &str = "<redacted>";
 
@@ -89,8 +90,8 @@ pub fn redacted_text<T: ReflectMessage>(message: &T) -> Result<String, TooDeep> 
 mod tests {
     use super::*;
     use crate::proto::n_alice::n_scenarios::{
-        TBiometryScoring, TClientInfo, TInput, TOptions, TScenarioBaseRequest, TScenarioRunRequest, TVoiceInput,
-        t_input,
+        TBiometryScoring, TClientInfo, TInput, TLocation, TOptions, TScenarioBaseRequest, TScenarioRunRequest,
+        TVoiceInput, t_input,
     };
 
     #[test]
@@ -104,6 +105,7 @@ mod tests {
                     user_agent: "UA".into(),
                     ..Default::default()
                 }),
+                location: Some(TLocation { lat: 55.733_842, lon: 37.588_144, ..Default::default() }),
                 ..Default::default()
             }),
             input: Some(TInput {
@@ -119,6 +121,7 @@ mod tests {
         assert!(!text.contains("109.252"), "{text}");
         assert!(!text.contains("phone"), "{text}");
         assert!(!text.contains("1454ee36"), "{text}");
+        assert!(!text.contains("55.73") && !text.contains("37.58") && !text.contains("Location"), "{text}");
         assert!(text.contains("ClientIP: \"<redacted>\""), "{text}");
         assert!(text.contains("купи") && text.contains("r-1") && text.contains("UA"), "{text}");
     }
