@@ -60,6 +60,7 @@ mod redis_server;
 mod refusals;
 mod replicas;
 mod replicas_assistant;
+mod replicas_assistant_redis;
 mod replicas_hold;
 mod router;
 mod toolchain;
