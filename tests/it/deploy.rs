@@ -1,6 +1,7 @@
 //! `deploy/`: the Kubernetes manifests pass the schema validator and Pod
-//! Security "restricted", their numbers fit the server's shutdown, and the
-//! image build keeps `target/` out and its dependencies in a layer of their own.
+//! Security "restricted", their numbers fit the server's shutdown, screens
+//! reach the `/llm` routes and nothing else, and the image build keeps
+//! `target/` out and its dependencies in a layer of their own.
 
 use std::{
     fs,
@@ -254,4 +255,50 @@ fn the_replicas_share_a_redis_that_never_evicts_nor_forgets_and_read_its_url_fro
     let store_url = store_url.expect("MEGAMIND_STORE_URL is set");
     assert!(store_url["value"].is_null(), "the URL (with its password) is no literal");
     assert_eq!(store_url["valueFrom"]["secretKeyRef"]["name"], "megamind-store");
+}
+
+#[test]
+fn screens_reach_only_the_llm_routes_at_the_address_the_server_hands_out() {
+    let Some(tools) = python_tools::tools_blocking("screens_reach_only_the_llm_routes") else {
+        return;
+    };
+    let documents = documents(tools);
+    let ingress = of_kind(&documents, "Ingress");
+    let [ingress] = ingress.as_slice() else { panic!("one Ingress: {ingress:?}") };
+    let rules = ingress["spec"]["rules"].as_array().expect("rules");
+    let [rule] = rules.as_slice() else { panic!("one host: {rules:?}") };
+    let host = rule["host"].as_str().expect("a host");
+    let tls_hosts = &ingress["spec"]["tls"][0]["hosts"];
+    assert!(tls_hosts.as_array().is_some_and(|hosts| hosts.iter().any(|h| h == host)), "{host} over TLS");
+
+    // The routes signed addresses open, and /llm/schema: nothing else of the server.
+    let service = of_kind(&documents, "Service").into_iter().find(|s| s["metadata"]["name"] == "megamind-scenario");
+    let port_names: Vec<&Value> = service.expect("the server's Service")["spec"]["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .map(|port| &port["name"])
+        .collect();
+    let paths = rule["http"]["paths"].as_array().expect("paths");
+    let exposed: Vec<&str> = paths.iter().filter_map(|path| path["path"].as_str()).collect();
+    assert_eq!(exposed, ["/llm/stream", "/llm/answers", "/llm/schema"]);
+    for path in paths {
+        let backend = &path["backend"]["service"];
+        assert_eq!(backend["name"], "megamind-scenario", "{path}");
+        assert!(port_names.contains(&&backend["port"]["name"]), "{path}: a port of the Service");
+    }
+
+    // The addresses the server writes lead to that host.
+    let server = &of_kind(&documents, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
+    let env = server["env"].as_array().expect("env");
+    let public = env.iter().find(|e| e["name"] == "MEGAMIND_LLM_PUBLIC_URL").expect("MEGAMIND_LLM_PUBLIC_URL");
+    assert_eq!(public["value"], format!("https://{host}"));
+
+    // And the network policy lets the ingress controller in.
+    let policy = &of_kind(&documents, "NetworkPolicy")[0];
+    let from = policy["spec"]["ingress"][0]["from"].as_array().expect("ingress sources");
+    let controller = from
+        .iter()
+        .any(|source| source["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "ingress-nginx");
+    assert!(controller, "{from:?}");
 }
