@@ -302,3 +302,20 @@ fn screens_reach_only_the_llm_routes_at_the_address_the_server_hands_out() {
         .any(|source| source["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "ingress-nginx");
     assert!(controller, "{from:?}");
 }
+
+#[test]
+fn the_deployment_lets_in_production_megamind_alone() {
+    let Some(tools) = python_tools::tools_blocking("the_deployment_lets_in_production_megamind_alone") else {
+        return;
+    };
+    let documents = documents(tools);
+    let server = &of_kind(&documents, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
+    let env = server["env"].as_array().expect("env");
+    let allowed = env.iter().find(|e| e["name"] == "MEGAMIND_TVM_ALLOWED_SRC").expect("MEGAMIND_TVM_ALLOWED_SRC");
+    // Read as the server reads it: testing Megamind's tickets are refused.
+    let args = ["serve", "--tvm-allowed-src", allowed["value"].as_str().expect("a value"), "--print-config"];
+    let printed = crate::helpers::run_binary(&args, b"");
+    let config = String::from_utf8_lossy(&printed.stdout);
+    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(config.lines().any(|line| line.trim() == "tvm_allowed_src = [2000464]"), "{config}");
+}
