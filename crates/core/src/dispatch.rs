@@ -69,7 +69,8 @@ pub struct DispatchLimits {
     /// Per-handler budgets.
     pub budgets: Budgets,
     /// How long work that overran its budget may go on in the background
-    /// before it is dropped (its answer then is not cached).
+    /// before it is dropped (its answer then is not cached, but for a side
+    /// effect's: repeats are told it may have run in part).
     pub detach_limit: Duration,
 }
 
@@ -324,7 +325,18 @@ impl Dispatcher {
             finished = &mut work => finished.end(leading).await,
             () = tokio::time::sleep_until(deadline.at) => {
                 let lease = leading.into_lease();
-                detach(work, self.cache.clone(), lease, permit, deadline.at + self.limits.detach_limit);
+                let until = deadline.at + self.limits.detach_limit;
+                // A side effect cut off at the detach limit may have run in
+                // part: repeats are told so, not run again.
+                let unfinished = handler.has_side_effect().then(|| {
+                    let (limit, later) = (deadline.limit(), self.limits.detach_limit.as_millis());
+                    let message = format!(
+                        "the scenario did not answer within {limit} and was stopped {later} ms later; \
+                         its side effect may have run in part, and is not run again for this RequestId"
+                    );
+                    error_body(handler, registered.scenario.version(), "timeout", message)
+                });
+                detach(work, self.cache.clone(), lease, permit, until, unfinished);
                 let message = format!("the scenario did not answer within {}", deadline.limit());
                 failure(registered, handler, "timeout", message)
             }

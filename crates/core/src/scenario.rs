@@ -55,6 +55,12 @@ impl Handler {
     pub fn from_name(name: &str) -> Option<Handler> {
         Handler::ALL.into_iter().find(|h| h.as_str() == name)
     }
+
+    /// Whether the handler carries out a side effect (`/commit`, `/apply`),
+    /// which must never run twice for one `RequestId`.
+    pub fn has_side_effect(self) -> bool {
+        matches!(self, Handler::Commit | Handler::Apply)
+    }
 }
 
 impl fmt::Display for Handler {

@@ -231,5 +231,5 @@ pub trait FlightStore: fmt::Debug + Send + Sync + 'static {
 /// answers, whose replay keeps a side effect from running twice, are
 /// reserved (never evicted); the rest may be evicted oldest first.
 pub fn is_reserved(handler: Handler) -> bool {
-    matches!(handler, Handler::Commit | Handler::Apply)
+    handler.has_side_effect()
 }

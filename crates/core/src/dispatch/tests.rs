@@ -1,4 +1,5 @@
-//! Tests of the pipeline: authentication before the cache, refusals, tickets reaching the scenario.
+//! Tests of the pipeline: authentication before the cache, refusals, tickets reaching the scenario,
+//! panics and work cut off, and what a repeat of them gets.
 
 use std::sync::Arc;
 
@@ -8,7 +9,8 @@ use tokio::time::Instant;
 use super::*;
 use crate::{
     proto::n_alice::n_scenarios::{
-        TScenarioBaseRequest, TScenarioFeatures, TScenarioRunRequest, TScenarioRunResponse, t_scenario_run_response,
+        TScenarioApplyRequest, TScenarioBaseRequest, TScenarioCommitResponse, TScenarioFeatures, TScenarioRunRequest,
+        TScenarioRunResponse, t_scenario_commit_response, t_scenario_run_response,
     },
     rules::idempotency::Limits,
     scenario::{Scenario, ScenarioResult, meta::CallMeta},
@@ -157,4 +159,86 @@ async fn a_scenario_s_panic_is_answered_without_the_words_it_quotes() {
     assert_eq!(error.r#type, "internal");
     assert!(error.message.starts_with("the scenario panicked: invalid type: string"), "{}", error.message);
     assert!(!error.message.contains("Пушкина") && error.message.len() < 400, "{}", error.message);
+}
+
+/// Counts its calls; `/run` and `/commit` panic, or `/commit` hangs when
+/// told to, as a side effect cut off midway would.
+#[derive(Default)]
+struct Faulty {
+    runs: std::sync::atomic::AtomicUsize,
+    commits: std::sync::atomic::AtomicUsize,
+    hang: bool,
+}
+
+#[async_trait::async_trait]
+impl Scenario for Faulty {
+    async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        panic!("a bug in /run");
+    }
+
+    async fn commit(&self, _: TScenarioApplyRequest, _: CallContext) -> ScenarioResult<TScenarioCommitResponse> {
+        self.commits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        panic!("a bug halfway through the payment");
+    }
+}
+
+fn faulty_dispatcher(scenario: Arc<Faulty>, detach_limit: std::time::Duration) -> Dispatcher {
+    let mut registry = Registry::new();
+    registry.register("faulty", scenario).unwrap();
+    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
+    let limits = DispatchLimits { detach_limit, ..DispatchLimits::default() };
+    Dispatcher::new(registry, None, limits, cache, admission, ServerMetrics::new())
+}
+
+fn commit_call(request_id: &str) -> Call {
+    let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
+    let body = TScenarioApplyRequest { base_request, ..Default::default() }.encode_to_vec().into();
+    Call { handler: Handler::Commit, body, ..run_call(request_id, None) }
+}
+
+/// The error a `/commit` answered with: its type and message.
+fn commit_error(reply: &Reply) -> (String, String) {
+    let Reply::Answer(body) = reply else { panic!("an answer: {reply:?}") };
+    let answer = TScenarioCommitResponse::decode(body.clone()).unwrap();
+    let Some(t_scenario_commit_response::Response::Error(error)) = answer.response else { panic!("{answer:?}") };
+    (error.r#type, error.message)
+}
+
+#[tokio::test]
+async fn a_side_effect_that_panicked_is_not_run_again_by_a_repeat_a_run_is() {
+    let scenario = Arc::new(Faulty::default());
+    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_secs(30));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    let first = dispatcher.dispatch(faulty, commit_call("pay-1")).await;
+    assert_eq!(commit_error(&first).0, "internal");
+    let repeat = dispatcher.dispatch(faulty, commit_call("pay-1")).await;
+    assert_eq!(format!("{repeat:?}"), format!("{first:?}"), "the same answer, replayed");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment ran once");
+    // `/run` has no side effect: a repeat runs it again, and may succeed.
+    for _ in 0..2 {
+        dispatcher.dispatch(faulty, run_call("ask-1", None)).await;
+    }
+    assert_eq!(scenario.runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat() {
+    let scenario = Arc::new(Faulty { hang: true, ..Faulty::default() });
+    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_millis(100));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    // A client's deadline of 100 ms: answered `timeout`, the work goes on 100 ms more.
+    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call("pay-2") };
+    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
+    // A repeat waits for the work, which is stopped before the repeat's budget ends.
+    let repeat = dispatcher.dispatch(faulty, commit_call("pay-2")).await;
+    let (kind, message) = commit_error(&repeat);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("may have run in part, and is not run again"), "{message}");
+    let again = dispatcher.dispatch(faulty, commit_call("pay-2")).await;
+    assert_eq!(commit_error(&again), (kind, message), "kept for every repeat");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");
 }

@@ -24,17 +24,23 @@ use crate::{
 
 /// Lets work that overran its budget finish in the background, holding its
 /// admission slot, so that its answer still completes the idempotency entry.
-/// At `until` the work is dropped and its lease abandoned.
+/// At `until` the work is dropped: its lease is abandoned, for a repeat to
+/// run it again, or ended with `unfinished` when one must not (a side
+/// effect that may have run in part).
 pub(super) fn detach(
     work: impl Future<Output = Finished> + Send + 'static,
     cache: IdempotencyCache,
     lease: Lease,
     permit: Option<Permit>,
     until: Instant,
+    unfinished: Option<Bytes>,
 ) {
     cache.background().clone().spawn(async move {
         let _permit = permit;
-        let answer = tokio::time::timeout_at(until, work).await.ok().and_then(Finished::into_kept);
+        let answer = match tokio::time::timeout_at(until, work).await {
+            Ok(finished) => finished.into_kept(),
+            Err(_) => unfinished,
+        };
         if let Err(error) = cache.end(lease, answer).await {
             tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
         }
@@ -45,8 +51,8 @@ pub(super) fn detach(
 pub(super) struct Finished {
     body: Bytes,
     outcome: Outcome,
-    /// Whether repeats may replay the answer: not after a panic, so that a
-    /// retry runs again.
+    /// Whether repeats may replay the answer: not after a panic of a
+    /// handler without side effects, so that a retry runs again.
     keep: bool,
 }
 
@@ -71,7 +77,8 @@ impl Finished {
 }
 
 /// Runs the scenario and encodes its answer. A panic becomes an `internal`
-/// error that is not kept.
+/// error, kept for repeats only where the handler has a side effect: that
+/// may have run in part, and a repeat must not run it again.
 pub(super) async fn run_scenario(
     scenario: Arc<dyn Scenario>,
     handler: Handler,
@@ -94,7 +101,7 @@ pub(super) async fn run_scenario(
             tracing::error!(handler = handler.as_str(), panic = %panicked, "the scenario panicked");
             let message = format!("the scenario panicked: {panicked}");
             let body = error_body(handler, scenario.version(), "internal", message);
-            return Finished { body, outcome: Outcome::Error("internal"), keep: false };
+            return Finished { body, outcome: Outcome::Error("internal"), keep: handler.has_side_effect() };
         }
     };
     Finished { body, outcome, keep: true }
