@@ -36,7 +36,6 @@ mod tests;
 
 use std::{
     fmt,
-    hash::{DefaultHasher, Hasher},
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -305,18 +304,15 @@ pub fn split(json: &str, chunk_bytes: usize) -> Vec<&str> {
     chunks
 }
 
-/// The strong ETag of `json`, quoted: its length and a 128-bit hash of its
-/// bytes, so that two versions of an answer never share one in practice.
+/// The strong ETag of `json`, quoted: its length and the first 128 bits of
+/// its SHA-256, so that two versions of an answer never share one in
+/// practice, and one version has the same on every replica and every build
+/// (a part asked of another replica, or of one upgraded meanwhile, names
+/// the same snapshot).
 pub fn etag_of(json: &str) -> String {
-    // Two SipHash runs with different first bytes; the hash need not be
-    // stable across builds, as snapshots live in this process only.
-    let hash = |seed: u8| {
-        let mut hasher = DefaultHasher::new();
-        hasher.write_u8(seed);
-        hasher.write(json.as_bytes());
-        hasher.finish()
-    };
-    format!("\"{:x}-{:016x}{:016x}\"", json.len(), hash(0), hash(1))
+    let digest = ring::digest::digest(&ring::digest::SHA256, json.as_bytes());
+    let hex: String = digest.as_ref()[..16].iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("\"{:x}-{hex}\"", json.len())
 }
 
 /// `part` as a number from 1; none is 1.
