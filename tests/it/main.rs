@@ -58,6 +58,7 @@ mod python_tools;
 #[allow(dead_code)]
 mod redis_server;
 mod refusals;
+mod registration;
 mod replicas;
 mod replicas_assistant;
 mod replicas_assistant_redis;
