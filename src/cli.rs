@@ -262,7 +262,6 @@ pub fn parse(
         let mut found: Vec<Problem> = completed.map(Problem::from_message).collect();
         found.extend(module::problems(&modules, config));
         let mut table = whole_table(config, &modules);
-        found.extend(checks::long_durations(&mut table));
         found.extend(checks::placeholder_secrets(&mut table, &flags));
         found
     });

@@ -1,16 +1,12 @@
 //! Checks of the whole configuration, the core's keys and every scenario's
-//! table alike, that no one table makes of its own: durations within a day,
-//! and no placeholder `--print-config` writes in place of a secret.
+//! table alike, that no one table makes of its own: no placeholder
+//! `--print-config` writes in place of a secret. (Durations are bounded
+//! where the tables are read: the core's by their own checks, a
+//! scenario's by `megamind_core::config::durations`.)
 
 use megamind_core::config::{HIDDEN, Problem};
 
 use super::flags::Bound;
-
-/// The longest duration any key may hold: a day. Durations are added to
-/// clocks and deadlines; one near the integer's limit would overflow there
-/// (a cache TTL of `i64::MAX` seconds made every answer a panic), and none
-/// of a server's timeouts, TTLs or delays needs more.
-const MAX_DURATION_SECS: u64 = 86_400;
 
 /// Calls `visit` with the dotted key and the value of every leaf of
 /// `table` (what is neither a table nor a list), those in lists included
@@ -36,28 +32,6 @@ pub(super) fn for_each_string(table: &mut toml::Table, visit: &mut dyn FnMut(&st
             visit(key, text);
         }
     });
-}
-
-/// Durations (keys ending in `_ms` or `_secs`) longer than a day.
-pub(super) fn long_durations(table: &mut toml::Table) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for_each_leaf(table, &mut |key, value| {
-        let name = key.rsplit('.').next().unwrap_or(key);
-        let (most, unit) = if name.ends_with("_ms") {
-            (MAX_DURATION_SECS * 1_000, "ms")
-        } else if name.ends_with("_secs") {
-            (MAX_DURATION_SECS, "s")
-        } else {
-            return;
-        };
-        // A negative one is refused as a value already.
-        let Some(amount) = value.as_integer().and_then(|amount| u64::try_from(amount).ok()) else { return };
-        if amount > most {
-            let message = format!("{key} = {amount}: must be at most a day ({most} {unit})");
-            problems.push(Problem::new(key.to_owned(), message));
-        }
-    });
-    problems
 }
 
 /// Values that hold the placeholder `--print-config` writes in place of a

@@ -18,6 +18,7 @@ use crate::{
 };
 
 mod auth;
+pub mod durations;
 mod listen;
 mod log_filter;
 pub mod origin;

@@ -305,12 +305,19 @@ pub fn build_all_with(
 
 /// Every problem with the scenarios `config` names found without building
 /// them: a table no scenario owns, each scenario's
-/// [`ScenarioModule::check`], a `default_scenario` none of them is.
+/// [`ScenarioModule::check`] and the bound of its durations
+/// ([`crate::config::durations`]) where its check found nothing at the key,
+/// a `default_scenario` none of them is.
 pub fn problems(modules: &[Box<dyn ScenarioModule>], config: &crate::config::Config) -> Vec<Problem> {
     let tables = &config.scenarios;
     let mut problems = unknown_tables(modules, tables);
     for module in modules {
-        problems.extend(module.check(&table_of(&**module, tables.get(module.name()))));
+        let table = table_of(&**module, tables.get(module.name()));
+        let own = module.check(&table);
+        let too_long = crate::config::durations::too_long(module.name(), &table);
+        let unsaid: Vec<Problem> = too_long.into_iter().filter(|long| own.iter().all(|p| p.key != long.key)).collect();
+        problems.extend(own);
+        problems.extend(unsaid);
     }
     let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
     let default = config.default_scenario.as_str();
