@@ -254,7 +254,8 @@ pub fn table_of(module: &dyn ScenarioModule, configured: Option<&toml::Table>) -
 
 /// Builds every module from its table in `tables` (see
 /// [`crate::config::Config::scenarios`]), registering metrics in `metrics`.
-/// Every problem is reported together: a table no scenario owns, a table a
+/// Every problem is reported together: a table no scenario owns, a
+/// duration past its bound ([`crate::config::durations`]), a table a
 /// scenario refuses, two routes on one path.
 pub fn build_all(
     modules: &[Box<dyn ScenarioModule>],
@@ -275,19 +276,28 @@ pub fn build_all_with(
     let mut errors: Vec<String> = unknown_tables(modules, tables).into_iter().map(|problem| problem.message).collect();
     let mut built = Built { stores: stores.clone(), ..Built::default() };
     for module in modules {
+        let table = table_of(&**module, tables.get(module.name()));
+        // The bound a loaded configuration has checked already, for a server
+        // built in code: named unless the scenario named the key itself.
+        let too_long = crate::config::durations::too_long(module.name(), &table);
         let mut setup = Setup::new(metrics).with_stores(stores.clone());
         setup.gate = built.gate.clone();
-        match module.build(table_of(&**module, tables.get(module.name())), &mut setup) {
-            Ok(scenario) => {
+        let own = match module.build(table, &mut setup) {
+            Ok(scenario) if too_long.is_empty() => {
                 if let Err(error) = built.registry.register(module.name(), scenario) {
                     errors.push(error.to_string());
                 }
+                Vec::new()
             }
-            Err(error) => {
-                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())));
-                // A scenario that did not build serves no routes either.
-                continue;
-            }
+            Ok(_) => Vec::new(),
+            Err(error) => error.problems,
+        };
+        if !own.is_empty() || !too_long.is_empty() {
+            let unsaid = too_long.into_iter().filter(|long| own.iter().all(|said| !said.contains(&long.key)));
+            errors.extend(unsaid.map(|problem| problem.message));
+            errors.extend(own.into_iter().map(|problem| format!("{}: {problem}", module.name())));
+            // A scenario that did not build serves no routes either.
+            continue;
         }
         built.local_keys.append(&mut setup.local_keys);
         let (routes, lane) = setup.into_parts();
@@ -350,3 +360,55 @@ fn unknown_tables(
 #[derive(Debug, thiserror::Error)]
 #[error("invalid scenario configuration:\n  - {}", .0.join("\n  - "))]
 pub struct BuildError(pub Vec<String>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        proto::n_alice::n_scenarios::{TScenarioRunRequest, TScenarioRunResponse},
+        scenario::{CallContext, ScenarioResult},
+    };
+
+    /// A scenario of someone else's, whose one duration it never checks.
+    #[derive(Debug)]
+    struct Waiting;
+
+    #[async_trait::async_trait]
+    impl Scenario for Waiting {
+        async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+            Ok(TScenarioRunResponse::default().into())
+        }
+    }
+
+    impl ScenarioModule for Waiting {
+        fn name(&self) -> &'static str {
+            "waiting"
+        }
+
+        fn defaults(&self) -> toml::Table {
+            toml::toml! { wait_ms = 100 }
+        }
+
+        fn build(&self, _: toml::Table, _: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+            Ok(Arc::new(Waiting))
+        }
+    }
+
+    #[test]
+    fn a_duration_past_its_bound_is_refused_whatever_the_scenario_checks() {
+        let modules: Vec<Box<dyn ScenarioModule>> = vec![Box::new(Waiting)];
+        let build = |wait: i64| {
+            let tables = [("waiting".to_owned(), toml::toml! { wait_ms = wait })].into();
+            build_all(&modules, &tables, &prometheus::Registry::new())
+        };
+        let refused = build(i64::MAX).err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(refused.contains("waiting.wait_ms = 9223372036854775807: must be at most 30 days"), "{refused}");
+        assert!(build(2_592_000_000).is_ok(), "30 days is allowed");
+        let config = crate::config::Config {
+            scenarios: [("waiting".to_owned(), toml::toml! { wait_ms = 2592000001_i64 })].into(),
+            ..crate::config::Config::default()
+        };
+        let found = problems(&modules, &config);
+        assert_eq!(found.iter().map(|problem| problem.key.as_str()).collect::<Vec<_>>(), ["waiting.wait_ms"]);
+    }
+}
