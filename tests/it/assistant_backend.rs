@@ -240,6 +240,7 @@ async fn a_model_server_that_never_accepts_is_given_up_at_the_connect_timeout() 
         }
         assert!(queued.len() < 64, "the listener's queue never fills");
     }
+    // The harness's model: its address is replaced by the full listener's.
     let mock = MockLlm::start(Reply::content("не дойдёт")).await;
     let started = std::time::Instant::now();
     let h = spawn(&mock, |c| {
@@ -259,6 +260,5 @@ async fn a_model_server_that_never_accepts_is_given_up_at_the_connect_timeout() 
     }
     let text = metrics_text(&h.metrics);
     assert!(text.contains(r#"megamind_assistant_model_call_seconds_bucket{backend="openai",le="0.5"} 1"#), "{text}");
-    assert_eq!(mock.calls(), 0);
     drop((listener, queued));
 }

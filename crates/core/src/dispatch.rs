@@ -31,7 +31,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use prost_reflect::MessageDescriptor;
-use tokio::time::Instant;
+use tokio::{sync::oneshot, time::Instant};
 
 mod authenticator;
 pub mod call;
@@ -305,7 +305,9 @@ impl Dispatcher {
 
     /// Steps 4 and 5: runs the scenario and encodes its answer, within the
     /// deadline; past it, the work goes on in the background holding its
-    /// slot and the call answers `timeout`.
+    /// slot and the call answers `timeout`. A side effect runs in a task of
+    /// its own from the start: a caller that hangs up or cancels must not
+    /// cut it midway, leaving a repeat to run it again.
     async fn run(
         &self,
         registered: &Registered,
@@ -316,6 +318,19 @@ impl Dispatcher {
         deadline: &Deadline,
     ) -> (Reply, Outcome) {
         let mut work = Box::pin(run_scenario(registered.scenario.clone(), handler, request, ctx));
+        let late = || {
+            let message = format!("the scenario did not answer within {}", deadline.limit());
+            failure(registered, handler, "timeout", message)
+        };
+        if handler.has_side_effect() {
+            let (done, finished) = oneshot::channel();
+            let unfinished = self.unfinished(registered, handler, deadline);
+            detach(work, self.cache.clone(), leading.into_lease(), permit, unfinished, Some(done));
+            return match tokio::time::timeout_at(deadline.at, finished).await {
+                Ok(Ok(finished)) => finished.into_reply(),
+                _ => late(),
+            };
+        }
         // Most scenarios answer on the first poll: no timer for them.
         if let Some(finished) = (&mut work).now_or_never() {
             return finished.end(leading).await;
@@ -324,23 +339,28 @@ impl Dispatcher {
             biased;
             finished = &mut work => finished.end(leading).await,
             () = tokio::time::sleep_until(deadline.at) => {
-                let lease = leading.into_lease();
-                let until = deadline.at + self.limits.detach_limit;
-                // A side effect cut off at the detach limit may have run in
-                // part: repeats are told so, not run again.
-                let unfinished = handler.has_side_effect().then(|| {
-                    let (limit, later) = (deadline.limit(), self.limits.detach_limit.as_millis());
-                    let message = format!(
-                        "the scenario did not answer within {limit} and was stopped {later} ms later; \
-                         its side effect may have run in part, and is not run again for this RequestId"
-                    );
-                    error_body(handler, registered.scenario.version(), "timeout", message)
-                });
-                detach(work, self.cache.clone(), lease, permit, until, unfinished);
-                let message = format!("the scenario did not answer within {}", deadline.limit());
-                failure(registered, handler, "timeout", message)
+                let unfinished = self.unfinished(registered, handler, deadline);
+                detach(work, self.cache.clone(), leading.into_lease(), permit, unfinished, None);
+                late()
             }
         }
+    }
+
+    /// When work past its deadline is dropped (the detach limit later), and
+    /// what its repeats are then told: for a side effect, which may have
+    /// run in part, that it is not run again; nothing for the rest, whose
+    /// repeats run them again.
+    fn unfinished(&self, registered: &Registered, handler: Handler, deadline: &Deadline) -> (Instant, Option<Bytes>) {
+        let until = deadline.at + self.limits.detach_limit;
+        let told = handler.has_side_effect().then(|| {
+            let (limit, later) = (deadline.limit(), self.limits.detach_limit.as_millis());
+            let message = format!(
+                "the scenario did not answer within {limit} and was stopped {later} ms later; \
+                 its side effect may have run in part, and is not run again for this RequestId"
+            );
+            error_body(handler, registered.scenario.version(), "timeout", message)
+        });
+        (until, told)
     }
 
     /// Records a call its transport refused before handing it over (a body

@@ -33,7 +33,10 @@ pub fn main(args: &ValidateArgs) -> u8 {
     };
     let (events, more) = parse_transcript(&text);
     if more {
-        eprintln!("validate-jsonseq: only the first {} events were read", transcript::MAX_EVENTS);
+        // Judged on its start, it could be called valid: refused, as a transcript over its bytes is.
+        let source = shown_source(&args.source);
+        eprintln!("validate-jsonseq: {source}: more than {} events, the most read", transcript::MAX_EVENTS);
+        return 2;
     }
     let violations = validate(&events);
     for violation in &violations {
@@ -162,6 +165,16 @@ mod tests {
         let error = read.expect_err("a stream past 64 MiB is refused");
         assert_eq!(error, "the transcript is larger than 67108864 bytes", "the documented bound, in bytes");
         server.join().unwrap();
+    }
+
+    #[test]
+    fn a_transcript_of_more_events_than_are_read_is_refused_not_judged_on_its_start() {
+        let path = std::env::temp_dir().join(format!("validate-jsonseq-events-{}.sse", std::process::id()));
+        let events = "event: bogus\ndata: {}\n\n".repeat(transcript::MAX_EVENTS + 1);
+        std::fs::write(&path, events).unwrap();
+        let code = main(&ValidateArgs { source: path.display().to_string(), timeout_secs: 60 });
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(code, 2, "not judged, as its last events went unread");
     }
 
     #[cfg(target_os = "linux")]

@@ -47,7 +47,7 @@ use crate::skills::catalog::words::{edit_distance, normalize};
 
 /// The largest `SKILL.md` read; a bigger one is skipped.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
-/// The most skills a catalog holds; the rest are reported and skipped.
+/// The most skills a catalog holds; the rest are left out, with one warning.
 pub const MAX_SKILLS: usize = 256;
 /// The most folder entries looked at, skills or not.
 const MAX_ENTRIES: usize = 4096;

@@ -242,3 +242,45 @@ async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat(
     assert_eq!(commit_error(&again), (kind, message), "kept for every repeat");
     assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");
 }
+
+/// A `/commit` that waits to be let go, as a payment waits on its service.
+#[derive(Default)]
+struct Gated {
+    commits: std::sync::atomic::AtomicUsize,
+    started: tokio::sync::Notify,
+    gate: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl Scenario for Gated {
+    async fn run(&self, _: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        Ok(TScenarioRunResponse::default().into())
+    }
+
+    async fn commit(&self, _: TScenarioApplyRequest, _: CallContext) -> ScenarioResult<TScenarioCommitResponse> {
+        self.commits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.started.notify_one();
+        self.gate.notified().await;
+        Ok(TScenarioCommitResponse { version: "paid".into(), ..Default::default() }.into())
+    }
+}
+
+#[tokio::test]
+async fn a_side_effect_whose_caller_hangs_up_runs_to_its_end_and_a_repeat_gets_its_answer() {
+    let scenario = Arc::new(Gated::default());
+    let mut registry = Registry::new();
+    registry.register("gated", scenario.clone()).unwrap();
+    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
+    let dispatcher = Dispatcher::new(registry, None, DispatchLimits::default(), cache, admission, ServerMetrics::new());
+    let gated = dispatcher.scenario(Some("gated")).unwrap();
+    // The client hangs up while the payment is under way: its call is dropped.
+    tokio::select! {
+        _ = dispatcher.dispatch(gated, commit_call("pay-3")) => panic!("the payment was let go by no one"),
+        () = scenario.started.notified() => {}
+    }
+    // Let go after the call is gone: the payment still ends, and its answer is kept.
+    scenario.gate.notify_one();
+    let Reply::Answer(body) = dispatcher.dispatch(gated, commit_call("pay-3")).await else { panic!("refused") };
+    assert_eq!(TScenarioCommitResponse::decode(body).unwrap().version, "paid");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment ran once");
+}

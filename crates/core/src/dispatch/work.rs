@@ -5,7 +5,7 @@ use std::{panic::AssertUnwindSafe, sync::Arc};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use tokio::time::Instant;
+use tokio::{sync::oneshot, time::Instant};
 
 use super::{
     Outcome, Reply,
@@ -22,27 +22,33 @@ use crate::{
     store::Lease,
 };
 
-/// Lets work that overran its budget finish in the background, holding its
-/// admission slot, so that its answer still completes the idempotency entry.
-/// At `until` the work is dropped: its lease is abandoned, for a repeat to
-/// run it again, or ended with `unfinished` when one must not (a side
-/// effect that may have run in part).
+/// Lets work finish in a task of its own, holding its admission slot, so
+/// that its answer completes the idempotency entry whoever waits for it:
+/// work that overran its budget, and a side effect, which its caller
+/// hanging up must not cut midway. At `until` the work is dropped: its
+/// lease is abandoned, for a repeat to run it again, or ended with
+/// `unfinished` when one must not (a side effect that may have run in
+/// part). Once the entry is ended, what the work ended with goes to
+/// `done`, if anyone still waits there.
 pub(super) fn detach(
     work: impl Future<Output = Finished> + Send + 'static,
     cache: IdempotencyCache,
     lease: Lease,
     permit: Option<Permit>,
-    until: Instant,
-    unfinished: Option<Bytes>,
+    (until, unfinished): (Instant, Option<Bytes>),
+    done: Option<oneshot::Sender<Finished>>,
 ) {
     cache.background().clone().spawn(async move {
         let _permit = permit;
-        let answer = match tokio::time::timeout_at(until, work).await {
-            Ok(finished) => finished.into_kept(),
-            Err(_) => unfinished,
+        let (answer, finished) = match tokio::time::timeout_at(until, work).await {
+            Ok(finished) => (finished.keep.then(|| finished.body.clone()), Some(finished)),
+            Err(_) => (unfinished, None),
         };
         if let Err(error) = cache.end(lease, answer).await {
             tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
+        }
+        if let (Some(done), Some(finished)) = (done, finished) {
+            let _ = done.send(finished);
         }
     });
 }
@@ -57,9 +63,9 @@ pub(super) struct Finished {
 }
 
 impl Finished {
-    /// The answer to keep for repeats, if any.
-    fn into_kept(self) -> Option<Bytes> {
-        self.keep.then_some(self.body)
+    /// The call's reply, once its entry is ended elsewhere.
+    pub(super) fn into_reply(self) -> (Reply, Outcome) {
+        (Reply::Answer(self.body), self.outcome)
     }
 
     /// Ends the lease with this answer and gives it back to the caller. An

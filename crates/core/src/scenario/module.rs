@@ -278,26 +278,29 @@ pub fn build_all_with(
     for module in modules {
         let table = table_of(&**module, tables.get(module.name()));
         // The bound a loaded configuration has checked already, for a server
-        // built in code: named unless the scenario named the key itself.
+        // built in code. A scenario is not built with such a time (it might
+        // add it to a clock); its own check says what else is wrong.
         let too_long = crate::config::durations::too_long(module.name(), &table);
+        if !too_long.is_empty() {
+            let own = module.check(&table);
+            let unsaid: Vec<Problem> =
+                too_long.into_iter().filter(|long| own.iter().all(|said| said.key != long.key)).collect();
+            errors.extend(unsaid.into_iter().chain(own).map(|problem| problem.message));
+            continue;
+        }
         let mut setup = Setup::new(metrics).with_stores(stores.clone());
         setup.gate = built.gate.clone();
-        let own = match module.build(table, &mut setup) {
-            Ok(scenario) if too_long.is_empty() => {
+        match module.build(table, &mut setup) {
+            Ok(scenario) => {
                 if let Err(error) = built.registry.register(module.name(), scenario) {
                     errors.push(error.to_string());
                 }
-                Vec::new()
             }
-            Ok(_) => Vec::new(),
-            Err(error) => error.problems,
-        };
-        if !own.is_empty() || !too_long.is_empty() {
-            let unsaid = too_long.into_iter().filter(|long| own.iter().all(|said| !said.contains(&long.key)));
-            errors.extend(unsaid.map(|problem| problem.message));
-            errors.extend(own.into_iter().map(|problem| format!("{}: {problem}", module.name())));
-            // A scenario that did not build serves no routes either.
-            continue;
+            Err(error) => {
+                errors.extend(error.problems.into_iter().map(|problem| format!("{}: {problem}", module.name())));
+                // A scenario that did not build serves no routes either.
+                continue;
+            }
         }
         built.local_keys.append(&mut setup.local_keys);
         let (routes, lane) = setup.into_parts();
@@ -386,10 +389,13 @@ mod tests {
         }
 
         fn defaults(&self) -> toml::Table {
-            toml::toml! { wait_ms = 100 }
+            toml::toml! { wait_secs = 100 }
         }
 
-        fn build(&self, _: toml::Table, _: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+        fn build(&self, table: toml::Table, _: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+            // As a scenario might: a time far past the bound overflows the clock.
+            let wait = table["wait_secs"].as_integer().and_then(|secs| u64::try_from(secs).ok()).unwrap_or_default();
+            let _due = std::time::Instant::now() + std::time::Duration::from_secs(wait);
             Ok(Arc::new(Waiting))
         }
     }
@@ -398,17 +404,18 @@ mod tests {
     fn a_duration_past_its_bound_is_refused_whatever_the_scenario_checks() {
         let modules: Vec<Box<dyn ScenarioModule>> = vec![Box::new(Waiting)];
         let build = |wait: i64| {
-            let tables = [("waiting".to_owned(), toml::toml! { wait_ms = wait })].into();
+            let tables = [("waiting".to_owned(), toml::toml! { wait_secs = wait })].into();
             build_all(&modules, &tables, &prometheus::Registry::new())
         };
+        // Refused before it is built: built, it would overflow its clock and panic.
         let refused = build(i64::MAX).err().map(|error| error.to_string()).unwrap_or_default();
-        assert!(refused.contains("waiting.wait_ms = 9223372036854775807: must be at most 30 days"), "{refused}");
-        assert!(build(2_592_000_000).is_ok(), "30 days is allowed");
+        assert!(refused.contains("waiting.wait_secs = 9223372036854775807: must be at most 30 days"), "{refused}");
+        assert!(build(2_592_000).is_ok(), "30 days is allowed");
         let config = crate::config::Config {
-            scenarios: [("waiting".to_owned(), toml::toml! { wait_ms = 2592000001_i64 })].into(),
+            scenarios: [("waiting".to_owned(), toml::toml! { wait_secs = 2592001 })].into(),
             ..crate::config::Config::default()
         };
         let found = problems(&modules, &config);
-        assert_eq!(found.iter().map(|problem| problem.key.as_str()).collect::<Vec<_>>(), ["waiting.wait_ms"]);
+        assert_eq!(found.iter().map(|problem| problem.key.as_str()).collect::<Vec<_>>(), ["waiting.wait_secs"]);
     }
 }

@@ -168,7 +168,7 @@ fn read_log(path: &Path) -> Result<String, Unplayable> {
     let read = std::fs::File::open(path).and_then(|file| read_at_most(file, MAX_LOG_BYTES));
     let Some(bytes) = read.map_err(|e| failed(&e))? else {
         let most = MAX_LOG_BYTES >> 20;
-        return Err(failed(&format!("larger than {most} MiB; replay a part of it (e.g. `tail -c 100M`)")));
+        return Err(failed(&format!("larger than {most} MiB; replay a part of it (e.g. `tail -n 100000`)")));
     };
     String::from_utf8(bytes).map_err(|e| failed(&format!("not UTF-8: {e}")))
 }
