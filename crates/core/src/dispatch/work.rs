@@ -45,7 +45,7 @@ pub(super) fn detach(
             Err(_) => (unfinished, None),
         };
         if let Err(error) = cache.end(lease, answer).await {
-            tracing::warn!(%error, "the lease of work past its budget was not ended; it runs out by its TTL");
+            tracing::warn!(%error, "the lease of work in a task of its own was not ended; it runs out by its TTL");
         }
         if let (Some(done), Some(finished)) = (done, finished) {
             let _ = done.send(finished);
