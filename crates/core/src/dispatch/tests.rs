@@ -47,6 +47,14 @@ fn dispatcher(max_in_flight: usize) -> Dispatcher {
     Dispatcher::new(registry, Some("echo"), DispatchLimits::default(), cache, admission, ServerMetrics::new())
 }
 
+/// A dispatcher of `scenario` alone, under `name`, with `limits`.
+fn dispatcher_of(name: &str, scenario: Arc<dyn Scenario>, limits: DispatchLimits) -> Dispatcher {
+    let mut registry = Registry::new();
+    registry.register(name, scenario).unwrap();
+    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
+    Dispatcher::new(registry, None, limits, cache, admission, ServerMetrics::new())
+}
+
 fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
     let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
     Call {
@@ -146,10 +154,7 @@ impl Scenario for QuotingPanic {
 
 #[tokio::test]
 async fn a_scenario_s_panic_is_answered_without_the_words_it_quotes() {
-    let mut registry = Registry::new();
-    registry.register("quoting", Arc::new(QuotingPanic)).unwrap();
-    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
-    let dispatcher = Dispatcher::new(registry, None, DispatchLimits::default(), cache, admission, ServerMetrics::new());
+    let dispatcher = dispatcher_of("quoting", Arc::new(QuotingPanic), DispatchLimits::default());
     let scenario = dispatcher.scenario(Some("quoting")).unwrap();
     let Reply::Answer(body) = dispatcher.dispatch(scenario, run_call("r-1", None)).await else { panic!("refused") };
     let Some(t_scenario_run_response::Response::Error(error)) = TScenarioRunResponse::decode(body).unwrap().response
@@ -187,11 +192,7 @@ impl Scenario for Faulty {
 }
 
 fn faulty_dispatcher(scenario: Arc<Faulty>, detach_limit: std::time::Duration) -> Dispatcher {
-    let mut registry = Registry::new();
-    registry.register("faulty", scenario).unwrap();
-    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
-    let limits = DispatchLimits { detach_limit, ..DispatchLimits::default() };
-    Dispatcher::new(registry, None, limits, cache, admission, ServerMetrics::new())
+    dispatcher_of("faulty", scenario, DispatchLimits { detach_limit, ..DispatchLimits::default() })
 }
 
 fn commit_call(request_id: &str) -> Call {
@@ -268,10 +269,7 @@ impl Scenario for Gated {
 #[tokio::test]
 async fn a_side_effect_whose_caller_hangs_up_runs_to_its_end_and_a_repeat_gets_its_answer() {
     let scenario = Arc::new(Gated::default());
-    let mut registry = Registry::new();
-    registry.register("gated", scenario.clone()).unwrap();
-    let (cache, admission) = (IdempotencyCache::new(Limits::default()), Admission::new(8, 0));
-    let dispatcher = Dispatcher::new(registry, None, DispatchLimits::default(), cache, admission, ServerMetrics::new());
+    let dispatcher = dispatcher_of("gated", scenario.clone(), DispatchLimits::default());
     let gated = dispatcher.scenario(Some("gated")).unwrap();
     // The client hangs up while the payment is under way: its call is dropped.
     tokio::select! {

@@ -280,12 +280,8 @@ pub fn build_all_with(
         // The bound a loaded configuration has checked already, for a server
         // built in code. A scenario is not built with such a time (it might
         // add it to a clock); its own check says what else is wrong.
-        let too_long = crate::config::durations::too_long(module.name(), &table);
-        if !too_long.is_empty() {
-            let own = module.check(&table);
-            let unsaid: Vec<Problem> =
-                too_long.into_iter().filter(|long| own.iter().all(|said| said.key != long.key)).collect();
-            errors.extend(unsaid.into_iter().chain(own).map(|problem| problem.message));
+        if !crate::config::durations::too_long(module.name(), &table).is_empty() {
+            errors.extend(checked(&**module, &table).into_iter().map(|problem| problem.message));
             continue;
         }
         let mut setup = Setup::new(metrics).with_stores(stores.clone());
@@ -325,12 +321,7 @@ pub fn problems(modules: &[Box<dyn ScenarioModule>], config: &crate::config::Con
     let tables = &config.scenarios;
     let mut problems = unknown_tables(modules, tables);
     for module in modules {
-        let table = table_of(&**module, tables.get(module.name()));
-        let own = module.check(&table);
-        let too_long = crate::config::durations::too_long(module.name(), &table);
-        let unsaid: Vec<Problem> = too_long.into_iter().filter(|long| own.iter().all(|p| p.key != long.key)).collect();
-        problems.extend(own);
-        problems.extend(unsaid);
+        problems.extend(checked(&**module, &table_of(&**module, tables.get(module.name()))));
     }
     let names: Vec<&str> = modules.iter().map(|module| module.name()).collect();
     let default = config.default_scenario.as_str();
@@ -339,6 +330,17 @@ pub fn problems(modules: &[Box<dyn ScenarioModule>], config: &crate::config::Con
         let message = format!("default_scenario {default:?} is not registered{near} (scenarios: {})", names.join(", "));
         problems.push(Problem::new("default_scenario", message));
     }
+    problems
+}
+
+/// The problems with `module`'s `table`: its own check's, and each
+/// duration past the bound ([`crate::config::durations`]) at a key the
+/// check did not name.
+fn checked(module: &dyn ScenarioModule, table: &toml::Table) -> Vec<Problem> {
+    let mut problems = module.check(table);
+    let too_long = crate::config::durations::too_long(module.name(), table);
+    let unsaid: Vec<Problem> = too_long.into_iter().filter(|long| problems.iter().all(|p| p.key != long.key)).collect();
+    problems.extend(unsaid);
     problems
 }
 
