@@ -2,12 +2,13 @@
 //! `Content-Type`, an `Accept`, a `grpc-timeout` and a parts query alike:
 //! reading them never panics, an `Accept` picks only a format one of its
 //! entries names, a timeout taken has at most eight digits (so no clock
-//! overflows adding it), and a parts query's values grow no larger than it.
+//! overflows adding it), a parts query's values grow no larger than it,
+//! and the mark a snapshot's name carries is written in it.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use megamind_assistant::parts::PartQuery;
+use megamind_assistant::parts::{PartQuery, snapshot_mark};
 use megamind_core::{codec::Format, transport::grpc::timeout_header::parse_timeout};
 
 /// The longest `grpc-timeout`: 99,999,999 hours.
@@ -30,5 +31,9 @@ fuzz_target!(|data: &[u8]| {
         if let Some(value) = value {
             assert!(value.len() <= text.len() * 3, "{key} = {value:?} grew past its query {text:?}");
         }
+    }
+    if let Some(mark) = query.snapshot.as_deref().and_then(snapshot_mark) {
+        let snapshot = query.snapshot.as_deref().unwrap_or_default();
+        assert!(snapshot.contains(&format!("-{mark}")), "{snapshot:?} read as mark {mark}");
     }
 });

@@ -63,6 +63,7 @@ mod replicas;
 mod replicas_assistant;
 mod replicas_assistant_redis;
 mod replicas_hold;
+mod replicas_parts;
 mod router;
 mod toolchain;
 mod tvm;

@@ -20,6 +20,9 @@
 //! nothing is served from the resource's latest snapshot if the current
 //! answer still equals it, else 412; with no snapshot of the resource at all
 //! (part 1 asked elsewhere, or long ago) it comes from the current answer.
+//! A version of an answer that changes as it is asked (a running call's)
+//! carries a mark in its ETag that makes it again ([`Version`]): a later
+//! part naming it is served by any replica that can, though none keeps it.
 //!
 //! **The bounds.** Snapshots are bounded by count and by total bytes (the
 //! oldest go first) and expire after the TTL; an answer too large to keep is
@@ -114,6 +117,35 @@ impl PartQuery {
     }
 }
 
+/// One version of an answer: its JSON, and for an answer that changes
+/// as it is asked (a running model call's), the mark that makes this
+/// version again, on any replica, for as long as its source lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The serialized JSON (compact, from serde_json).
+    pub json: Arc<str>,
+    /// What makes this version again (a running call's count of events),
+    /// if anything does. It is part of the version's ETag.
+    pub mark: Option<u64>,
+}
+
+impl From<Arc<str>> for Version {
+    fn from(json: Arc<str>) -> Version {
+        Version { json, mark: None }
+    }
+}
+
+impl Version {
+    /// Its strong ETag: [`etag_of`] its JSON, the mark added.
+    pub fn etag(&self) -> String {
+        let etag = etag_of(&self.json);
+        match self.mark {
+            None => etag,
+            Some(mark) => format!("{}-{mark}\"", &etag[..etag.len() - 1]),
+        }
+    }
+}
+
 /// The snapshots of answers served in parts: cheap to clone (the clones
 /// share them), bounded by count and bytes, each expiring after the TTL.
 #[derive(Clone)]
@@ -145,35 +177,46 @@ impl Parts {
     }
 
     /// The answer for `resource` (the request path, say), whose current
-    /// serialized JSON (compact, from serde_json) `current` renders, as the
-    /// part `query` and `if_match` ask for: the part's JSON with
-    /// `Content-Type: application/json`, `ETag` and `Cache-Control: no-store`,
-    /// or a [`PartError`]'s JSON error. `current` is called only when the
-    /// part needs it: a later part served from its kept snapshot does not,
-    /// so an answer that is dear to render (a running model call's) is not
-    /// rendered again for each of its parts.
-    pub fn respond(
+    /// version `current` renders, as the part `query` and `if_match` ask
+    /// for: the part's JSON with `Content-Type: application/json`, `ETag`
+    /// and `Cache-Control: no-store`, or a [`PartError`]'s JSON error.
+    /// `current` is called only when the part needs it: a later part served
+    /// from its kept snapshot does not, so an answer that is dear to render
+    /// (a running model call's) is not rendered again for each of its parts.
+    /// `older` renders the version a mark names (see [`Version::mark`]), for
+    /// a snapshot this server does not keep: part 1 was served by another
+    /// replica, or long ago.
+    pub async fn respond<F>(
         &self,
         resource: &str,
-        current: impl FnOnce() -> Arc<str>,
+        current: impl FnOnce() -> Version,
+        older: impl FnOnce(u64) -> F,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
-    ) -> Response {
-        match self.part(resource, current, query, if_match) {
+    ) -> Response
+    where
+        F: Future<Output = Option<Arc<str>>>,
+    {
+        match self.part(resource, current, older, query, if_match).await {
             Ok((etag, body)) => json_response(StatusCode::OK, body, Some(&etag)),
             Err(error) => error.into_response(),
         }
     }
 
     /// The part's ETag and JSON body, or why there is none; the current
-    /// answer is rendered by `current` when needed.
-    pub fn part(
+    /// answer is rendered by `current`, and an older version by `older`,
+    /// when needed.
+    pub async fn part<F>(
         &self,
         resource: &str,
-        current: impl FnOnce() -> Arc<str>,
+        current: impl FnOnce() -> Version,
+        older: impl FnOnce(u64) -> F,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
-    ) -> Result<(String, String), PartError> {
+    ) -> Result<(String, String), PartError>
+    where
+        F: Future<Output = Option<Arc<str>>>,
+    {
         let part = parse_part(query.part.as_deref())?;
         let names = match &query.snapshot {
             // The query is explicit and wins over a header a proxy may add.
@@ -182,14 +225,14 @@ impl Parts {
         };
         let now = Instant::now();
         let (source, etag) = match names {
-            Some(names) => self.named(resource, current, &names, now)?,
+            Some(names) => self.named(resource, current, older, &names, now).await?,
             None if part == 1 => {
                 let current = current();
-                let etag = etag_of(&current);
-                if current.len() > self.config.chunk_bytes {
-                    self.lock().keep(resource, &etag, &current, now);
+                let etag = current.etag();
+                if current.json.len() > self.config.chunk_bytes {
+                    self.lock().keep(resource, &etag, &current.json, now);
                 }
-                (current, etag)
+                (current.json, etag)
             }
             None => self.latest(resource, current(), now)?,
         };
@@ -198,13 +241,17 @@ impl Parts {
     }
 
     /// The source of a part naming its snapshot (any of `names`).
-    fn named(
+    async fn named<F>(
         &self,
         resource: &str,
-        current: impl FnOnce() -> Arc<str>,
+        current: impl FnOnce() -> Version,
+        older: impl FnOnce(u64) -> F,
         names: &[String],
         now: Instant,
-    ) -> Result<(Arc<str>, String), PartError> {
+    ) -> Result<(Arc<str>, String), PartError>
+    where
+        F: Future<Output = Option<Arc<str>>>,
+    {
         let mut recorded = false;
         for name in names {
             match self.lock().get(resource, name, now) {
@@ -213,12 +260,22 @@ impl Parts {
                 Found::Nothing => {}
             }
         }
+        // Not kept here, but its mark makes it again: the bytes must hash
+        // to the name, or it is not that version.
+        if let Some((name, mark)) = names.iter().find_map(|name| Some((name, mark_of(name)?)))
+            && let Some(json) = older(mark).await
+        {
+            let version = Version { json, mark: Some(mark) };
+            if version.etag() == *name {
+                return Ok((version.json, name.clone()));
+            }
+        }
         let current = current();
-        let etag = etag_of(&current);
+        let etag = current.etag();
         if names.contains(&etag) {
             // Not kept (too large, expired or evicted) but the answer is
             // still that version: its bytes are the snapshot's.
-            Ok((current, etag))
+            Ok((current.json, etag))
         } else if recorded {
             Err(PartError::SnapshotChanged)
         } else {
@@ -227,18 +284,18 @@ impl Parts {
     }
 
     /// The source of a later part naming no snapshot: the resource's latest.
-    fn latest(&self, resource: &str, current: Arc<str>, now: Instant) -> Result<(Arc<str>, String), PartError> {
+    fn latest(&self, resource: &str, current: Version, now: Instant) -> Result<(Arc<str>, String), PartError> {
         let latest = self.lock().latest(resource, now);
         match latest {
-            Some((etag, Some(content))) if *content == *current => Ok((content, etag)),
-            Some((etag, None)) if etag_of(&current) == etag => Ok((current, etag)),
+            Some((etag, Some(content))) if *content == *current.json => Ok((content, etag)),
+            Some((etag, None)) if current.etag() == etag => Ok((current.json, etag)),
             Some(_) => Err(PartError::SnapshotChanged),
             // Nothing to compare with (part 1 was never asked here, or long
             // ago): the answer as it is. A client wanting a guarantee names
             // its snapshot, which is then checked against the current answer.
             None => {
-                let etag = etag_of(&current);
-                Ok((current, etag))
+                let etag = current.etag();
+                Ok((current.json, etag))
             }
         }
     }
@@ -313,6 +370,24 @@ pub fn etag_of(json: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, json.as_bytes());
     let hex: String = digest.as_ref()[..16].iter().map(|byte| format!("{byte:02x}")).collect();
     format!("\"{:x}-{hex}\"", json.len())
+}
+
+/// The mark of the snapshot a query names (quoted or bare), as a part
+/// naming it would read it: for the fuzz target of request values.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn snapshot_mark(name: &str) -> Option<u64> {
+    mark_of(&normalize_tag(name))
+}
+
+/// The mark a snapshot's ETag carries (see [`Version::etag`]): its third
+/// field, a number as the ETag writes it (digits only, no leading zero).
+fn mark_of(etag: &str) -> Option<u64> {
+    let bare = etag.strip_prefix('"')?.strip_suffix('"')?;
+    let mut fields = bare.split('-');
+    let mark = fields.nth(2).filter(|_| fields.next().is_none())?;
+    let written =
+        !mark.is_empty() && mark.bytes().all(|b| b.is_ascii_digit()) && (mark == "0" || !mark.starts_with('0'));
+    written.then(|| mark.parse().ok()).flatten()
 }
 
 /// `part` as a number from 1; none is 1.

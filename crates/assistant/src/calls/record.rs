@@ -128,6 +128,20 @@ pub struct Timings {
     pub elapsed: Duration,
 }
 
+/// What a call's answer is rendered from, read at once.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct View {
+    /// The events.
+    pub(crate) events: Vec<ModelEvent>,
+    /// Whether the text was cut at the bound.
+    pub(crate) truncated: bool,
+    /// How the call ended, or that it runs.
+    pub(crate) ending: Ending,
+    /// When its events came; while it runs, `elapsed` is the time to the
+    /// last of them, so that a view is a function of the events it holds.
+    pub(crate) timings: Timings,
+}
+
 /// Bytes kept of a failure's reason.
 const MAX_FAILURE_BYTES: usize = 512;
 
@@ -295,13 +309,39 @@ impl CallRecord {
         Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
     }
 
-    /// Every event so far, whether the text was cut at the bound, and how
-    /// the call ended: read at once, so that an ended call's events are all
-    /// there.
-    pub(crate) fn snapshot(&self) -> (Vec<ModelEvent>, bool, Ending) {
+    /// The call as it is now, and, while it runs, how many events it holds:
+    /// the mark [`CallRecord::view_at`] gives the same view again by.
+    pub(crate) fn view(&self) -> (View, Option<usize>) {
         let recording = self.tx.borrow();
+        if !recording.finished {
+            let count = recording.ends.len();
+            return (recording.running_view(count), Some(count));
+        }
         let events = (0..recording.ends.len()).filter_map(|index| recording.event(index)).collect();
-        (events, recording.truncated, recording.ending())
+        let ended = recording.ended.unwrap_or_default();
+        let timings = Timings { first_event: recording.first_event, ended: recording.ended, elapsed: ended };
+        (View { events, truncated: recording.truncated, ending: recording.ending(), timings }, None)
+    }
+
+    /// The running call as [`CallRecord::view`] saw it when it held `count`
+    /// events, though it has gone on or ended since: the same on every
+    /// replica that holds as many, for the events and their times come
+    /// from the journal. `None` while it holds fewer.
+    pub(crate) fn view_at(&self, count: usize) -> Option<View> {
+        let recording = self.tx.borrow();
+        (count <= recording.ends.len()).then(|| recording.running_view(count))
+    }
+
+    /// Waits until the record holds `count` events or has ended, by
+    /// `deadline`: a mirror fed from the journal may lag the runner's
+    /// record by a few entries. Whether it holds them.
+    pub(crate) async fn reached(&self, count: usize, deadline: Instant) -> bool {
+        let mut rx = self.tx.subscribe();
+        let reached = rx.wait_for(|recording| recording.finished || recording.ends.len() >= count);
+        match tokio::time::timeout_at(deadline, reached).await {
+            Ok(Ok(recording)) => recording.ends.len() >= count,
+            _ => self.tx.borrow().ends.len() >= count,
+        }
     }
 
     /// What the call's readers share: the one a reader still holds, else
@@ -394,6 +434,26 @@ impl Recording {
         match Entry::decode(self.entry(index)?)? {
             Entry::Event { event, .. } => Some(event),
             _ => None,
+        }
+    }
+
+    /// The first `count` events as a running call's view: cut at the bound
+    /// only if the cut came with its last event.
+    fn running_view(&self, count: usize) -> View {
+        let mut events = Vec::with_capacity(count);
+        let mut last = Duration::ZERO;
+        for index in 0..count {
+            if let Some(Entry::Event { event, at }) = self.entry(index).and_then(Entry::decode) {
+                events.push(event);
+                last = at;
+            }
+        }
+        let first_event = (count > 0).then_some(self.first_event).flatten();
+        View {
+            events,
+            truncated: self.truncated && count == self.ends.len(),
+            ending: Ending::Running,
+            timings: Timings { first_event, ended: None, elapsed: last },
         }
     }
 
@@ -617,6 +677,53 @@ mod tests {
         drop(record);
         assert_eq!(drain(&mut follower).await, [text("a")]);
         assert!(matches!(follower.ending(), Ending::Failed(_)), "{:?}", follower.ending());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_calls_view_is_the_same_however_late_it_is_asked_for() {
+        let record = CallRecord::new(1024);
+        tokio::time::advance(Duration::from_millis(40)).await;
+        record.push(text("a"));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        record.push(text("b"));
+        let (view, mark) = record.view();
+        assert_eq!(
+            (view.events.as_slice(), view.ending.clone(), mark),
+            ([text("a"), text("b")].as_slice(), Ending::Running, Some(2))
+        );
+        let ms = Duration::from_millis;
+        assert_eq!(view.timings, Timings { first_event: Some(ms(40)), ended: None, elapsed: ms(100) });
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(record.view(), (view.clone(), Some(2)), "time alone changes nothing");
+
+        record.push(text("c"));
+        record.finish();
+        assert_eq!(record.view_at(2), Some(view), "nor later events, nor the end");
+        assert_eq!(record.view_at(1).map(|v| (v.events, v.timings.elapsed)), Some((vec![text("a")], ms(40))));
+        assert_eq!(record.view_at(4), None, "more than it holds");
+        let (ended, mark) = record.view();
+        assert_eq!(
+            (ended.ending, ended.timings.elapsed, ended.events.len(), mark),
+            (Ending::Completed, ms(5100), 3, None)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_view_at_events_not_yet_held_waits_for_them_by_its_deadline() {
+        let record = Arc::new(CallRecord::new(1024));
+        record.push(text("a"));
+        let writer = record.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            writer.push(text("b"));
+        });
+        assert!(record.reached(2, Instant::now() + Duration::from_secs(1)).await);
+        let started = Instant::now();
+        assert!(!record.reached(3, started + Duration::from_millis(100)).await);
+        assert_eq!(started.elapsed(), Duration::from_millis(100), "given up at its deadline");
+        record.finish();
+        assert!(!record.reached(3, Instant::now() + Duration::from_secs(60)).await, "an ended call holds no more");
+        assert_eq!(started.elapsed(), Duration::from_millis(100), "and says so at once");
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,7 +3,7 @@
 //! request would render the whole answer again: for a call of tens of
 //! thousands of events, some hundreds of milliseconds of CPU each. An
 //! ended call's answer no longer changes, so it is rendered once; a running
-//! call's changes with every event and its timings, and is rendered anew.
+//! call's changes with every event, and is rendered anew.
 
 use std::{
     collections::VecDeque,

@@ -42,7 +42,7 @@ use crate::{
     backend::ModelEvent,
     calls::{
         Calls, Lookup,
-        record::{CallRecord, Ending},
+        record::{CallRecord, Ending, View},
     },
     config::AssistantConfig,
     dialog::{answer, reply, speech},
@@ -54,12 +54,17 @@ use crate::{
     },
     metrics::AssistantMetrics,
     parts,
-    parts::{PartQuery, Parts, PartsConfig},
+    parts::{PartQuery, Parts, PartsConfig, Version},
     skills::dialog::SkillPolicy,
 };
 
 /// Longest call id looked up, in bytes: a `RequestId` is at most 256.
 const MAX_ID_BYTES: usize = 256;
+
+/// How long a later part of a running call's answer waits for this
+/// replica's copy of the call to hold the events its snapshot was made of
+/// (the replica running the call writes them to the journal as they come).
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the routes share.
 #[derive(Debug)]
@@ -127,7 +132,7 @@ async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap)
         })
         .collect();
     let whole = serde_json::json!({ "skills": skills }).to_string();
-    api.respond("skills", "/llm/skills", || whole.into(), &uri, &headers)
+    api.respond("skills", "/llm/skills", || Arc::<str>::from(whole).into(), none_older, &uri, &headers).await
 }
 
 async fn stream_route(
@@ -218,14 +223,33 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
         }
     };
     // Rendered only when the part needs it: a later part of a running call
-    // comes from the snapshot its part 1 kept.
-    let whole = || api.answers.get_or_render(&record, || api.answer(&id, &record).to_string());
-    api.respond("answers", &format!("/llm/answers/{id}"), whole, &uri, &headers)
+    // comes from the snapshot its part 1 kept, or is made again from the
+    // events that snapshot held.
+    let (record, id, api) = (&record, &id, &*api);
+    let whole = || {
+        if record.has_ended() {
+            return api.answers.get_or_render(record, || api.answer(id, &record.view().0).to_string()).into();
+        }
+        let (view, count) = record.view();
+        let json = api.answer(id, &view).to_string().into();
+        Version { json, mark: count.map(|count| count as u64) }
+    };
+    let older = move |count: u64| async move {
+        let count = usize::try_from(count).ok()?;
+        record.reached(count, tokio::time::Instant::now() + CATCH_UP).await;
+        Some(api.answer(id, &record.view_at(count)?).to_string().into())
+    };
+    api.respond("answers", &format!("/llm/answers/{id}"), whole, older, &uri, &headers).await
 }
 
 async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
-    let whole = || schema::schema(api.parts.config()).to_string().into();
-    api.respond("schema", "/llm/schema", whole, &uri, &headers)
+    let whole = || Arc::<str>::from(schema::schema(api.parts.config()).to_string()).into();
+    api.respond("schema", "/llm/schema", whole, none_older, &uri, &headers).await
+}
+
+/// No older version of an answer that does not change as it is asked.
+async fn none_older(_: u64) -> Option<Arc<str>> {
+    None
 }
 
 impl Api {
@@ -270,31 +294,36 @@ impl Api {
     /// The answer `whole` renders as the part the request asks for
     /// (`?part=N&snapshot=...`; read by `parts`, so that a bad value gets
     /// its JSON error).
-    fn respond(
+    async fn respond<F>(
         &self,
         route: &str,
         resource: &str,
-        whole: impl FnOnce() -> Arc<str>,
+        whole: impl FnOnce() -> Version,
+        older: impl FnOnce(u64) -> F,
         uri: &Uri,
         headers: &HeaderMap,
-    ) -> Response {
+    ) -> Response
+    where
+        F: Future<Output = Option<Arc<str>>>,
+    {
         let query = PartQuery::from_query(uri.query());
-        let response = self.parts.respond(resource, whole, &query, headers.get(header::IF_MATCH));
+        let response = self.parts.respond(resource, whole, older, &query, headers.get(header::IF_MATCH)).await;
         let status = response.status();
         let outcome = if status.is_success() { "ok" } else { status.as_str() };
         self.sources.metrics.llm_api.with_label_values(&[route, outcome]).inc();
         response
     }
 
-    /// The whole answer of call `id` so far, as `/llm/answers` gives it.
-    fn answer(&self, id: &str, record: &CallRecord) -> Value {
+    /// The whole answer of call `id` as `view` sees it, as `/llm/answers` gives it.
+    fn answer(&self, id: &str, view: &View) -> Value {
         let config = &self.sources.config;
-        let (events, truncated, ending) = record.snapshot();
+        let View { events, truncated, ending, timings } = view;
+        let (truncated, ending) = (*truncated, ending.clone());
         let mut sequencer = Sequencer::new(id, config.llm.stream_format);
         let mut numbered = Vec::new();
         sequencer.start(&mut numbered);
         let (mut raw, mut reasoning) = (String::new(), String::new());
-        for event in &events {
+        for event in events {
             sequencer.model_event(event, &mut numbered);
             match event {
                 ModelEvent::TextDelta(text) => raw.push_str(text),
@@ -328,7 +357,6 @@ impl Api {
             let directive = reply::directive(command).transcode_to_dynamic();
             megamind_core::codec::json::to_value(&directive).unwrap_or(Value::Null)
         });
-        let timings = record.timings();
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         json!({
             "request_id": id,

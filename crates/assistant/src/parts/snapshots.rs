@@ -16,7 +16,7 @@ use std::{
 use tokio::time::Instant;
 
 /// Versions of one resource kept at most. A running answer changes with
-/// every render, so each part 1 asked of it keeps a new version: past this
+/// every event, so each part 1 asked of it may keep a new version: past this
 /// many, the resource's own oldest gives way, never another resource's
 /// snapshot (one client asking part 1 again and again would otherwise
 /// evict every other client's).

@@ -13,6 +13,11 @@ fn parts(chunk_bytes: usize) -> Parts {
     Parts::new(PartsConfig { chunk_bytes, ..PartsConfig::default() })
 }
 
+/// No older version made again: an answer that does not change as it is asked.
+fn no_older(_: u64) -> std::future::Ready<Option<Arc<str>>> {
+    std::future::ready(None)
+}
+
 /// What a client sees of one request: the status, the headers, the JSON body.
 struct Seen {
     status: StatusCode,
@@ -29,7 +34,8 @@ impl Seen {
 async fn ask(parts: &Parts, current: &str, part: Option<&str>, snapshot: Option<&str>, if_match: Option<&str>) -> Seen {
     let query = PartQuery { part: part.map(str::to_owned), snapshot: snapshot.map(str::to_owned) };
     let if_match = if_match.map(|v| HeaderValue::from_str(v).unwrap());
-    let response = parts.respond("/llm/answers/r1", || current.into(), &query, if_match.as_ref());
+    let current = || Arc::<str>::from(current).into();
+    let response = parts.respond("/llm/answers/r1", current, no_older, &query, if_match.as_ref()).await;
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
@@ -115,28 +121,28 @@ fn split_cuts_on_character_boundaries_and_always_makes_progress() {
     }
 }
 
-#[test]
-fn a_later_part_from_its_snapshot_does_not_render_the_answer_again() {
+#[tokio::test]
+async fn a_later_part_from_its_snapshot_does_not_render_the_answer_again() {
     let parts = parts(10);
     let answer: Arc<str> = json!({ "text": "x".repeat(100) }).to_string().into();
     let renders = std::cell::Cell::new(0);
     let render = || {
         renders.set(renders.get() + 1);
-        answer.clone()
+        Version::from(answer.clone())
     };
     let query = |part: u32, snapshot: Option<&str>| PartQuery {
         part: Some(part.to_string()),
         snapshot: snapshot.map(str::to_owned),
     };
-    let (etag, _) = parts.part("/r", render, &query(1, None), None).unwrap();
+    let (etag, _) = parts.part("/r", render, no_older, &query(1, None), None).await.unwrap();
     assert_eq!(renders.get(), 1);
     assert_eq!(Arc::strong_count(&answer), 2, "the snapshot shares the rendered bytes");
     for part in 2..=5 {
-        parts.part("/r", render, &query(part, Some(&etag)), None).unwrap();
+        parts.part("/r", render, no_older, &query(part, Some(&etag)), None).await.unwrap();
     }
     assert_eq!(renders.get(), 1, "later parts come from the snapshot");
     // Naming no snapshot, a later part is checked against the answer as it is now.
-    parts.part("/r", render, &query(2, None), None).unwrap();
+    parts.part("/r", render, no_older, &query(2, None), None).await.unwrap();
     assert_eq!(renders.get(), 2);
 }
 
@@ -295,8 +301,10 @@ async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
     type Versions = Arc<Mutex<(String, Option<String>)>>;
     async fn answer(State((parts, versions)): State<(Parts, Versions)>, uri: Uri, headers: HeaderMap) -> Response {
         let query = PartQuery::from_query(uri.query());
+        let current: Arc<str> = versions.lock().unwrap().0.as_str().into();
+        let if_match = headers.get(header::IF_MATCH);
+        let response = parts.respond(uri.path(), || current.into(), no_older, &query, if_match).await;
         let mut versions = versions.lock().unwrap();
-        let response = parts.respond(uri.path(), || versions.0.as_str().into(), &query, headers.get(header::IF_MATCH));
         if query.part.as_deref().unwrap_or("1") == "1"
             && let Some(next) = versions.1.take()
         {
@@ -356,4 +364,55 @@ fn an_etag_is_the_same_on_every_replica_and_every_build() {
     let json = r#"{"content":"Сейчас полдень."}"#;
     assert_eq!(etag_of(json), "\"2a-a8c0b95ccde69c25b9c7294de7a393a2\"");
     assert_ne!(etag_of(json), etag_of(&json.replace('.', "!")), "another version, another ETag");
+}
+
+#[test]
+fn a_versions_mark_is_the_third_field_of_its_etag() {
+    let version = Version { json: r#"{"content":"Сейчас полдень."}"#.into(), mark: Some(7) };
+    assert_eq!(version.etag(), "\"2a-a8c0b95ccde69c25b9c7294de7a393a2-7\"");
+    assert_eq!(mark_of(&version.etag()), Some(7));
+    assert_eq!(mark_of(&etag_of(&version.json)), None, "a version without one");
+    assert_eq!(mark_of("\"1a-ab-0\""), Some(0));
+    for bad in
+        ["\"1a-ab-\"", "\"1a-ab-+7\"", "\"1a-ab-07\"", "\"1a-ab-7-8\"", "1a-ab-7", "\"1a-ab-99999999999999999999999\""]
+    {
+        assert_eq!(mark_of(bad), None, "{bad}");
+    }
+}
+
+/// Another replica's later part of a running answer: it keeps no snapshot,
+/// so the version is made again from its mark and checked against its name.
+#[tokio::test]
+async fn a_later_part_naming_a_version_kept_nowhere_is_made_again_from_its_mark() {
+    let (here, there) = (parts(10), parts(10));
+    let at = |n: u64| -> Arc<str> {
+        json!({ "status": "running", "text": "слово ".repeat(n as usize) }).to_string().into()
+    };
+    let query = |part: u32, snapshot: &str| PartQuery { part: Some(part.to_string()), snapshot: Some(snapshot.into()) };
+    let first = PartQuery::default();
+    let (etag, body) =
+        here.part("/r", || Version { json: at(3), mark: Some(3) }, no_older, &first, None).await.unwrap();
+    assert!(etag.ends_with("-3\""), "{etag}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    let total = u32::try_from(first["total_parts"].as_u64().unwrap()).unwrap();
+    let mut joined = first["content"].as_str().unwrap().to_owned();
+
+    // The answer went on meanwhile: its current version is another one.
+    let now = || Version { json: at(5), mark: Some(5) };
+    let asked = std::cell::Cell::new(None);
+    for part in 2..=total {
+        let older = |mark| {
+            asked.set(Some(mark));
+            std::future::ready(Some(at(mark)))
+        };
+        let (served, body) = there.part("/r", now, older, &query(part, &etag), None).await.unwrap();
+        assert_eq!((served.as_str(), asked.take()), (etag.as_str(), Some(3)));
+        joined.push_str(serde_json::from_str::<Value>(&body).unwrap()["content"].as_str().unwrap());
+    }
+    assert_eq!(joined, *at(3), "the version part 1 came from, whole");
+
+    // Bytes made again that hash otherwise are not that version; nor is nothing.
+    let other = |_| std::future::ready(Some(at(4)));
+    assert_eq!(there.part("/r", now, other, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
+    assert_eq!(there.part("/r", now, no_older, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
 }

@@ -42,11 +42,11 @@ fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
     let early = mirror_of(&[], 1024);
     assert!(!apply(&early, &first_run, &mut false), "a mirror made before the start reads it as the start");
     assert_eq!(early.text(), "Сей");
-    assert_eq!(mirror.snapshot().2, super::super::record::Ending::Failed(RESTARTED.into()));
+    assert_eq!(mirror.view().0.ending, super::super::record::Ending::Failed(RESTARTED.into()));
     let journal: Vec<Bytes> = first_run.iter().chain(&second_run).cloned().collect();
     let fresh = mirror_of(latest_run(&journal), 1024);
     assert_eq!(fresh.text(), "Сейчас.", "a new reader reads the new run alone");
-    assert_eq!(fresh.snapshot().2, super::super::record::Ending::Completed);
+    assert_eq!(fresh.view().0.ending, super::super::record::Ending::Completed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -63,7 +63,7 @@ async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
         mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
-        assert_eq!(record.snapshot().2, ends);
+        assert_eq!(record.view().0.ending, ends);
     }
 }
 
@@ -95,7 +95,7 @@ async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
         let began = Instant::now();
         mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
-        assert_eq!(record.snapshot().2, ends);
+        assert_eq!(record.view().0.ending, ends);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
         if ends == Ending::Completed {
             assert_eq!(record.text(), "Сейчас.", "read on from where it was");
@@ -191,7 +191,7 @@ async fn a_journal_gone_just_after_its_store_was_troubled_is_waited_for_too() {
         let began = Instant::now();
         mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
-        assert_eq!(record.snapshot().2, ends);
+        assert_eq!(record.view().0.ending, ends);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
     }
 }
@@ -217,7 +217,7 @@ async fn a_journal_read_after_a_trouble_is_checked_to_begin_with_the_mirrors_run
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None).losing_at_read(1));
         mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
-        assert_eq!(record.snapshot().2, ends);
+        assert_eq!(record.view().0.ending, ends);
     }
 }
 
@@ -248,7 +248,7 @@ async fn a_mirror_waiting_for_entries_is_woken_by_a_loss_and_not_spoken_from_unt
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!record.speakable(), "in doubt while the journal is gone");
         mirroring.await.unwrap();
-        assert_eq!(record.snapshot().2, ends);
+        assert_eq!(record.view().0.ending, ends);
         assert_eq!(record.speakable(), ends == Ending::Completed);
     }
 }
@@ -411,7 +411,10 @@ async fn a_mirror_says_what_the_runners_record_says() {
         assert_eq!(last, written.len() == 5, "only the end is last");
     }
     let mirror = mirror_of(latest_run(&written), 1 << 20);
-    assert_eq!(mirror.snapshot(), runner.snapshot());
     assert_eq!(mirror.timings().first_event, runner.timings().first_event);
     assert_eq!(mirror.timings().ended, runner.timings().ended);
+    assert_eq!(mirror.view(), runner.view());
+    for count in 0..=3 {
+        assert_eq!(mirror.view_at(count), runner.view_at(count), "the running call at {count} events");
+    }
 }
