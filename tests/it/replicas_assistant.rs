@@ -259,10 +259,6 @@ async fn a_slow_answer_over_three_replicas_is_one_model_call_read_alike_everywhe
     assert_eq!(mock.calls(), 1, "reading never calls the model");
 }
 
-/// The replica running a call is killed (SIGKILL) mid-answer: its lease
-/// runs out within 3 s of its last renewal, the next hop that needs the
-/// call begins it again on another replica, and the user hears the whole
-/// answer once, through the hops.
 /// The `final_delta` texts of a stream, joined.
 pub(crate) fn streamed_text(events: &[megamind_assistant::jsonseq::transcript::Event]) -> String {
     events
@@ -321,6 +317,10 @@ async fn a_redis_stall_mid_answer_leaves_each_event_in_the_journal_once() {
     assert_eq!(mock.calls(), 1, "one model call");
 }
 
+/// The replica running a call is killed (SIGKILL) mid-answer: its lease
+/// runs out within 3 s of its last renewal, the next hop that needs the
+/// call begins it again on another replica, and the user hears the whole
+/// answer once, through the hops.
 #[tokio::test]
 async fn a_replica_killed_mid_answer_hands_its_call_to_the_next_one_that_needs_it() {
     let Some(redis) = RedisServer::start("a replica killed mid-answer") else { return };
