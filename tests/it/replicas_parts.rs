@@ -88,5 +88,14 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
     let said = answer["raw_text"].as_str().expect("raw_text");
     assert!(WORDS.concat().starts_with(said) && said.starts_with("Жили"), "a prefix of the answer: {said:?}");
 
+    // A snapshot of events the call never held is waited for a while, not
+    // until the call ends.
+    let (hash, _) = snapshot.rsplit_once('-').expect("a mark");
+    let (status, body) = get(&http, &replicas[2].base, &format!("{answers}?part=2&snapshot={hash}-999999"), &[]).await;
+    assert_eq!(status, StatusCode::GONE, "{body}");
+    let (_, body) = get(&http, &replicas[2].base, &answers, &[]).await;
+    let again: Value = serde_json::from_str(&body).expect("JSON");
+    let content = again["content"].as_str().expect("still in parts");
+    assert!(content.contains(r#""status":"running""#), "refused while the model still spoke: {content}");
     assert_eq!(mock.calls(), 1, "reading never calls the model");
 }
