@@ -73,6 +73,17 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
     let total = first["total_parts"].as_u64().expect("total_parts");
     let mut joined = first["content"].as_str().expect("a piece").to_owned();
 
+    // The model says more: the other replicas' answer is another version
+    // now, and the snapshot can only be made again from its events.
+    loop {
+        let (_, body) = get(&http, &replicas[1].base, &answers, &[]).await;
+        let now: Value = serde_json::from_str(&body).expect("JSON");
+        if now["snapshot"].as_str().map(|s| s.trim_matches('"')) != Some(snapshot.as_str()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // The rest from the other two in turn, naming the snapshot.
     for part in 2..=total {
         let replica = &replicas[1 + part as usize % 2];

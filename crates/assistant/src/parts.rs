@@ -385,22 +385,26 @@ fn mark_of(etag: &str) -> Option<u64> {
     let bare = etag.strip_prefix('"')?.strip_suffix('"')?;
     let mut fields = bare.split('-');
     let mark = fields.nth(2).filter(|_| fields.next().is_none())?;
-    let written =
-        !mark.is_empty() && mark.bytes().all(|b| b.is_ascii_digit()) && (mark == "0" || !mark.starts_with('0'));
-    written.then(|| mark.parse().ok()).flatten()
+    // As written: no leading zero, so that one mark has one name.
+    if mark.len() > 1 && mark.starts_with('0') {
+        return None;
+    }
+    plain_number(mark)
+}
+
+/// `text` as a number written in digits alone: `from_str` would also take a
+/// leading `+`.
+fn plain_number<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
 }
 
 /// `part` as a number from 1; none is 1.
 fn parse_part(part: Option<&str>) -> Result<u32, PartError> {
     let Some(text) = part else { return Ok(1) };
-    let bad = || PartError::BadPart(text.chars().take(32).collect());
-    // Digits only: `u32::from_str` would take a leading `+`.
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    match text.parse::<u32>() {
-        Ok(0) | Err(_) => Err(bad()),
-        Ok(part) => Ok(part),
+    match plain_number::<u32>(text) {
+        Some(0) | None => Err(PartError::BadPart(text.chars().take(32).collect())),
+        Some(part) => Ok(part),
     }
 }
 

@@ -313,14 +313,14 @@ impl CallRecord {
     /// the mark [`CallRecord::view_at`] gives the same view again by.
     pub(crate) fn view(&self) -> (View, Option<usize>) {
         let recording = self.tx.borrow();
+        let count = recording.ends.len();
+        let view = recording.running_view(count);
         if !recording.finished {
-            let count = recording.ends.len();
-            return (recording.running_view(count), Some(count));
+            return (view, Some(count));
         }
-        let events = (0..recording.ends.len()).filter_map(|index| recording.event(index)).collect();
-        let ended = recording.ended.unwrap_or_default();
-        let timings = Timings { first_event: recording.first_event, ended: recording.ended, elapsed: ended };
-        (View { events, truncated: recording.truncated, ending: recording.ending(), timings }, None)
+        let elapsed = recording.ended.unwrap_or_default();
+        let timings = Timings { first_event: recording.first_event, ended: recording.ended, elapsed };
+        (View { truncated: recording.truncated, ending: recording.ending(), timings, ..view }, None)
     }
 
     /// The running call as [`CallRecord::view`] saw it when it held `count`
