@@ -85,6 +85,20 @@ impl Reply {
         Reply::Sse { chunks }
     }
 
+    /// A stream of `burst` in one write, then of `then`, a piece every
+    /// `gap`, then `finish_reason` `length`: a model that says much at
+    /// once, goes on slowly and stops at its limit.
+    pub fn burst_then(burst: &[&str], then: &[&str], gap: Duration) -> Reply {
+        let pieces: Vec<&str> = burst.iter().chain(then).copied().collect();
+        let Reply::Sse { mut chunks } = Reply::stream(&pieces, gap) else { unreachable!("a stream") };
+        let finish = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
+        chunks.insert(chunks.len() - 1, (gap, sse_event(&finish)));
+        // The role's event and the burst's.
+        let (first, rest) = chunks.split_at(1 + burst.len());
+        let first = first.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect();
+        Reply::Sse { chunks: std::iter::once((Duration::ZERO, first)).chain(rest.iter().cloned()).collect() }
+    }
+
     /// A chat completion with `reasoning_content`, `finish_reason` and
     /// `usage` (`prompt_tokens` 11, `completion_tokens` 5), at once.
     pub fn content_reasoned(reasoning: &str, text: &str, finish_reason: &str) -> Reply {

@@ -59,24 +59,17 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
 
     // Part 1 from the replica running the call, once the model has begun.
     let answers = format!("/llm/answers/{call_id}");
-    let first = loop {
-        let (status, body) = get(&http, &replicas[0].base, &answers, &[]).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let first: Value = serde_json::from_str(&body).expect("JSON");
-        if first["total_parts"].as_u64() > Some(1) && first["content"].as_str().is_some_and(|c| c.contains("Жили"))
-        {
-            break first;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let snapshot = first["snapshot"].as_str().expect("a snapshot").trim_matches('"').to_owned();
-    let total = first["total_parts"].as_u64().expect("total_parts");
-    let mut joined = first["content"].as_str().expect("a piece").to_owned();
+    let (snapshot, total, mut joined) = first_part(&http, &replicas[0], &answers, |first| {
+        first["total_parts"].as_u64() > Some(1) && first["content"].as_str().is_some_and(|c| c.contains("Жили"))
+    })
+    .await;
 
-    // The model says more: the other replicas' answer is another version
-    // now, and the snapshot can only be made again from its events.
+    // The model says more: the answer is another version now, and the
+    // snapshot can only be made again from its events. (Asked of the
+    // replica that kept it: a part 1 asked of another would keep there
+    // the version it saw, maybe the snapshot itself.)
     loop {
-        let (_, body) = get(&http, &replicas[1].base, &answers, &[]).await;
+        let (_, body) = get(&http, &replicas[0].base, &answers, &[]).await;
         let now: Value = serde_json::from_str(&body).expect("JSON");
         if now["snapshot"].as_str().map(|s| s.trim_matches('"')) != Some(snapshot.as_str()) {
             break;
@@ -84,16 +77,7 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // The rest from the other two in turn, naming the snapshot.
-    for part in 2..=total {
-        let replica = &replicas[1 + part as usize % 2];
-        let path = format!("{answers}?part={part}&snapshot={snapshot}");
-        let (status, body) = get(&http, &replica.base, &path, &[]).await;
-        assert_eq!(status, StatusCode::OK, "part {part} of {total}: {body}");
-        let piece: Value = serde_json::from_str(&body).expect("JSON");
-        assert_eq!(piece["snapshot"].as_str().map(|s| s.trim_matches('"')), Some(snapshot.as_str()));
-        joined.push_str(piece["content"].as_str().expect("a piece"));
-    }
+    joined.push_str(&rest_of(&http, &replicas, &answers, &snapshot, total).await);
     let answer: Value = serde_json::from_str(&joined).expect("the parts join into the answer");
     assert_eq!(answer["status"], "running", "fetched while the model spoke: {answer}");
     let said = answer["raw_text"].as_str().expect("raw_text");
@@ -109,4 +93,92 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
     let content = again["content"].as_str().expect("still in parts");
     assert!(content.contains(r#""status":"running""#), "refused while the model still spoke: {content}");
     assert_eq!(mock.calls(), 1, "reading never calls the model");
+}
+
+#[tokio::test]
+async fn a_running_answer_cut_at_its_bound_is_made_again_cut_on_any_replica() {
+    let Some(redis) = RedisServer::start("a cut running answer in parts over replicas") else { return };
+    // A model that says 6 000 one-letter tokens at once passes what a call
+    // keeps (each token counts its letter, 32 bytes and the request id, of
+    // 200 bytes here), then goes on for 4 s with tokens that are dropped.
+    let tokens = vec!["x"; 6_000];
+    let mock = MockLlm::start(Reply::burst_then(&tokens, &["y"; 20], Duration::from_millis(200))).await;
+    let replicas = replicas_with(&redis, &mock, &["--llm-chunk-bytes", "1000000"]);
+    let http = megamind_core::http_client::client_builder().build().expect("a client");
+    let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
+    let call_id = &format!("parts-cut-{}", "x".repeat(190));
+    client.call(Request::Run(asked(call_id))).await.expect("/run answers");
+
+    // Part 1 of the running answer once it was cut.
+    let answers = format!("/llm/answers/{call_id}");
+    let (snapshot, total, mut joined) = first_part(&http, &replicas[0], &answers, |first| {
+        let content = first["content"].as_str().unwrap_or_default();
+        let cut = content.contains(r#""truncated":true"#);
+        assert!(!cut || content.contains(r#""status":"running""#), "cut while the model still spoke");
+        cut
+    })
+    .await;
+
+    // The call ends (how it ended comes past the cut) before the other
+    // replicas, which keep nothing of it, are asked for the rest.
+    loop {
+        let (_, body) = get(&http, &replicas[0].base, &answers, &[]).await;
+        let now: Value = serde_json::from_str(&body).expect("JSON");
+        if now["content"].as_str().is_some_and(|c| c.contains(r#""status":"completed""#)) {
+            let c = now["content"].as_str().unwrap();
+            let i = c.find("truncated").unwrap();
+            eprintln!("DEBUG {} {}", &c[i..i + 60], now["snapshot"]);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    joined.push_str(&rest_of(&http, &replicas, &answers, &snapshot, total).await);
+    let answer: Value = serde_json::from_str(&joined).expect("the parts join into the answer");
+    assert_eq!((&answer["status"], &answer["truncated"]), (&Value::from("running"), &Value::from(true)));
+    let said = answer["raw_text"].as_str().expect("raw_text");
+    assert!(said.len() > 4_000 && said.len() < 6_000 && said.bytes().all(|b| b == b'x'), "{} bytes", said.len());
+}
+
+/// Part 1 of `answers` from `replica`, asked until `ready` says it is the
+/// one: its snapshot, how many parts there are, and its content.
+async fn first_part(
+    http: &reqwest::Client,
+    replica: &crate::replicas::Replica,
+    answers: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> (String, u64, String) {
+    loop {
+        let (status, body) = get(http, &replica.base, answers, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let first: Value = serde_json::from_str(&body).expect("JSON");
+        if ready(&first) {
+            let snapshot = first["snapshot"].as_str().expect("a snapshot").trim_matches('"').to_owned();
+            let total = first["total_parts"].as_u64().expect("total_parts");
+            eprintln!("DEBUG {snapshot} {total}");
+            return (snapshot, total, first["content"].as_str().expect("a piece").to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Parts 2 to `total` of `snapshot`, each from one of the replicas that did
+/// not serve part 1, in turn: their contents joined.
+async fn rest_of(
+    http: &reqwest::Client,
+    replicas: &[crate::replicas::Replica],
+    answers: &str,
+    snapshot: &str,
+    total: u64,
+) -> String {
+    let mut joined = String::new();
+    for part in 2..=total {
+        let replica = &replicas[1 + part as usize % 2];
+        let path = format!("{answers}?part={part}&snapshot={snapshot}");
+        let (status, body) = get(http, &replica.base, &path, &[]).await;
+        assert_eq!(status, StatusCode::OK, "part {part} of {total}: {body}");
+        let piece: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(piece["snapshot"].as_str().map(|s| s.trim_matches('"')), Some(snapshot));
+        joined.push_str(piece["content"].as_str().expect("a piece"));
+    }
+    joined
 }

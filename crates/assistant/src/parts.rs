@@ -124,7 +124,8 @@ impl PartQuery {
 pub struct Version {
     /// The serialized JSON (compact, from serde_json).
     pub json: Arc<str>,
-    /// What makes this version again (a running call's count of events),
+    /// What makes this version again (a running call's count of steps:
+    /// its events, and its text's cut at the bound once that came),
     /// if anything does. It is part of the version's ETag.
     pub mark: Option<u64>,
 }

@@ -97,7 +97,9 @@ struct Recording {
     /// Where each event ends in `log` (within the bound: a u32 spans it).
     ends: Vec<u32>,
     bytes: usize,
-    truncated: bool,
+    /// How many events it held when the text was cut at the bound, if it
+    /// was: the journal's `Cut` entry comes after them.
+    cut_at: Option<usize>,
     finished: bool,
     /// Why the call failed, when it did.
     failure: Option<String>,
@@ -185,7 +187,7 @@ impl CallRecord {
             log: Vec::new(),
             ends: Vec::new(),
             bytes: 0,
-            truncated: false,
+            cut_at: None,
             finished: false,
             failure: None,
             first_event: None,
@@ -204,7 +206,7 @@ impl CallRecord {
     pub(crate) fn push_at(&self, event: ModelEvent, at: Duration) {
         let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
-            let was_cut = recording.truncated;
+            let was_cut = recording.cut_at.is_some();
             let kept = recording.push(event, at, self.bound);
             if kept {
                 if recording.first_event.is_none() {
@@ -214,19 +216,18 @@ impl CallRecord {
                     let _ = tap.send((Bytes::copy_from_slice(entry), false));
                 }
             }
-            if recording.truncated
-                && !was_cut
-                && let Some(tap) = &self.tap
-            {
+            let cut = recording.cut_at.is_some() && !was_cut;
+            if let (Some(tap), true) = (&self.tap, cut) {
                 let _ = tap.send((Entry::Cut.encode(), false));
             }
-            kept || recording.truncated != was_cut
+            kept || cut
         });
     }
 
-    /// The text was cut at the bound (as the runner's record says).
+    /// The text was cut at the bound, after the events held (as the
+    /// runner's record says).
     pub(crate) fn cut(&self) {
-        self.tx.send_if_modified(|recording| !std::mem::replace(&mut recording.truncated, true));
+        self.tx.send_if_modified(|recording| recording.cut());
     }
 
     /// Hands the call's end (`failure`, or its completion) to the journal's
@@ -309,38 +310,40 @@ impl CallRecord {
         Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
     }
 
-    /// The call as it is now, and, while it runs, how many events it holds:
-    /// the mark [`CallRecord::view_at`] gives the same view again by.
+    /// The call as it is now, and, while it runs, its mark: how many of
+    /// its steps (its events, and its cut when the text was cut) it holds,
+    /// by which [`CallRecord::view_at`] gives the same view again.
     pub(crate) fn view(&self) -> (View, Option<usize>) {
         let recording = self.tx.borrow();
-        let count = recording.ends.len();
-        let view = recording.running_view(count);
+        let mark = recording.steps();
+        let view = recording.running_view(mark);
         if !recording.finished {
-            return (view, Some(count));
+            return (view, Some(mark));
         }
         let elapsed = recording.ended.unwrap_or_default();
         let timings = Timings { first_event: recording.first_event, ended: recording.ended, elapsed };
-        (View { truncated: recording.truncated, ending: recording.ending(), timings, ..view }, None)
+        let truncated = recording.cut_at.is_some();
+        (View { truncated, ending: recording.ending(), timings, ..view }, None)
     }
 
-    /// The running call as [`CallRecord::view`] saw it when it held `count`
-    /// events, though it has gone on or ended since: the same on every
-    /// replica that holds as many, for the events and their times come
-    /// from the journal. `None` while it holds fewer.
-    pub(crate) fn view_at(&self, count: usize) -> Option<View> {
+    /// The running call as [`CallRecord::view`] saw it at `mark`, though it
+    /// has gone on or ended since: the same on every replica that holds as
+    /// many steps, for they come from the journal in one order, with the
+    /// events' times. `None` while it holds fewer.
+    pub(crate) fn view_at(&self, mark: usize) -> Option<View> {
         let recording = self.tx.borrow();
-        (count <= recording.ends.len()).then(|| recording.running_view(count))
+        (mark <= recording.steps()).then(|| recording.running_view(mark))
     }
 
-    /// Waits until the record holds `count` events or has ended, by
+    /// Waits until the record holds `mark` steps or has ended, by
     /// `deadline`: a mirror fed from the journal may lag the runner's
     /// record by a few entries. Whether it holds them.
-    pub(crate) async fn reached(&self, count: usize, deadline: Instant) -> bool {
+    pub(crate) async fn reached(&self, mark: usize, deadline: Instant) -> bool {
         let mut rx = self.tx.subscribe();
-        let reached = rx.wait_for(|recording| recording.finished || recording.ends.len() >= count);
+        let reached = rx.wait_for(|recording| recording.finished || recording.steps() >= mark);
         match tokio::time::timeout_at(deadline, reached).await {
-            Ok(Ok(recording)) => recording.ends.len() >= count,
-            _ => self.tx.borrow().ends.len() >= count,
+            Ok(Ok(recording)) => recording.steps() >= mark,
+            _ => self.tx.borrow().steps() >= mark,
         }
     }
 
@@ -437,9 +440,24 @@ impl Recording {
         }
     }
 
-    /// The first `count` events as a running call's view: cut at the bound
-    /// only if the cut came with its last event.
-    fn running_view(&self, count: usize) -> View {
+    /// Its events, and its cut once the text was cut: the entries of the
+    /// journal that a running view is made of, in their order.
+    fn steps(&self) -> usize {
+        self.ends.len() + usize::from(self.cut_at.is_some())
+    }
+
+    /// The text was cut after the events held; whether that is news.
+    fn cut(&mut self) -> bool {
+        let news = self.cut_at.is_none();
+        self.cut_at.get_or_insert(self.ends.len());
+        news
+    }
+
+    /// The first `mark` steps as a running call's view: its events, cut
+    /// at the bound if the cut is among them.
+    fn running_view(&self, mark: usize) -> View {
+        let truncated = self.cut_at.is_some_and(|cut_at| cut_at < mark);
+        let count = mark - usize::from(truncated);
         let mut events = Vec::with_capacity(count);
         let mut last = Duration::ZERO;
         for index in 0..count {
@@ -451,29 +469,40 @@ impl Recording {
         let first_event = (count > 0).then_some(self.first_event).flatten();
         View {
             events,
-            truncated: self.truncated && count == self.ends.len(),
+            truncated,
             ending: Ending::Running,
             timings: Timings { first_event, ended: None, elapsed: last },
         }
     }
 
-    /// Whether `event`, or a part of it, was kept (as having come `at`).
+    /// Whether `event`, or a part of it, was kept (as having come `at`);
+    /// a cut, if it needed one, comes after what was kept of it.
     fn push(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> bool {
+        let mut cut = false;
+        let kept = self.keep(event, at, bound, &mut cut);
+        if cut {
+            self.cut();
+        }
+        kept
+    }
+
+    /// As [`Recording::push`], saying in `cut` whether the text is cut now.
+    fn keep(&mut self, event: ModelEvent, at: Duration, bound: Bound, cut: &mut bool) -> bool {
         if self.finished {
             return false;
         }
         let event = match event {
-            ModelEvent::TextDelta(text) => match self.fit(text, bound) {
+            ModelEvent::TextDelta(text) => match self.fit(text, bound, cut) {
                 Some(text) => ModelEvent::TextDelta(text),
                 None => return false,
             },
-            ModelEvent::ReasoningDelta(text) => match self.fit(text, bound) {
+            ModelEvent::ReasoningDelta(text) => match self.fit(text, bound, cut) {
                 Some(text) => ModelEvent::ReasoningDelta(text),
                 None => return false,
             },
             end => {
                 if self.bytes + bound.event_cost + end.text_len() > bound.max_bytes + END_ALLOWANCE {
-                    self.truncated = true;
+                    *cut = true;
                     return false;
                 }
                 end
@@ -484,7 +513,7 @@ impl Recording {
         let Ok(end) = u32::try_from(self.log.len()) else {
             // Past what a u32 spans: no bound is that large, but kept a prefix all the same.
             self.log.truncate(was);
-            self.truncated = true;
+            *cut = true;
             return false;
         };
         self.bytes += cost;
@@ -492,17 +521,17 @@ impl Recording {
         true
     }
 
-    /// What of `text` fits, if anything; past the bound the record is
-    /// truncated and keeps no more text, so that it stays a prefix.
-    fn fit(&mut self, text: String, bound: Bound) -> Option<String> {
-        if self.truncated {
+    /// What of `text` fits, if anything; past the bound the text is cut
+    /// and no more is kept, so that it stays a prefix.
+    fn fit(&self, text: String, bound: Bound, cut: &mut bool) -> Option<String> {
+        if self.cut_at.is_some() {
             return None;
         }
         let room = bound.max_bytes.saturating_sub(self.bytes + bound.event_cost);
         if text.len() <= room {
             return Some(text);
         }
-        self.truncated = true;
+        *cut = true;
         let kept = clip(&text, room);
         (!kept.is_empty()).then(|| kept.to_owned())
     }
@@ -548,7 +577,7 @@ impl Follower {
 
     /// Whether the record stopped keeping text at its bound.
     pub fn truncated(&self) -> bool {
-        self.rx.borrow().truncated
+        self.rx.borrow().cut_at.is_some()
     }
 
     /// How the call ended: once [`Follower::next`] gave `None`, `Completed`
@@ -706,6 +735,47 @@ mod tests {
             (ended.ending, ended.timings.elapsed, ended.events.len(), mark),
             (Ending::Completed, ms(5100), 3, None)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_answers_views_are_the_same_at_every_mark_however_it_goes_on() {
+        let record = CallRecord::new(2 * EVENT_COST + 5);
+        let mut seen = Vec::new();
+        let mut look = |record: &CallRecord| {
+            let (view, mark) = record.view();
+            seen.push((mark.expect("running"), view));
+        };
+        look(&record);
+        for event in [
+            text("abc"),
+            text("яяя"),
+            text("nothing of it fits"),
+            ModelEvent::Finish { reason: "length".into() },
+            ModelEvent::Usage { prompt_tokens: 1, completion_tokens: 2 },
+        ] {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            record.push(event);
+            look(&record);
+        }
+        let marks: Vec<(usize, bool)> = seen.iter().map(|(mark, view)| (*mark, view.truncated)).collect();
+        // The cut came with the piece cut short: its view says so at once.
+        assert_eq!(marks, [(0, false), (1, false), (3, true), (3, true), (4, true), (5, true)]);
+        assert_eq!(seen[2].1.events, [text("abc"), text("я")]);
+        record.finish();
+        for (mark, view) in seen {
+            assert_eq!(record.view_at(mark), Some(view), "the view at {mark}, asked again once it ended");
+        }
+        assert_eq!(record.view_at(2).map(|view| (view.events.len(), view.truncated)), Some((2, false)));
+        assert_eq!(record.view_at(6), None);
+
+        // Past the bound with nothing of the piece kept: the cut is a step of its own.
+        let record = CallRecord::new(EVENT_COST + 3);
+        record.push(text("abc"));
+        let before = record.view();
+        record.push(text("d"));
+        let (after, mark) = record.view();
+        assert_eq!((before.1, mark, before.0.events == after.events), (Some(1), Some(2), true));
+        assert!(!before.0.truncated && after.truncated, "two versions, told apart by their marks");
     }
 
     #[tokio::test(start_paused = true)]

@@ -224,20 +224,20 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
     };
     // Rendered only when the part needs it: a later part of a running call
     // comes from the snapshot its part 1 kept, or is made again from the
-    // events that snapshot held.
+    // steps that snapshot held.
     let (record, id, api) = (&record, &id, &*api);
     let whole = || {
         if record.has_ended() {
             return api.answers.get_or_render(record, || api.answer(id, &record.view().0).to_string()).into();
         }
-        let (view, count) = record.view();
+        let (view, mark) = record.view();
         let json = api.answer(id, &view).to_string().into();
-        Version { json, mark: count.map(|count| count as u64) }
+        Version { json, mark: mark.map(|mark| mark as u64) }
     };
-    let older = move |count: u64| async move {
-        let count = usize::try_from(count).ok()?;
-        record.reached(count, tokio::time::Instant::now() + CATCH_UP).await;
-        Some(api.answer(id, &record.view_at(count)?).to_string().into())
+    let older = move |mark: u64| async move {
+        let mark = usize::try_from(mark).ok()?;
+        record.reached(mark, tokio::time::Instant::now() + CATCH_UP).await;
+        Some(api.answer(id, &record.view_at(mark)?).to_string().into())
     };
     api.respond("answers", &format!("/llm/answers/{id}"), whole, older, &uri, &headers).await
 }

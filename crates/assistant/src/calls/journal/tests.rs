@@ -418,3 +418,29 @@ async fn a_mirror_says_what_the_runners_record_says() {
         assert_eq!(mirror.view_at(count), runner.view_at(count), "the running call at {count} events");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_mirror_of_a_cut_answer_says_what_the_runners_record_says_at_every_mark() {
+    let (tap, mut entries) = mpsc::unbounded_channel();
+    let bound = crate::calls::record::Bound::new(2 * crate::calls::record::EVENT_COST + 5);
+    let runner = CallRecord::journaled(bound, tap);
+    for piece in ["abc", "яяя", "d"] {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        runner.push(ModelEvent::TextDelta(piece.into()));
+    }
+    runner.push(ModelEvent::Finish { reason: "length".into() });
+    let written: Vec<Bytes> = std::iter::from_fn(|| entries.try_recv().ok().map(|(entry, _)| entry)).collect();
+    let (view, mark) = runner.view();
+    assert_eq!((view.truncated, mark), (true, Some(4)), "three events and the cut");
+    // Fed one entry at a time, it holds at every step what the runner held.
+    let mirror = CallRecord::mirror(1 << 20, tokio::time::Instant::now());
+    let mut started = false;
+    for (at, entry) in written.iter().enumerate() {
+        apply(&mirror, std::slice::from_ref(entry), &mut started);
+        let held = mirror.view().1.expect("running");
+        assert_eq!(mirror.view_at(held), runner.view_at(held), "after entry {at}");
+    }
+    for mark in 0..=4 {
+        assert_eq!(mirror.view_at(mark), runner.view_at(mark), "the running call at mark {mark}");
+    }
+}
