@@ -117,6 +117,10 @@ impl PartQuery {
     }
 }
 
+/// Tags of an `If-Match` list whose versions are made again at most, in
+/// the list's order: each costs a render of the answer.
+const MAX_MARKS_TRIED: usize = 4;
+
 /// One version of an answer: its JSON, and for an answer that changes
 /// as it is asked (a running model call's), the mark that makes this
 /// version again, on any replica, for as long as its source lasts.
@@ -186,12 +190,13 @@ impl Parts {
     /// (a running model call's) is not rendered again for each of its parts.
     /// `older` renders the version a mark names (see [`Version::mark`]), for
     /// a snapshot this server does not keep: part 1 was served by another
-    /// replica, or long ago.
+    /// replica, or long ago. It is called once for each mark tried (of
+    /// [`MAX_MARKS_TRIED`] tags at most), and the version it made is kept.
     pub async fn respond<F>(
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl FnOnce(u64) -> F,
+        older: impl Fn(u64) -> F,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
     ) -> Response
@@ -211,7 +216,7 @@ impl Parts {
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl FnOnce(u64) -> F,
+        older: impl Fn(u64) -> F,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
     ) -> Result<(String, String), PartError>
@@ -246,7 +251,7 @@ impl Parts {
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl FnOnce(u64) -> F,
+        older: impl Fn(u64) -> F,
         names: &[String],
         now: Instant,
     ) -> Result<(Arc<str>, String), PartError>
@@ -262,12 +267,17 @@ impl Parts {
             }
         }
         // Not kept here, but its mark makes it again: the bytes must hash
-        // to the name, or it is not that version.
-        if let Some((name, mark)) = names.iter().find_map(|name| Some((name, mark_of(name)?)))
-            && let Some(json) = older(mark).await
-        {
-            let version = Version { json, mark: Some(mark) };
+        // to the name, or it is not that version. Kept once made, so that
+        // the next parts asked here are not made again.
+        let mut made: Option<(u64, Option<Arc<str>>)> = None;
+        for (name, mark) in names.iter().filter_map(|name| Some((name, mark_of(name)?))).take(MAX_MARKS_TRIED) {
+            if made.as_ref().is_none_or(|(made_at, _)| *made_at != mark) {
+                made = Some((mark, older(mark).await));
+            }
+            let Some((_, Some(json))) = &made else { continue };
+            let version = Version { json: json.clone(), mark: Some(mark) };
             if version.etag() == *name {
+                self.lock().keep(resource, name, &version.json, now);
                 return Ok((version.json, name.clone()));
             }
         }

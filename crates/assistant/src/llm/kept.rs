@@ -2,8 +2,10 @@
 //! renders them. A long answer is fetched part by part, and each part's
 //! request would render the whole answer again: for a call of tens of
 //! thousands of events, some hundreds of milliseconds of CPU each. An
-//! ended call's answer no longer changes, so it is rendered once; a running
-//! call's changes with every event, and is rendered anew.
+//! ended call's answer no longer changes, so it is rendered once. A running
+//! call's changes with every event: it is not kept here, but as a version
+//! of the snapshots its parts come from (`crate::parts`), and one handed
+//! here anyway is rendered and not kept.
 
 use std::{
     collections::VecDeque,

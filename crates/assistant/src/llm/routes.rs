@@ -234,9 +234,11 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
         let json = api.answer(id, &view).to_string().into();
         Version { json, mark: mark.map(|mark| mark as u64) }
     };
+    // One wait, however many tags the request names.
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
     let older = move |mark: u64| async move {
         let mark = usize::try_from(mark).ok()?;
-        record.reached(mark, tokio::time::Instant::now() + CATCH_UP).await;
+        record.reached(mark, deadline).await;
         Some(api.answer(id, &record.view_at(mark)?).to_string().into())
     };
     api.respond("answers", &format!("/llm/answers/{id}"), whole, older, &uri, &headers).await
@@ -299,7 +301,7 @@ impl Api {
         route: &str,
         resource: &str,
         whole: impl FnOnce() -> Version,
-        older: impl FnOnce(u64) -> F,
+        older: impl Fn(u64) -> F,
         uri: &Uri,
         headers: &HeaderMap,
     ) -> Response
