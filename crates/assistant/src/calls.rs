@@ -548,7 +548,7 @@ impl Calls {
         let record = Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES));
         records.hold(id, &record);
         drop(records);
-        let ended = record.timings().ended.is_some() || read.ended;
+        let ended = record.has_ended() || read.ended;
         if !ended {
             let head = journal::start_of(run);
             tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), head));

@@ -126,7 +126,9 @@ pub struct Timings {
     pub first_event: Option<Duration>,
     /// To the end; `None` while it runs.
     pub ended: Option<Duration>,
-    /// So far (to the end once it ended).
+    /// To the end once it ended; while it runs, to its latest event, so
+    /// that what a record says of a running call is a function of its
+    /// events alone.
     pub elapsed: Duration,
 }
 
@@ -139,8 +141,7 @@ pub(crate) struct View {
     pub(crate) truncated: bool,
     /// How the call ended, or that it runs.
     pub(crate) ending: Ending,
-    /// When its events came; while it runs, `elapsed` is the time to the
-    /// last of them, so that a view is a function of the events it holds.
+    /// When its events came.
     pub(crate) timings: Timings,
 }
 
@@ -301,13 +302,6 @@ impl CallRecord {
     #[cfg(test)]
     pub(crate) fn ending(&self) -> Ending {
         self.tx.borrow().ending()
-    }
-
-    /// When its events came.
-    pub(crate) fn timings(&self) -> Timings {
-        let recording = self.tx.borrow();
-        let elapsed = recording.ended.unwrap_or_else(|| self.started.elapsed());
-        Timings { first_event: recording.first_event, ended: recording.ended, elapsed }
     }
 
     /// The call as it is now, and, while it runs, its mark: how many of
@@ -808,11 +802,11 @@ mod tests {
         assert_eq!(drain(&mut follower).await, [text("a")]);
         let Ending::Failed(reason) = follower.ending() else { panic!("{:?}", follower.ending()) };
         assert_eq!(reason.len(), MAX_FAILURE_BYTES, "the reason is bounded");
-        let timings = record.timings();
+        let timings = record.view().0.timings;
         assert_eq!(timings.first_event, Some(Duration::from_millis(40)));
         assert_eq!(timings.ended, Some(Duration::from_millis(100)));
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(record.timings().elapsed, Duration::from_millis(100), "the end stops the clock");
+        assert_eq!(record.view().0.timings.elapsed, Duration::from_millis(100), "the end stops the clock");
 
         let ok = CallRecord::new(1024);
         assert_eq!(ok.ending(), Ending::Running);
