@@ -77,6 +77,14 @@ pub fn journal(data: &[u8]) {
         (events, truncated, ending)
     };
     assert_eq!(said(&batched), said(&record), "read in two batches, another record");
+    // And every version it had while it ran, by which a replica makes a
+    // snapshot's parts again: the same, and cut only once the cut came.
+    let mut mark = 0;
+    while let Some(view) = record.view_at(mark) {
+        assert_eq!(batched.view_at(mark).as_ref(), Some(&view), "the version at {mark} read in two batches");
+        assert_eq!(view.events.len() + usize::from(view.truncated), mark, "the steps of the version at {mark}");
+        mark += 1 + mark / 8;
+    }
 
     // Its events, journaled again, make the same record.
     let again = std::iter::once(Entry::started_now())
