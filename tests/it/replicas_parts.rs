@@ -3,7 +3,7 @@
 //! sends them: every part comes from the version part 1 came from, though
 //! only the replica that served part 1 kept it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use megamind_core::proto::n_alice::n_scenarios::t_scenario_run_response;
 use megamind_tools::client::{Client, Request};
@@ -59,23 +59,20 @@ async fn a_running_answers_parts_come_from_one_version_whichever_replica_serves_
 
     // Part 1 from the replica running the call, once the model has begun.
     let answers = format!("/llm/answers/{call_id}");
-    let (snapshot, total, mut joined) = first_part(&http, &replicas[0], &answers, |first| {
+    let first = asked_until(&http, &replicas[0], &answers, |first| {
         first["total_parts"].as_u64() > Some(1) && first["content"].as_str().is_some_and(|c| c.contains("Жили"))
     })
     .await;
+    let (snapshot, total, mut joined) = part_one(&first);
 
     // The model says more: the answer is another version now, and the
     // snapshot can only be made again from its events. (Asked of the
     // replica that kept it: a part 1 asked of another would keep there
     // the version it saw, maybe the snapshot itself.)
-    loop {
-        let (_, body) = get(&http, &replicas[0].base, &answers, &[]).await;
-        let now: Value = serde_json::from_str(&body).expect("JSON");
-        if now["snapshot"].as_str().map(|s| s.trim_matches('"')) != Some(snapshot.as_str()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    asked_until(&http, &replicas[0], &answers, |now| {
+        now["snapshot"].as_str().map(|s| s.trim_matches('"')) != Some(snapshot.as_str())
+    })
+    .await;
 
     joined.push_str(&rest_of(&http, &replicas, &answers, &snapshot, total).await);
     let answer: Value = serde_json::from_str(&joined).expect("the parts join into the answer");
@@ -103,7 +100,8 @@ async fn a_running_answer_cut_at_its_bound_is_made_again_cut_on_any_replica() {
     // 200 bytes here), then goes on for 4 s with tokens that are dropped.
     let tokens = vec!["x"; 6_000];
     let mock = MockLlm::start(Reply::burst_then(&tokens, &["y"; 20], Duration::from_millis(200))).await;
-    let replicas = replicas_with(&redis, &mock, &["--llm-chunk-bytes", "1000000"]);
+    // Parts of 500 kB: the answer of about 1.4 MB is three.
+    let replicas = replicas_with(&redis, &mock, &["--llm-chunk-bytes", "500000"]);
     let http = megamind_core::http_client::client_builder().build().expect("a client");
     let client = Client::http(&replicas[0].base).expect("a client").with_scenario("assistant");
     let call_id = &format!("parts-cut-{}", "x".repeat(190));
@@ -111,27 +109,22 @@ async fn a_running_answer_cut_at_its_bound_is_made_again_cut_on_any_replica() {
 
     // Part 1 of the running answer once it was cut.
     let answers = format!("/llm/answers/{call_id}");
-    let (snapshot, total, mut joined) = first_part(&http, &replicas[0], &answers, |first| {
-        let content = first["content"].as_str().unwrap_or_default();
+    // (Its status and `truncated` are in part 1: they come before its events.)
+    let first = asked_until(&http, &replicas[0], &answers, |first| {
+        let content = first["content"].as_str().expect("an answer in parts");
         let cut = content.contains(r#""truncated":true"#);
         assert!(!cut || content.contains(r#""status":"running""#), "cut while the model still spoke");
         cut
     })
     .await;
+    let (snapshot, total, mut joined) = part_one(&first);
 
     // The call ends (how it ended comes past the cut) before the other
     // replicas, which keep nothing of it, are asked for the rest.
-    loop {
-        let (_, body) = get(&http, &replicas[0].base, &answers, &[]).await;
-        let now: Value = serde_json::from_str(&body).expect("JSON");
-        if now["content"].as_str().is_some_and(|c| c.contains(r#""status":"completed""#)) {
-            let c = now["content"].as_str().unwrap();
-            let i = c.find("truncated").unwrap();
-            eprintln!("DEBUG {} {}", &c[i..i + 60], now["snapshot"]);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    asked_until(&http, &replicas[0], &answers, |now| {
+        now["content"].as_str().is_some_and(|c| c.contains(r#""status":"completed""#))
+    })
+    .await;
     joined.push_str(&rest_of(&http, &replicas, &answers, &snapshot, total).await);
     let answer: Value = serde_json::from_str(&joined).expect("the parts join into the answer");
     assert_eq!((&answer["status"], &answer["truncated"]), (&Value::from("running"), &Value::from(true)));
@@ -140,25 +133,34 @@ async fn a_running_answer_cut_at_its_bound_is_made_again_cut_on_any_replica() {
 }
 
 /// Part 1 of `answers` from `replica`, asked until `ready` says it is the
-/// one: its snapshot, how many parts there are, and its content.
-async fn first_part(
+/// one, for 30 s at most.
+async fn asked_until(
     http: &reqwest::Client,
     replica: &crate::replicas::Replica,
     answers: &str,
     ready: impl Fn(&Value) -> bool,
-) -> (String, u64, String) {
+) -> Value {
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = get(http, &replica.base, answers, &[]).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let first: Value = serde_json::from_str(&body).expect("JSON");
         if ready(&first) {
-            let snapshot = first["snapshot"].as_str().expect("a snapshot").trim_matches('"').to_owned();
-            let total = first["total_parts"].as_u64().expect("total_parts");
-            eprintln!("DEBUG {snapshot} {total}");
-            return (snapshot, total, first["content"].as_str().expect("a piece").to_owned());
+            return first;
         }
+        let seen: String = body.chars().take(300).collect();
+        assert!(Instant::now() < until, "not the answer awaited after 30 s: {seen}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The snapshot of part 1 of an answer in parts, how many there are, and
+/// its content.
+fn part_one(first: &Value) -> (String, u64, String) {
+    let snapshot = first["snapshot"].as_str().expect("a snapshot").trim_matches('"').to_owned();
+    let total = first["total_parts"].as_u64().expect("total_parts");
+    assert!(total > 1, "an answer in parts: {total}");
+    (snapshot, total, first["content"].as_str().expect("a piece").to_owned())
 }
 
 /// Parts 2 to `total` of `snapshot`, each from one of the replicas that did

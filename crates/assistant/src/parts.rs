@@ -14,7 +14,8 @@
 //! as the `ETag` header and as `"snapshot"` in every part. Part 1 of a large
 //! answer keeps that version for `snapshot_ttl`, also as the resource's
 //! latest. A later part names its snapshot (`?snapshot=ETAG` or
-//! `If-Match: ETAG`) and is served from it while it is kept, or from the
+//! `If-Match: ETAG`) and is served from it while it is kept, from it made
+//! again from its mark (a running call's answer, kept then too), or from the
 //! current answer while that is the same version; otherwise 410 (or 412 when
 //! we know the answer changed): start again from part 1. A later part naming
 //! nothing is served from the resource's latest snapshot if the current
@@ -118,8 +119,9 @@ impl PartQuery {
 }
 
 /// Tags of an `If-Match` list whose versions are made again at most, in
-/// the list's order: each costs a render of the answer.
-const MAX_MARKS_TRIED: usize = 4;
+/// the list's order: each costs a render of the answer, and the current
+/// answer may be rendered besides.
+const MAX_MARKS_TRIED: usize = 2;
 
 /// One version of an answer: its JSON, and for an answer that changes
 /// as it is asked (a running model call's), the mark that makes this
@@ -191,7 +193,8 @@ impl Parts {
     /// `older` renders the version a mark names (see [`Version::mark`]), for
     /// a snapshot this server does not keep: part 1 was served by another
     /// replica, or long ago. It is called once for each mark tried (of
-    /// [`MAX_MARKS_TRIED`] tags at most), and the version it made is kept.
+    /// [`MAX_MARKS_TRIED`] tags at most), and the version it made is kept
+    /// for the next parts.
     pub async fn respond<F>(
         &self,
         resource: &str,
@@ -267,8 +270,9 @@ impl Parts {
             }
         }
         // Not kept here, but its mark makes it again: the bytes must hash
-        // to the name, or it is not that version. Kept once made, so that
-        // the next parts asked here are not made again.
+        // to the name, or it is not that version. Kept once made (not as
+        // the latest, which is an unnamed part 1's), so that the next parts
+        // asked here are not made again.
         let mut made: Option<(u64, Option<Arc<str>>)> = None;
         for (name, mark) in names.iter().filter_map(|name| Some((name, mark_of(name)?))).take(MAX_MARKS_TRIED) {
             if made.as_ref().is_none_or(|(made_at, _)| *made_at != mark) {
@@ -277,7 +281,9 @@ impl Parts {
             let Some((_, Some(json))) = &made else { continue };
             let version = Version { json: json.clone(), mark: Some(mark) };
             if version.etag() == *name {
-                self.lock().keep(resource, name, &version.json, now);
+                if version.json.len() > self.config.chunk_bytes {
+                    self.lock().keep_named(resource, name, &version.json, now);
+                }
                 return Ok((version.json, name.clone()));
             }
         }

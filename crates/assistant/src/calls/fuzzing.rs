@@ -83,7 +83,7 @@ pub fn journal(data: &[u8]) {
     while let Some(view) = record.view_at(mark) {
         assert_eq!(batched.view_at(mark).as_ref(), Some(&view), "the version at {mark} read in two batches");
         assert_eq!(view.events.len() + usize::from(view.truncated), mark, "the steps of the version at {mark}");
-        mark += 1 + mark / 8;
+        mark += 1;
     }
 
     // Its events, journaled again, make the same record.

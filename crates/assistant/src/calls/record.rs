@@ -225,10 +225,12 @@ impl CallRecord {
         });
     }
 
-    /// The text was cut at the bound, after the events held (as the
-    /// runner's record says).
+    /// The text was cut at the bound, after the events held, as the
+    /// runner's record says: a mirror's (the runner's own record cuts as it
+    /// pushes, and journals its cut then).
     pub(crate) fn cut(&self) {
-        self.tx.send_if_modified(|recording| recording.cut());
+        debug_assert!(self.tap.is_none(), "a runner's cut is journaled as it pushes");
+        self.tx.send_if_modified(|recording| !recording.finished && recording.cut());
     }
 
     /// Hands the call's end (`failure`, or its completion) to the journal's

@@ -425,7 +425,9 @@ async fn a_mirror_says_what_the_runners_record_says() {
 #[tokio::test(start_paused = true)]
 async fn a_mirror_of_a_cut_answer_says_what_the_runners_record_says_at_every_mark() {
     let (tap, mut entries) = mpsc::unbounded_channel();
-    let bound = crate::calls::record::Bound::new(2 * crate::calls::record::EVENT_COST + 5);
+    // A runner's events cost more than a mirror's: their request id too.
+    let id = "r".repeat(200);
+    let bound = crate::calls::record::Bound::for_call(2 * (crate::calls::record::EVENT_COST + 200) + 5, &id);
     let runner = CallRecord::journaled(bound, tap);
     for piece in ["abc", "яяя", "d"] {
         tokio::time::advance(Duration::from_millis(10)).await;
