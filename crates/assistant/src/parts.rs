@@ -10,14 +10,15 @@
 //! order gives the JSON byte for byte ([`split`]).
 //!
 //! **The snapshot rule.** All parts a client reassembles come from one
-//! version of the answer, named by a strong ETag (a hash of its bytes), sent
-//! as the `ETag` header and as `"snapshot"` in every part. Part 1 of a large
-//! answer keeps that version for `snapshot_ttl`, also as the resource's
-//! latest. A later part names its snapshot (`?snapshot=ETAG` or
-//! `If-Match: ETAG`) and is served from it while it is kept, from it made
-//! again from its mark (a running call's answer, kept then too), or from the
-//! current answer while that is the same version; otherwise 410 (or 412 when
-//! we know the answer changed): start again from part 1. A later part naming
+//! version of the answer, named by a strong ETag (a hash of its bytes, with
+//! a running call's mark), sent as the `ETag` header and as `"snapshot"` in
+//! every part. Part 1 of a large answer keeps that version for
+//! `snapshot_ttl`, also as the resource's latest. A later part names its
+//! snapshot (`?snapshot=ETAG` or `If-Match: ETAG`) and is served from it
+//! while it is kept, from it made again from its mark (a running call's
+//! answer, kept then too), or from the current answer while that is the
+//! same version; otherwise 410 (or 412 when we know the answer changed):
+//! start again from part 1. A later part naming
 //! nothing is served from the resource's latest snapshot if the current
 //! answer still equals it, else 412; with no snapshot of the resource at all
 //! (part 1 asked elsewhere, or long ago) it comes from the current answer.

@@ -225,9 +225,9 @@ impl CallRecord {
         });
     }
 
-    /// The text was cut at the bound, after the events held, as the
-    /// runner's record says: a mirror's (the runner's own record cuts as it
-    /// pushes, and journals its cut then).
+    /// On a mirror: the text was cut at the bound after the events it
+    /// holds, as the runner's journal says. (A runner's record cuts as it
+    /// pushes, and journals its cut then.)
     pub(crate) fn cut(&self) {
         debug_assert!(self.tap.is_none(), "a runner's cut is journaled as it pushes");
         self.tx.send_if_modified(|recording| !recording.finished && recording.cut());
