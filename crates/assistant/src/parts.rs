@@ -274,13 +274,9 @@ impl Parts {
         // to the name, or it is not that version. Kept once made (not as
         // the latest, which is an unnamed part 1's), so that the next parts
         // asked here are not made again.
-        let mut made: Option<(u64, Option<Arc<str>>)> = None;
         for (name, mark) in names.iter().filter_map(|name| Some((name, mark_of(name)?))).take(MAX_MARKS_TRIED) {
-            if made.as_ref().is_none_or(|(made_at, _)| *made_at != mark) {
-                made = Some((mark, older(mark).await));
-            }
-            let Some((_, Some(json))) = &made else { continue };
-            let version = Version { json: json.clone(), mark: Some(mark) };
+            let Some(json) = older(mark).await else { continue };
+            let version = Version { json, mark: Some(mark) };
             if version.etag() == *name {
                 if version.json.len() > self.config.chunk_bytes {
                     self.lock().keep_named(resource, name, &version.json, now);

@@ -207,8 +207,7 @@ impl CallRecord {
     pub(crate) fn push_at(&self, event: ModelEvent, at: Duration) {
         let at = whole_micros(at);
         self.tx.send_if_modified(|recording| {
-            let was_cut = recording.cut_at.is_some();
-            let kept = recording.push(event, at, self.bound);
+            let (kept, cut) = recording.push(event, at, self.bound);
             if kept {
                 if recording.first_event.is_none() {
                     recording.first_event = Some(at);
@@ -217,7 +216,6 @@ impl CallRecord {
                     let _ = tap.send((Bytes::copy_from_slice(entry), false));
                 }
             }
-            let cut = recording.cut_at.is_some() && !was_cut;
             if let (Some(tap), true) = (&self.tap, cut) {
                 let _ = tap.send((Entry::Cut.encode(), false));
             }
@@ -471,15 +469,12 @@ impl Recording {
         }
     }
 
-    /// Whether `event`, or a part of it, was kept (as having come `at`);
-    /// a cut, if it needed one, comes after what was kept of it.
-    fn push(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> bool {
+    /// Whether `event`, or a part of it, was kept (as having come `at`),
+    /// and whether the text was cut by it; a cut comes after what was kept.
+    fn push(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> (bool, bool) {
         let mut cut = false;
         let kept = self.keep(event, at, bound, &mut cut);
-        if cut {
-            self.cut();
-        }
-        kept
+        (kept, cut && self.cut())
     }
 
     /// As [`Recording::push`], saying in `cut` whether the text is cut now.

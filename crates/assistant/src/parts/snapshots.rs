@@ -106,22 +106,17 @@ impl Snapshots {
     /// not copied: the caller may keep the same bytes (an ended call's
     /// rendered answer).
     pub(super) fn keep(&mut self, resource: &str, etag: &str, content: &Arc<str>, now: Instant) {
-        self.store(resource, etag, content, now);
-        if let Some(kept) = self.resources.get_mut(resource)
-            && kept.kept.contains_key(etag)
-        {
-            kept.latest = Some(etag.to_owned());
-        }
+        self.store(resource, etag, content, now, true);
     }
 
     /// As [`Snapshots::keep`], but not as the resource's latest: a version
     /// made again for a part that named it, which says nothing of what an
     /// unnamed part 1 was cut from.
     pub(super) fn keep_named(&mut self, resource: &str, etag: &str, content: &Arc<str>, now: Instant) {
-        self.store(resource, etag, content, now);
+        self.store(resource, etag, content, now, false);
     }
 
-    fn store(&mut self, resource: &str, etag: &str, content: &Arc<str>, now: Instant) {
+    fn store(&mut self, resource: &str, etag: &str, content: &Arc<str>, now: Instant, latest: bool) {
         self.purge(now);
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -134,6 +129,10 @@ impl Snapshots {
             self.evict(oldest);
         }
         let kept = self.resources.entry(resource.to_owned()).or_default();
+        if latest {
+            // Cleared again should the bounds below drop it.
+            kept.latest = Some(etag.to_owned());
+        }
         if let Some(entry) = kept.kept.get_mut(etag) {
             // Kept already: it lives on from now, as the newest.
             self.order.remove(&entry.seq);
