@@ -4,30 +4,14 @@
 //! where the tables are read: the core's by their own checks, a
 //! scenario's by `megamind_core::config::durations`.)
 
-use megamind_core::config::{HIDDEN, Problem};
+use megamind_core::config::{HIDDEN, Problem, leaves::for_each_leaf};
 
 use super::flags::Bound;
-
-/// Calls `visit` with the dotted key and the value of every leaf of
-/// `table` (what is neither a table nor a list), those in lists included
-/// (under the list's key).
-fn for_each_leaf(table: &mut toml::Table, visit: &mut dyn FnMut(&str, &mut toml::Value)) {
-    fn walk(value: &mut toml::Value, key: &str, visit: &mut dyn FnMut(&str, &mut toml::Value)) {
-        match value {
-            toml::Value::Table(table) => {
-                table.iter_mut().for_each(|(name, value)| walk(value, &format!("{key}.{name}"), visit))
-            }
-            toml::Value::Array(values) => values.iter_mut().for_each(|value| walk(value, key, visit)),
-            leaf => visit(key, leaf),
-        }
-    }
-    table.iter_mut().for_each(|(name, value)| walk(value, name, visit));
-}
 
 /// Calls `visit` with the dotted key and the text of every string in
 /// `table`, those in lists included (under the list's key).
 pub(super) fn for_each_string(table: &mut toml::Table, visit: &mut dyn FnMut(&str, &mut String)) {
-    for_each_leaf(table, &mut |key, value| {
+    for_each_leaf("", table, &mut |key, value| {
         if let toml::Value::String(text) = value {
             visit(key, text);
         }

@@ -124,6 +124,35 @@ impl PartQuery {
 /// answer may be rendered besides.
 const MAX_MARKS_TRIED: usize = 2;
 
+/// What makes older versions of an answer again, by the marks in their
+/// ETags (see [`Version::mark`]): for a snapshot this server does not keep
+/// (part 1 was served by another replica, or long ago). A plain
+/// `Fn(u64) -> Option<Arc<str>>` is one that holds every mark at once.
+pub trait Older {
+    /// Waits, within a bound of its own, until the version `mark` names
+    /// can be made here (a replica following a running call's journal may
+    /// lag by a few steps); whether it can.
+    fn reached(&self, mark: u64) -> impl Future<Output = bool> + Send;
+
+    /// That version's JSON, once [`Older::reached`]; `None` if there is none.
+    fn make(&self, mark: u64) -> Option<Arc<str>>;
+}
+
+impl<T: Fn(u64) -> Option<Arc<str>> + Sync> Older for T {
+    async fn reached(&self, _: u64) -> bool {
+        true
+    }
+
+    fn make(&self, mark: u64) -> Option<Arc<str>> {
+        self(mark)
+    }
+}
+
+/// No older version: an answer that does not change as it is asked.
+pub fn no_older(_: u64) -> Option<Arc<str>> {
+    None
+}
+
 /// One version of an answer: its JSON, and for an answer that changes
 /// as it is asked (a running model call's), the mark that makes this
 /// version again, on any replica, for as long as its source lasts.
@@ -191,22 +220,18 @@ impl Parts {
     /// `current` is called only when the part needs it: a later part served
     /// from its kept snapshot does not, so an answer that is dear to render
     /// (a running model call's) is not rendered again for each of its parts.
-    /// `older` renders the version a mark names (see [`Version::mark`]), for
-    /// a snapshot this server does not keep: part 1 was served by another
-    /// replica, or long ago. It is called once for each mark tried (of
-    /// [`MAX_MARKS_TRIED`] tags at most), and the version it made is kept
-    /// for the next parts.
-    pub async fn respond<F>(
+    /// `older` makes the version a mark names, for a snapshot this server
+    /// does not keep: once for each mark tried (of [`MAX_MARKS_TRIED`] tags
+    /// at most), unless a request asking for the same version made it while
+    /// this one waited; the version made is kept for the next parts.
+    pub async fn respond(
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl Fn(u64) -> F,
+        older: &impl Older,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
-    ) -> Response
-    where
-        F: Future<Output = Option<Arc<str>>>,
-    {
+    ) -> Response {
         match self.part(resource, current, older, query, if_match).await {
             Ok((etag, body)) => json_response(StatusCode::OK, body, Some(&etag)),
             Err(error) => error.into_response(),
@@ -216,17 +241,14 @@ impl Parts {
     /// The part's ETag and JSON body, or why there is none; the current
     /// answer is rendered by `current`, and an older version by `older`,
     /// when needed.
-    pub async fn part<F>(
+    pub async fn part(
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl Fn(u64) -> F,
+        older: &impl Older,
         query: &PartQuery,
         if_match: Option<&HeaderValue>,
-    ) -> Result<(String, String), PartError>
-    where
-        F: Future<Output = Option<Arc<str>>>,
-    {
+    ) -> Result<(String, String), PartError> {
         let part = parse_part(query.part.as_deref())?;
         let names = match &query.snapshot {
             // The query is explicit and wins over a header a proxy may add.
@@ -251,17 +273,14 @@ impl Parts {
     }
 
     /// The source of a part naming its snapshot (any of `names`).
-    async fn named<F>(
+    async fn named(
         &self,
         resource: &str,
         current: impl FnOnce() -> Version,
-        older: impl Fn(u64) -> F,
+        older: &impl Older,
         names: &[String],
         now: Instant,
-    ) -> Result<(Arc<str>, String), PartError>
-    where
-        F: Future<Output = Option<Arc<str>>>,
-    {
+    ) -> Result<(Arc<str>, String), PartError> {
         let mut recorded = false;
         for name in names {
             match self.lock().get(resource, name, now) {
@@ -273,9 +292,17 @@ impl Parts {
         // Not kept here, but its mark makes it again: the bytes must hash
         // to the name, or it is not that version. Kept once made (not as
         // the latest, which is an unnamed part 1's), so that the next parts
-        // asked here are not made again.
+        // asked here are not made again; looked for again after the wait,
+        // so that requests that waited for one version together make it once.
         for (name, mark) in names.iter().filter_map(|name| Some((name, mark_of(name)?))).take(MAX_MARKS_TRIED) {
-            let Some(json) = older(mark).await else { continue };
+            if !older.reached(mark).await {
+                continue;
+            }
+            let now = Instant::now();
+            if let Found::Content(content) = self.lock().get(resource, name, now) {
+                return Ok((content, name.clone()));
+            }
+            let Some(json) = older.make(mark) else { continue };
             let version = Version { json, mark: Some(mark) };
             if version.etag() == *name {
                 if version.json.len() > self.config.chunk_bytes {

@@ -19,6 +19,7 @@ use crate::{
 
 mod auth;
 pub mod durations;
+pub mod leaves;
 mod listen;
 mod log_filter;
 pub mod origin;

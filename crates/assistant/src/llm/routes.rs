@@ -54,7 +54,7 @@ use crate::{
     },
     metrics::AssistantMetrics,
     parts,
-    parts::{PartQuery, Parts, PartsConfig, Version},
+    parts::{Older, PartQuery, Parts, PartsConfig, Version, no_older},
     skills::dialog::SkillPolicy,
 };
 
@@ -132,7 +132,7 @@ async fn skills_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap)
         })
         .collect();
     let whole = serde_json::json!({ "skills": skills }).to_string();
-    api.respond("skills", "/llm/skills", || Arc::<str>::from(whole).into(), none_older, &uri, &headers).await
+    api.respond("skills", "/llm/skills", || Arc::<str>::from(whole).into(), &no_older, &uri, &headers).await
 }
 
 async fn stream_route(
@@ -235,23 +235,36 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
         Version { json, mark: mark.map(|mark| mark as u64) }
     };
     // One wait, however many tags the request names.
-    let deadline = tokio::time::Instant::now() + CATCH_UP;
-    let older = move |mark: u64| async move {
-        let mark = usize::try_from(mark).ok()?;
-        record.reached(mark, deadline).await;
-        Some(api.answer(id, &record.view_at(mark)?).to_string().into())
-    };
-    api.respond("answers", &format!("/llm/answers/{id}"), whole, older, &uri, &headers).await
+    let older = OlderViews { record, id, api, deadline: tokio::time::Instant::now() + CATCH_UP };
+    api.respond("answers", &format!("/llm/answers/{id}"), whole, &older, &uri, &headers).await
 }
 
 async fn schema_route(State(api): State<Arc<Api>>, uri: Uri, headers: HeaderMap) -> Response {
     let whole = || Arc::<str>::from(schema::schema(api.parts.config()).to_string()).into();
-    api.respond("schema", "/llm/schema", whole, none_older, &uri, &headers).await
+    api.respond("schema", "/llm/schema", whole, &no_older, &uri, &headers).await
 }
 
-/// No older version of an answer that does not change as it is asked.
-async fn none_older(_: u64) -> Option<Arc<str>> {
-    None
+/// The older versions of a call's answer, made again from its record at a
+/// mark, the record followed until `deadline` while it lags.
+struct OlderViews<'a> {
+    record: &'a CallRecord,
+    id: &'a str,
+    api: &'a Api,
+    deadline: tokio::time::Instant,
+}
+
+impl Older for OlderViews<'_> {
+    async fn reached(&self, mark: u64) -> bool {
+        match usize::try_from(mark) {
+            Ok(mark) => self.record.reached(mark, self.deadline).await,
+            Err(_) => false,
+        }
+    }
+
+    fn make(&self, mark: u64) -> Option<Arc<str>> {
+        let view = self.record.view_at(usize::try_from(mark).ok()?)?;
+        Some(self.api.answer(self.id, &view).to_string().into())
+    }
 }
 
 impl Api {
@@ -296,18 +309,15 @@ impl Api {
     /// The answer `whole` renders as the part the request asks for
     /// (`?part=N&snapshot=...`; read by `parts`, so that a bad value gets
     /// its JSON error).
-    async fn respond<F>(
+    async fn respond(
         &self,
         route: &str,
         resource: &str,
         whole: impl FnOnce() -> Version,
-        older: impl Fn(u64) -> F,
+        older: &impl Older,
         uri: &Uri,
         headers: &HeaderMap,
-    ) -> Response
-    where
-        F: Future<Output = Option<Arc<str>>>,
-    {
+    ) -> Response {
         let query = PartQuery::from_query(uri.query());
         let response = self.parts.respond(resource, whole, older, &query, headers.get(header::IF_MATCH)).await;
         let status = response.status();

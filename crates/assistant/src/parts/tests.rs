@@ -13,11 +13,6 @@ fn parts(chunk_bytes: usize) -> Parts {
     Parts::new(PartsConfig { chunk_bytes, ..PartsConfig::default() })
 }
 
-/// No older version made again: an answer that does not change as it is asked.
-fn no_older(_: u64) -> std::future::Ready<Option<Arc<str>>> {
-    std::future::ready(None)
-}
-
 /// What a client sees of one request: the status, the headers, the JSON body.
 struct Seen {
     status: StatusCode,
@@ -35,7 +30,7 @@ async fn ask(parts: &Parts, current: &str, part: Option<&str>, snapshot: Option<
     let query = PartQuery { part: part.map(str::to_owned), snapshot: snapshot.map(str::to_owned) };
     let if_match = if_match.map(|v| HeaderValue::from_str(v).unwrap());
     let current = || Arc::<str>::from(current).into();
-    let response = parts.respond("/llm/answers/r1", current, no_older, &query, if_match.as_ref()).await;
+    let response = parts.respond("/llm/answers/r1", current, &no_older, &query, if_match.as_ref()).await;
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
@@ -134,15 +129,15 @@ async fn a_later_part_from_its_snapshot_does_not_render_the_answer_again() {
         part: Some(part.to_string()),
         snapshot: snapshot.map(str::to_owned),
     };
-    let (etag, _) = parts.part("/r", render, no_older, &query(1, None), None).await.unwrap();
+    let (etag, _) = parts.part("/r", render, &no_older, &query(1, None), None).await.unwrap();
     assert_eq!(renders.get(), 1);
     assert_eq!(Arc::strong_count(&answer), 2, "the snapshot shares the rendered bytes");
     for part in 2..=5 {
-        parts.part("/r", render, no_older, &query(part, Some(&etag)), None).await.unwrap();
+        parts.part("/r", render, &no_older, &query(part, Some(&etag)), None).await.unwrap();
     }
     assert_eq!(renders.get(), 1, "later parts come from the snapshot");
     // Naming no snapshot, a later part is checked against the answer as it is now.
-    parts.part("/r", render, no_older, &query(2, None), None).await.unwrap();
+    parts.part("/r", render, &no_older, &query(2, None), None).await.unwrap();
     assert_eq!(renders.get(), 2);
 }
 
@@ -303,7 +298,7 @@ async fn serve(parts: Parts, first: String, next: Option<String>) -> String {
         let query = PartQuery::from_query(uri.query());
         let current: Arc<str> = versions.lock().unwrap().0.as_str().into();
         let if_match = headers.get(header::IF_MATCH);
-        let response = parts.respond(uri.path(), || current.into(), no_older, &query, if_match).await;
+        let response = parts.respond(uri.path(), || current.into(), &no_older, &query, if_match).await;
         let mut versions = versions.lock().unwrap();
         if query.part.as_deref().unwrap_or("1") == "1"
             && let Some(next) = versions.1.take()
@@ -391,7 +386,7 @@ async fn a_later_part_naming_a_version_kept_nowhere_is_made_again_from_its_mark(
     let query = |part: u32, snapshot: &str| PartQuery { part: Some(part.to_string()), snapshot: Some(snapshot.into()) };
     let first = PartQuery::default();
     let (etag, body) =
-        here.part("/r", || Version { json: at(3), mark: Some(3) }, no_older, &first, None).await.unwrap();
+        here.part("/r", || Version { json: at(3), mark: Some(3) }, &no_older, &first, None).await.unwrap();
     assert!(etag.ends_with("-3\""), "{etag}");
     let first: Value = serde_json::from_str(&body).unwrap();
     let total = u32::try_from(first["total_parts"].as_u64().unwrap()).unwrap();
@@ -399,28 +394,28 @@ async fn a_later_part_naming_a_version_kept_nowhere_is_made_again_from_its_mark(
 
     // The answer went on meanwhile: its current version is another one.
     let now = || Version { json: at(5), mark: Some(5) };
-    let asked = std::cell::Cell::new(None);
+    let asked = Mutex::new(None);
     for part in 2..=total {
         let older = |mark| {
-            asked.set(Some(mark));
-            std::future::ready(Some(at(mark)))
+            *asked.lock().unwrap() = Some(mark);
+            Some(at(mark))
         };
-        let (served, body) = there.part("/r", now, older, &query(part, &etag), None).await.unwrap();
+        let (served, body) = there.part("/r", now, &older, &query(part, &etag), None).await.unwrap();
         // Made once, then kept: the next parts asked there are not made again.
-        assert_eq!((served.as_str(), asked.take()), (etag.as_str(), (part == 2).then_some(3)));
+        assert_eq!((served.as_str(), asked.lock().unwrap().take()), (etag.as_str(), (part == 2).then_some(3)));
         joined.push_str(serde_json::from_str::<Value>(&body).unwrap()["content"].as_str().unwrap());
     }
     assert_eq!(joined, *at(3), "the version part 1 came from, whole");
     // Kept there, but not as the version an unnamed part is checked against.
     let unnamed = PartQuery { part: Some("2".into()), snapshot: None };
-    let (served, _) = there.part("/r", now, no_older, &unnamed, None).await.unwrap();
+    let (served, _) = there.part("/r", now, &no_older, &unnamed, None).await.unwrap();
     assert_eq!(served, now().etag(), "an unnamed part there comes from the answer as it is");
 
     // Bytes made again that hash otherwise are not that version; nor is nothing.
     let elsewhere = parts(10);
-    let other = |_| std::future::ready(Some(at(4)));
-    assert_eq!(elsewhere.part("/r", now, other, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
-    assert_eq!(elsewhere.part("/r", now, no_older, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
+    let other = |_| Some(at(4));
+    assert_eq!(elsewhere.part("/r", now, &other, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
+    assert_eq!(elsewhere.part("/r", now, &no_older, &query(2, &etag), None).await, Err(PartError::SnapshotExpired));
 }
 
 /// `If-Match` may list several tags: the part comes from any it names,
@@ -433,20 +428,69 @@ async fn an_if_match_list_is_made_again_from_any_of_its_marks_a_few_at_most() {
     };
     let version = |n: u64| Version { json: at(n), mark: Some(n) };
     let now = || version(9);
-    let made = std::cell::RefCell::new(Vec::new());
+    let made = Mutex::new(Vec::new());
     let older = |mark| {
-        made.borrow_mut().push(mark);
-        std::future::ready(Some(at(mark)))
+        made.lock().unwrap().push(mark);
+        Some(at(mark))
     };
     let part2 = PartQuery { part: Some("2".into()), snapshot: None };
     let bogus = |n: u64| format!("\"1-{}-{n}\"", "0".repeat(32));
     let list = format!("{}, {}, {}", bogus(1), version(3).etag(), version(4).etag());
     let header = HeaderValue::from_str(&list).unwrap();
-    let (served, _) = parts(10).part("/r", now, older, &part2, Some(&header)).await.unwrap();
-    assert_eq!((served, made.take()), (version(3).etag(), vec![1, 3]), "the first that hashes to its name");
+    let (served, _) = parts(10).part("/r", now, &older, &part2, Some(&header)).await.unwrap();
+    assert_eq!(
+        (served, std::mem::take(&mut *made.lock().unwrap())),
+        (version(3).etag(), vec![1, 3]),
+        "the first that hashes to its name"
+    );
 
     let list: Vec<String> = (1..=8).map(bogus).collect();
     let header = HeaderValue::from_str(&list.join(", ")).unwrap();
-    let refused = parts(10).part("/r", now, older, &part2, Some(&header)).await;
-    assert_eq!((refused, made.take()), (Err(PartError::SnapshotExpired), vec![1, 2]));
+    let refused = parts(10).part("/r", now, &older, &part2, Some(&header)).await;
+    assert_eq!((refused, std::mem::take(&mut *made.lock().unwrap())), (Err(PartError::SnapshotExpired), vec![1, 2]));
+}
+
+/// A replica that lags a running call: the versions it makes again wait for
+/// the steps to come, and count how often they are made.
+struct Lagging {
+    steps: tokio::sync::watch::Sender<u64>,
+    made: std::sync::atomic::AtomicUsize,
+}
+
+impl Older for Lagging {
+    async fn reached(&self, mark: u64) -> bool {
+        self.steps.subscribe().wait_for(|steps| *steps >= mark).await.is_ok()
+    }
+
+    fn make(&self, mark: u64) -> Option<Arc<str>> {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(json!({ "status": "running", "text": "слово ".repeat(mark as usize) }).to_string().into())
+    }
+}
+
+/// Clients asking a lagging replica for the same version at once: it is
+/// made once, when the steps come, and every one of them gets it.
+#[tokio::test]
+async fn requests_waiting_for_one_version_make_it_once() {
+    let lagging = Lagging { steps: tokio::sync::watch::channel(0).0, made: Default::default() };
+    let etag = Version { json: lagging.make(3).unwrap(), mark: Some(3) }.etag();
+    lagging.made.store(0, std::sync::atomic::Ordering::Relaxed);
+    let parts = parts(10);
+    let now = || Version { json: "{}".into(), mark: Some(5) };
+    let asks = (0..8).map(|_| {
+        let query = PartQuery { part: Some("2".into()), snapshot: Some(etag.clone()) };
+        let (parts, lagging) = (&parts, &lagging);
+        async move { parts.part("/r", now, lagging, &query, None).await }
+    });
+    let asked = futures_util::future::join_all(asks);
+    let caught_up = async {
+        // Every request waits (a single-threaded runtime runs them up to
+        // their wait first) before the steps come.
+        tokio::task::yield_now().await;
+        assert_eq!(lagging.made.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing made before the steps");
+        lagging.steps.send_replace(3);
+    };
+    let (served, ()) = tokio::join!(asked, caught_up);
+    assert!(served.iter().all(|served| served.as_ref().is_ok_and(|(name, _)| *name == etag)), "{served:?}");
+    assert_eq!(lagging.made.into_inner(), 1, "made once for all who waited");
 }

@@ -159,8 +159,9 @@ impl Catalog {
             problems.push(problem(dir, None, reason, false));
         }
         folders.sort();
-        // Skills past the bound, reported together: one line, not one each.
-        let mut left_out: Vec<String> = Vec::new();
+        // Skills past the bound, reported together: one line, not one
+        // each, naming the first few.
+        let (mut left_out, mut named) = (0usize, Vec::new());
         for folder in folders {
             let file = folder.join("SKILL.md");
             // `metadata` follows links: a linked folder is read, one level only.
@@ -168,7 +169,10 @@ impl Catalog {
                 continue;
             }
             if catalog.skills.len() >= MAX_SKILLS {
-                left_out.push(folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default());
+                left_out += 1;
+                if named.len() < MAX_NAMED_LEFT_OUT {
+                    named.push(folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default());
+                }
                 continue;
             }
             let Some(folder_name) = folder.file_name().and_then(|n| n.to_str()) else {
@@ -190,10 +194,9 @@ impl Catalog {
                 Err(skipped) => problems.push(skipped),
             }
         }
-        if !left_out.is_empty() {
-            let named = left_out.iter().take(MAX_NAMED_LEFT_OUT).map(String::as_str).collect::<Vec<_>>().join(", ");
-            let more = if left_out.len() > MAX_NAMED_LEFT_OUT { ", …" } else { "" };
-            let reason = format!("more than {MAX_SKILLS} skills: {} left out ({named}{more})", left_out.len());
+        if left_out > 0 {
+            let more = if left_out > named.len() { ", …" } else { "" };
+            let reason = format!("more than {MAX_SKILLS} skills: {left_out} left out ({}{more})", named.join(", "));
             // Not invalid, only past the bound: a warning, not counted as skipped skills.
             problems.push(problem(dir, None, reason, false));
         }

@@ -5,13 +5,16 @@
 //! overflow there (a cache TTL of `i64::MAX` seconds once made every answer
 //! a panic); a scenario's own, tighter bounds are its to check.
 
-use super::{MAX_TTL_SECS, Problem};
+use super::{MAX_TTL_SECS, Problem, leaves::for_each_leaf};
 
 /// The durations of the table of scenario `name` past the bound, each a
 /// problem at its dotted key (lists' items under the list's key).
 pub fn too_long(name: &str, table: &toml::Table) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for_each_leaf(name, table, &mut |key, value| {
+    // A copy, for the one walk the checks share changes values in place:
+    // read once at start, a table costs little to copy.
+    let mut table = table.clone();
+    for_each_leaf(name, &mut table, &mut |key, value| {
         let leaf = key.rsplit('.').next().unwrap_or(key);
         let (most, unit) = if leaf.ends_with("_ms") {
             (MAX_TTL_SECS * 1_000, "ms")
@@ -27,17 +30,6 @@ pub fn too_long(name: &str, table: &toml::Table) -> Vec<Problem> {
         }
     });
     problems
-}
-
-fn for_each_leaf(key: &str, table: &toml::Table, visit: &mut dyn FnMut(&str, &toml::Value)) {
-    fn walk(value: &toml::Value, key: &str, visit: &mut dyn FnMut(&str, &toml::Value)) {
-        match value {
-            toml::Value::Table(table) => for_each_leaf(key, table, visit),
-            toml::Value::Array(values) => values.iter().for_each(|value| walk(value, key, visit)),
-            leaf => visit(key, leaf),
-        }
-    }
-    table.iter().for_each(|(name, value)| walk(value, &format!("{key}.{name}"), visit));
 }
 
 #[cfg(test)]
