@@ -11,7 +11,7 @@
 //!   answer if it is there; otherwise it hands over at once with
 //!   `ContinueArguments` (`TAssistantContinueArguments`) and `Features`.
 //! - `/continue` waits for the same call until its own deadline minus the
-//!   [margin](margin) (`answer_margin_ms`, 30 ms, plus how late answers have
+//!   [margin] (`answer_margin_ms`, 30 ms, plus how late answers have
 //!   recently been built) and answers. If the model is still thinking, it
 //!   holds: it speaks the complete sentences a streamed answer has produced
 //!   since the last hop, else the next filler (`filler_texts`, never the same

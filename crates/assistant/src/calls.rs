@@ -8,7 +8,7 @@
 //! own, so that it outlives the handler that started it (the server may
 //! drop a handler at its budget); the others, on any replica, wait for it.
 //! The task completes the lease with the call's
-//! [outcome](crate::calls::outcome) as bytes, kept for the retention's TTL
+//! [outcome] as bytes, kept for the retention's TTL
 //! within its bounds (oldest evicted first), or abandons it if the call
 //! panicked. A task dropped with neither (the runtime shutting down) leaves
 //! its lease to run out after the call timeout and a margin; a retry then
@@ -16,7 +16,7 @@
 //! running calls that a guard in the task gives back however the task ends.
 //!
 //! The call's events go to its [`CallRecord`], which the runner's readers
-//! follow, and from it to the entry's [journal](journal) in the same store,
+//! follow, and from it to the entry's [journal] in the same store,
 //! which every other reader follows: another replica (or this one, once
 //! the runner's record is let go) makes a mirror record from the journal.
 //! The journal expires and is evicted with the outcome: one bound, one
@@ -324,8 +324,9 @@ impl Calls {
         Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated))
     }
 
-    /// As [`Calls::new`], over the server's stores: shared by replicas when
-    /// the server's `[store]` is; calls that ran, or may have run, on two
+    /// At most `max_in_flight` calls at once, each over by `call_timeout`,
+    /// over the server's stores: shared by replicas when the server's
+    /// `[store]` is; calls that ran, or may have run, on two
     /// replicas counted in `duplicated`.
     pub(crate) fn over(
         stores: &Stores,
@@ -338,7 +339,7 @@ impl Calls {
         Ok(Calls::with_store(store, max_in_flight, call_timeout, retention, (in_flight_gauge, duplicated)))
     }
 
-    /// As [`Calls::new`], over any store, which keeps the outcomes and
+    /// As [`Calls::over`], over any store, which keeps the outcomes and
     /// journals by its own bounds.
     pub(crate) fn with_store(
         store: ScenarioStore,

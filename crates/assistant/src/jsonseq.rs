@@ -5,7 +5,7 @@
 //! `heartbeat`, `error`, `completed` — and its validator, and the mapping of
 //! a model's output onto it:
 //! - [`transcript`] reads an SSE transcript into events;
-//! - [`validate`] reports every violation of the contract's order
+//! - [`validate()`] reports every violation of the contract's order
 //!   (docs/jsonseq.md#order) and field rules (docs/jsonseq.md#fields) with
 //!   the event's index and the rule;
 //! - [`mapper`] turns the model's answer (ThinkingML, plain text or JSON

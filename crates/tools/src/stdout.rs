@@ -2,7 +2,7 @@
 //! (`dialog --replay LOG | head -1`) ends the program quietly with exit 0,
 //! as it would end a shell tool, instead of the panic `println!` makes of
 //! a broken pipe; any other failure to write ends it with exit 2 and the
-//! reason on stderr. Every command prints through [`Stdout`] or [`outln!`].
+//! reason on stderr. Every command prints through [`Stdout`] or [`outln!`](crate::outln).
 
 use std::io::{self, Write};
 

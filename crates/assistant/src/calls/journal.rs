@@ -3,7 +3,7 @@
 //! one that needs it (`/continue`, `/llm/stream`, `/llm/answers`).
 //!
 //! Each entry is one [`Entry`] (`calls/entry.rs`). The runner's record
-//! sends what it keeps through a [`Tap`](super::entry::Tap); [`write`]
+//! sends what it keeps through a [`Tap`](super::entry::Tap); [`write()`]
 //! drains it in batches, one append per batch, the last one ending the
 //! journal. [`mirror`] feeds a record on another replica from it.
 

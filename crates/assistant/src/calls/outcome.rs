@@ -1,5 +1,5 @@
 //! How a model call ended, as bytes: the value the store of model calls
-//! ([`super::calls`]) keeps for the requests that join a call. A
+//! ([the calls](super)) keeps for the requests that join a call. A
 //! `TAssistantModelOutcome` protobuf message, so that a store shared by
 //! replicas holds what any of them can read.
 //!

@@ -1,5 +1,5 @@
 //! The dialog policy: what a turn asks of the model and what the model's
-//! answer means. The timing shell ([`super::Assistant`]) starts model calls,
+//! answer means. The timing shell ([`crate::Assistant`]) starts model calls,
 //! waits for them, hands over and falls back; a policy builds a call's
 //! messages and turns its finished answer into the response and the new
 //! state, and knows nothing of the clock. A policy keeps nothing between

@@ -12,7 +12,7 @@
 //! unknown tags, repeated or decreasing phase ids, missing titles, events
 //! out of order, invalid JSON — the events emitted up to and including
 //! `finish`, each given a `message_id` and a `request_id`, break no rule of
-//! [`super::validate`]. `sequence` keeps the contract's order and repairs
+//! [`super::validate()`]. `sequence` keeps the contract's order and repairs
 //! it; the readers (`thinkingml`, `jsonl`) only say what the model meant.
 //!
 //! Where the contract leaves the choice to us:

@@ -2,7 +2,7 @@
 //! the model one step per turn, beside the chat, which answers everything
 //! else ([`ChatPolicy`]).
 //!
-//! A skill starts from "запусти навык <name>" / "run skill <name>", one of
+//! A skill starts from `запусти навык <name>` / `run skill <name>`, one of
 //! its triggers, or a `run_skill` semantic frame. Each step is one model
 //! call under the shell's timing rules; the model's step markers map onto
 //! Megamind's turns:

@@ -3,7 +3,7 @@
 //!
 //! Values expire after their pool's TTL. Values of `/run` and `/continue` are bounded
 //! by entries and bytes and the oldest are evicted past a bound; values of
-//! `/commit` and `/apply` ([`is_reserved`](super::is_reserved)) have bounds of
+//! `/commit` and `/apply` ([`is_reserved`]) have bounds of
 //! their own that no other traffic can use up: each is kept for the whole TTL,
 //! and while their reserve is full a new lead gets [`Begin::Full`] rather
 //! than a value being evicted. Entries in flight are never evicted.

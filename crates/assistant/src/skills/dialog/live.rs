@@ -94,7 +94,7 @@ impl LiveCatalog {
     }
 
     /// Reloads on every SIGHUP, for as long as the catalog lives (a task
-    /// in the [background](crate::background)).
+    /// in the [background]).
     pub(crate) fn reload_on_sighup(self: &Arc<Self>) {
         if self.dir.is_none() {
             return;
