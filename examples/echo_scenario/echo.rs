@@ -96,13 +96,20 @@ impl ScenarioModule for EchoModule {
             .map_err(|e| SetupError::new("echo", e.to_string()))?;
         setup.metrics.register(Box::new(repeats.clone())).map_err(|e| SetupError::new("echo", e.to_string()))?;
         let echo = Arc::new(Echo { config, repeats, last: Mutex::default() });
-        let state = echo.clone();
-        // GET /echo/last: the words echoed last.
+        let (state, gate) = (echo.clone(), setup.gate());
+        // GET /echo/last: the words echoed last, a user's words: only for
+        // the callers the scenario's handlers admit (anyone, with no TVM).
         setup.route(
             "/echo/last",
-            axum::routing::get(move || {
-                let last = state.last.lock().map(|last| last.clone()).unwrap_or_default();
-                async move { last }
+            axum::routing::get(move |headers: http::HeaderMap| {
+                let (state, gate) = (state.clone(), gate.clone());
+                async move {
+                    if let Err(refusal) = gate.admit(&headers).await {
+                        return (http::StatusCode::FORBIDDEN, refusal.error_type().to_owned());
+                    }
+                    let last = state.last.lock().map(|last| last.clone()).unwrap_or_default();
+                    (http::StatusCode::OK, last)
+                }
             }),
         );
         Ok(echo)

@@ -171,6 +171,21 @@ fn set_reaches_a_scenario_table_and_unknown_tables_are_refused() {
     assert!(error.contains(&expected), "{error}");
 }
 
+/// A file that is not TOML is reported at its place, without the line:
+/// the line may be a secret's whose closing quote is missing.
+#[test]
+fn a_file_that_is_not_toml_is_reported_at_its_place_without_quoting_a_secret() {
+    let dir = std::env::temp_dir().join(format!("megamind-cli-syntax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broken.toml");
+    std::fs::write(&file, "[assistant.backend]\napi_key = \"sk-SECRETVALUE\nmodel = \"m\"\n").unwrap();
+    let path = file.to_str().unwrap();
+    let error = serve_with(&["--config", path], &[]).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!error.contains("SECRETVALUE"), "{error}");
+    assert!(error.contains(&format!("{path}:2:")), "the file, its line and column: {error}");
+}
+
 #[test]
 fn every_problem_of_a_file_is_reported_in_one_pass_with_its_line_and_the_key_it_meant() {
     let dir = std::env::temp_dir().join(format!("megamind-cli-typos-{}", std::process::id()));
@@ -298,6 +313,23 @@ fn help_shows_every_default_from_the_defaults_themselves() {
     assert!(help.contains("--cache-ttl-secs"), "{help}");
     let ttl = Config::default().cache.ttl_secs;
     assert!(help.contains(&format!("`/continue` answer is replayed [default: {ttl}]")), "{help}");
+}
+
+/// A debug print of what `serve` runs with shows no secret, the
+/// scenarios' included (their tables hold them as set).
+#[test]
+fn a_debug_print_of_the_configuration_shows_no_secret() {
+    let env = [
+        ("MEGAMIND_STORE_URL", "redis://app:s3cret@redis.internal:6379/2"),
+        ("TVMTOOL_LOCAL_AUTHTOKEN", "tvm-s3cret"),
+        ("MEGAMIND_LLM_API_KEY", "sk-s3cret"),
+        ("MEGAMIND_LLM_SIGNING_KEY", "signing-s3cret-signing-s3cret-32b"),
+    ];
+    let loaded = serve_with(&[], &env).unwrap();
+    assert_eq!(loaded.config.scenarios["assistant"]["backend"]["api_key"].as_str(), Some("sk-s3cret"));
+    let printed = format!("{loaded:?} {:#?}", loaded.config);
+    assert!(!printed.contains("s3cret"), "{printed}");
+    assert!(printed.contains("\"assistant\""), "the scenarios are named: {printed}");
 }
 
 #[test]

@@ -529,6 +529,7 @@ async fn a_ticket_that_cannot_be_sent_is_refused_without_its_text() {
             (scenario_client(&_app, transport, "scripted").with_user_ticket("3:user:S3CRET-TICKET\r"), "user ticket"),
         ] {
             let mut client = client;
+            assert!(!format!("{client:?}").contains("S3CRET"), "a debug print hides the ticket");
             let error = client.say("привет").await.unwrap_err().to_string();
             assert!(error.starts_with(&format!("invalid {name}: the ")), "{transport:?}: {error}");
             assert!(!error.contains("S3CRET"), "{transport:?}: {error}");

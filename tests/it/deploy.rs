@@ -270,6 +270,9 @@ fn screens_reach_only_the_llm_routes_at_the_address_the_server_hands_out() {
     let host = rule["host"].as_str().expect("a host");
     let tls_hosts = &ingress["spec"]["tls"][0]["hosts"];
     assert!(tls_hosts.as_array().is_some_and(|hosts| hosts.iter().any(|h| h == host)), "{host} over TLS");
+    // A signed address's query is its signature: the controller does not log it.
+    let annotations = &ingress["metadata"]["annotations"];
+    assert_eq!(annotations["nginx.ingress.kubernetes.io/enable-access-log"], "false", "{annotations}");
 
     // The routes signed addresses open, and /llm/schema: nothing else of the server.
     let service = of_kind(&documents, "Service").into_iter().find(|s| s["metadata"]["name"] == "megamind-scenario");

@@ -112,3 +112,27 @@ async fn echo_says_back_what_it_heard() {
     let Some(Response::ResponseBody(body)) = answer.response else { panic!("an answer, got {answer:?}") };
     assert_eq!(body.layout.unwrap().output_speech, "Вы сказали: привет");
 }
+
+/// The example's own route holds a user's words: with TVM on, it admits
+/// the callers the scenario's handlers admit, and no one else.
+#[tokio::test]
+async fn the_example_route_asks_for_a_ticket_as_its_handlers_do() {
+    use crate::{
+        tvm::{MEGAMIND, STRANGER, config, tickets},
+        tvmtool::Tvmtool,
+    };
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let mut modules = megamind_scenario::scenarios::modules();
+    modules.push(Box::new(echo::EchoModule));
+    let app = spawn_modules(config(&tvmtool), &modules).await;
+    let get = |ticket: Option<&'static str>| {
+        let mut request = app.http.get(app.url("/echo/last"));
+        if let Some(ticket) = ticket {
+            request = request.header("x-ya-service-ticket", ticket);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(None).await, 403);
+    assert_eq!(get(Some(STRANGER)).await, 403);
+    assert_eq!(get(Some(MEGAMIND)).await, 200);
+}

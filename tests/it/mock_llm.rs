@@ -78,11 +78,7 @@ impl Reply {
     /// model that answers faster than any reader.
     pub fn stream_batched(pieces: &[&str], per_write: usize) -> Reply {
         let Reply::Sse { chunks } = Reply::stream(pieces, Duration::ZERO) else { unreachable!("a stream") };
-        let chunks = chunks
-            .chunks(per_write)
-            .map(|group| (Duration::ZERO, group.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect()))
-            .collect();
-        Reply::Sse { chunks }
+        Reply::Sse { chunks: chunks.chunks(per_write).map(one_write).collect() }
     }
 
     /// A stream of `burst` in one write, then of `then`, a piece every
@@ -95,8 +91,7 @@ impl Reply {
         chunks.insert(chunks.len() - 1, (gap, sse_event(&finish)));
         // The role's event and the burst's.
         let (first, rest) = chunks.split_at(1 + burst.len());
-        let first = first.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect();
-        Reply::Sse { chunks: std::iter::once((Duration::ZERO, first)).chain(rest.iter().cloned()).collect() }
+        Reply::Sse { chunks: std::iter::once(one_write(first)).chain(rest.iter().cloned()).collect() }
     }
 
     /// A chat completion with `reasoning_content`, `finish_reason` and
@@ -206,6 +201,11 @@ fn session_id(request: &serde_json::Value) -> Option<String> {
 /// The `usage` the mock reports.
 fn usage() -> serde_json::Value {
     serde_json::json!({"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16})
+}
+
+/// `chunks` sent in one write, at once.
+fn one_write(chunks: &[(Duration, Vec<u8>)]) -> (Duration, Vec<u8>) {
+    (Duration::ZERO, chunks.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect())
 }
 
 fn sse_event(data: &serde_json::Value) -> Vec<u8> {

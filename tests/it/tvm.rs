@@ -281,19 +281,27 @@ async fn dialog_plays_against_a_server_that_checks_tickets_when_given_one() {
     let tvmtool = Tvmtool::start(tickets()).await;
     let app = spawn_builtin(config(&tvmtool)).await;
     let url = app.url("");
-    let play = move |ticket: Option<&'static str>| {
+    // The ticket as a flag, or in the variable that keeps it out of the process list.
+    let play = move |flag: Option<&'static str>, variable: Option<&'static str>| {
         let url = url.clone();
         tokio::task::spawn_blocking(move || {
             let mut args = vec!["dialog", "--server", &url, "--scenario", "assistant"];
-            args.extend(ticket.map(|ticket| ["--service-ticket", ticket]).into_iter().flatten());
-            crate::helpers::run_binary(&args, "закрой калькулятор\n".as_bytes())
+            args.extend(flag.map(|ticket| ["--service-ticket", ticket]).into_iter().flatten());
+            let mut command = crate::helpers::binary();
+            command.args(&args).env_remove("MEGAMIND_SERVICE_TICKET");
+            if let Some(ticket) = variable {
+                command.env("MEGAMIND_SERVICE_TICKET", ticket);
+            }
+            crate::helpers::run_command(&mut command, "закрой калькулятор\n".as_bytes())
         })
     };
-    let played = play(Some(MEGAMIND)).await.unwrap();
-    let said = String::from_utf8_lossy(&played.stdout);
-    assert_eq!(played.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&played.stderr));
-    assert!(said.contains("Закрываю калькулятор."), "{said}");
-    let refused = play(None).await.unwrap();
+    for (flag, variable) in [(Some(MEGAMIND), None), (None, Some(MEGAMIND))] {
+        let played = play(flag, variable).await.unwrap();
+        let said = String::from_utf8_lossy(&played.stdout);
+        assert_eq!(played.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&played.stderr));
+        assert!(said.contains("Закрываю калькулятор."), "{said}");
+    }
+    let refused = play(None, None).await.unwrap();
     let told = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
     assert_ne!(refused.status.code(), Some(0), "{told}");
     assert!(told.contains("403") && told.contains("forbidden"), "{told}");

@@ -8,7 +8,14 @@
 //! (`[demo]`, ...) belongs to the scenario of that name, which reads and
 //! checks it itself ([`crate::scenario::ScenarioModule`]).
 
-use std::{collections::BTreeMap, num::NonZeroUsize, path::Path, time::Duration};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    num::NonZeroUsize,
+    ops::{Deref, DerefMut},
+    path::Path,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -120,7 +127,34 @@ pub struct Config {
     /// [`Sources`], the file, environment and flags set them: each scenario
     /// reads its own, over its defaults.
     #[serde(skip)]
-    pub scenarios: BTreeMap<String, toml::Table>,
+    pub scenarios: ScenarioTables,
+}
+
+/// The scenarios' own tables by scenario name. A debug print names them
+/// and no more: they hold the scenarios' secrets as set (a model's API
+/// key, a signing key), which only the scenarios' own configurations know
+/// to hide.
+#[derive(Clone, Default, PartialEq)]
+pub struct ScenarioTables(pub BTreeMap<String, toml::Table>);
+
+impl Deref for ScenarioTables {
+    type Target = BTreeMap<String, toml::Table>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for ScenarioTables {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl fmt::Debug for ScenarioTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
 }
 
 /// `[budget]`: milliseconds per handler.
@@ -209,7 +243,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             store: StoreConfig::default(),
             auth: AuthConfig::default(),
-            scenarios: BTreeMap::new(),
+            scenarios: ScenarioTables::default(),
         }
     }
 }
@@ -285,7 +319,7 @@ impl Config {
                 (problem::read::<Config>(&table, &defaults, "").unwrap_or_default(), problems)
             }
         };
-        config.scenarios = scenarios;
+        config.scenarios = ScenarioTables(scenarios);
         (config, problems)
     }
 

@@ -73,9 +73,51 @@ pub fn redact_url(text: &str) -> String {
     }
 }
 
+/// `text` with the signature of every signed address in it (a query's
+/// `sig=` value, as `rules::auth::signed` writes it) replaced by
+/// `<hidden>`; `None` when it holds none. A signature lets anyone who
+/// reads it follow the call's answer until the address expires, so it is
+/// a secret wherever text is logged: a `ShowStreamDirective`'s URL in a
+/// logged answer.
+pub fn hide_signatures(text: &str) -> Option<String> {
+    const KEY: &str = "sig=";
+    let starts_value = |at: usize| at == 0 || matches!(text.as_bytes()[at - 1], b'?' | b'&' | b';');
+    if !text.match_indices(KEY).any(|(at, _)| starts_value(at)) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(KEY).filter(|&(at, _)| starts_value(at)) {
+        if at < rest {
+            continue;
+        }
+        let value = at + KEY.len();
+        let end = text[value..].find(['&', '#', ';', '"', '\'', ' ', '\n']).map_or(text.len(), |len| value + len);
+        out.push_str(&text[rest..value]);
+        out.push_str(HIDDEN);
+        rest = end;
+    }
+    out.push_str(&text[rest..]);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{clip, nearest, redact_url};
+    use super::{clip, hide_signatures, nearest, redact_url};
+
+    #[test]
+    fn a_signed_address_is_shown_without_its_signature_and_other_text_as_it_is() {
+        let url = format!("https://a.example/llm/stream/r1?exp=1795924485&sig={}", "8e".repeat(32));
+        assert_eq!(hide_signatures(&url).unwrap(), "https://a.example/llm/stream/r1?exp=1795924485&sig=<hidden>");
+        assert_eq!(
+            hide_signatures("see /a?sig=1&part=2 and /b?exp=1&sig=ff#x, sig=3").unwrap(),
+            "see /a?sig=<hidden>&part=2 and /b?exp=1&sig=<hidden>#x, sig=3"
+        );
+        assert_eq!(hide_signatures("sig="), Some("sig=<hidden>".into()));
+        for plain in ["no address", "https://a.example/?design=1", "mysig=1", "ключ sig"] {
+            assert_eq!(hide_signatures(plain), None, "{plain}");
+        }
+    }
 
     #[test]
     fn a_url_is_shown_without_its_password_and_other_text_as_it_is() {

@@ -29,6 +29,7 @@
 
 mod error;
 mod hop;
+mod ticket;
 mod turn;
 mod wire;
 
@@ -54,6 +55,7 @@ use megamind_core::{
     scenario::Handler,
 };
 use prost_types::Any;
+pub use ticket::Ticket;
 use tonic::transport::Channel;
 pub use turn::Turn;
 use wire::{Route, Wire};
@@ -177,13 +179,13 @@ impl Client {
     /// Sends `ticket` as the caller's TVM service ticket
     /// (`X-Ya-Service-Ticket`), for a server that checks who calls.
     pub fn with_service_ticket(mut self, ticket: &str) -> Client {
-        self.route.service_ticket = Some(ticket.to_owned());
+        self.route.service_ticket = Some(Ticket::new(ticket));
         self
     }
 
     /// Sends `ticket` as the user's TVM ticket (`X-Ya-User-Ticket`).
     pub fn with_user_ticket(mut self, ticket: &str) -> Client {
-        self.route.user_ticket = Some(ticket.to_owned());
+        self.route.user_ticket = Some(Ticket::new(ticket));
         self
     }
 

@@ -35,7 +35,7 @@ use self::{
     expect::{Answer, Failure},
     script::{Loaded, TurnSpec},
 };
-use crate::client::{Client, ClientError, Turn};
+use crate::client::{Client, ClientError, Ticket, Turn};
 
 /// `dialog`'s command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,9 +61,10 @@ pub struct DialogArgs {
     /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
     #[arg(long = "ignore", value_name = "FIELD")]
     pub ignore: Vec<String>,
-    /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls.
-    #[arg(long, value_name = "TICKET")]
-    pub service_ticket: Option<String>,
+    /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls; the
+    /// variable keeps it out of the process list.
+    #[arg(long, value_name = "TICKET", env = "MEGAMIND_SERVICE_TICKET", hide_env_values = true)]
+    pub service_ticket: Option<Ticket>,
     /// Each handler's budget: a slower answer is flagged.
     #[arg(long, default_value_t = 300, allow_negative_numbers = true)]
     pub budget_ms: u64,
@@ -140,7 +141,7 @@ pub fn client(args: &DialogArgs, scenario: &str) -> Result<Client, Unplayable> {
         .map_err(|e| Unplayable(format!("{}: {e}", crate::client::shown_address(&args.server))))?;
     let client = client.with_scenario(scenario).with_timeout(CALL_TIMEOUT);
     Ok(match &args.service_ticket {
-        Some(ticket) => client.with_service_ticket(ticket),
+        Some(ticket) => client.with_service_ticket(ticket.expose()),
         None => client,
     })
 }

@@ -472,31 +472,30 @@ impl Recording {
     /// Whether `event`, or a part of it, was kept (as having come `at`),
     /// and whether the text was cut by it; a cut comes after what was kept.
     fn push(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> (bool, bool) {
-        let mut cut = false;
-        let kept = self.keep(event, at, bound, &mut cut);
+        let (kept, cut) = self.keep(event, at, bound);
         (kept, cut && self.cut())
     }
 
-    /// As [`Recording::push`], saying in `cut` whether the text is cut now.
-    fn keep(&mut self, event: ModelEvent, at: Duration, bound: Bound, cut: &mut bool) -> bool {
+    /// As [`Recording::push`], but only saying that the bound cut the text,
+    /// which [`Recording::cut`] records after what was kept.
+    fn keep(&mut self, event: ModelEvent, at: Duration, bound: Bound) -> (bool, bool) {
         if self.finished {
-            return false;
+            return (false, false);
         }
-        let event = match event {
-            ModelEvent::TextDelta(text) => match self.fit(text, bound, cut) {
-                Some(text) => ModelEvent::TextDelta(text),
-                None => return false,
+        let (event, cut) = match event {
+            ModelEvent::TextDelta(text) => match self.fit(text, bound) {
+                (Some(text), cut) => (ModelEvent::TextDelta(text), cut),
+                (None, cut) => return (false, cut),
             },
-            ModelEvent::ReasoningDelta(text) => match self.fit(text, bound, cut) {
-                Some(text) => ModelEvent::ReasoningDelta(text),
-                None => return false,
+            ModelEvent::ReasoningDelta(text) => match self.fit(text, bound) {
+                (Some(text), cut) => (ModelEvent::ReasoningDelta(text), cut),
+                (None, cut) => return (false, cut),
             },
             end => {
                 if self.bytes + bound.event_cost + end.text_len() > bound.max_bytes + END_ALLOWANCE {
-                    *cut = true;
-                    return false;
+                    return (false, true);
                 }
-                end
+                (end, false)
             }
         };
         let (was, cost) = (self.log.len(), bound.event_cost + event.text_len());
@@ -504,27 +503,25 @@ impl Recording {
         let Ok(end) = u32::try_from(self.log.len()) else {
             // Past what a u32 spans: no bound is that large, but kept a prefix all the same.
             self.log.truncate(was);
-            *cut = true;
-            return false;
+            return (false, true);
         };
         self.bytes += cost;
         self.ends.push(end);
-        true
+        (true, cut)
     }
 
-    /// What of `text` fits, if anything; past the bound the text is cut
-    /// and no more is kept, so that it stays a prefix.
-    fn fit(&self, text: String, bound: Bound, cut: &mut bool) -> Option<String> {
+    /// What of `text` fits, if anything, and whether the bound cuts it
+    /// now; past the bound no more is kept, so that the text stays a prefix.
+    fn fit(&self, text: String, bound: Bound) -> (Option<String>, bool) {
         if self.cut_at.is_some() {
-            return None;
+            return (None, false);
         }
         let room = bound.max_bytes.saturating_sub(self.bytes + bound.event_cost);
         if text.len() <= room {
-            return Some(text);
+            return (Some(text), false);
         }
-        *cut = true;
         let kept = clip(&text, room);
-        (!kept.is_empty()).then(|| kept.to_owned())
+        ((!kept.is_empty()).then(|| kept.to_owned()), true)
     }
 }
 

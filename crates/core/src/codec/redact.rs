@@ -9,6 +9,10 @@
 //! - dropped whole: `BiometryScoring`, `BiometryClassification`, and
 //!   `Location` (where the device is, to a few metres).
 //!
+//! In every other string, a signed address's signature (`?…&sig=…`) reads
+//! `<hidden>` ([`hide_signatures`]): a `ShowStreamDirective`'s URL lets
+//! whoever holds it follow the answer until it expires.
+//!
 //! Redaction stops at the nesting limit: a message nested deeper is not
 //! printed at all.
 
@@ -16,6 +20,7 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use super::depth::{self, MAX_DEPTH, TooDeep};
+use crate::text::hide_signatures;
 
 /// String fields whose value is replaced by [`REDACTED`].
 pub const SECRET_STRINGS: &[&str] = &["ClientIP", "RawPersonalData", "DeviceId", "Uuid", "ServiceTicket", "UserTicket"];
@@ -48,11 +53,10 @@ fn redact_at(message: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> 
             message.clear_field(&field);
         } else {
             match message.get_field_mut(&field) {
-                Value::Message(inner) => redact_at(inner, level + 1)?,
                 Value::List(items) => items.iter_mut().try_for_each(|item| redact_value(item, level + 1))?,
                 // A map entry is a level of its own.
                 Value::Map(entries) => entries.values_mut().try_for_each(|item| redact_value(item, level + 2))?,
-                _ => {}
+                value => redact_value(value, level + 1)?,
             }
         }
     }
@@ -62,6 +66,12 @@ fn redact_at(message: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> 
 fn redact_value(value: &mut Value, level: usize) -> Result<(), TooDeep> {
     match value {
         Value::Message(inner) => redact_at(inner, level),
+        Value::String(text) => {
+            if let Some(hidden) = hide_signatures(text) {
+                *text = hidden;
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
@@ -155,6 +165,29 @@ mod tests {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert_eq!(text.matches(REDACTED).count(), 3, "{text}");
+    }
+
+    #[test]
+    fn a_signed_address_in_an_answer_is_logged_without_its_signature() {
+        use crate::proto::n_alice::n_scenarios::{
+            TDirective, TLayout, TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_directive,
+            t_scenario_run_response,
+        };
+        let signature = "8e7044".repeat(10);
+        let url = format!("https://a.example/llm/stream/r1?exp=1795924485&sig={signature}");
+        let show = TShowStreamDirective { name: "show_llm_stream".into(), url };
+        let directive = TDirective { directive: Some(t_directive::Directive::ShowStreamDirective(show)) };
+        let layout =
+            TLayout { directives: vec![directive], output_speech: "sig=plain words".into(), ..Default::default() };
+        let body = TScenarioResponseBody { layout: Some(layout), ..Default::default() };
+        let answer = TScenarioRunResponse {
+            response: Some(t_scenario_run_response::Response::ResponseBody(body)),
+            ..Default::default()
+        };
+        let text = redacted_text(&answer).unwrap();
+        assert!(!text.contains(&signature), "{text}");
+        assert!(text.contains("r1?exp=1795924485&sig=<hidden>"), "{text}");
+        assert!(text.contains("\"sig=<hidden> words\""), "a string that starts so is hidden alike: {text}");
     }
 
     #[test]

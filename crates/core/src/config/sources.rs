@@ -37,6 +37,18 @@ pub struct Sources {
     pub aliases: Vec<(String, String)>,
 }
 
+/// A file that is not TOML, as `path:line:column: what`. Not toml's own
+/// text, which quotes the line: the line may hold a secret (an API key
+/// whose closing quote is missing), and errors reach logs.
+fn syntax_error(path: &std::path::Path, text: &str, error: &toml::de::Error) -> String {
+    let place = error.span().and_then(|span| text.get(..span.start)).map(|before| {
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        format!(":{line}:{column}")
+    });
+    format!("{}{}: {}", path.display(), place.unwrap_or_default(), error.message().trim_end())
+}
+
 impl Sources {
     /// The whole configuration table: `defaults`, the file over them, the
     /// overrides over both (each taking the type of the default it
@@ -48,8 +60,7 @@ impl Sources {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
-                let table = toml::from_str(&text)
-                    .map_err(|e| ConfigError(vec![format!("{}: {}", path.display(), e.to_string().trim_end())]))?;
+                let table = toml::from_str(&text).map_err(|e| ConfigError(vec![syntax_error(path, &text, &e)]))?;
                 (table, Origins::of_file(path, &text))
             }
         };

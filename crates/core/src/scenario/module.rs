@@ -414,7 +414,9 @@ mod tests {
         assert!(refused.contains("waiting.wait_secs = 9223372036854775807: must be at most 30 days"), "{refused}");
         assert!(build(2_592_000).is_ok(), "30 days is allowed");
         let config = crate::config::Config {
-            scenarios: [("waiting".to_owned(), toml::toml! { wait_secs = 2592001 })].into(),
+            scenarios: crate::config::ScenarioTables(
+                [("waiting".to_owned(), toml::toml! { wait_secs = 2592001 })].into(),
+            ),
             ..crate::config::Config::default()
         };
         let found = problems(&modules, &config);

@@ -33,7 +33,7 @@ use tonic::{
 };
 
 use super::{
-    ClientError, MAX_ANSWER_BYTES, MAX_ERROR_BODY_BYTES,
+    ClientError, MAX_ANSWER_BYTES, MAX_ERROR_BODY_BYTES, Ticket,
     hop::{Hop, Request, Response},
 };
 
@@ -53,9 +53,9 @@ pub(super) struct Route {
     /// The scenario; `None` for the server's default one.
     pub(super) scenario: Option<String>,
     /// `X-Ya-Service-Ticket`, for a server that checks who calls.
-    pub(super) service_ticket: Option<String>,
+    pub(super) service_ticket: Option<Ticket>,
     /// `X-Ya-User-Ticket`, when the user is logged in.
-    pub(super) user_ticket: Option<String>,
+    pub(super) user_ticket: Option<Ticket>,
     /// How long to wait for one answer.
     pub(super) timeout: Option<Duration>,
 }
@@ -63,8 +63,8 @@ pub(super) struct Route {
 impl Route {
     /// The tickets to send: their header, their name for errors, their value.
     fn tickets(&self) -> impl Iterator<Item = (&'static str, &'static str, &str)> {
-        let service = self.service_ticket.as_deref().map(|t| (SERVICE_TICKET, "service ticket", t));
-        let user = self.user_ticket.as_deref().map(|t| (USER_TICKET, "user ticket", t));
+        let service = self.service_ticket.as_ref().map(|t| (SERVICE_TICKET, "service ticket", t.expose()));
+        let user = self.user_ticket.as_ref().map(|t| (USER_TICKET, "user ticket", t.expose()));
         service.into_iter().chain(user)
     }
 }
