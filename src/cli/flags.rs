@@ -186,7 +186,8 @@ pub(super) fn core() -> Vec<Flag> {
     Flag::new(
         "http1-read-buffer-bytes",
         "http1_read_buffer_bytes",
-        "HTTP/1.1 read buffer per connection, in bytes (at least 8192); a request head must fit in it, else 431",
+        "HTTP/1.1 read buffer per connection, in bytes (at least 8192); a request head must fit in it, else 431 (an HTTP/2 \
+         header list too)",
     )
     .env("MEGAMIND_HTTP1_READ_BUFFER_BYTES"),
     Flag::new(

@@ -357,7 +357,7 @@ async fn read_stream(
     let mut decoder = SseDecoder::new(MAX_BODY);
     let mut completion = Completion { attempts: 1, ..Completion::default() };
     // Any event handed to the sink, not only a token, rules out a retry.
-    let mut streamed = false;
+    let (mut streamed, mut reasoned) = (false, 0usize);
     let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
     loop {
         let (until, which) =
@@ -384,7 +384,15 @@ async fn read_stream(
                     }
                     ModelEvent::TextDelta(piece)
                 }
-                StreamEvent::Reasoning(piece) => ModelEvent::ReasoningDelta(piece),
+                StreamEvent::Reasoning(piece) => {
+                    // A model that only thinks is held to the same bound as its words.
+                    reasoned += piece.len();
+                    if reasoned > MAX_BODY {
+                        let error = BackendError::BadResponse(format!("reasoning larger than {MAX_BODY} bytes"));
+                        return Err(fail(error, true));
+                    }
+                    ModelEvent::ReasoningDelta(piece)
+                }
                 StreamEvent::Finish(reason) => {
                     completion.finish_reason = Some(reason.clone());
                     ModelEvent::Finish { reason }

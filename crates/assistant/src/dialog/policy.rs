@@ -30,6 +30,7 @@ use crate::{
         turn::TurnInput,
     },
     error::AssistantError,
+    files::read_bounded,
     jsonseq,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},
@@ -118,6 +119,9 @@ pub(crate) struct ChatPolicy {
     format: jsonseq::Format,
 }
 
+/// The longest system prompt a file may hold: it goes into every model call.
+const MAX_PROMPT_BYTES: u64 = 64 * 1024;
+
 impl ChatPolicy {
     /// The policy of `config`: its system prompt file (or the built-in
     /// prompt) and history caps; commands counted in `metrics`.
@@ -128,9 +132,8 @@ impl ChatPolicy {
         let system_prompt: Arc<str> = match &config.dialog.system_prompt_file {
             None => prompt::DEFAULT_SYSTEM_PROMPT.into(),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    AssistantError::Setup(format!("cannot read system_prompt_file {}: {e}", path.display()))
-                })?;
+                let text = read_bounded(path, MAX_PROMPT_BYTES)
+                    .map_err(|why| AssistantError::Setup(format!("system_prompt_file {}: {why}", path.display())))?;
                 if text.trim().is_empty() {
                     return Err(AssistantError::Setup(format!("system_prompt_file {} is empty", path.display())));
                 }
@@ -250,6 +253,25 @@ mod tests {
 
     fn completion(text: &str) -> Completion {
         Completion { text: text.into(), attempts: 1, ..Completion::default() }
+    }
+
+    /// The system prompt goes into every model call: a file past its
+    /// bound is refused at start, saying which and why, and one at the
+    /// bound is read whole.
+    #[test]
+    fn a_system_prompt_file_past_its_bound_is_refused_at_start() {
+        let file = std::env::temp_dir().join(format!("megamind-prompt-{}.txt", std::process::id()));
+        let mut config = AssistantConfig::default();
+        config.dialog.system_prompt_file = Some(file.clone());
+        let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+        std::fs::write(&file, "x".repeat(MAX_PROMPT_BYTES as usize + 1)).unwrap();
+        let refused = ChatPolicy::from_config(&config, &metrics).map(|_| ());
+        std::fs::write(&file, "x".repeat(MAX_PROMPT_BYTES as usize)).unwrap();
+        let read = ChatPolicy::from_config(&config, &metrics).map(|policy| policy.system_prompt.len());
+        let _ = std::fs::remove_file(&file);
+        let expected = format!("system_prompt_file {}: larger than {MAX_PROMPT_BYTES} bytes", file.display());
+        assert!(matches!(refused, Err(AssistantError::Setup(ref message)) if *message == expected), "{refused:?}");
+        assert_eq!(read.ok(), Some(MAX_PROMPT_BYTES as usize));
     }
 
     #[test]

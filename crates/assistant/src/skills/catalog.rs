@@ -34,11 +34,12 @@
 use std::{
     collections::BTreeMap,
     fmt,
-    io::Read as _,
     path::{Path, PathBuf},
 };
 
 use serde::Deserialize;
+
+use crate::files::read_bounded;
 
 mod front;
 mod words;
@@ -179,7 +180,7 @@ impl Catalog {
                 problems.push(problem(&file, None, "the folder's name is not UTF-8".into(), true));
                 continue;
             };
-            let text = match read_bounded(&file) {
+            let text = match read_bounded(&file, MAX_SKILL_BYTES) {
                 Ok(text) => text,
                 Err(reason) => {
                     problems.push(problem(&file, None, reason, true));
@@ -271,20 +272,6 @@ fn log(problems: &[SkillProblem]) {
     for problem in problems {
         tracing::warn!(%problem, "skills");
     }
-}
-
-/// The file's text, refused when not a regular file, too big or not UTF-8.
-fn read_bounded(file: &Path) -> Result<String, String> {
-    let opened = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
-    if !opened.metadata().is_ok_and(|m| m.is_file()) {
-        return Err("not a regular file".into());
-    }
-    let mut bytes = Vec::new();
-    opened.take(MAX_SKILL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > MAX_SKILL_BYTES {
-        return Err(format!("larger than {MAX_SKILL_BYTES} bytes"));
-    }
-    String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
 }
 
 /// A line-numbered message: the 1-based line when known, and the reason.

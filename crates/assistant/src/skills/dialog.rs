@@ -51,6 +51,7 @@ use crate::{
         turn::TurnInput,
     },
     error::AssistantError,
+    files::read_bounded,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession},
     skills::{
@@ -105,15 +106,12 @@ impl SkillPolicy {
         let context = match &skills.system_context_file {
             None => None,
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    AssistantError::Setup(format!("cannot read skills.system_context_file {}: {e}", path.display()))
-                })?;
-                if text.len() > MAX_CONTEXT_BYTES {
-                    return Err(AssistantError::Setup(format!(
-                        "skills.system_context_file {} is over {MAX_CONTEXT_BYTES} bytes: it goes into every step's prompt",
+                let text = read_bounded(path, MAX_CONTEXT_BYTES as u64).map_err(|why| {
+                    AssistantError::Setup(format!(
+                        "skills.system_context_file {}: {why} (it goes into every step's prompt)",
                         path.display()
-                    )));
-                }
+                    ))
+                })?;
                 Some(text)
             }
         };

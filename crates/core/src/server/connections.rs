@@ -128,7 +128,14 @@ impl Connections {
         metrics: ConnectionMetrics,
     ) -> std::io::Result<Connections> {
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http2().max_concurrent_streams(limits.h2_max_concurrent_streams).max_send_buf_size(H2_SEND_BUFFER);
+        // A request's head has one bound whichever protocol carries it: an
+        // HTTP/2 header list as long as an HTTP/1.1 head may be.
+        let max_head = u32::try_from(limits.http1_read_buffer).unwrap_or(u32::MAX);
+        builder
+            .http2()
+            .max_concurrent_streams(limits.h2_max_concurrent_streams)
+            .max_send_buf_size(H2_SEND_BUFFER)
+            .max_header_list_size(max_head);
         builder.http1().max_buf_size(limits.http1_read_buffer);
         let setup = Setup {
             builder,

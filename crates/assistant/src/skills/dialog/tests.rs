@@ -241,7 +241,7 @@ fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
     assert_eq!(
         message,
         format!(
-            "skills.system_context_file {} is over {MAX_CONTEXT_BYTES} bytes: it goes into every step's prompt",
+            "skills.system_context_file {}: larger than {MAX_CONTEXT_BYTES} bytes (it goes into every step's prompt)",
             file.display()
         )
     );
