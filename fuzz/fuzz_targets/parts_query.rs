@@ -31,7 +31,9 @@ use std::{
 
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use megamind_assistant::parts::{Older, PartQuery, Parts, PartsConfig, Version, etag_of, no_older, split};
+use megamind_assistant::parts::{
+    MAX_MARKS_TRIED, Older, PartQuery, Parts, PartsConfig, Version, etag_of, no_older, split,
+};
 use serde_json::Value;
 
 /// The pieces of the answer's text, one more a mark: multi-byte UTF-8 of
@@ -45,9 +47,6 @@ const PIECES: [&str; 4] = [
 
 /// The last mark: the answer is whole.
 const LAST: u64 = PIECES.len() as u64;
-
-/// `Parts`'s bound on the versions one request makes again.
-const MAX_MARKS_TRIED: usize = 2;
 
 /// Requests read from one input at most.
 const MAX_REQUESTS: usize = 16;

@@ -205,9 +205,10 @@ async fn a_model_answer_over_the_bound_is_a_bad_response_whole_or_streamed() {
     let text = metrics_text(&h.metrics);
     assert!(text.contains(bad), "streamed: {text}");
 
-    // A model that only thinks, past the bound: held to it alike, not
-    // left to think until the call's timeout.
-    let mock = MockLlm::start(Reply::stream_reasoned(&vec![piece.as_str(); 2_048], &[], "stop", Duration::ZERO)).await;
+    // A model that thinks past the bound before it says a word: held to
+    // it alike, not left to think until the call's timeout.
+    let reasoning = vec![piece.as_str(); 2_048];
+    let mock = MockLlm::start(Reply::stream_reasoned(&reasoning, &["Ответ."], "stop", Duration::ZERO)).await;
     let h = spawn(&mock, |c| c.backend.stream = true).await;
     assert_eq!(ask(&mut client(&h.app, Transport::Http), "расскажи").await.speech(), apology());
     let text = metrics_text(&h.metrics);

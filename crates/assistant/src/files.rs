@@ -1,13 +1,18 @@
 //! Files the configuration names (the system prompt, the skills' context,
-//! a skill's `SKILL.md`), read within a bound: a path to a device or a log
-//! file by mistake is refused at its bound, not read whole into memory.
+//! a skill's `SKILL.md`), read within a bound: a path to a device or a pipe
+//! is refused before it is opened (opening a pipe waits for a writer), and
+//! a log file named by mistake at its bound, not read whole into memory.
 
 use std::{io::Read, path::Path};
 
 /// The text of `file`, if it is a regular file of at most `max` bytes of
 /// UTF-8; else why not, in a few words.
 pub(crate) fn read_bounded(file: &Path, max: u64) -> Result<String, String> {
+    if !std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?.is_file() {
+        return Err("not a regular file".into());
+    }
     let opened = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    // What was looked at may have been replaced since: the file opened is the one read.
     if !opened.metadata().is_ok_and(|m| m.is_file()) {
         return Err("not a regular file".into());
     }
@@ -34,7 +39,11 @@ mod tests {
         std::fs::write(&file, [0xff, 0xfe]).unwrap();
         assert!(read_bounded(&file, 10).unwrap_err().starts_with("not UTF-8"));
         assert_eq!(read_bounded(&dir, 10), Err("not a regular file".into()));
-        assert!(read_bounded(Path::new("/dev/zero"), 10).is_err(), "a device is no file");
+        assert_eq!(read_bounded(Path::new("/dev/zero"), 10), Err("not a regular file".into()), "a device");
+        let pipe = dir.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&pipe).status().is_ok_and(|status| status.success());
+        assert!(made, "mkfifo makes a pipe");
+        assert_eq!(read_bounded(&pipe, 10), Err("not a regular file".into()), "a pipe, not waited on");
         assert!(read_bounded(&dir.join("missing"), 10).unwrap_err().starts_with("cannot read: "));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -40,6 +40,7 @@ mod snapshots;
 mod tests;
 
 use std::{
+    collections::HashMap,
     fmt,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -48,7 +49,7 @@ use std::{
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use serde::Deserialize;
-use tokio::time::Instant;
+use tokio::{sync::OnceCell, time::Instant};
 
 use crate::parts::{
     error::json_response,
@@ -122,7 +123,7 @@ impl PartQuery {
 /// Tags of an `If-Match` list whose versions are made again at most, in
 /// the list's order: each costs a render of the answer, and the current
 /// answer may be rendered besides.
-const MAX_MARKS_TRIED: usize = 2;
+pub const MAX_MARKS_TRIED: usize = 2;
 
 /// What makes older versions of an answer again, by the marks in their
 /// ETags (see [`Version::mark`]): for a snapshot this server does not keep
@@ -192,6 +193,9 @@ pub struct Parts {
     // eviction), never an await nor the cutting and serializing of a part,
     // which work on an `Arc<str>` taken out, so it is cheaper than an async one.
     snapshots: Arc<Mutex<Snapshots>>,
+    /// Versions being made again, by resource and name, while requests
+    /// want them: those that wait for one together share one making.
+    making: Arc<Mutex<HashMap<(String, String), MadeAgain>>>,
 }
 
 impl fmt::Debug for Parts {
@@ -205,7 +209,7 @@ impl Parts {
     pub fn new(config: PartsConfig) -> Parts {
         let config = PartsConfig { chunk_bytes: config.chunk_bytes.max(1), ..config };
         let snapshots = Snapshots::new(config.snapshot_ttl, config.max_snapshots, config.max_snapshot_bytes);
-        Parts { config: Arc::new(config), snapshots: Arc::new(Mutex::new(snapshots)) }
+        Parts { config: Arc::new(config), snapshots: Arc::new(Mutex::new(snapshots)), making: Arc::default() }
     }
 
     /// The configuration in force.
@@ -292,23 +296,17 @@ impl Parts {
         // Not kept here, but its mark makes it again: the bytes must hash
         // to the name, or it is not that version. Kept once made (not as
         // the latest, which is an unnamed part 1's), so that the next parts
-        // asked here are not made again; looked for again after the wait,
-        // so that requests that waited for one version together make it once.
+        // asked here are not made again; and made once for the requests
+        // that want it at once, which join before they wait (a version too
+        // large to keep, too).
         for (name, mark) in names.iter().filter_map(|name| Some((name, mark_of(name)?))).take(MAX_MARKS_TRIED) {
+            let making = Making::join(self, resource, name);
             if !older.reached(mark).await {
                 continue;
             }
-            let now = Instant::now();
-            if let Found::Content(content) = self.lock().get(resource, name, now) {
-                return Ok((content, name.clone()));
-            }
-            let Some(json) = older.make(mark) else { continue };
-            let version = Version { json, mark: Some(mark) };
-            if version.etag() == *name {
-                if version.json.len() > self.config.chunk_bytes {
-                    self.lock().keep_named(resource, name, &version.json, now);
-                }
-                return Ok((version.json, name.clone()));
+            let made = making.cell.get_or_init(|| async { self.make(resource, name, mark, older) }).await;
+            if let Some(json) = made {
+                return Ok((json.clone(), name.clone()));
             }
         }
         let current = current();
@@ -322,6 +320,23 @@ impl Parts {
         } else {
             Err(PartError::SnapshotExpired)
         }
+    }
+
+    /// The version `name` of `resource`, made again from its `mark` unless
+    /// it was kept meanwhile; `None` when that mark makes other bytes.
+    fn make(&self, resource: &str, name: &str, mark: u64, older: &impl Older) -> Option<Arc<str>> {
+        let now = Instant::now();
+        if let Found::Content(content) = self.lock().get(resource, name, now) {
+            return Some(content);
+        }
+        let version = Version { json: older.make(mark)?, mark: Some(mark) };
+        if version.etag() != name {
+            return None;
+        }
+        if version.json.len() > self.config.chunk_bytes {
+            self.lock().keep_named(resource, name, &version.json, now);
+        }
+        Some(version.json)
     }
 
     /// The source of a later part naming no snapshot: the resource's latest.
@@ -371,10 +386,45 @@ impl Parts {
         Ok(body.to_string())
     }
 
+    fn making(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), MadeAgain>> {
+        self.making.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Snapshots> {
         // A panic while holding it leaves maps that are still consistent
         // enough to serve from: every operation completes before it returns.
         self.snapshots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A version made again once for all who want it: its JSON, or `None`
+/// when its mark makes other bytes.
+type MadeAgain = Arc<OnceCell<Option<Arc<str>>>>;
+
+/// A request's share in the making of one version: joined before the
+/// wait, so that the requests waiting together find it made by the first;
+/// the last to leave, done or gone, takes it out of the map.
+struct Making<'a> {
+    parts: &'a Parts,
+    key: (String, String),
+    cell: MadeAgain,
+}
+
+impl<'a> Making<'a> {
+    fn join(parts: &'a Parts, resource: &str, name: &str) -> Making<'a> {
+        let key = (resource.to_owned(), name.to_owned());
+        let cell = parts.making().entry(key.clone()).or_default().clone();
+        Making { parts, key, cell }
+    }
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        let mut making = self.parts.making();
+        // The map's and this one: no other request holds it.
+        if Arc::strong_count(&self.cell) <= 2 {
+            making.remove(&self.key);
+        }
     }
 }
 

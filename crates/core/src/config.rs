@@ -13,7 +13,6 @@ use std::{
     fmt,
     num::NonZeroUsize,
     ops::{Deref, DerefMut},
-    path::Path,
     time::Duration,
 };
 
@@ -281,7 +280,7 @@ impl Config {
     /// defaults, as `serve` does.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigError(vec![e.to_string().trim_end().to_owned()]))?;
+            toml::from_str(text).map_err(|e| ConfigError(vec![sources::syntax_error("configuration", text, &e)]))?;
         Config::from_table(table)
     }
 
@@ -327,15 +326,6 @@ impl Config {
     /// typed flag values and `--help` read.
     pub fn defaults_table() -> toml::Table {
         toml::Table::try_from(Config::default()).unwrap_or_default()
-    }
-
-    /// Reads and parses a TOML file.
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
-        Config::from_toml(&text).map_err(|ConfigError(errors)| {
-            ConfigError(errors.into_iter().map(|e| format!("{}: {e}", path.display())).collect())
-        })
     }
 
     /// Checks every value, reporting all problems at once.

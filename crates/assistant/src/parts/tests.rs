@@ -454,12 +454,15 @@ async fn an_if_match_list_is_made_again_from_any_of_its_marks_a_few_at_most() {
 /// the steps to come, and count how often they are made.
 struct Lagging {
     steps: tokio::sync::watch::Sender<u64>,
+    waiting: tokio::sync::watch::Sender<usize>,
     made: std::sync::atomic::AtomicUsize,
 }
 
 impl Older for Lagging {
     async fn reached(&self, mark: u64) -> bool {
-        self.steps.subscribe().wait_for(|steps| *steps >= mark).await.is_ok()
+        let mut steps = self.steps.subscribe();
+        self.waiting.send_modify(|waiting| *waiting += 1);
+        steps.wait_for(|steps| *steps >= mark).await.is_ok()
     }
 
     fn make(&self, mark: u64) -> Option<Arc<str>> {
@@ -468,29 +471,41 @@ impl Older for Lagging {
     }
 }
 
-/// Clients asking a lagging replica for the same version at once: it is
-/// made once, when the steps come, and every one of them gets it.
-#[tokio::test]
+/// Clients asking a lagging replica for the same version at once, on
+/// every worker thread: it is made once, when the steps come, and every
+/// one of them gets it, whether the version is then kept or is too large
+/// to keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_waiting_for_one_version_make_it_once() {
-    let lagging = Lagging { steps: tokio::sync::watch::channel(0).0, made: Default::default() };
-    let etag = Version { json: lagging.make(3).unwrap(), mark: Some(3) }.etag();
-    lagging.made.store(0, std::sync::atomic::Ordering::Relaxed);
-    let parts = parts(10);
-    let now = || Version { json: "{}".into(), mark: Some(5) };
-    let asks = (0..8).map(|_| {
-        let query = PartQuery { part: Some("2".into()), snapshot: Some(etag.clone()) };
-        let (parts, lagging) = (&parts, &lagging);
-        async move { parts.part("/r", now, lagging, &query, None).await }
-    });
-    let asked = futures_util::future::join_all(asks);
-    let caught_up = async {
-        // Every request waits (a single-threaded runtime runs them up to
-        // their wait first) before the steps come.
-        tokio::task::yield_now().await;
+    for max_snapshot_bytes in [PartsConfig::default().max_snapshot_bytes, 16] {
+        let lagging = Arc::new(Lagging {
+            steps: tokio::sync::watch::channel(0).0,
+            waiting: tokio::sync::watch::channel(0).0,
+            made: Default::default(),
+        });
+        let etag = Version { json: lagging.make(3).unwrap(), mark: Some(3) }.etag();
+        lagging.made.store(0, std::sync::atomic::Ordering::Relaxed);
+        let parts = Arc::new(Parts::new(PartsConfig { chunk_bytes: 10, max_snapshot_bytes, ..PartsConfig::default() }));
+        let asks: Vec<_> = (0..8)
+            .map(|_| {
+                let (parts, lagging, etag) = (parts.clone(), lagging.clone(), etag.clone());
+                tokio::spawn(async move {
+                    let query = PartQuery { part: Some("2".into()), snapshot: Some(etag) };
+                    let now = || Version { json: "{}".into(), mark: Some(5) };
+                    parts.part("/r", now, &*lagging, &query, None).await
+                })
+            })
+            .collect();
+        // Every request waits for the steps before they come.
+        lagging.waiting.subscribe().wait_for(|waiting| *waiting == 8).await.unwrap();
         assert_eq!(lagging.made.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing made before the steps");
         lagging.steps.send_replace(3);
-    };
-    let (served, ()) = tokio::join!(asked, caught_up);
-    assert!(served.iter().all(|served| served.as_ref().is_ok_and(|(name, _)| *name == etag)), "{served:?}");
-    assert_eq!(lagging.made.into_inner(), 1, "made once for all who waited");
+        for ask in asks {
+            let (served, _) = ask.await.unwrap().unwrap();
+            assert_eq!(served, etag);
+        }
+        let made = lagging.made.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(made, 1, "made once for all who waited (max_snapshot_bytes {max_snapshot_bytes})");
+        assert!(parts.making().is_empty(), "and no longer being made");
+    }
 }

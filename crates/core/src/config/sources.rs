@@ -37,16 +37,17 @@ pub struct Sources {
     pub aliases: Vec<(String, String)>,
 }
 
-/// A file that is not TOML, as `path:line:column: what`. Not toml's own
-/// text, which quotes the line: the line may hold a secret (an API key
-/// whose closing quote is missing), and errors reach logs.
-fn syntax_error(path: &std::path::Path, text: &str, error: &toml::de::Error) -> String {
+/// A text that is not TOML, as `source:line:column: what` (`source` names
+/// it: its file). Not toml's own text, which quotes the line: the line may
+/// hold a secret (an API key whose closing quote is missing), and errors
+/// reach logs.
+pub(crate) fn syntax_error(source: &str, text: &str, error: &toml::de::Error) -> String {
     let place = error.span().and_then(|span| text.get(..span.start)).map(|before| {
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
         format!(":{line}:{column}")
     });
-    format!("{}{}: {}", path.display(), place.unwrap_or_default(), error.message().trim_end())
+    format!("{source}{}: {}", place.unwrap_or_default(), error.message().trim_end())
 }
 
 impl Sources {
@@ -60,7 +61,8 @@ impl Sources {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
-                let table = toml::from_str(&text).map_err(|e| ConfigError(vec![syntax_error(path, &text, &e)]))?;
+                let table = toml::from_str(&text)
+                    .map_err(|e| ConfigError(vec![syntax_error(&path.display().to_string(), &text, &e)]))?;
                 (table, Origins::of_file(path, &text))
             }
         };

@@ -43,6 +43,9 @@ fn unknown_keys_and_bad_types_fail_with_the_key_named() {
     assert!(error.contains("adr"), "{error}");
     let error = Config::from_toml("[budget]\nrun_ms = \"fast\"").unwrap_err().to_string();
     assert!(error.contains("run_ms"), "{error}");
+    // Text that is not TOML is placed, not quoted: its line may hold a secret.
+    let error = Config::from_toml("[store]\nurl = \"redis://:s3cret@host\n").unwrap_err().to_string();
+    assert!(error.contains("configuration:2:") && !error.contains("s3cret"), "{error}");
 }
 
 #[test]
