@@ -187,7 +187,7 @@ pub(super) fn core() -> Vec<Flag> {
         "http1-read-buffer-bytes",
         "http1_read_buffer_bytes",
         "HTTP/1.1 read buffer per connection, in bytes (at least 8192); a request head must fit in it, else 431 (an HTTP/2 \
-         header list too)",
+         header list too, 16 KiB at the least)",
     )
     .env("MEGAMIND_HTTP1_READ_BUFFER_BYTES"),
     Flag::new(

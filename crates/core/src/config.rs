@@ -96,7 +96,7 @@ pub struct Config {
     /// request open is refused.
     pub max_open_requests: usize,
     /// The HTTP/1.1 read buffer of a connection, in bytes: the longest request
-    /// head accepted (and the longest HTTP/2 header list).
+    /// head accepted (and the longest HTTP/2 header list, 16 KiB at the least).
     pub http1_read_buffer_bytes: usize,
     /// Threads that serve calls, and as many for the stream lane; 0: one per
     /// CPU the process may use (its cgroup's CPU limit, else the machine's

@@ -42,6 +42,11 @@ use crate::rules::{connections::ConnectionLimits, metrics::ConnectionMetrics};
 /// streams and never reads them hold that much per stream.
 const H2_SEND_BUFFER: usize = 16 * 1024;
 
+/// The least an HTTP/2 header list may hold, whatever the HTTP/1.1 buffer:
+/// HTTP/2's own usual bound (hyper's, and what gRPC clients expect), which
+/// counts 32 bytes a header besides its name and value.
+const MIN_H2_HEADER_LIST: usize = 16 * 1024;
+
 /// Where the server is in its life; connections act on each change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stage {
@@ -128,9 +133,10 @@ impl Connections {
         metrics: ConnectionMetrics,
     ) -> std::io::Result<Connections> {
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        // A request's head has one bound whichever protocol carries it: an
-        // HTTP/2 header list as long as an HTTP/1.1 head may be.
-        let max_head = u32::try_from(limits.http1_read_buffer).unwrap_or(u32::MAX);
+        // A request's head is bounded by the configuration whichever
+        // protocol carries it: an HTTP/2 header list as long as an HTTP/1.1
+        // head may be, and no shorter than HTTP/2 clients expect.
+        let max_head = u32::try_from(limits.http1_read_buffer.max(MIN_H2_HEADER_LIST)).unwrap_or(u32::MAX);
         builder
             .http2()
             .max_concurrent_streams(limits.h2_max_concurrent_streams)
