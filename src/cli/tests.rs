@@ -6,6 +6,13 @@ use megamind_tools::convert::{ConvertArgs, convert};
 use super::*;
 
 /// `serve ARGS` read with `env` as the environment.
+/// `text` written as a configuration file of its own, named for the test.
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let file = std::env::temp_dir().join(format!("megamind-cli-{name}-{}.toml", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
 fn serve_with(args: &[&str], env: &[(&str, &str)]) -> Result<Loaded, ParseError> {
     serve_hosting(args, env, scenarios::modules())
 }
@@ -175,28 +182,22 @@ fn set_reaches_a_scenario_table_and_unknown_tables_are_refused() {
 /// the line may be a secret's whose closing quote is missing.
 #[test]
 fn a_file_that_is_not_toml_is_reported_at_its_place_without_quoting_a_secret() {
-    let dir = std::env::temp_dir().join(format!("megamind-cli-syntax-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("broken.toml");
-    std::fs::write(&file, "[assistant.backend]\napi_key = \"sk-SECRETVALUE\nmodel = \"m\"\n").unwrap();
+    let file = config_file("syntax", "[assistant.backend]\napi_key = \"sk-SECRETVALUE\nmodel = \"m\"\n");
     let path = file.to_str().unwrap();
     let error = serve_with(&["--config", path], &[]).unwrap_err().to_string();
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&file).unwrap();
     assert!(!error.contains("SECRETVALUE"), "{error}");
     assert!(error.contains(&format!("{path}:2:")), "the file, its line and column: {error}");
 }
 
 #[test]
 fn every_problem_of_a_file_is_reported_in_one_pass_with_its_line_and_the_key_it_meant() {
-    let dir = std::env::temp_dir().join(format!("megamind-cli-typos-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("typos.toml");
     let text = "defualt_scenario = \"demo\"\n\n[budget]\ncomit_ms = 500\n\n[cache]\nmax_bytes = \"64MB\"\n\n\
                 [assitant]\nmodel = \"qwen\"\n\n[demo]\ncolour = 1\n[assistant.calls]\nmax_in_flite = 4\n";
-    std::fs::write(&file, text).unwrap();
+    let file = config_file("typos", text);
     let path = file.to_str().unwrap();
     let error = serve_with(&["--config", path, "--max-in-flight", "0"], &[]).unwrap_err().to_string();
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&file).unwrap();
     for line in [
         format!("{path}:1: defualt_scenario: unknown key; did you mean `default_scenario`?"),
         format!("{path}:4: budget.comit_ms: unknown key; did you mean `commit_ms`?"),
@@ -430,11 +431,8 @@ fn convert_names_the_problem() {
 
 #[test]
 fn a_key_written_where_it_was_is_read_where_it_is_and_a_flag_still_wins() {
-    let dir = std::env::temp_dir().join(format!("megamind-cli-aliases-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("old-style.toml");
-    std::fs::write(&file, "[assistant]\nmodel = \"from-file\"\nmax_in_flight = 9\n").unwrap();
-    let file = file.to_str().unwrap();
+    let path = config_file("aliases", "[assistant]\nmodel = \"from-file\"\nmax_in_flight = 9\n");
+    let file = path.to_str().unwrap();
     let loaded = serve_with(&["--config", file, "--llm-model", "from-flag"], &[]).unwrap();
     let assistant = &loaded.config.scenarios["assistant"];
     assert_eq!(assistant["backend"]["model"].as_str(), Some("from-flag"), "the flag wins over the file");
@@ -444,5 +442,5 @@ fn a_key_written_where_it_was_is_read_where_it_is_and_a_flag_still_wins() {
     let model = &loaded.config.scenarios["assistant"]["backend"]["model"];
     assert_eq!(model.as_str(), Some("7"), "typed by the default where the key is now: a string stays a string");
     module::build_all(&loaded.modules, &loaded.config.scenarios, &prometheus::Registry::new()).expect("it builds");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&path).unwrap();
 }

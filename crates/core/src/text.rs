@@ -82,23 +82,22 @@ pub fn redact_url(text: &str) -> String {
 pub fn hide_signatures(text: &str) -> Option<String> {
     const KEY: &str = "sig=";
     let starts_value = |at: usize| at == 0 || matches!(text.as_bytes()[at - 1], b'?' | b'&' | b';');
-    if !text.match_indices(KEY).any(|(at, _)| starts_value(at)) {
-        return None;
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = 0;
+    let (mut out, mut rest) = (None::<String>, 0);
     for (at, _) in text.match_indices(KEY).filter(|&(at, _)| starts_value(at)) {
         if at < rest {
             continue;
         }
+        let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
         let value = at + KEY.len();
         let end = text[value..].find(['&', '#', ';', '"', '\'', ' ', '\n']).map_or(text.len(), |len| value + len);
         out.push_str(&text[rest..value]);
         out.push_str(HIDDEN);
         rest = end;
     }
-    out.push_str(&text[rest..]);
-    Some(out)
+    out.map(|mut out| {
+        out.push_str(&text[rest..]);
+        out
+    })
 }
 
 #[cfg(test)]
