@@ -253,7 +253,8 @@ pub fn parse(
     // Every problem in one report, before the server logs a line: the
     // core's keys, the auth table as the deployment's variables complete
     // it, and the scenarios' tables.
-    let config = Sources { file, overrides, aliases }.load_with(&defaults, &|config| {
+    let secret_keys = flags::secret_keys(&flags);
+    let config = Sources { file, overrides, aliases, secret: secret_keys.clone() }.load_with(&defaults, &|config| {
         let mut auth = config.auth.clone();
         deployment_fallbacks(&mut auth, env);
         // The table's own problems are the core's already; these are the variables'.
@@ -271,7 +272,7 @@ pub fn parse(
         Err(ConfigError(more)) => return Err(ConfigError(problems.into_iter().chain(more).collect()).into()),
     };
     deployment_fallbacks(&mut config.auth, env);
-    let loaded = Loaded { config, modules, secret_keys: flags::secret_keys(&flags) };
+    let loaded = Loaded { config, modules, secret_keys };
     Ok(Parsed::Serve(Box::new(ServeCommand { loaded, print_config: args.print_config })))
 }
 

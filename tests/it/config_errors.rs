@@ -48,6 +48,46 @@ fn four_typos_in_a_file_are_four_lines_of_one_run() {
 }
 
 #[test]
+fn a_secret_of_the_wrong_type_is_refused_without_being_quoted() {
+    let dir = folder("secrets");
+    let file = dir.join("secrets.toml");
+    let text = "[auth]\ntvmtool_token = 4444\n[store]\nurl = 5555\n[assistant.backend]\napi_key = 123456789\n\
+                [assistant.llm]\nsigning_key = 98765.4321\n[cache]\nmax_bytes = \"64MB\"\n";
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap();
+    let (stderr, _) = refused(&["serve", "--config", path]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    for line in [
+        format!("{path}:2: auth.tvmtool_token: invalid type: integer, expected a string"),
+        format!("{path}:4: store.url: invalid type: integer, expected a string"),
+        format!("{path}:6: assistant.backend.api_key: invalid type: integer, expected a string"),
+        format!("{path}:8: assistant.llm.signing_key: invalid type: floating point, expected a string"),
+        format!("{path}:10: cache.max_bytes: invalid type: string \"64MB\""),
+    ] {
+        assert!(stderr.contains(&line), "missing {line:?} in:\n{stderr}");
+    }
+    for secret in ["4444", "5555", "123456789", "98765"] {
+        assert!(!stderr.contains(secret), "{secret} quoted in:\n{stderr}");
+    }
+}
+
+#[test]
+fn a_configuration_file_past_its_bound_is_refused_not_read_whole() {
+    let dir = folder("large");
+    let file = dir.join("large.toml");
+    let comment = format!("# {}\n", "x".repeat(1000));
+    // Refused whole, not for its last line, which is read only if all of it is.
+    std::fs::write(&file, comment.repeat(1100) + "defualt_scenario = \"demo\"\n").unwrap();
+    let path = file.to_str().unwrap();
+    let (large, _) = refused(&["serve", "--config", path]);
+    let (folder, _) = refused(&["serve", "--config", dir.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(large.contains(&format!("{path}: larger than 1048576 bytes")), "{large}");
+    assert!(!large.contains("defualt_scenario"), "{large}");
+    assert!(folder.contains("not a regular file"), "{folder}");
+}
+
+#[test]
 fn a_budget_that_is_not_a_number_is_said_once() {
     let (stderr, _) = refused(&["serve", "--budget-ms", "abc"]);
     assert_eq!(stderr.matches("\"abc\" is not a whole number").count(), 1, "{stderr}");

@@ -33,7 +33,6 @@ pub mod calls;
 pub mod config;
 pub mod dialog;
 pub mod error;
-mod files;
 pub mod jsonseq;
 pub mod llm;
 pub mod metrics;

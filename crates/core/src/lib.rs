@@ -24,6 +24,7 @@
 //! - [`server`]: the accept loop, connections, the lane for long-lived
 //!   routes, and graceful drain.
 //! - [`config`]: the server's configuration and the scenarios' tables.
+//! - [`files`]: files the configuration names, read within a bound.
 //! - [`http_client`]: outbound HTTP clients with one TLS setup.
 //! - [`text`]: text helpers (a byte bound that never splits a character).
 //!
@@ -40,6 +41,7 @@ pub mod background;
 pub mod codec;
 pub mod config;
 pub mod dispatch;
+pub mod files;
 pub mod http_client;
 pub mod proto;
 pub mod rules;

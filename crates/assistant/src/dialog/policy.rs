@@ -15,7 +15,7 @@
 
 use std::{fmt, sync::Arc};
 
-use megamind_core::proto::n_alice::n_scenarios::TScenarioResponseBody;
+use megamind_core::{files::read_bounded, proto::n_alice::n_scenarios::TScenarioResponseBody};
 use prometheus::IntCounterVec;
 use serde_json::json;
 
@@ -30,7 +30,6 @@ use crate::{
         turn::TurnInput,
     },
     error::AssistantError,
-    files::read_bounded,
     jsonseq,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{TAssistantContinueArguments, TAssistantState, TAssistantTurn},

@@ -37,9 +37,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use megamind_core::files::read_bounded;
 use serde::Deserialize;
-
-use crate::files::read_bounded;
 
 mod front;
 mod words;

@@ -33,6 +33,7 @@ mod tests;
 use std::sync::Arc;
 
 use megamind_core::{
+    files::read_bounded,
     proto::n_alice::n_scenarios::{
         TCallbackDirective, TDirective, TRunCommandDirective, TScenarioResponseBody, t_directive,
     },
@@ -51,7 +52,6 @@ use crate::{
         turn::TurnInput,
     },
     error::AssistantError,
-    files::read_bounded,
     metrics::AssistantMetrics,
     proto::megamind_scenario::v1::{ESkillWait, TAssistantContinueArguments, TAssistantState, TSkillSession},
     skills::{

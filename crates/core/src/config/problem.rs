@@ -34,6 +34,23 @@ impl Problem {
     }
 }
 
+/// `message` without the value a reader quotes in it (``invalid type:
+/// integer `12345`, expected a string`` → `invalid type: integer, expected a
+/// string`): what a problem with a secret's key says.
+pub fn without_value(message: &str) -> String {
+    for marker in ["invalid type: ", "invalid value: "] {
+        if let Some(at) = message.find(marker) {
+            let (head, rest) = message.split_at(at + marker.len());
+            // What is expected is the reader's words, after the value.
+            let expected = rest.rfind(", expected").map_or("", |at| &rest[at..]);
+            let found = &rest[..rest.len() - expected.len()];
+            let kind = found.split(['`', '"']).next().unwrap_or_default().trim_end();
+            return format!("{head}{kind}{expected}");
+        }
+    }
+    message.to_owned()
+}
+
 /// Reads `table` as a `T`. When it is refused, each of its values is read
 /// alone over `defaults` (a `T` with every default, as a table), so that every
 /// key at fault is named, each under `prefix` (a scenario's name, or empty for
@@ -205,6 +222,26 @@ mod tests {
         assert_eq!(problems[0].message, "rn_ms: unknown key; did you mean `budget.run_ms`?", "a key in a table below");
         let read = read::<Outer>(&toml::toml! { name = "x" }, &defaults, "").unwrap();
         assert_eq!(read.name.as_deref(), Some("x"), "a key with no default is read too");
+    }
+
+    #[test]
+    fn a_secret_s_problem_names_the_type_of_its_value_never_the_value() {
+        for (message, shown) in [
+            ("k: invalid type: integer `12345`, expected a string", "k: invalid type: integer, expected a string"),
+            (
+                "k: invalid type: floating point `1.5`, expected a string",
+                "k: invalid type: floating point, expected a string",
+            ),
+            ("k: invalid type: boolean `true`, expected a string", "k: invalid type: boolean, expected a string"),
+            ("k: invalid value: string \"a, expected b\", expected c", "k: invalid value: string, expected c"),
+            ("k: invalid type: sequence, expected a string", "k: invalid type: sequence, expected a string"),
+            (
+                "k: 5 bytes; a key shorter than 32 bytes is guessable",
+                "k: 5 bytes; a key shorter than 32 bytes is guessable",
+            ),
+        ] {
+            assert_eq!(without_value(message), shown);
+        }
     }
 
     #[test]

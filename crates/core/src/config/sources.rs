@@ -10,7 +10,8 @@
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, Origins, Problem, origin::Refused};
+use super::{Config, ConfigError, Origins, Problem, origin::Refused, problem::without_value};
+use crate::files::read_bounded;
 
 /// One value set from outside the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +36,14 @@ pub struct Sources {
     /// the overrides' are read where they are now before the overrides
     /// apply, so that a flag wins over the file however each spells a key.
     pub aliases: Vec<(String, String)>,
+    /// Dotted keys that hold secrets: a problem with one never quotes its
+    /// value (an API key written as a number is refused as a number).
+    pub secret: Vec<String>,
 }
+
+/// The longest configuration file read: far more than any configuration
+/// needs, and a log file named by mistake is refused, not read whole.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// A text that is not TOML, as `source:line:column: what` (`source` names
 /// it: its file). Not toml's own text, which quotes the line: the line may
@@ -59,8 +67,8 @@ impl Sources {
         let (file, mut origins) = match &self.file {
             None => (toml::Table::new(), Origins::default()),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
+                let text = read_bounded(path, MAX_FILE_BYTES)
+                    .map_err(|why| ConfigError(vec![format!("{}: {why}", path.display())]))?;
                 let table = toml::from_str(&text)
                     .map_err(|e| ConfigError(vec![syntax_error(&path.display().to_string(), &text, &e)]))?;
                 (table, Origins::of_file(path, &text))
@@ -110,6 +118,9 @@ impl Sources {
         let (config, mut problems) = Config::read(table);
         problems.extend(config.problems().into_iter().map(Problem::from_message));
         problems.extend(scenarios(&config));
+        for problem in problems.iter_mut().filter(|problem| self.secret.contains(&problem.key)) {
+            problem.message = without_value(&problem.message);
+        }
         let errors = origins.render(refused, problems);
         if errors.is_empty() { Ok(config) } else { Err(ConfigError(errors)) }
     }

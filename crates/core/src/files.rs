@@ -1,5 +1,5 @@
-//! Files the configuration names (the system prompt, the skills' context,
-//! a skill's `SKILL.md`), read within a bound: a path to a device or a pipe
+//! Files the configuration names (the configuration file itself, a
+//! scenario's prompt or context, a skill's `SKILL.md`), read within a bound: a path to a device or a pipe
 //! is refused before it is opened (opening a pipe waits for a writer), and
 //! a log file named by mistake at its bound, not read whole into memory.
 
@@ -7,7 +7,7 @@ use std::{io::Read, path::Path};
 
 /// The text of `file`, if it is a regular file of at most `max` bytes of
 /// UTF-8; else why not, in a few words.
-pub(crate) fn read_bounded(file: &Path, max: u64) -> Result<String, String> {
+pub fn read_bounded(file: &Path, max: u64) -> Result<String, String> {
     if !std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?.is_file() {
         return Err("not a regular file".into());
     }
