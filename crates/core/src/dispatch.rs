@@ -63,6 +63,11 @@ use crate::{
     store::{Begin, Key, StoreError, Waited},
 };
 
+/// How long a lease outlasts the work it covers (the budget, then the
+/// detach limit): the time its answer has to be stored, a shared store's
+/// round trips included, before a retry may take the key and run it again.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
 /// Server-side limits the dispatcher applies.
 #[derive(Debug, Clone)]
 pub struct DispatchLimits {
@@ -254,26 +259,34 @@ impl Dispatcher {
         deadline: &Deadline,
     ) -> Result<Lead<'_>, (Reply, Outcome)> {
         // Waiters take no slot: they hold no scenario work, only their
-        // connection, and end by their deadline.
+        // connection, and end by their deadline. A store may ask more than
+        // once (a shared store, then the memory behind it): a caller holds
+        // one slot at most.
         let mut permit = None;
-        let mut may_lead = || {
-            permit = self.admission.try_admit(handler);
-            permit.is_some()
-        };
         let fail = |kind, message| failure(registered, handler, kind, message);
         let unavailable = |error: StoreError| fail("unavailable", format!("the idempotency cache failed: {error}"));
         let abandoned = || fail("internal", "the first call with this RequestId failed without an answer".into());
-        // Work past its budget may go on until the detach limit: its lease lasts as long.
-        let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit;
+        // Work past its budget may go on until the detach limit: its lease
+        // lasts as long, and then long enough to store what it answered.
+        let lease_ttl = self.limits.budgets.of(handler) + self.limits.detach_limit + LEASE_MARGIN;
         let key = Key::new(&registered.name, handler, request_id);
         // A first call that ends without an answer (cancelled, or its
         // replica gone with its lease) leaves its waiters free to lead in
         // its place, once: a retry waiting for it should not fail for it.
         for takeover in [false, true] {
-            let waiter = match self.cache.begin(key.clone(), lease_ttl, deadline.at, &mut may_lead).await {
+            let mut may_lead = || {
+                permit = None;
+                permit = self.admission.try_admit(handler);
+                permit.is_some()
+            };
+            let begun = self.cache.begin(key.clone(), lease_ttl, deadline.at, &mut may_lead).await;
+            let waiter = match begun {
                 Ok(Begin::Lead(lease)) => return Ok(Lead { leading: self.cache.leading(lease), permit }),
                 Ok(Begin::Hit(body)) => return Err((Reply::Answer(body), Outcome::Replay)),
-                Ok(Begin::Wait(waiter)) => waiter,
+                Ok(Begin::Wait(waiter)) => {
+                    permit = None;
+                    waiter
+                }
                 Ok(Begin::Refused) => {
                     return Err(match handler {
                         Handler::Run => (Reply::Refused(Refusal::Overloaded), Outcome::Error("overloaded")),
@@ -297,6 +310,9 @@ impl Dispatcher {
                     let message = format!("the first call with this RequestId did not answer within {limit}");
                     (fail("timeout", message).0, Outcome::ReplayTimeout)
                 }
+                // A shared store lost while waiting: a call without side
+                // effects begins again, on this replica's memory if need be.
+                Err(_) if !takeover && !handler.has_side_effect() && Instant::now() < deadline.at => continue,
                 Err(error) => unavailable(error),
             });
         }
@@ -475,5 +491,7 @@ fn log_body(what: &str, desc: MessageDescriptor, binary: &Bytes) {
     log_text(what, text);
 }
 
+#[cfg(test)]
+mod store_tests;
 #[cfg(test)]
 mod tests;

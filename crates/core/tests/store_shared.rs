@@ -251,6 +251,57 @@ async fn commits_may_opt_into_this_replicas_memory() {
     assert!(matches!(repeat, Ok(Begin::Wait(_))), "the repeat on this replica waits for it: {repeat:?}");
 }
 
+/// A `/commit` run on this replica's memory while Redis was away is this
+/// replica's to answer once Redis is back too: Redis never heard of it, and
+/// a retry here must replay it, or wait for it while it runs, not run it
+/// again.
+#[tokio::test]
+async fn a_commit_run_here_while_redis_was_away_is_answered_here_once_it_is_back() {
+    let Some(mut server) = RedisServer::start("a local commit after Redis is back") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Local);
+    store.start();
+    kill_and_take_for_down(&mut server, &store).await;
+    let (Ok(Begin::Lead(done)), _) = begin(&store, Handler::Commit, "done").await else { panic!("leads here") };
+    store.complete(done, Bytes::from_static(b"paid here")).await.unwrap();
+    let (Ok(Begin::Lead(running)), _) = begin(&store, Handler::Commit, "running").await else { panic!("leads here") };
+
+    server.restart();
+    assert!(eventually(Duration::from_secs(10), || !store.is_down()).await, "back");
+    let (retry, _) = begin(&store, Handler::Commit, "done").await;
+    assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"paid here"), "replayed: {retry:?}");
+    let (retry, _) = begin(&store, Handler::Commit, "running").await;
+    assert!(matches!(retry, Ok(Begin::Wait(_))), "waits for the call still running here: {retry:?}");
+    store.complete(running, Bytes::from_static(b"paid too")).await.unwrap();
+    let (retry, _) = begin(&store, Handler::Commit, "running").await;
+    assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"paid too"), "{retry:?}");
+    let (fresh, _) = begin(&store, Handler::Commit, "fresh").await;
+    let Ok(Begin::Lead(fresh)) = fresh else { panic!("a new call leads: {fresh:?}") };
+    assert!(megamind_core::store::redis::is_claim(&fresh.token), "in Redis");
+}
+
+/// The answer of a call whose claim Redis no longer holds (the claim ran
+/// out while the call ran, or Redis lost it) is stored all the same when
+/// nobody else took the key: a retry replays it rather than run the side
+/// effect again. A key that another call claimed since is left to it.
+#[tokio::test]
+async fn an_answer_whose_claim_is_gone_is_stored_unless_another_took_the_key() {
+    let Some(server) = RedisServer::start("an answer after its claim") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (Ok(Begin::Lead(gone)), _) = begin(&store, Handler::Commit, "gone").await else { panic!("leads") };
+    let (Ok(Begin::Lead(taken)), _) = begin(&store, Handler::Commit, "taken").await else { panic!("leads") };
+    let _: () = server.query(redis::cmd("DEL").arg("shared:{demo/commit/gone}"));
+    let _: () = server.query(redis::cmd("SET").arg("shared:{demo/commit/taken}").arg("canother:1"));
+    store.complete(taken, Bytes::from_static(b"ran too")).await.unwrap();
+    store.complete(gone, Bytes::from_static(b"ran")).await.unwrap();
+    let held =
+        |id: &str| -> Option<Vec<u8>> { server.query(redis::cmd("GET").arg(format!("shared:{{demo/commit/{id}}}"))) };
+    // Stored in the background, after the answer of "taken" was tried.
+    assert!(eventually(Duration::from_secs(5), || held("gone").is_some()).await, "the answer was never stored");
+    let (retry, _) = begin(&store, Handler::Commit, "gone").await;
+    assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"ran"), "replayed: {retry:?}");
+    assert_eq!(held("taken").as_deref(), Some(&b"canother:1"[..]), "another's claim is left alone");
+}
+
 #[tokio::test]
 async fn errors_never_name_the_password() {
     let (store, _registry) = shared("redis://user:s3cret-pw@127.0.0.1:1", CommitFallback::Refuse);

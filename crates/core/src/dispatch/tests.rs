@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Answers every `/run` with its user ticket as `Version`.
-struct Echo;
+pub(super) struct Echo;
 
 #[async_trait::async_trait]
 impl Scenario for Echo {
@@ -55,7 +55,7 @@ fn dispatcher_of(name: &str, scenario: Arc<dyn Scenario>, limits: DispatchLimits
     Dispatcher::new(registry, None, limits, cache, admission, ServerMetrics::new())
 }
 
-fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
+pub(super) fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
     let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
     Call {
         handler: Handler::Run,
@@ -69,7 +69,7 @@ fn run_call(request_id: &str, user_ticket: Option<&str>) -> Call {
     }
 }
 
-fn version(reply: Reply) -> String {
+pub(super) fn version(reply: Reply) -> String {
     let Reply::Answer(body) = reply else { panic!("an answer: {reply:?}") };
     TScenarioRunResponse::decode(body).unwrap().version
 }
@@ -195,14 +195,14 @@ fn faulty_dispatcher(scenario: Arc<Faulty>, detach_limit: std::time::Duration) -
     dispatcher_of("faulty", scenario, DispatchLimits { detach_limit, ..DispatchLimits::default() })
 }
 
-fn commit_call(request_id: &str) -> Call {
+pub(super) fn commit_call(request_id: &str) -> Call {
     let base_request = Some(TScenarioBaseRequest { request_id: request_id.into(), ..Default::default() });
     let body = TScenarioApplyRequest { base_request, ..Default::default() }.encode_to_vec().into();
     Call { handler: Handler::Commit, body, ..run_call(request_id, None) }
 }
 
 /// The error a `/commit` answered with: its type and message.
-fn commit_error(reply: &Reply) -> (String, String) {
+pub(super) fn commit_error(reply: &Reply) -> (String, String) {
     let Reply::Answer(body) = reply else { panic!("an answer: {reply:?}") };
     let answer = TScenarioCommitResponse::decode(body.clone()).unwrap();
     let Some(t_scenario_commit_response::Response::Error(error)) = answer.response else { panic!("{answer:?}") };
@@ -246,10 +246,10 @@ async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat(
 
 /// A `/commit` that waits to be let go, as a payment waits on its service.
 #[derive(Default)]
-struct Gated {
+pub(super) struct Gated {
     commits: std::sync::atomic::AtomicUsize,
-    started: tokio::sync::Notify,
-    gate: tokio::sync::Notify,
+    pub(super) started: tokio::sync::Notify,
+    pub(super) gate: tokio::sync::Notify,
 }
 
 #[async_trait::async_trait]

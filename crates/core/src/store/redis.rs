@@ -27,8 +27,10 @@
 //!   later (`NX` with `GET`). A reference to a body this replica has not
 //!   seen yet costs one more round trip (`GET`), once.
 //! - `complete` and `abandon`, one round trip: a script that writes the value
-//!   (or deletes the key) only if the key still holds this lease's claim; a
-//!   lease that ran out (and was perhaps claimed again) changes nothing.
+//!   (or deletes the key) only if the key still holds this lease's claim, or
+//!   nothing (the claim ran out, or Redis lost it: the answer of a call
+//!   that ran is better kept than run again); a lease whose key another
+//!   call claimed or answered since changes nothing.
 //!   The value goes in whole, or as a reference to its body (written first,
 //!   one more round trip, the first time and every few seconds after).
 //! - `wait` polls the key (`GET`), 1 ms after the claim was seen and
@@ -75,12 +77,16 @@ pub use journal::MAX_BLOCKING;
 pub use link::RedisLink;
 pub use url::StoreUrl;
 
-/// Ends the claim `ARGV[1]` if the key still holds it: with the value
-/// `ARGV[2]` (already `v`-prefixed) kept for `ARGV[3]` ms, or, without one,
-/// by deleting the key.
+/// Ends the claim `ARGV[1]` unless the key holds another's claim or a
+/// value: with the value `ARGV[2]` (already `v`-prefixed) kept for `ARGV[3]`
+/// ms, or, without one, by deleting the key. A key found empty (the claim
+/// ran out, or Redis lost it) takes the value all the same: nobody else
+/// holds it, and a `/commit` that ran is not run again by its retry. 0 when
+/// another holds the key.
 const END: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) else redis.call('DEL', KEYS[1]) end
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+if ARGV[2] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) elseif held then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
@@ -345,15 +351,18 @@ impl RedisStore {
         }
     }
 
-    async fn end(&self, lease: &Lease, value: Option<Bytes>) -> Result<(), StoreError> {
+    /// Ends `lease` with `value`, or without one: whether it was this
+    /// lease's to end (false: another call claimed or answered the key
+    /// since its claim ran out, and nothing changed).
+    pub async fn end(&self, lease: &Lease, value: Option<Bytes>) -> Result<bool, StoreError> {
         let claim = claim_of(&lease.token)?;
         let mut invocation = END_SCRIPT.key(&claim.key);
         invocation.arg(&claim.claim[..]);
         if let Some(value) = &value {
             invocation.arg(self.entry_value(value).await).arg(self.ttl_ms(lease.key.handler).max(1));
         }
-        let _ended: i64 = self.invoke(None, &invocation).await?;
-        Ok(())
+        let ended: i64 = self.invoke(None, &invocation).await?;
+        Ok(ended == 1)
     }
 
     /// Keeps `lease`'s claim until its key's value would have expired (the
@@ -441,11 +450,11 @@ impl FlightStore for RedisStore {
     }
 
     async fn complete(&self, lease: Lease, value: Bytes) -> Result<(), StoreError> {
-        self.end(&lease, Some(value)).await
+        self.end(&lease, Some(value)).await.map(drop)
     }
 
     async fn abandon(&self, lease: Lease) -> Result<(), StoreError> {
-        self.end(&lease, None).await
+        self.end(&lease, None).await.map(drop)
     }
 
     async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError> {

@@ -266,6 +266,8 @@ struct Inner {
     local: MemoryStore,
     commit_fallback: CommitFallback,
     health: Arc<StoreHealth>,
+    /// Set once a call ran on `local`: from then on, `local` is asked first.
+    fell_back: AtomicBool,
 }
 
 impl SharedStore {
@@ -277,7 +279,7 @@ impl SharedStore {
         commit_fallback: CommitFallback,
         health: Arc<StoreHealth>,
     ) -> SharedStore {
-        SharedStore(Arc::new(Inner { shared, local, commit_fallback, health }))
+        SharedStore(Arc::new(Inner { shared, local, commit_fallback, health, fell_back: AtomicBool::new(false) }))
     }
 
     /// Whether the shared store is taken for down now.
@@ -305,12 +307,21 @@ impl SharedStore {
                 let ended = if retrying && store.is_down() {
                     Err(StoreError::Unavailable("the shared store is taken for down".into()))
                 } else {
-                    match &value {
-                        Some(value) => store.run(op, store.shared.complete(lease.clone(), value.clone())).await,
-                        None => store.run(op, store.shared.abandon(lease.clone())).await,
-                    }
+                    store.run(op, store.shared.end(&lease, value.clone())).await
                 };
-                let Err(error) = ended else { return };
+                let error = match ended {
+                    Ok(true) => return,
+                    Ok(false) if value.is_some() && is_reserved(lease.key.handler) => {
+                        return tracing::warn!(
+                            key = %lease.key,
+                            "a /{} answer was not stored: its claim ran out while it ran, and another call \
+                             claimed the key since (it may run the side effect again)",
+                            lease.key.handler
+                        );
+                    }
+                    Ok(false) => return,
+                    Err(error) => error,
+                };
                 let again = Instant::now() + pause;
                 // A Redis that answers but is full keeps refusing the answer
                 // until memory is freed (answers expiring, an operator): the
@@ -360,6 +371,7 @@ impl Inner {
             )));
         }
         self.health.metrics.fell_back(key.handler);
+        self.fell_back.store(true, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -374,6 +386,16 @@ impl FlightStore for SharedStore {
         may_lead: &mut (dyn FnMut() -> bool + Send),
     ) -> Result<Begin, StoreError> {
         let store = &self.0;
+        // A key this replica led in its memory while Redis failed it is
+        // answered there (its answer, or its lease still running), Redis
+        // back or not: Redis never heard of it, and a retry on this replica
+        // must not run it again.
+        if store.fell_back.load(Ordering::Relaxed) {
+            let here = store.local.begin_now(key.clone(), lease_ttl, &mut || false);
+            if let Begin::Hit(_) | Begin::Wait(_) = here {
+                return Ok(here);
+            }
+        }
         let mut cause = None;
         if !store.is_down() {
             match store.run(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
