@@ -97,9 +97,15 @@ async fn kill_and_take_for_down(server: &mut RedisServer, store: &SharedStore) {
 /// The answer of `/commit` `id` once Redis has stored it, its claim
 /// holding meanwhile (a retry then waits rather than run it again).
 async fn stored_answer(store: &SharedStore, id: &str) -> Bytes {
+    stored_answer_of(store, Handler::Commit, id).await
+}
+
+/// The answer of `handler` `id` once Redis has stored it, its claim
+/// holding meanwhile.
+async fn stored_answer_of(store: &SharedStore, handler: Handler, id: &str) -> Bytes {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
-        match begin(store, Handler::Commit, id).await.0 {
+        match begin(store, handler, id).await.0 {
             Ok(Begin::Hit(value)) => return value,
             other if Instant::now() < until => {
                 assert!(matches!(other, Ok(Begin::Wait(_))), "the claim holds meanwhile: {other:?}");
@@ -145,9 +151,20 @@ async fn with_redis_down_run_falls_back_and_commit_is_refused_in_time() {
 
 #[tokio::test]
 async fn a_commit_answer_redis_refused_is_stored_once_it_can_be() {
-    let Some(server) = RedisServer::start("a commit answer stored late") else { return };
+    an_answer_redis_refused_is_stored_once_it_can_be(Handler::Commit).await;
+}
+
+/// A `/run` answer left unstored would hold its claim until the lease runs
+/// out, every retry meanwhile waiting for it and answered `timeout`.
+#[tokio::test]
+async fn a_run_answer_redis_refused_is_stored_once_it_can_be() {
+    an_answer_redis_refused_is_stored_once_it_can_be(Handler::Run).await;
+}
+
+async fn an_answer_redis_refused_is_stored_once_it_can_be(handler: Handler) {
+    let Some(server) = RedisServer::start("an answer stored late") else { return };
     let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
-    let (lead, _) = begin(&store, Handler::Commit, "late").await;
+    let (lead, _) = begin(&store, handler, "late").await;
     let Ok(Begin::Lead(lease)) = lead else { panic!("a first /commit leads: {lead:?}") };
     // Out of memory under noeviction, Redis refuses every write.
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1"));
@@ -161,7 +178,7 @@ async fn a_commit_answer_redis_refused_is_stored_once_it_can_be() {
     let _: () = server.query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0"));
     // Its claim would otherwise hold the entry until the lease runs out, and
     // a retry after that would run the side effect again.
-    assert_eq!(&stored_answer(&store, "late").await[..], b"pushed");
+    assert_eq!(&stored_answer_of(&store, handler, "late").await[..], b"pushed");
 }
 
 /// Redis full for longer than the lease: the claim stands in for the

@@ -32,10 +32,10 @@
 //!
 //! An answer is stored in the background: it goes to the caller at once,
 //! and a repeat that comes before it is stored waits for it as for any
-//! lease in flight. A `/commit` or `/apply` answer that Redis did not take
-//! (slow, or down for a while) is tried again until it is stored or its
-//! lease runs out; one that Redis refused for want of memory holds its
-//! claim, and is tried again, for as long as it would have been kept.
+//! lease in flight. An answer that Redis did not take (slow, or down for a
+//! while) is tried again until it is stored or its lease runs out; a
+//! `/commit` or `/apply` answer that Redis refused for want of memory holds
+//! its claim, and is tried again, for as long as it would have been kept.
 
 use std::{
     sync::{
@@ -297,10 +297,12 @@ impl SharedStore {
         let store = self.0.clone();
         self.0.health.background().spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
-            // A `/commit` answer not stored leaves its claim until the lease
-            // runs out, and a retry after that runs the side effect again:
-            // it is tried again, while the lease lasts, once Redis answers.
-            let mut retry_until = is_reserved(lease.key.handler).then(|| claim_until(&lease.token)).flatten();
+            // An answer not stored leaves its claim until the lease runs
+            // out: every retry meanwhile waits for it (and is answered
+            // `timeout`), and a `/commit` retried after that runs the side
+            // effect again. It is tried again, while the lease lasts, once
+            // Redis answers.
+            let mut retry_until = claim_until(&lease.token);
             let (mut pause, mut retrying, mut held) = (FIRST_END_PAUSE, false, false);
             loop {
                 // Tried again only once the store is back, not meanwhile.
@@ -328,7 +330,8 @@ impl SharedStore {
                 // claim is then held, and the answer tried, for as long as
                 // the answer would have been kept.
                 let lease_ends = retry_until.is_some_and(|until| again >= until);
-                if lease_ends && !held && matches!(error, StoreError::Full) && value.is_some() {
+                let keeps_a_side_effect = value.is_some() && is_reserved(lease.key.handler);
+                if lease_ends && !held && matches!(error, StoreError::Full) && keeps_a_side_effect {
                     held = matches!(store.shared.hold(&lease).await, Ok(true));
                     if held {
                         tracing::debug!(key = %lease.key, "Redis is full: an answer it refused holds its claim while it is tried again");
