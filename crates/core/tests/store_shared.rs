@@ -728,6 +728,40 @@ async fn a_redis_that_refuses_writes_stays_down_until_it_takes_them() {
     assert!(text.contains("megamind_store_up 1"), "{text}");
 }
 
+/// A Redis that takes writes but refuses a command the store needs (here
+/// an ACL that forbids scripts; Redis 6 refuses `SET … NX GET` alike) is
+/// taken for down at the first probe, with why, and stays down rather than
+/// be found back by each probe's write and lost again at the next call.
+#[tokio::test]
+async fn a_redis_that_refuses_the_stores_commands_stays_down_and_says_why() {
+    let Some(server) = RedisServer::start("a Redis without scripts") else { return };
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("noscripts").arg("on").arg(">pw").arg("~*").arg("+@all").arg("-@scripting");
+    let _: () = server.query(&mut acl);
+    let url = server.url().replacen("redis://", "redis://noscripts:pw@", 1);
+    let (store, registry) = shared(&url, CommitFallback::Refuse);
+    store.start();
+    let probed = |n: usize| {
+        move |text: &str| {
+            let line = r#"megamind_store_operations_total{op="ping",outcome="error"} "#;
+            text.lines().find_map(|l| l.strip_prefix(line)).is_some_and(|count| count.parse::<usize>().unwrap() >= n)
+        }
+    };
+    assert!(eventually(Duration::from_secs(5), || probed(1)(&metrics(&registry))).await, "probed at start");
+    assert!(store.is_down(), "taken for down at the first probe");
+    let (commit, _) = begin(&store, Handler::Commit, "c").await;
+    assert!(matches!(commit, Err(StoreError::Unavailable(_))), "refused while down: {commit:?}");
+    // Each probe's write is carried out: none may find it back.
+    assert!(eventually(Duration::from_secs(5), || probed(3)(&metrics(&registry))).await, "probed again");
+    assert!(store.is_down(), "found back by a probe");
+    let probe = redis_store(&url, Duration::from_secs(1)).link().probe(Duration::from_secs(1)).await;
+    let why = probe.expect_err("the probe fails").to_string();
+    assert!(why.contains("NOPERM") && why.contains("Redis 7.0 or later") && why.contains("EVALSHA"), "{why}");
+    assert!(!why.contains("pw@"), "{why}");
+    let _: () = server.query(redis::cmd("ACL").arg("SETUSER").arg("noscripts").arg("+@scripting"));
+    assert!(eventually(Duration::from_secs(5), || !store.is_down()).await, "found back once scripts run");
+}
+
 /// After Redis restarts, every connection of the pool is stale until a
 /// command finds it so: that command is sent again over the connection
 /// made anew, and the call never sees the restart.

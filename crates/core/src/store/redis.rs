@@ -107,6 +107,9 @@ const CLAIM: u8 = b'c';
 const VALUE: u8 = b'v';
 const REFERENCE: u8 = b'r';
 
+/// How an error Redis answered is told ([`unavailable`]).
+const REFUSED: &str = "Redis answered ";
+
 /// The longest pause between two polls of a wait.
 const MAX_POLL: Duration = Duration::from_millis(8);
 
@@ -526,8 +529,8 @@ fn unavailable(error: &redis::RedisError) -> StoreError {
         // Redis's own words say what is wrong (a database out of range, an
         // ACL); they never hold the URL.
         (Some(code), _) => match error.detail() {
-            Some(detail) => format!("Redis answered {code}: {}", crate::text::clip(detail, 200)),
-            None => format!("Redis answered {code}"),
+            Some(detail) => format!("{REFUSED}{code}: {}", crate::text::clip(detail, 200)),
+            None => format!("{REFUSED}{code}"),
         },
         (None, kind) if error.is_connection_refusal() => format!("connection refused ({kind:?})"),
         (None, kind) if error.is_timeout() => format!("connection timed out ({kind:?})"),

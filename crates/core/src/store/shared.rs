@@ -157,7 +157,7 @@ impl StoreHealth {
         match &result {
             // A write Redis carried out: it is back, whatever the probe
             // has yet to find (a replica's own appends find it first).
-            Ok(_) if op.is_write() && self.is_down() => self.back(),
+            Ok(_) if op.is_write() && self.is_down() && !self.link.is_unfit() => self.back(),
             // Redis answered: a value it lost is no sign of a store down.
             Ok(_) | Err(StoreError::Full | StoreError::Lost(_)) => self.succeeded(),
             // A call whose deadline had passed gave the store no time at

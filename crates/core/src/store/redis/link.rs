@@ -16,13 +16,16 @@ use bytes::Bytes;
 use redis::{Client, aio::ConnectionManager};
 use tokio::time::Instant;
 
-use super::{StoreUrl, journal::Blocking, within};
+use super::{REFUSED, StoreUrl, journal::Blocking, within};
 use crate::{background::Background, store::StoreError};
 
 /// How long the key a probe writes is kept: it is also this replica's
 /// mark in Redis ([`RedisLink::check_mark`]), renewed several times a
 /// second while Redis serves.
 const MARK_TTL_MS: u64 = 300_000;
+
+/// How a probe that found Redis refusing a command the stores need says so.
+const UNFIT: &str = "Redis refused a command the store needs";
 
 /// The connections to one Redis.
 #[derive(Debug)]
@@ -60,6 +63,8 @@ pub struct RedisLink {
     marked: AtomicBool,
     /// Told when the mark is found gone.
     lost: tokio::sync::Notify,
+    /// Set by a probe that found Redis refusing a command the stores need.
+    unfit: AtomicBool,
     /// Work the stores over this link left running after answers (entries
     /// being ended, claims given back), which a stopping server waits for.
     background: Background,
@@ -80,6 +85,7 @@ impl RedisLink {
             probe_key: format!("{prefix}:probe:{{{owner}}}"),
             marked: AtomicBool::new(false),
             lost: tokio::sync::Notify::new(),
+            unfit: AtomicBool::new(false),
             client,
             address: url.to_string(),
             pool: OnceLock::new(),
@@ -239,12 +245,57 @@ impl RedisLink {
     /// Checks that Redis takes writes: a Redis that answers `PING` but
     /// refuses writes (a read-only replica after a failover) serves no
     /// claim. A Redis that is full answers: it is up, and each call finds
-    /// out what it may still do.
+    /// out what it may still do. Then that it runs the commands the stores
+    /// send ([`RedisLink::check_commands`]).
     pub async fn probe(&self, timeout: Duration) -> Result<(), StoreError> {
+        let deadline = Instant::now() + timeout;
         match self.mark(timeout).await {
-            Ok(()) | Err(StoreError::Full) => Ok(()),
-            Err(error) => Err(error),
+            Ok(()) | Err(StoreError::Full) => {}
+            Err(error) => return Err(error),
         }
+        // Full, Redis refuses the writes before it looks at them: nothing is
+        // learnt of the commands, and nothing held against it.
+        let checked = match self.check_commands(deadline).await {
+            Err(StoreError::Full) => Ok(()),
+            checked => checked,
+        };
+        let unfit = matches!(&checked, Err(StoreError::Unavailable(why)) if why.starts_with(UNFIT));
+        self.unfit.store(unfit, Ordering::Release);
+        checked
+    }
+
+    /// Checks that Redis runs a claim's `SET … NX GET` (Redis 7.0 or later)
+    /// and the scripts (an ACL may forbid them), over the probe's key,
+    /// changing nothing: a Redis that answers a write but refuses these
+    /// would be found back by every probe and lost at the next call.
+    async fn check_commands(&self, deadline: Instant) -> Result<(), StoreError> {
+        let mut claim = redis::cmd("SET");
+        claim.arg(&self.probe_key).arg(&self.owner).arg("NX").arg("PX").arg(MARK_TTL_MS).arg("GET");
+        let claim = &claim;
+        let mut end = super::END_SCRIPT.key(&self.probe_key);
+        // No claim the key holds: the script changes nothing.
+        end.arg("c");
+        let end = &end;
+        let checked = self
+            .idempotent(Some(deadline), self.connection()?, |mut c| async move {
+                claim.query_async::<Option<Vec<u8>>>(&mut c).await?;
+                end.invoke_async::<i64>(&mut c).await
+            })
+            .await;
+        checked.map(drop).map_err(|error| match error {
+            // Redis's own refusal, not a connection lost on the way.
+            StoreError::Unavailable(why) if why.starts_with(REFUSED) => StoreError::Unavailable(format!(
+                "{UNFIT} ({why}); it needs Redis 7.0 or later (or Valkey), \
+                 and an ACL that allows SET, GET, DEL, PEXPIRE, the stream commands and EVALSHA"
+            )),
+            other => other,
+        })
+    }
+
+    /// Whether the last probe found Redis refusing a command the stores
+    /// need: a write it carries out then says nothing of its being back.
+    pub(crate) fn is_unfit(&self) -> bool {
+        self.unfit.load(Ordering::Acquire)
     }
 
     /// Writes the probe's key, this replica's mark, within `bound`.
