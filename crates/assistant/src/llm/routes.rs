@@ -49,7 +49,7 @@ use crate::{
     jsonseq,
     llm::{
         kept::KeptAnswers,
-        schema,
+        render, schema,
         stream::{self, Sequencer, Subscription},
     },
     metrics::AssistantMetrics,
@@ -184,7 +184,8 @@ async fn stream_route(
         after,
         delay: Some(metrics.stream_delay.clone()),
     };
-    let Some(events) = stream::sse(&id, &record, subscription, shutdown) else {
+    // A stream resumed far into a long call renders all it skips.
+    let Some(events) = render::aside(|| stream::sse(&id, &record, subscription, shutdown)) else {
         // Resumed after the last event of an ended call: 204 tells an
         // EventSource to stop reconnecting, which an empty 200 would not.
         metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
@@ -228,11 +229,14 @@ async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri:
     let (record, id, api) = (&record, &id, &*api);
     let whole = || {
         if record.has_ended() {
-            return api.answers.get_or_render(record, || api.answer(id, &record.view().0).to_string()).into();
+            let render = || render::aside(|| api.answer(id, &record.view().0).to_string());
+            return api.answers.get_or_render(record, render).into();
         }
-        let (view, mark) = record.view();
-        let json = api.answer(id, &view).to_string().into();
-        Version { json, mark: mark.map(|mark| mark as u64) }
+        render::aside(|| {
+            let (view, mark) = record.view();
+            let json = api.answer(id, &view).to_string().into();
+            Version { json, mark: mark.map(|mark| mark as u64) }
+        })
     };
     // One wait, however many tags the request names.
     let older = OlderViews { record, id, api, deadline: tokio::time::Instant::now() + CATCH_UP };
@@ -262,8 +266,10 @@ impl Older for OlderViews<'_> {
     }
 
     fn make(&self, mark: u64) -> Option<Arc<str>> {
-        let view = self.record.view_at(usize::try_from(mark).ok()?)?;
-        Some(self.api.answer(self.id, &view).to_string().into())
+        render::aside(|| {
+            let view = self.record.view_at(usize::try_from(mark).ok()?)?;
+            Some(self.api.answer(self.id, &view).to_string().into())
+        })
     }
 }
 
