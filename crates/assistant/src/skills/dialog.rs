@@ -438,7 +438,7 @@ impl DialogPolicy for SkillPolicy {
         let Some(session) = &state.skill else { return self.chat.messages(state, utterance) };
         // A callback's call runs in the state it brought back, unplanned.
         let mut bounded;
-        let session = if crate::skills::dialog::session::bytes(session) > self.max_session_bytes {
+        let session = if !crate::skills::dialog::session::is_bounded(session, self.max_session_bytes) {
             bounded = session.clone();
             crate::skills::dialog::session::bound(&mut bounded, self.max_session_bytes);
             &bounded

@@ -60,6 +60,13 @@ pub(crate) fn bound(session: &mut TSkillSession, max_bytes: usize) {
     clip(&mut session.next, max_bytes);
 }
 
+/// Whether [`bound`] would leave the session as it is (within `max_bytes`
+/// of text and [`MAX_EXCHANGES`]): a state read back unplanned (a
+/// callback's) is bounded only when it is not.
+pub(crate) fn is_bounded(session: &TSkillSession, max_bytes: usize) -> bool {
+    session.exchanges.len() <= MAX_EXCHANGES && bytes(session) <= max_bytes
+}
+
 /// Bytes of the session's text: what [`bound`] bounds.
 pub(crate) fn bytes(session: &TSkillSession) -> usize {
     let exchanges: usize = session.exchanges.iter().map(size).sum();

@@ -248,3 +248,22 @@ fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
     let policy = read.unwrap_or_else(|e| panic!("a context at the bound is read: {e}"));
     assert_eq!(policy.context.map(|text| text.len()), Some(MAX_CONTEXT_BYTES));
 }
+
+/// A callback's call runs in the state it brought back, unplanned: a
+/// session of millions of empty exchanges (two bytes each on the wire, no
+/// text to count) is bounded to one exchange a step before it becomes the
+/// model's messages, as a planned one is.
+#[test]
+fn a_state_brought_back_with_countless_empty_exchanges_is_bounded_before_the_call() {
+    let mut config = AssistantConfig::default();
+    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
+    config.skills.watch = false;
+    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
+    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    let mut session = session::start("disk-usage", "req-1");
+    session.exchanges = vec![crate::proto::megamind_scenario::v1::TAssistantTurn::default(); 200_000];
+    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let messages = policy.messages(&state, "дальше");
+    let most = 2 + 2 * (1 + crate::skills::MAX_STEPS as usize);
+    assert!(messages.len() <= most, "{} messages, {most} at most", messages.len());
+}
