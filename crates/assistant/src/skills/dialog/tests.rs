@@ -168,13 +168,18 @@ fn the_fuzz_seeds_play() {
     }
 }
 
-#[test]
-fn a_confirmed_command_is_checked_again() {
+/// The policy over the skills the server ships, unwatched.
+fn shipped_policy() -> SkillPolicy {
     let mut config = AssistantConfig::default();
     config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
     config.skills.watch = false;
     let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
-    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    SkillPolicy::from_config(&config, &metrics, false).unwrap()
+}
+
+#[test]
+fn a_confirmed_command_is_checked_again() {
+    let policy = shipped_policy();
     // A state that says "confirm `rm -rf /`": the policy denies it all the same.
     let mut session = session::start("git-quick-commit", "req-1");
     session.step = 1;
@@ -189,11 +194,7 @@ fn a_confirmed_command_is_checked_again() {
 
 #[test]
 fn a_step_is_read_from_the_words_after_the_thought() {
-    let mut config = AssistantConfig::default();
-    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
-    config.skills.watch = false;
-    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
-    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    let policy = shipped_policy();
     let mut session = session::start("disk-usage", "req-1");
     session.step = 1;
     let state = TAssistantState { skill: Some(session), ..Default::default() };
@@ -255,11 +256,7 @@ fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
 /// model's messages, as a planned one is.
 #[test]
 fn a_state_brought_back_with_countless_empty_exchanges_is_bounded_before_the_call() {
-    let mut config = AssistantConfig::default();
-    config.skills.dir = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../skills")));
-    config.skills.watch = false;
-    let metrics = AssistantMetrics::new(&prometheus::Registry::new()).unwrap();
-    let policy = SkillPolicy::from_config(&config, &metrics, false).unwrap();
+    let policy = shipped_policy();
     let mut session = session::start("disk-usage", "req-1");
     session.exchanges = vec![crate::proto::megamind_scenario::v1::TAssistantTurn::default(); 200_000];
     let state = TAssistantState { skill: Some(session), ..Default::default() };
