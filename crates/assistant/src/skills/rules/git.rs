@@ -120,21 +120,34 @@ fn branch_lists(args: &[Word]) -> bool {
 /// What `git` with `args` may do beyond its repository, in plain words.
 pub(super) fn capabilities(args: &[Word]) -> Vec<String> {
     let mut found = Vec::new();
+    // The folder git is sent to work in, if not this one.
+    let mut elsewhere = None;
     let mut i = 0;
     while let Some(word) = args.get(i) {
         let text = word.text.as_str();
         if !text.starts_with('-') {
             break;
         }
+        let moved = ["--git-dir=", "--work-tree="].iter().find_map(|prefix| text.strip_prefix(prefix));
         if text.starts_with("-c") || text.starts_with("--config-env") {
             found.push("задаст настройки git, которые могут запустить другие команды".to_owned());
             i += usize::from(text == "-c");
         } else if let Some(dir) = text.strip_prefix("--exec-path=") {
             found.push(format!("возьмёт команды git из папки {dir}"));
-        } else if matches!(text, "-C" | "--git-dir" | "--work-tree" | "--namespace") {
+        } else if let Some(dir) = moved {
+            elsewhere = Some(dir.to_owned());
+        } else if matches!(text, "-C" | "--git-dir" | "--work-tree") {
+            elsewhere = args.get(i + 1).map(|dir| dir.text.clone());
+            i += 1;
+        } else if text == "--namespace" {
             i += 1;
         }
         i += 1;
+    }
+    // Sent elsewhere, a command that writes writes there: `git -C ~ apply`
+    // creates files in the home folder, as `patch` would.
+    if let Some(dir) = elsewhere.filter(|_| !read_only(args.get(i..).unwrap_or(&[]))) {
+        found.push(format!("выполнит git в папке {}: он может записать файлы вне репозитория", quoted(&dir)));
     }
     let Some((sub, rest)) = args.get(i..).and_then(<[Word]>::split_first) else { return found };
     let name = sub.text.as_str();
@@ -175,12 +188,19 @@ pub(super) fn capabilities(args: &[Word]) -> Vec<String> {
         }
         _ => {}
     }
-    // Options that write a file or a folder of git's own anywhere.
-    for word in rest {
+    // Options that write a file or a folder of git's own anywhere, written
+    // whole or abbreviated (git takes any unique start of a long option),
+    // with their value after `=` or as the next word.
+    for (at, word) in rest.iter().enumerate() {
         let value = |prefix: &str| word.text.strip_prefix(prefix);
-        if let Some(folder) = value("--prefix=").filter(|_| name == "checkout-index") {
+        let long = |full: &str, shortest: &str| {
+            let (option, value) = word.text.split_once('=').map_or((word.text.as_str(), None), |(o, v)| (o, Some(v)));
+            let named = option.starts_with(shortest) && full.starts_with(option);
+            named.then(|| value.or_else(|| rest.get(at + 1).map(|next| next.text.as_str())).unwrap_or(""))
+        };
+        if let Some(folder) = long("--prefix", "--p").filter(|_| name == "checkout-index") {
             found.push(format!("запишет файлы репозитория в папку {}", quoted(folder)));
-        } else if let Some(file) = value("--export-marks=") {
+        } else if let Some(file) = long("--export-marks", "--export-m") {
             found.push(writes_to(file));
         } else if let Some(folder) = value("--template=").or_else(|| value("--template")) {
             found.push(format!(
@@ -289,6 +309,13 @@ mod tests {
             "apply --unsafe-paths x.patch",
             "fast-export --export-marks=/tmp/x",
             "init --template=/tmp/evil",
+            "-C ~ apply",
+            "--work-tree ~ restore --source=HEAD~1 .bashrc",
+            "--git-dir=/tmp/x --work-tree=/home/user checkout -f",
+            "-C /etc reset --hard",
+            "checkout-index -a -f --prefix /home/user/",
+            "checkout-index -a -f --pre=/home/user/",
+            "fast-export --export-m /tmp/x",
         ] {
             assert!(some(args), "{args}");
         }
@@ -300,6 +327,7 @@ mod tests {
             "config list --show-origin",
             "remote -v",
             "-C ../repo log",
+            "--work-tree=../site status",
             "reset --soft HEAD~1",
             "merge-file -p a base b",
             "bundle list-heads x.bundle",

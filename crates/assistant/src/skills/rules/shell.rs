@@ -105,8 +105,8 @@ pub(super) fn split(line: &str) -> Line {
 }
 
 /// Words that open or close a compound command, not a command themselves.
-const KEYWORDS: [&str; 13] =
-    ["{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time"];
+/// (`time` is a wrapper: `time -p rm …` runs `rm`, not `-p`.)
+const KEYWORDS: [&str; 12] = ["{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"];
 
 /// `words` without the leading compound-command keywords.
 pub(super) fn without_keywords(words: &[Word]) -> &[Word] {
@@ -121,7 +121,8 @@ pub(super) fn without_assignments(words: &[Word]) -> &[Word] {
 }
 
 /// For each wrapper, its options that take an argument.
-const WRAPPERS: [(&str, &[&str]); 12] = [
+const WRAPPERS: [(&str, &[&str]); 13] = [
+    ("time", &["-f", "-o"]),
     ("sudo", &["-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"]),
     ("doas", &["-u", "-C"]),
     ("env", &["-u", "-C", "-S"]),
