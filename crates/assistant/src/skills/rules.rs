@@ -29,6 +29,8 @@
 //! shell told to run a string (`sh -c "…"`, `eval …`, a substitution) has
 //! that string checked by the deny rules too, three levels deep at most.
 
+use std::sync::LazyLock;
+
 use regex::{Regex, RegexBuilder};
 
 mod allowed;
@@ -225,6 +227,12 @@ impl CommandRules {
         }
         texts.push(whole.split_whitespace().collect::<Vec<_>>().join(" "));
         texts.push(command.split_whitespace().collect::<Vec<_>>().join(" "));
+        // `${HOME}` is `$HOME`, as the rules spell it.
+        for text in &mut texts {
+            if text.contains("${") {
+                *text = BRACED.replace_all(text, "$$$1").into_owned();
+            }
+        }
         let found = rules.iter().find(|rule| texts.iter().any(|text| rule.pattern.is_match(text)));
         if let Some(rule) = found {
             return Some(rule.reason.clone());
@@ -242,6 +250,10 @@ impl CommandRules {
         None
     }
 }
+
+/// A variable named in braces with nothing else in them: `${HOME}`.
+static BRACED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}").expect("a valid pattern"));
 
 /// How the question names a simple command: its program, and for git its
 /// subcommand.

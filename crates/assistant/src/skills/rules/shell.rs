@@ -120,20 +120,63 @@ pub(super) fn without_assignments(words: &[Word]) -> &[Word] {
     words.get(start..).unwrap_or(&[])
 }
 
-/// For each wrapper, its options that take an argument.
+/// For each wrapper, its options that take an argument as the next word
+/// (short, and long: `sudo --user root rm …` runs `rm`).
 const WRAPPERS: [(&str, &[&str]); 13] = [
-    ("time", &["-f", "-o"]),
-    ("sudo", &["-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"]),
+    ("time", &["-f", "-o", "--format", "--output"]),
+    (
+        "sudo",
+        &[
+            "-u",
+            "-g",
+            "-h",
+            "-p",
+            "-C",
+            "-D",
+            "-r",
+            "-t",
+            "-U",
+            "-T",
+            "--user",
+            "--group",
+            "--host",
+            "--prompt",
+            "--close-from",
+            "--chdir",
+            "--role",
+            "--type",
+            "--other-user",
+            "--command-timeout",
+        ],
+    ),
     ("doas", &["-u", "-C"]),
-    ("env", &["-u", "-C", "-S"]),
+    ("env", &["-u", "-C", "-S", "--unset", "--chdir", "--split-string"]),
     ("command", &[]),
     ("builtin", &[]),
     ("exec", &["-a"]),
     ("nohup", &[]),
-    ("nice", &["-n"]),
-    ("timeout", &["-s", "-k"]),
-    ("stdbuf", &["-i", "-o", "-e"]),
-    ("xargs", &["-I", "-n", "-P", "-L", "-s", "-d", "-E", "-a"]),
+    ("nice", &["-n", "--adjustment"]),
+    ("timeout", &["-s", "-k", "--signal", "--kill-after"]),
+    ("stdbuf", &["-i", "-o", "-e", "--input", "--output", "--error"]),
+    (
+        "xargs",
+        &[
+            "-I",
+            "-n",
+            "-P",
+            "-L",
+            "-s",
+            "-d",
+            "-E",
+            "-a",
+            "--max-args",
+            "--max-procs",
+            "--max-lines",
+            "--max-chars",
+            "--delimiter",
+            "--arg-file",
+        ],
+    ),
     ("busybox", &[]),
 ];
 
