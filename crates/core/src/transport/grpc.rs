@@ -113,6 +113,10 @@ impl GrpcRoutes {
     /// the scenario service, for health checks that should see a drain.
     pub async fn set_serving(&self, serving: bool) {
         let mut reported = self.serving.lock().await;
+        // Asked under the lock: a check that found the server ready just
+        // before the drain began must not report it serving after the
+        // drain's own report.
+        let serving = serving && !self.app.is_draining();
         if *reported == serving {
             return;
         }
@@ -483,6 +487,18 @@ mod tests {
         assert_eq!(method_handler("/megamind_scenario.v1.Scenario/run"), None);
         assert_eq!(method_handler("/megamind_scenario.v1.ScenarioX/Run"), None);
         assert_eq!(method_handler("/other.Service/Run"), None);
+    }
+
+    #[tokio::test]
+    async fn a_draining_server_is_never_reported_serving() {
+        let app = Arc::new(App::new(&crate::config::Config::default(), crate::scenario::Registry::new()).unwrap());
+        let routes = GrpcRoutes::new(app.clone()).await.unwrap();
+        // The drain begins and says so; a health check that found the
+        // server ready an instant before reports after it.
+        app.start_draining();
+        routes.set_serving(false).await;
+        routes.set_serving(true).await;
+        assert!(!*routes.serving.lock().await, "reported serving while draining");
     }
 
     #[test]
