@@ -147,6 +147,7 @@ async fn a_fresh_server_lists_every_metric_it_defines_with_its_known_series_at_z
         r#"megamind_assistant_model_calls_total{backend="offline",outcome="timeout"}"#,
         r#"megamind_assistant_commands_total{command="any",outcome="wrong_session"}"#,
         r#"megamind_assistant_llm_api_requests_total{outcome="gone",route="answers"}"#,
+        r#"megamind_assistant_llm_api_requests_total{outcome="unavailable",route="stream"}"#,
         r#"megamind_connections_closed_total{reason="drain_timeout"}"#,
         r#"megamind_store_fallbacks_total{handler="commit"}"#,
         r#"megamind_idempotency_refusals_total{handler="apply"}"#,

@@ -52,8 +52,8 @@ pub const WARMUPS: &str = "megamind_assistant_warmups_total";
 /// JSONSeq streams open now (`GET /llm/stream/...`).
 pub const STREAMS_OPEN: &str = "megamind_assistant_streams_open";
 /// Requests of the `/llm` API by `route` (`stream`, `answers`, `schema`) and
-/// `outcome` (`ok`, `not_found`, `gone`, `refused`, `bad_request`, or a part's
-/// error code).
+/// `outcome` (`ok`, `not_found`, `gone`, `unavailable`, `refused`,
+/// `bad_request`, or a part's error code).
 pub const LLM_API: &str = "megamind_assistant_llm_api_requests_total";
 
 /// Skills in the catalog now.
@@ -103,8 +103,8 @@ const ANSWER_KINDS: &[(&str, &[&str])] = &[
 /// The outcomes of [`LLM_API`] by route; the numbers are the answers of a
 /// bad request for a part (`?part=`, `?snapshot=`).
 const LLM_API_OUTCOMES: &[(&str, &[&str])] = &[
-    ("stream", &["ok", "ended", "forbidden", "bad_request", "not_found", "gone", "refused"]),
-    ("answers", &["ok", "forbidden", "bad_request", "not_found", "gone", "400", "410", "412", "416"]),
+    ("stream", &["ok", "ended", "forbidden", "bad_request", "not_found", "gone", "unavailable", "refused"]),
+    ("answers", &["ok", "forbidden", "bad_request", "not_found", "gone", "unavailable", "400", "410", "412", "416"]),
     ("skills", &["ok", "forbidden", "400", "410", "412", "416"]),
     ("schema", &["ok", "400", "410", "412", "416"]),
 ];

@@ -532,12 +532,15 @@ impl Subscriber {
     }
 
     /// A system event of this subscriber alone, under the id of the last
-    /// event it was sent, so that resuming after it skips nothing.
+    /// event it was sent, so that resuming after it skips nothing. Before
+    /// any was, that is the one it resumed after: a lower id would become
+    /// the client's last, and its next resume would send events again.
     fn system_event(&self, name: &'static str, mut data: Map<String, Value>) -> Bytes {
         data.insert("message_id".into(), message_id(&self.request_id).into());
         data.insert("request_id".into(), self.request_id.clone().into());
         let mut buf = BytesMut::new();
-        write_event(&Numbered { id: self.next as u64, name, data }, &mut buf);
+        let id = (self.next as u64).max(self.subscription.after);
+        write_event(&Numbered { id, name, data }, &mut buf);
         buf.freeze()
     }
 

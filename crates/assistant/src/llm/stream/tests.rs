@@ -145,6 +145,17 @@ async fn a_silent_model_gets_heartbeats_under_the_last_id() {
     assert_valid(&format!("{first}{second}{rest}"));
 }
 
+/// A client resumes after event 5 on a replica whose record has fewer yet
+/// (its copy lags the runner's): a heartbeat meanwhile keeps the client's
+/// last id at 5, or its next resume would be sent events 2 to 5 again.
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_before_the_resumed_events_keeps_the_last_id() {
+    let record = Arc::new(CallRecord::new(1 << 20));
+    let mut body = Box::pin(sse("r", &record, subscription(5), Shutdown::new()).expect("a stream"));
+    let heartbeat = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(heartbeat.starts_with("id: 5\nevent: heartbeat\n"), "{heartbeat}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_call_ends_with_error_then_completed() {
     let record = Arc::new(CallRecord::new(1 << 20));
