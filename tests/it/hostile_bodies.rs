@@ -380,18 +380,23 @@ impl DebugServer {
         response
     }
 
-    /// The log up to and including the summary line of `request_id`.
-    fn log_until_summary(&self, request_id: &str) -> Vec<String> {
-        let needle = format!("request_id={request_id} ");
-        let mut seen = Vec::new();
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
-            let done = line.contains("megamind_scenario::access") && line.contains(&needle);
-            seen.push(line);
-            if done {
-                return seen;
+    /// Reads the log until each of `wanted` is in a line read so far
+    /// (`seen`: every line since the server started). Lines of different
+    /// threads reach the log in batches, not in the order they were
+    /// written: a call's lines may come before the previous call's summary.
+    fn log_until(&self, seen: &mut Vec<String>, wanted: &[&str]) {
+        let logged = |seen: &[String]| wanted.iter().all(|wanted| seen.iter().any(|line| line.contains(wanted)));
+        self.log_until_seen(seen, &format!("{wanted:?}"), logged);
+    }
+
+    /// Reads the log into `seen` until `done` holds of it; `what` names it.
+    fn log_until_seen(&self, seen: &mut Vec<String>, what: &str, done: impl Fn(&[String]) -> bool) {
+        while !done(seen) {
+            match self.lines.recv_timeout(Duration::from_secs(10)) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("{what} never logged in {seen:#?}"),
             }
         }
-        panic!("no summary line for {request_id} in {seen:#?}");
     }
 }
 
@@ -410,8 +415,8 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
     let response = server.post("/demo/run", &nested_any_binary(3_000, "deep-state"));
     assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
     server.post("/demo/run", &nested_any_binary(3, "after-deep"));
-    let log = server.log_until_summary("after-deep").join("\n");
-    assert!(log.contains("nested deeper than the limit of 100"), "{log}");
+    let mut seen = Vec::new();
+    server.log_until(&mut seen, &["request_id=after-deep ", "nested deeper than the limit of 100"]);
 
     // Personal data inside a State that packs a whole base request.
     let secret = TScenarioBaseRequest {
@@ -440,8 +445,9 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
     base.client_info.get_or_insert_with(Default::default).device_id = "outer-device-77".into();
     let response = server.post("/demo/commit", &request.encode_to_vec());
     assert!(response.starts_with(b"HTTP/1.1 200 OK"), "{}", String::from_utf8_lossy(&response));
-    let log = server.log_until_summary("pii-in-any").join("\n");
-    assert!(log.contains("RequestId: \"inner\""), "the State is expanded in the log: {log}");
+    // The State is expanded in the log.
+    server.log_until(&mut seen, &["request_id=pii-in-any ", "RequestId: \"inner\""]);
+    let log = seen.join("\n");
     for secret in ["109.252.86.235", "79161234567", "uuid-5ec2e7", "device-4b1d", "outer-device-77"] {
         assert!(!log.contains(secret), "{secret} reached the log:\n{log}");
     }
@@ -457,8 +463,12 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
         input: None,
     };
     server.post("/demo/run", &marker.encode_to_vec());
-    let log = server.log_until_summary("after-long");
-    let longest = log.iter().map(String::len).max().unwrap_or(0);
+    // The long call's own lines, however its summary shows the id, are read by then.
+    // Its summary (refused, its id not shown: the second such) and the marker's.
+    let refused = |seen: &[String]| seen.iter().filter(|line| line.contains("outcome=bad_request")).count() >= 2;
+    server.log_until_seen(&mut seen, "the long call's summary", refused);
+    server.log_until(&mut seen, &["request_id=after-long "]);
+    let longest = seen.iter().map(String::len).max().unwrap_or(0);
     assert!(longest < 70 * 1024, "a log line of {longest} bytes");
 
     // A State that would print as megabytes of indented text is not printed.
@@ -468,11 +478,8 @@ fn debug_logs_survive_deep_state_and_redact_inside_any() {
         ..Default::default()
     };
     server.post("/demo/run", &TScenarioRunRequest { base_request: Some(base), input: None }.encode_to_vec());
-    let log = server.log_until_summary("deep-struct").join("\n");
-    assert!(
-        log.contains("request not printable: more than the limit of 131072 values counted once per level"),
-        "{log}"
-    );
+    let printable = "request not printable: more than the limit of 131072 values counted once per level";
+    server.log_until(&mut seen, &["request_id=deep-struct ", printable]);
 }
 
 #[test]
