@@ -22,15 +22,22 @@ fn folder(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `serve` refusing the configuration file `text` (named `name`): the
+/// file's path, then the binary's standard error and output.
+fn refused_config(name: &str, text: &str) -> (String, String, String) {
+    let dir = folder(name);
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap().to_owned();
+    let (stderr, stdout) = refused(&["serve", "--addr", "127.0.0.1:0", "--config", &path]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    (path, stderr, stdout)
+}
+
 #[test]
 fn four_typos_in_a_file_are_four_lines_of_one_run() {
-    let dir = folder("typos");
-    let file = dir.join("typos.toml");
     let text = "defualt_scenario = \"demo\"\n[budget]\ncomit_ms = 500\n[cache]\nmax_bytes = \"64MB\"\n[assitant]\n";
-    std::fs::write(&file, text).unwrap();
-    let path = file.to_str().unwrap();
-    let (stderr, stdout) = refused(&["serve", "--addr", "127.0.0.1:0", "--config", path]);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (path, stderr, stdout) = refused_config("typos", text);
     for line in [
         format!("{path}:1: defualt_scenario: unknown key; did you mean `default_scenario`?"),
         format!("{path}:3: budget.comit_ms: unknown key; did you mean `commit_ms`?"),
@@ -49,14 +56,9 @@ fn four_typos_in_a_file_are_four_lines_of_one_run() {
 
 #[test]
 fn a_secret_of_the_wrong_type_is_refused_without_being_quoted() {
-    let dir = folder("secrets");
-    let file = dir.join("secrets.toml");
     let text = "[auth]\ntvmtool_token = 4444\n[store]\nurl = 5555\n[assistant.backend]\napi_key = 123456789\n\
                 [assistant.llm]\nsigning_key = 98765.4321\n[cache]\nmax_bytes = \"64MB\"\n";
-    std::fs::write(&file, text).unwrap();
-    let path = file.to_str().unwrap();
-    let (stderr, _) = refused(&["serve", "--config", path]);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (path, stderr, _) = refused_config("secrets", text);
     for line in [
         format!("{path}:2: auth.tvmtool_token: invalid type: integer, expected a string"),
         format!("{path}:4: store.url: invalid type: integer, expected a string"),
@@ -73,13 +75,10 @@ fn a_secret_of_the_wrong_type_is_refused_without_being_quoted() {
 
 #[test]
 fn a_configuration_file_past_its_bound_is_refused_not_read_whole() {
-    let dir = folder("large");
-    let file = dir.join("large.toml");
     let comment = format!("# {}\n", "x".repeat(1000));
     // Refused whole, not for its last line, which is read only if all of it is.
-    std::fs::write(&file, comment.repeat(1100) + "defualt_scenario = \"demo\"\n").unwrap();
-    let path = file.to_str().unwrap();
-    let (large, _) = refused(&["serve", "--config", path]);
+    let (path, large, _) = refused_config("large", &(comment.repeat(1100) + "defualt_scenario = \"demo\"\n"));
+    let dir = self::folder("folder");
     let (folder, _) = refused(&["serve", "--config", dir.to_str().unwrap()]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(large.contains(&format!("{path}: larger than 1048576 bytes")), "{large}");
