@@ -774,6 +774,17 @@ async fn a_redis_that_refuses_the_stores_commands_stays_down_and_says_why() {
     assert!(eventually(Duration::from_secs(5), || !store.is_down()).await, "found back once scripts run");
 }
 
+/// A probe keeps to its own time, not to the calls' store timeout: a
+/// Redis slower than a call may wait (a cold connection, a script sent
+/// whole the first time) is not taken for down at start for that.
+#[tokio::test]
+async fn a_probe_keeps_to_its_own_time_not_the_calls_timeout() {
+    let Some(server) = RedisServer::start("a probe slower than a call") else { return };
+    // No command answers within a call's timeout.
+    let probe = redis_store(&server.url(), Duration::from_nanos(1)).link().probe(Duration::from_secs(1)).await;
+    assert!(probe.is_ok(), "a probe with a second to run: {probe:?}");
+}
+
 /// After Redis restarts, every connection of the pool is stale until a
 /// command finds it so: that command is sent again over the connection
 /// made anew, and the call never sees the restart.

@@ -522,7 +522,8 @@ impl Journal for SharedStore {
     async fn recheck(&self, deadline: Instant) {
         let store = &self.0;
         if !store.is_down() {
-            let _ = store.run(Op::Ping, store.health.link.check_mark(deadline)).await;
+            let link = &store.health.link;
+            let _ = store.run(Op::Ping, link.check_mark(link.call_deadline(deadline))).await;
         }
     }
 

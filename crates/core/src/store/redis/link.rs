@@ -165,6 +165,25 @@ impl RedisLink {
         deadline.map_or(self.timeout, |deadline| self.timeout.min(deadline.saturating_duration_since(Instant::now())))
     }
 
+    /// The deadline of a command sent on a call's behalf by `deadline`:
+    /// sooner, when the link's timeout ends first.
+    pub(crate) fn call_deadline(&self, deadline: Instant) -> Instant {
+        deadline.min(Instant::now() + self.timeout)
+    }
+
+    /// Runs an idempotent command (or script) of the watch ([`RedisLink::probe`],
+    /// [`RedisLink::check_mark`]) by `deadline` alone: the watch keeps no
+    /// call waiting, and a Redis slower for a moment than a call may wait
+    /// (a cold connection, a first script sent whole) is not down for that.
+    async fn watched<T, F, Fut>(&self, deadline: Instant, run: F) -> Result<T, StoreError>
+    where
+        F: FnMut(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let bound = deadline.saturating_duration_since(Instant::now());
+        self.counted(within(bound, self.again_if_dropped(self.connection()?, run)).await)
+    }
+
     /// Runs an idempotent command (or script) as [`RedisLink::command`]
     /// does, sent again once when its connection turns out dropped (a Redis
     /// restarted: each connection of the pool finds out at its next
@@ -277,7 +296,7 @@ impl RedisLink {
         end.arg("c");
         let end = &end;
         let checked = self
-            .idempotent(Some(deadline), self.connection()?, |mut c| async move {
+            .watched(deadline, |mut c| async move {
                 claim.query_async::<Option<Vec<u8>>>(&mut c).await?;
                 end.invoke_async::<i64>(&mut c).await
             })
@@ -317,7 +336,8 @@ impl RedisLink {
     /// then noted: a journal Redis says it lacks may be one it lost, which
     /// its writer writes anew, and bodies this replica wrote are written
     /// again before entries refer to them. The mark is written again, so
-    /// that a loss is noted once.
+    /// that a loss is noted once. All by `deadline`: on a call's behalf,
+    /// its [`RedisLink::call_deadline`].
     pub(crate) async fn check_mark(&self, deadline: Instant) -> Result<(), StoreError> {
         // Read before the renewal is sent: a mark written after it is no
         // mark that Redis lost.
@@ -325,9 +345,7 @@ impl RedisLink {
         let mut renew = redis::cmd("PEXPIRE");
         renew.arg(&self.probe_key).arg(MARK_TTL_MS);
         let renew = &renew;
-        let held: i64 = self
-            .idempotent(Some(deadline), self.connection()?, |mut c| async move { renew.query_async(&mut c).await })
-            .await?;
+        let held: i64 = self.watched(deadline, |mut c| async move { renew.query_async(&mut c).await }).await?;
         if held == 1 {
             return Ok(());
         }
@@ -338,7 +356,7 @@ impl RedisLink {
             self.troubled();
             self.lost.notify_waiters();
         }
-        self.mark(self.bound(Some(deadline))).await
+        self.mark(deadline.saturating_duration_since(Instant::now())).await
     }
 
     /// Resolves when this replica next finds its mark gone
