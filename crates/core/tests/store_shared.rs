@@ -14,7 +14,7 @@ use megamind_core::{
     scenario::Handler,
     store::{
         Begin, CacheStore, CommitFallback, FlightStore, Key, MemoryStore, RedisOptions, RedisStore, SharedStore,
-        StoreError, StoreHealth, StoreUrl, Stores,
+        StoreError, StoreHealth, StoreUrl, Stores, Waited,
         memory::{Limits, unregistered_evictions},
         metrics::StoreMetrics,
     },
@@ -241,6 +241,32 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     assert!(took >= Duration::from_secs(1), "taken for down after {took:?}");
     server.thaw();
     assert!(sample(&registry, r#"megamind_store_operations_total{op="begin",outcome="timeout"}"#) >= 4.0);
+}
+
+/// A repeat waiting on a Redis that answers none of its polls is a store
+/// that does not answer, not one that does: waits alone take a stuck
+/// Redis for down (before, each counted as a success and kept it up), and
+/// the waiter hears that its wait timed out.
+#[tokio::test]
+async fn waits_that_redis_never_answers_count_against_it() {
+    let Some(server) = RedisServer::start("waits on a Redis frozen") else { return };
+    // Not started: no probe of its own counts against the store.
+    let (leader, _leader_registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (store, registry) = shared(&server.url(), CommitFallback::Refuse);
+    let (Ok(Begin::Lead(_lease)), _) = begin(&leader, Handler::Commit, "held").await else { panic!("leads") };
+    let (Ok(Begin::Wait(waiter)), _) = begin(&store, Handler::Commit, "held").await else { panic!("waits") };
+    // The pool's other connection, open too: one made on a frozen Redis fails otherwise.
+    assert!(matches!(begin(&store, Handler::Run, "warm").await.0, Ok(Begin::Lead(_))));
+    server.freeze();
+    let frozen = Instant::now();
+    while !store.is_down() && frozen.elapsed() < Duration::from_secs(5) {
+        let waited = store.wait(&waiter, Instant::now() + Duration::from_millis(100)).await;
+        assert!(matches!(waited, Ok(Waited::TimedOut)), "{waited:?}");
+    }
+    let took = frozen.elapsed();
+    server.thaw();
+    assert!(store.is_down(), "still taken for up after {took:?} of unanswered waits");
+    assert!(sample(&registry, r#"megamind_store_operations_total{op="wait",outcome="timeout"}"#) >= 3.0);
 }
 
 /// An entry whose answer Redis lost (its body flushed) is a `/commit` that

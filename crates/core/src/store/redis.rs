@@ -463,10 +463,18 @@ impl FlightStore for RedisStore {
     async fn wait(&self, waiter: &Waiter, deadline: Instant) -> Result<Waited, StoreError> {
         let claim = claim_of(&waiter.token)?;
         let mut pause = Duration::from_millis(1);
+        // The longest poll that Redis left unanswered, while none was:
+        // a wait Redis never answered is a store that did not answer.
+        let mut unanswered = Some(Duration::ZERO);
         loop {
             let mut read = redis::cmd("GET");
             read.arg(&claim.key);
-            match self.query::<Option<Vec<u8>>>(Some(deadline), self.connection()?, &read).await {
+            let polled = self.query::<Option<Vec<u8>>>(Some(deadline), self.connection()?, &read).await;
+            unanswered = match &polled {
+                Err(StoreError::Timeout(bound)) => unanswered.map(|longest| longest.max(*bound)),
+                _ => None,
+            };
+            match polled {
                 Ok(held) => match self.held(held)? {
                     Held::Value(value) => return Ok(Waited::Done(value)),
                     Held::Reference(id) => return Ok(Waited::Done(self.resolve(id, deadline).await?)),
@@ -479,7 +487,7 @@ impl FlightStore for RedisStore {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Waited::TimedOut);
+                return unanswered.map_or(Ok(Waited::TimedOut), |bound| Err(StoreError::Timeout(bound)));
             }
             tokio::time::sleep_until((now + pause).min(deadline)).await;
             pause = (pause * 2).min(MAX_POLL);
