@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::{
-    assistant_harness::{apology, ask, client, metrics_text, spawn},
+    assistant_harness::{Harness, apology, ask, client, metrics_text, spawn},
     helpers::{LoggedServer, Transport, binary},
     metrics::sample,
     mock_llm::{MockLlm, Reply},
@@ -67,19 +67,47 @@ async fn a_stream_dropped_after_a_token_is_not_retried() {
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 1"#), "{text}");
 }
 
+/// A stream whose connection closes mid-answer, without a length to say
+/// so, ends cleanly to its reader: without a `finish_reason` or `[DONE]`
+/// it is a broken connection, not an answer whose last word was cut.
 #[tokio::test]
-async fn the_breaker_counts_failed_calls_not_attempts() {
-    // A port nothing listens on: every attempt is refused at once.
+async fn a_stream_closed_before_the_model_finished_is_a_broken_one() {
+    let mock = MockLlm::start(Reply::content("не должно понадобиться")).await;
+    mock.push(Reply::closed_mid_stream("Первое предложение. Второе пред"));
+    let h = spawn(&mock, |c| {
+        c.backend.stream = true;
+        c.backend.retry_backoff_ms = 10;
+    })
+    .await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    assert!(!turn.speech().contains("Второе пред"), "a cut word is never spoken: {}", turn.speech());
+    assert_eq!(mock.calls(), 1, "what was delivered is not asked for again");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 1"#), "{text}");
+}
+
+/// An assistant whose model is a port nothing listens on (every attempt
+/// refused at once), tried three times a call, its breaker opening after
+/// `failures` failed calls for `cooldown_ms`. The mock is kept alive.
+async fn spawn_refused(failures: u32, cooldown_ms: u64) -> (MockLlm, Harness) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mock = MockLlm::start(Reply::content("unused")).await;
     let h = spawn(&mock, |c| {
         c.backend.base_url = format!("http://{closed}/v1");
-        c.backend.breaker_failures = 2;
+        c.backend.breaker_failures = failures;
+        c.backend.breaker_cooldown_ms = cooldown_ms;
         c.backend.max_retries = 2;
         c.backend.retry_backoff_ms = 1;
         c.backend.warmup = megamind_assistant::config::Warmup::Off;
     })
     .await;
+    (mock, h)
+}
+
+#[tokio::test]
+async fn the_breaker_counts_failed_calls_not_attempts() {
+    let (_mock, h) =
+        spawn_refused(2, megamind_assistant::config::AssistantConfig::default().backend.breaker_cooldown_ms).await;
     let mut client = client(&h.app, Transport::Http);
     assert_eq!(ask(&mut client, "раз").await.speech(), apology());
     let text = metrics_text(&h.metrics);
@@ -93,6 +121,26 @@ async fn the_breaker_counts_failed_calls_not_attempts() {
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 2"#), "{text}");
     assert!(text.contains(r#"outcome="circuit_open"} 1"#), "the third fails fast: {text}");
     assert!(text.contains("megamind_assistant_model_retries_total 4"), "and makes no attempt: {text}");
+}
+
+/// The one call a half-open breaker lets through, failing, is held back
+/// from its retry: it ends with its own failure, counted as such, and
+/// opens the breaker again (it once ended as `circuit_open` and left the
+/// breaker half-open).
+#[tokio::test]
+async fn a_failed_probe_counts_as_its_failure_and_opens_the_breaker_again() {
+    let (_mock, h) = spawn_refused(1, 300).await;
+    let mut client = client(&h.app, Transport::Http);
+    assert_eq!(ask(&mut client, "раз").await.speech(), apology());
+    assert!(metrics_text(&h.metrics).contains("megamind_assistant_breaker_state 2"), "open after one call");
+    // Time itself is under test: the cooldown runs out, and the next call is the probe.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    assert_eq!(ask(&mut client, "два").await.speech(), apology());
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 2"#), "{text}");
+    assert!(text.contains(r#"outcome="circuit_open"} 0"#), "the probe failed on its own: {text}");
+    assert!(text.contains("megamind_assistant_breaker_state 2"), "open again: {text}");
 }
 
 #[tokio::test]

@@ -140,6 +140,15 @@ impl Reply {
         Reply::Garbage { delay: Duration::ZERO, bytes: format!("{head}{{\"choices\": [{{\"index\"").into_bytes() }
     }
 
+    /// A stream without a length (it ends when the connection closes) that
+    /// delivers `text` as one token and closes: to a reader, a clean end,
+    /// with neither a `finish_reason` nor `[DONE]`.
+    pub fn closed_mid_stream(text: &str) -> Reply {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        let event = sse_event(&serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]}));
+        Reply::Garbage { delay: Duration::ZERO, bytes: [head.as_bytes(), &event].concat() }
+    }
+
     /// A stream that delivers `text` as one token, then the connection closes
     /// before the stream ends.
     pub fn dropped_mid_stream(text: &str) -> Reply {

@@ -84,9 +84,15 @@ impl OpenAi {
     /// backoff fits the deadline; each attempt asks the breaker first.
     async fn attempts(&self, request: &ModelRequest, events: &dyn EventSink) -> Result<Completion, BackendError> {
         let mut retry = 0;
+        // What failed the attempt before, once there was one.
+        let mut failed = None;
         loop {
             if !self.breaker.admit() {
-                return Err(BackendError::CircuitOpen);
+                // A retry held back (the breaker opened meanwhile, or this
+                // call is the one probe of a half-open breaker) ends with
+                // its own failure: counted as what it was, and a failed
+                // probe opens the breaker again.
+                return Err(failed.unwrap_or(BackendError::CircuitOpen));
             }
             let failure = match self.attempt(request, events).await {
                 Ok(completion) => return Ok(Completion { attempts: retry + 1, ..completion }),
@@ -103,6 +109,7 @@ impl OpenAi {
             tracing::debug!(error = %failure.error, wait_ms = wait.as_millis() as u64, "assistant: retrying the model call");
             self.retries.inc();
             tokio::time::sleep(wait).await;
+            failed = Some(failure.error);
             retry += 1;
         }
     }
@@ -358,6 +365,8 @@ async fn read_stream(
     let mut completion = Completion { attempts: 1, ..Completion::default() };
     // Any event handed to the sink, not only a token, rules out a retry.
     let (mut streamed, mut reasoned) = (false, 0usize);
+    // The model said it was done: `[DONE]`, or a `finish_reason`.
+    let mut finished = false;
     let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
     loop {
         let (until, which) =
@@ -373,7 +382,7 @@ async fn read_stream(
         for event in events {
             let event = match event {
                 StreamEvent::Done => {
-                    done = true;
+                    (done, finished) = (true, true);
                     continue;
                 }
                 StreamEvent::Delta(piece) => {
@@ -394,6 +403,7 @@ async fn read_stream(
                     ModelEvent::ReasoningDelta(piece)
                 }
                 StreamEvent::Finish(reason) => {
+                    finished = true;
                     completion.finish_reason = Some(reason.clone());
                     ModelEvent::Finish { reason }
                 }
@@ -412,6 +422,14 @@ async fn read_stream(
         if done {
             break;
         }
+    }
+    // A body closed cleanly mid-answer (a server or proxy that closes a
+    // response without a length) is a connection broken, not an answer:
+    // its last words may be cut in the middle, and so may a command.
+    if !finished {
+        let error =
+            BackendError::Connect("the stream ended before the model finished (no finish_reason, no [DONE])".into());
+        return Err(fail(error, streamed));
     }
     if completion.text.trim().is_empty() {
         return Err(fail(BackendError::BadResponse("the stream carried no text".into()), streamed));
