@@ -655,6 +655,32 @@ async fn an_h2_client_with_open_windows_that_reads_nothing_holds_a_bounded_buffe
     drop(tcp);
 }
 
+/// An idle HTTP/2 client that never answers the shutdown's ping (hyper
+/// closes an idle connection only once it has) is gone the send timeout
+/// after it was told to close: one such client once held every stop to
+/// the whole drain timeout.
+#[tokio::test]
+async fn an_h2_client_deaf_to_the_shutdown_does_not_hold_the_drain() {
+    let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 10_000, send_timeout_ms: 300, ..Config::default() };
+    let mut app = spawn(config).await;
+    let mut tcp = TcpStream::connect(app.addr).await.unwrap();
+    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    opening.extend(h2_frame(4, 0, 0, &[]));
+    tcp.write_all(&opening).await.unwrap();
+    // The server's SETTINGS: the connection is served as HTTP/2.
+    let mut head = [0; 9];
+    tokio::time::timeout(BOUND, tcp.read_exact(&mut head)).await.expect("the server's settings").unwrap();
+    assert_eq!(head[3], 4, "a SETTINGS frame first: {head:?}");
+
+    let stopping = Instant::now();
+    app.begin_shutdown();
+    // Read and never answer: its GOAWAY and its ping go unanswered.
+    assert!(closed_by_server(&mut tcp).await, "still open {BOUND:?} after the stop began");
+    tokio::time::timeout(BOUND, app.join()).await.expect("the server stops").expect("serve returns Ok");
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(3), "stopped after {took:?}, the drain timeout is 10 s");
+}
+
 #[tokio::test]
 async fn under_a_low_open_files_limit_connections_wait_for_a_slot_instead_of_failing_accepts() {
     // 128 files: 64 of them for connections, the rest for what else the

@@ -50,6 +50,11 @@ pub(crate) enum Expiry {
     Idle,
     /// Answers waited for the client to read them, with no byte written.
     Send,
+    /// Told to close (a GOAWAY sent), the connection stayed idle for the
+    /// send timeout without its client closing it: HTTP/2 waits for the
+    /// answer to its shutdown ping for ever. Closed without a reason of
+    /// its own, since the one it was told to close for is counted.
+    Gone,
 }
 
 impl Expiry {
@@ -59,6 +64,7 @@ impl Expiry {
             Expiry::Header => "header_timeout",
             Expiry::Idle => "idle_timeout",
             Expiry::Send => "send_timeout",
+            Expiry::Gone => "gone",
         }
     }
 }
@@ -189,9 +195,10 @@ impl Activity {
 }
 
 /// When the connection's next timeout falls due (ms since it opened), or the
-/// one that has. `closing`: the connection was told to close when idle, so
-/// the idle timeout no longer applies.
-pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: bool) -> Result<u64, Expiry> {
+/// one that has. `closing`: when the connection was told to close when idle
+/// (ms since it opened): the idle timeout no longer applies, and once idle
+/// it has the send timeout to be gone.
+pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: Option<u64>) -> Result<u64, Expiry> {
     // Whatever the state, look again after the shortest timeout: a state
     // change may bring a deadline closer than the one computed now.
     let recheck = now.saturating_add(limits.header.min(limits.idle).min(limits.send));
@@ -204,8 +211,8 @@ pub(crate) fn due(s: &Snapshot, now: u64, limits: &Timeouts, closing: bool) -> R
         // HTTP/2 reads pings and settings between requests: only HTTP/1
         // bytes start a request head.
         (head.saturating_add(limits.header), Expiry::Header)
-    } else if closing {
-        return Ok(recheck);
+    } else if let Some(told) = closing {
+        (s.idle_since.max(told).saturating_add(limits.send), Expiry::Gone)
     } else {
         (s.idle_since.saturating_add(limits.idle), Expiry::Idle)
     };
@@ -459,30 +466,38 @@ mod tests {
     #[test]
     fn a_new_connection_owes_a_request_head_within_the_header_timeout() {
         let fresh = Snapshot { head_since: Some(0), ..Snapshot::default() };
-        assert_eq!(due(&fresh, 50, &LIMITS, false), Ok(100));
-        assert_eq!(due(&fresh, 100, &LIMITS, false), Err(Expiry::Header));
+        assert_eq!(due(&fresh, 50, &LIMITS, None), Ok(100));
+        assert_eq!(due(&fresh, 100, &LIMITS, None), Err(Expiry::Header));
         let h2 = Snapshot { h2: true, ..fresh };
-        assert_eq!(due(&h2, 100, &LIMITS, false), Ok(200), "HTTP/2 goes by the idle timeout");
-        assert_eq!(due(&h2, 1_000, &LIMITS, false), Err(Expiry::Idle));
+        assert_eq!(due(&h2, 100, &LIMITS, None), Ok(200), "HTTP/2 goes by the idle timeout");
+        assert_eq!(due(&h2, 1_000, &LIMITS, None), Err(Expiry::Idle));
     }
 
     #[test]
     fn an_idle_connection_closes_after_the_idle_timeout_unless_told_already() {
         let idle = Snapshot { idle_since: 500, ..Snapshot::default() };
-        assert_eq!(due(&idle, 1_499, &LIMITS, false), Ok(1_500));
-        assert_eq!(due(&idle, 1_500, &LIMITS, false), Err(Expiry::Idle));
-        assert_eq!(due(&idle, 1_500, &LIMITS, true), Ok(1_600));
+        assert_eq!(due(&idle, 1_499, &LIMITS, None), Ok(1_500));
+        assert_eq!(due(&idle, 1_500, &LIMITS, None), Err(Expiry::Idle));
+        // Told at 1,400: gone by the send timeout after it.
+        assert_eq!(due(&idle, 1_500, &LIMITS, Some(1_400)), Ok(1_600));
+        assert_eq!(due(&idle, 1_700, &LIMITS, Some(1_400)), Err(Expiry::Gone));
+        // Told while busy, idle since 2,000: the send timeout from then.
+        let later = Snapshot { idle_since: 2_000, ..idle };
+        assert_eq!(due(&later, 2_299, &LIMITS, Some(1_400)), Ok(2_300));
+        assert_eq!(due(&later, 2_300, &LIMITS, Some(1_400)), Err(Expiry::Gone));
         let started = Snapshot { head_since: Some(1_400), ..idle };
-        assert_eq!(due(&started, 1_500, &LIMITS, false), Err(Expiry::Header), "bytes of a head started the clock");
+        assert_eq!(due(&started, 1_500, &LIMITS, None), Err(Expiry::Header), "bytes of a head started the clock");
     }
 
     #[test]
     fn pending_answers_must_make_progress_and_running_calls_are_left_alone() {
         let stalled = Snapshot { in_flight: 3, sending: 2, progress: 1_000, ..Snapshot::default() };
-        assert_eq!(due(&stalled, 1_200, &LIMITS, false), Ok(1_300));
-        assert_eq!(due(&stalled, 1_300, &LIMITS, true), Err(Expiry::Send), "even while closing");
+        assert_eq!(due(&stalled, 1_200, &LIMITS, None), Ok(1_300));
+        assert_eq!(due(&stalled, 1_300, &LIMITS, Some(0)), Err(Expiry::Send), "even while closing");
+        let running_told = Snapshot { in_flight: 1, ..Snapshot::default() };
+        assert_eq!(due(&running_told, 60_000, &LIMITS, Some(0)), Ok(60_100), "a call runs on while closing");
         let running = Snapshot { in_flight: 1, idle_since: 0, head_since: Some(0), ..Snapshot::default() };
-        assert_eq!(due(&running, 60_000, &LIMITS, false), Ok(60_100));
+        assert_eq!(due(&running, 60_000, &LIMITS, None), Ok(60_100));
     }
 
     #[test]

@@ -73,9 +73,8 @@ pub(super) struct Connections {
 /// What serving a connection takes, shared by all of them.
 struct Setup {
     builder: auto::Builder<TokioExecutor>,
+    /// A connection told to close when idle has the send timeout to do so.
     timeouts: Timeouts,
-    /// How long a connection told to close when idle may take to do so.
-    grace: Duration,
     metrics: ConnectionMetrics,
     /// Requests open on every connection, from their head until their answer is all handed over.
     open: Arc<AtomicUsize>,
@@ -146,7 +145,6 @@ impl Connections {
         let setup = Setup {
             builder,
             timeouts: Timeouts::new(limits.header_timeout, limits.idle_timeout, limits.send_timeout),
-            grace: limits.send_timeout,
             metrics,
             open: Arc::default(),
             max_open: limits.max_open_requests,
@@ -246,7 +244,7 @@ impl Accepted {
         let closing = |stage: &Stage| matches!(stage, Stage::Closing | Stage::Cut);
         let read = tokio::select! {
             read = head::read_head(&mut io, setup.head_limit) => read,
-            expiry = watchdog(&activity, timeouts, false) => return setup.closed(peer, expiry.as_str()),
+            expiry = watchdog(&activity, timeouts, None) => return setup.closed(peer, expiry.as_str()),
             _ = stage.wait_for(closing) => return,
         };
         let request = match read {
@@ -281,7 +279,7 @@ impl Accepted {
                 }
             },
             // After the answer, the idle timeout bounds its last bytes' sending.
-            expiry = watchdog(&activity, timeouts, false) => Some(expiry.as_str()),
+            expiry = watchdog(&activity, timeouts, None) => Some(expiry.as_str()),
             _ = stage.wait_for(|stage| *stage == Stage::Cut) => Some("drain_timeout"),
         };
         if let Some(reason) = ended {
@@ -322,14 +320,12 @@ impl Accepted {
         });
         let io = TokioIo::new(Watched::after(read, stream, activity.clone()));
         let connection = setup.builder.serve_connection(io, service).into_owned();
-        let (timeouts, grace, metrics) = (setup.timeouts, setup.grace, &setup.metrics);
+        let (timeouts, metrics) = (setup.timeouts, &setup.metrics);
         metrics.served.with_label_values(&[lane]).inc();
         let _slot = slot;
         tokio::pin!(connection);
-        let mut closing = false;
-        // Armed when an idle connection is told to close: it must be gone by then.
-        let gone_by = tokio::time::sleep(Duration::MAX / 4);
-        tokio::pin!(gone_by);
+        // When the connection was told to close, if it was (ms since it opened).
+        let mut closing = None;
         let ended = loop {
             let now = *stage.borrow_and_update();
             let told = match now {
@@ -338,8 +334,8 @@ impl Accepted {
                 Stage::Closing => true,
                 Stage::Cut => break Some("drain_timeout"),
             };
-            if told && !closing {
-                closing = true;
+            if told && closing.is_none() {
+                closing = Some(activity.now());
                 connection.as_mut().graceful_shutdown();
             }
             tokio::select! {
@@ -349,16 +345,15 @@ impl Accepted {
                     }
                     break None;
                 }
-                expiry = watchdog(&activity, timeouts, closing) => {
-                    if expiry != Expiry::Idle {
-                        break Some(expiry.as_str());
+                expiry = watchdog(&activity, timeouts, closing) => match expiry {
+                    Expiry::Idle => {
+                        metrics.closed.with_label_values(&[expiry.as_str()]).inc();
+                        closing = Some(activity.now());
+                        connection.as_mut().graceful_shutdown();
                     }
-                    metrics.closed.with_label_values(&[expiry.as_str()]).inc();
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                    gone_by.as_mut().reset(tokio::time::Instant::now() + grace);
-                }
-                () = &mut gone_by => break None,
+                    Expiry::Gone => break None,
+                    _ => break Some(expiry.as_str()),
+                },
                 changed = stage.changed() => if changed.is_err() {
                     break None;
                 },
@@ -371,7 +366,7 @@ impl Accepted {
 }
 
 /// Resolves with the first timeout the connection overruns.
-async fn watchdog(activity: &Activity, timeouts: Timeouts, closing: bool) -> Expiry {
+async fn watchdog(activity: &Activity, timeouts: Timeouts, closing: Option<u64>) -> Expiry {
     loop {
         match due(&activity.snapshot(), activity.now(), &timeouts, closing) {
             Ok(at) => tokio::time::sleep_until(activity.instant(at).into()).await,
