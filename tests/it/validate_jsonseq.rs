@@ -62,6 +62,24 @@ fn violations_name_the_events_index_and_the_rule() {
     assert!(stdout.contains("violations in 8 events"), "{stdout}");
 }
 
+/// Read as a browser reads it: lone CRs end lines and a byte order mark is
+/// skipped; an event the transcript ends inside of is dropped, and said so.
+#[test]
+fn a_transcript_is_read_as_a_browser_reads_it() {
+    let carriage_returns = format!("\u{feff}{}", example_transcript().replace('\n', "\r"));
+    let out = validate(&["-"], &carriage_returns);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("valid: 8 events"), "{}", text(&out.stdout));
+
+    let example = example_transcript();
+    let cut = example.strip_suffix("\n").unwrap();
+    let out = validate(&["-"], cut);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("#7 <end>: unterminated:"), "{stdout}");
+    assert!(stdout.contains("#7 <end>: incomplete:"), "final_end is not read: {stdout}");
+}
+
 #[test]
 fn a_stream_is_read_from_a_url_and_an_unreadable_source_exits_2() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -22,6 +22,6 @@ pub mod validate;
 pub use crate::jsonseq::{
     mapper::{Format, Mapper, SeqEvent, clean_queries},
     reading::{Reading, read},
-    transcript::{Event, parse_transcript},
+    transcript::{Event, Transcript, parse_transcript, read_transcript},
     validate::{Violation, validate},
 };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use megamind_assistant::jsonseq::{parse_transcript, transcript, validate};
+use megamind_assistant::jsonseq::{Transcript, Violation, read_transcript, transcript, validate};
 
 use crate::bounded::read_at_most;
 
@@ -31,14 +31,23 @@ pub fn main(args: &ValidateArgs) -> u8 {
             return 2;
         }
     };
-    let (events, more) = parse_transcript(&text);
+    let Transcript { events, more, unterminated } = read_transcript(&text);
     if more {
         // Judged on its start, it could be called valid: refused, as a transcript over its bytes is.
         let source = shown_source(&args.source);
         eprintln!("validate-jsonseq: {source}: more than {} events, the most read", transcript::MAX_EVENTS);
         return 2;
     }
-    let violations = validate(&events);
+    let mut violations = validate(&events);
+    if unterminated {
+        let message = "the transcript ends inside an event, with no blank line after it: a client drops that event";
+        violations.push(Violation {
+            index: events.len(),
+            event: "<end>".into(),
+            rule: "unterminated",
+            message: message.into(),
+        });
+    }
     for violation in &violations {
         crate::outln!("{violation}");
     }

@@ -1,7 +1,8 @@
 //! An SSE transcript (what `curl -N` prints of a `text/event-stream`) read
-//! into events: `event:` names one, `data:` lines join with newlines, `id:`
-//! is kept, `:` lines are comments, a blank line ends an event; an event
-//! without a name is a `message`, as the SSE standard says. Bounded: at most
+//! into events as an `EventSource` reads them: `event:` names one, `data:`
+//! lines join with newlines, `id:` is kept, `:` lines are comments, a blank
+//! line ends an event; an event without a name is a `message`, one without
+//! data is none, as the SSE standard says. Bounded: at most
 //! [`MAX_EVENTS`] events of at most [`MAX_EVENT_BYTES`] each are read.
 
 /// Events read at most; past it the transcript is cut (and says so).
@@ -22,18 +23,45 @@ pub struct Event {
     pub cut: bool,
 }
 
-/// The events of `text`, and whether there were more than [`MAX_EVENTS`].
+/// What a transcript holds, read as an `EventSource` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transcript {
+    /// Its events, in order: those a client would dispatch.
+    pub events: Vec<Event>,
+    /// There were more than [`MAX_EVENTS`]: the rest was not read.
+    pub more: bool,
+    /// It ends inside an event (or a line), with no blank line after it: a
+    /// client drops that event, and so does this reader.
+    pub unterminated: bool,
+}
+
+/// The events of `text`, and whether there were more than [`MAX_EVENTS`]
+/// ([`read_transcript`] says more).
 pub fn parse_transcript(text: &str) -> (Vec<Event>, bool) {
+    let transcript = read_transcript(text);
+    (transcript.events, transcript.more)
+}
+
+/// Reads `text` as the SSE standard does: a byte order mark at its start is
+/// skipped, a line ends at CRLF, LF or a lone CR, an event without `data:`
+/// is not dispatched, and neither is one the text ends inside of.
+pub fn read_transcript(text: &str) -> Transcript {
+    let mut rest = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut events = Vec::new();
     let mut current: Option<Event> = None;
     let mut has_data = false;
-    for line in text.lines().chain(std::iter::once("")) {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    // SSE's line ends are ASCII: the slices stay on char boundaries.
+    while let Some(at) = rest.find(['\r', '\n']) {
+        let line = &rest[..at];
+        let ending = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[at + ending..];
         if line.is_empty() {
-            has_data = false;
-            if let Some(event) = current.take() {
+            let event = current.take();
+            if std::mem::take(&mut has_data)
+                && let Some(event) = event
+            {
                 if events.len() == MAX_EVENTS {
-                    return (events, true);
+                    return Transcript { events, more: true, unterminated: false };
                 }
                 events.push(event);
             }
@@ -67,7 +95,7 @@ pub fn parse_transcript(text: &str) -> (Vec<Event>, bool) {
             _ => {}
         }
     }
-    (events, false)
+    Transcript { events, more: false, unterminated: current.is_some() || !rest.is_empty() }
 }
 
 #[cfg(test)]
@@ -76,7 +104,7 @@ mod tests {
 
     #[test]
     fn events_names_data_and_ids_are_read() {
-        let text = ": comment\nid: 1\nevent: thinking_start\ndata: {}\n\nevent: final_delta\r\ndata: {\"text\":\r\ndata: \"a\"}\r\n\r\ndata: plain\n";
+        let text = ": comment\nid: 1\nevent: thinking_start\ndata: {}\n\nevent: final_delta\r\ndata: {\"text\":\r\ndata: \"a\"}\r\n\r\ndata: plain\n\n";
         let (events, more) = parse_transcript(text);
         assert!(!more);
         assert_eq!(events.len(), 3);
@@ -88,8 +116,26 @@ mod tests {
         assert_eq!(
             (events[2].name.as_str(), events[2].data.as_str()),
             ("message", "plain"),
-            "the last event without a blank line"
+            "an event without a name is a message"
         );
+    }
+
+    #[test]
+    fn lines_end_as_the_standard_says_and_only_whole_events_with_data_count() {
+        // A byte order mark, lone CRs, an event of an id alone, and one the
+        // text ends inside of.
+        let text = "\u{feff}event: a\rdata: 1\r\rid: 7\n\nevent: b\r\ndata: 2\r\n\r\nevent: c\ndata: 3\n";
+        let transcript = read_transcript(text);
+        let read: Vec<_> = transcript.events.iter().map(|e| (e.name.as_str(), e.data.as_str())).collect();
+        assert_eq!(read, [("a", "1"), ("b", "2")]);
+        assert!(transcript.unterminated, "the text ends inside event c");
+        assert!(!transcript.more);
+        // Ended, each is whole; a line cut short is no event either.
+        assert!(!read_transcript(&format!("{text}\n")).unterminated);
+        assert_eq!(read_transcript(&format!("{text}\n")).events.len(), 3);
+        let cut = read_transcript("data: 1\n\ndata: 2");
+        assert_eq!((cut.events.len(), cut.unterminated), (1, true));
+        assert!(!read_transcript(": only a comment\n").unterminated, "a comment is no event");
     }
 
     #[test]
@@ -116,8 +162,8 @@ mod tests {
         assert!(more, "the cut is reported");
         let last = events.last().and_then(|event| event.id.as_deref());
         assert_eq!(last, Some((MAX_EVENTS - 1).to_string().as_str()), "the first events are kept, in order");
-        // Exactly at the bound nothing is cut, even without a closing blank line.
-        let at_bound = text.lines().take(3 * MAX_EVENTS - 1).collect::<Vec<_>>().join("\n");
+        // Exactly at the bound nothing is cut.
+        let at_bound: String = text.lines().take(3 * MAX_EVENTS).map(|line| format!("{line}\n")).collect();
         assert_eq!(parse_transcript(&at_bound).0.len(), MAX_EVENTS);
         assert!(!parse_transcript(&at_bound).1, "no more than the bound: no cut reported");
     }
