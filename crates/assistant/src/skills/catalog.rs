@@ -204,6 +204,29 @@ impl Catalog {
         (catalog, problems)
     }
 
+    /// Keeps, from `previous` (the catalog of `dir` loaded before), each
+    /// skill whose `SKILL.md` this load skipped as invalid: a file saved
+    /// half-way, or edited wrong, leaves its last good version in service
+    /// rather than end the sessions running it. A skill whose folder or
+    /// file is gone is gone. Returns the names kept.
+    pub fn keep_last_good(&mut self, dir: &Path, previous: &Catalog, problems: &[SkillProblem]) -> Vec<String> {
+        let mut kept = Vec::new();
+        for problem in problems.iter().filter(|problem| problem.skipped) {
+            if self.skills.len() >= MAX_SKILLS {
+                break;
+            }
+            let Some(skill) = previous.skills().find(|skill| problem.path == dir.join(&skill.name).join("SKILL.md"))
+            else {
+                continue;
+            };
+            if !self.skills.contains_key(&skill.name) {
+                self.skills.insert(skill.name.clone(), skill.clone());
+                kept.push(skill.name.clone());
+            }
+        }
+        kept
+    }
+
     /// The skill called `name`.
     pub fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.get(name)

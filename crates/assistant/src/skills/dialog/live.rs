@@ -1,8 +1,9 @@
 //! The skills catalog as the assistant serves it: loaded at start, loaded
 //! again when the folder changes (`notify`) and on SIGHUP, and swapped
 //! whole, so a turn reads one consistent catalog. A load that finds
-//! problems keeps the skills that are valid; an unreadable folder empties
-//! the catalog (the folder is the truth) and says so in the log.
+//! problems keeps the skills that are valid, and the last good version of
+//! a skill whose file turned invalid; an unreadable folder empties the
+//! catalog (the folder is the truth) and says so in the log.
 
 use std::{
     path::{Path, PathBuf},
@@ -56,7 +57,10 @@ impl LiveCatalog {
     /// Loads the folder again; `trigger` says why, for the metric and the log.
     pub(crate) fn reload(&self, trigger: &str) {
         let Some(dir) = &self.dir else { return };
-        let (catalog, problems) = Catalog::load(dir);
+        let (mut catalog, problems) = Catalog::load(dir);
+        for name in catalog.keep_last_good(dir, &self.get(), &problems) {
+            tracing::warn!(skill = %name, "skills: the skill's file is invalid now; its last good version stays");
+        }
         let invalid = problems.iter().filter(|p| p.skipped).count();
         self.metrics.skill_reloads.with_label_values(&[trigger]).inc();
         self.metrics.skills_loaded.set(i64::try_from(catalog.len()).unwrap_or(i64::MAX));
@@ -187,6 +191,18 @@ mod tests {
         assert_eq!((metrics.skills_loaded.get(), metrics.skills_invalid.get()), (2, 0));
         assert_eq!(before.len(), 1, "a turn holding the old catalog keeps it whole");
         assert_eq!(metrics.skill_reloads.with_label_values(&["sighup"]).get(), 2);
+
+        // Saved half-way: the last good version stays, and counts as invalid.
+        std::fs::write(dir.join("two/SKILL.md"), "---\nname: two\ndescri").unwrap();
+        live.reload("change");
+        let two = live.get().get("two").map(|skill| skill.description.clone());
+        assert_eq!(two.as_deref(), Some("The second."), "the last good version");
+        assert_eq!((metrics.skills_loaded.get(), metrics.skills_invalid.get()), (2, 1));
+        // Removed: gone, whatever it was before.
+        std::fs::remove_dir_all(dir.join("two")).unwrap();
+        live.reload("change");
+        assert!(live.get().get("two").is_none(), "a removed skill is gone");
+        assert_eq!((metrics.skills_loaded.get(), metrics.skills_invalid.get()), (1, 0));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
