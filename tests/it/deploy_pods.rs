@@ -63,7 +63,9 @@ fn the_memory_limit_holds_what_the_defaults_let_the_server_keep() {
     let commits = env_number(pod, "MEGAMIND_CACHE_COMMIT_MAX_BYTES", core.cache.commit_max_bytes as u64);
     let records = env_number(pod, "MEGAMIND_LLM_MAX_RETAINED_BYTES", assistant.calls.max_retained_bytes as u64);
     let streams = env_number(pod, "MEGAMIND_LLM_MAX_STREAMS", assistant.llm.max_streams as u64);
-    let needed = IDLE_RSS + cache + commits + records + streams * PER_STREAM + CONNECTIONS;
+    // Fixed: no setting changes it.
+    let snapshots = megamind_assistant::parts::PartsConfig::default().max_snapshot_bytes as u64;
+    let needed = IDLE_RSS + cache + commits + records + streams * PER_STREAM + snapshots + CONNECTIONS;
 
     let resources = &pod["spec"]["containers"][0]["resources"];
     let limit = bytes(resources["limits"]["memory"].as_str().expect("a memory limit"));

@@ -51,7 +51,7 @@ pub const WARMUPS: &str = "megamind_assistant_warmups_total";
 
 /// JSONSeq streams open now (`GET /llm/stream/...`).
 pub const STREAMS_OPEN: &str = "megamind_assistant_streams_open";
-/// Requests of the `/llm` API by `route` (`stream`, `answers`, `schema`) and
+/// Requests of the `/llm` API by `route` (`stream`, `answers`, `skills`, `schema`) and
 /// `outcome` (`ok`, `not_found`, `gone`, `unavailable`, `refused`,
 /// `bad_request`, or a part's error code).
 pub const LLM_API: &str = "megamind_assistant_llm_api_requests_total";
