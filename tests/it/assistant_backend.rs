@@ -135,6 +135,8 @@ async fn a_failed_probe_counts_as_its_failure_and_opens_the_breaker_again() {
     assert!(metrics_text(&h.metrics).contains("megamind_assistant_breaker_state 2"), "open after one call");
     // Time itself is under test: the cooldown runs out, and the next call is the probe.
     tokio::time::sleep(Duration::from_millis(400)).await;
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains("megamind_assistant_breaker_state 1"), "half-open, with no call since: {text}");
 
     assert_eq!(ask(&mut client, "два").await.speech(), apology());
     let text = metrics_text(&h.metrics);

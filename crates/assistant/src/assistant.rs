@@ -204,6 +204,7 @@ impl Assistant {
         metrics: AssistantMetrics,
     ) -> Result<Assistant, AssistantError> {
         metrics.start_at_zero(backend.name());
+        metrics.watch_breaker(&backend);
         let policy = Arc::new(SkillPolicy::from_config(config, &metrics, !backend.follows_prompts())?);
         let skills = Some(policy.clone());
         let mut assistant = Assistant::with_policy(config, backend, policy, metrics)?;

@@ -3,9 +3,17 @@
 //! Every name is here; labels are bounded (backend, outcome, handler, kind,
 //! command), never request ids or user text.
 
-use std::time::Duration;
+use std::{
+    fmt,
+    sync::{Arc, RwLock, Weak},
+    time::Duration,
+};
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    core::{Collector, Desc},
+    proto::MetricFamily,
+};
 
 use crate::{
     backend::{BackendError, ModelBackend},
@@ -119,7 +127,7 @@ pub struct AssistantMetrics {
     pub(crate) evicted: IntCounter,
     pub(crate) duplicated: IntCounterVec,
     pub(crate) retries: IntCounter,
-    pub(crate) breaker: IntGauge,
+    pub(crate) breaker: BreakerGauge,
     pub(crate) answers: IntCounterVec,
     pub(crate) commands: IntCounterVec,
     pub(crate) warmups: IntCounterVec,
@@ -156,7 +164,10 @@ impl AssistantMetrics {
                 &["reason"],
             )?,
             retries: IntCounter::new(RETRIES, "Model call attempts that were retries.")?,
-            breaker: IntGauge::new(BREAKER, "Circuit breaker of the model backend: 0 closed, 1 half-open, 2 open.")?,
+            breaker: BreakerGauge {
+                gauge: IntGauge::new(BREAKER, "Circuit breaker of the model backend: 0 closed, 1 half-open, 2 open.")?,
+                backend: Arc::default(),
+            },
             answers: IntCounterVec::new(Opts::new(ANSWERS, "Answers by handler and kind."), &["handler", "kind"])?,
             commands: IntCounterVec::new(
                 Opts::new(COMMANDS, "Commands of model answers, accepted or dropped."),
@@ -265,7 +276,42 @@ impl AssistantMetrics {
         if let Some(first) = outcome.as_ref().ok().and_then(|completion| completion.first_token) {
             self.first_token_seconds.with_label_values(&[name]).observe(first.as_secs_f64());
         }
-        self.breaker.set(backend.breaker_state());
+        self.breaker.gauge.set(backend.breaker_state());
+    }
+
+    /// Reads the breaker's state from `backend` whenever the metrics are
+    /// gathered, not only after a call.
+    pub(crate) fn watch_breaker(&self, backend: &Arc<dyn ModelBackend>) {
+        *self.breaker.backend.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(backend));
+    }
+}
+
+/// The breaker's gauge, set from its backend when gathered: a breaker whose
+/// cooldown ran out with no call since is half-open, and an idle replica
+/// must not read open (and keep an alert firing) until its next call.
+#[derive(Clone)]
+pub(crate) struct BreakerGauge {
+    gauge: IntGauge,
+    backend: Arc<RwLock<Option<Weak<dyn ModelBackend>>>>,
+}
+
+impl Collector for BreakerGauge {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let backend = self.backend.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(Weak::upgrade);
+        if let Some(backend) = backend {
+            self.gauge.set(backend.breaker_state());
+        }
+        self.gauge.collect()
+    }
+}
+
+impl fmt::Debug for BreakerGauge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerGauge").field("state", &self.gauge.get()).finish_non_exhaustive()
     }
 }
 
