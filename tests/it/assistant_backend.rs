@@ -86,6 +86,28 @@ async fn a_stream_closed_before_the_model_finished_is_a_broken_one() {
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 1"#), "{text}");
 }
 
+/// A server that sends its `finish_reason` and then keeps the stream open
+/// without `[DONE]` has given its whole answer: it is read a second past
+/// the finish, not to the call's timeout (which once threw the answer away).
+#[tokio::test]
+async fn a_stream_kept_open_after_its_finish_gives_its_answer() {
+    let Reply::Sse { mut chunks } = Reply::stream(&["Готово."], Duration::ZERO) else { unreachable!("a stream") };
+    let finish = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    *chunks.last_mut().unwrap() = (Duration::ZERO, crate::mock_llm::sse_event(&finish));
+    // Then nothing for a minute, the stream still open.
+    chunks.push((Duration::from_secs(60), b": still here\n\n".to_vec()));
+    let mock = MockLlm::start(Reply::Sse { chunks }).await;
+    let h = spawn(&mock, |c| {
+        c.backend.stream = true;
+        c.calls.call_timeout_ms = 10_000;
+    })
+    .await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    assert_eq!(turn.speech(), "Готово.");
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
+}
+
 /// An assistant whose model is a port nothing listens on (every attempt
 /// refused at once), tried three times a call, its breaker opening after
 /// `failures` failed calls for `cooldown_ms`. The mock is kept alive.

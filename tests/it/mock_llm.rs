@@ -217,7 +217,8 @@ fn one_write(chunks: &[(Duration, Vec<u8>)]) -> (Duration, Vec<u8>) {
     (Duration::ZERO, chunks.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect())
 }
 
-fn sse_event(data: &serde_json::Value) -> Vec<u8> {
+/// One SSE event of `data`.
+pub fn sse_event(data: &serde_json::Value) -> Vec<u8> {
     format!("data: {data}\n\n").into_bytes()
 }
 

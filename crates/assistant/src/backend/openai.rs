@@ -46,6 +46,10 @@ use crate::{
 const MAX_BODY: usize = MAX_ANSWER_BYTES;
 /// How much of an error body goes into the error message.
 const MAX_ERROR_BODY: usize = 300;
+/// How long a stream is read after its `finish_reason`, for the usage and
+/// `[DONE]` that may follow: a server that sends neither and keeps the
+/// stream open has given its whole answer all the same.
+const AFTER_FINISH: Duration = Duration::from_secs(1);
 
 /// The OpenAI-compatible backend.
 #[derive(Debug)]
@@ -367,11 +371,15 @@ async fn read_stream(
     let (mut streamed, mut reasoned) = (false, 0usize);
     // The model said it was done: `[DONE]`, or a `finish_reason`.
     let mut finished = false;
+    // When the `finish_reason` came: what follows is only waited for a while.
+    let mut finish_seen: Option<Instant> = None;
     let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
     loop {
         let (until, which) =
             if completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
+        let until = finish_seen.map_or(until, |at| until.min(at + AFTER_FINISH));
         let (events, ended) = match timeout_at(until, response.chunk()).await {
+            Err(_) if finish_seen.is_some() => break,
             Err(_) => return Err(fail(BackendError::Timeout(which), streamed)),
             Ok(Err(error)) => return Err(fail(broken(&error), streamed)),
             Ok(Ok(None)) => (decoder.finish(), true),
@@ -404,6 +412,7 @@ async fn read_stream(
                 }
                 StreamEvent::Finish(reason) => {
                     finished = true;
+                    finish_seen.get_or_insert_with(Instant::now);
                     completion.finish_reason = Some(reason.clone());
                     ModelEvent::Finish { reason }
                 }
