@@ -108,10 +108,12 @@ fn a_stream_is_read_from_a_url_and_an_unreadable_source_exits_2() {
 }
 
 #[test]
-fn a_url_s_password_is_in_no_message() {
+fn a_url_s_password_and_signature_are_in_no_message() {
     let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let unreachable = format!("http://user:pw-S3CRET@{gone}/llm/stream/r-1");
-    for source in [unreachable.as_str(), "https://user:pw-S3CRET@bad host/llm/stream/r-1"] {
+    // A signed stream address, as ShowStreamDirective gives it.
+    let signed = format!("http://{gone}/llm/stream/r-1?exp=1&sig=S3CRET");
+    for source in [unreachable.as_str(), "https://user:pw-S3CRET@bad host/llm/stream/r-1", signed.as_str()] {
         let out = validate(&[source], "");
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{source}: {stderr}");

@@ -56,7 +56,7 @@ pub struct DialogArgs {
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Replay the requests of a server's debug log (`--log-level debug`) and report the answers that differ.
-    #[arg(long, value_name = "LOG")]
+    #[arg(long, value_name = "LOG", conflicts_with_all = ["script", "junit", "record"])]
     pub replay: Option<PathBuf>,
     /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
     #[arg(long = "ignore", value_name = "FIELD")]
@@ -277,5 +277,16 @@ mod tests {
     fn a_programs_defaults_are_the_command_lines() {
         let parsed = Command::parse_from(["dialog", "--server", "http://h:1"]).args;
         assert_eq!(format!("{parsed:?}"), format!("{:?}", DialogArgs::to("http://h:1")));
+    }
+
+    #[test]
+    fn a_replay_refuses_what_it_would_not_do() {
+        // Scripts, their report and their recording: once skipped without a word.
+        for other in [["--script", "a.yaml"], ["--junit", "out.xml"], ["--record", "out.yaml"]] {
+            let args = ["dialog", "--replay", "debug.log", other[0], other[1]];
+            let error = Command::try_parse_from(args).err().map(|e| e.kind());
+            assert_eq!(error, Some(clap::error::ErrorKind::ArgumentConflict), "{args:?}");
+        }
+        assert!(Command::try_parse_from(["dialog", "--replay", "debug.log", "--ignore", "Version"]).is_ok());
     }
 }

@@ -27,15 +27,14 @@ pub fn main(args: &ValidateArgs) -> u8 {
     let text = match read(args) {
         Ok(text) => text,
         Err(message) => {
-            eprintln!("validate-jsonseq: {}: {message}", shown_source(&args.source));
+            complain(&args.source, &message);
             return 2;
         }
     };
     let Transcript { events, more, unterminated } = read_transcript(&text);
     if more {
         // Judged on its start, it could be called valid: refused, as a transcript over its bytes is.
-        let source = shown_source(&args.source);
-        eprintln!("validate-jsonseq: {source}: more than {} events, the most read", transcript::MAX_EVENTS);
+        complain(&args.source, &format!("more than {} events, the most read", transcript::MAX_EVENTS));
         return 2;
     }
     let mut violations = validate(&events);
@@ -62,6 +61,14 @@ pub fn main(args: &ValidateArgs) -> u8 {
 
 fn is_url(source: &str) -> bool {
     source.starts_with("http://") || source.starts_with("https://")
+}
+
+/// Says on stderr what went wrong with `source`, with no secret: a URL
+/// without its password, and no signature of a signed stream address
+/// (`sig=`), whether in the source or in the HTTP client's message.
+fn complain(source: &str, message: &str) {
+    let line = format!("validate-jsonseq: {}: {message}", shown_source(source));
+    eprintln!("{}", megamind_core::text::hide_signatures(&line).unwrap_or(line));
 }
 
 /// `source` as messages show it: a URL without its password; a file's

@@ -177,6 +177,18 @@ impl Expectation {
                 })
             })
             .collect();
+        // A protocol `Error` is no answer to a turn that expects none: a
+        // server failing every turn must not pass the turns that check
+        // little (`not_contains`, or nothing at all).
+        let expects_error =
+            self.checks.iter().any(|check| matches!(check.target, Target::ErrorType | Target::ErrorMessage));
+        if let Some((kind, message)) = answer.error.as_ref().filter(|_| !expects_error) {
+            failures.push(Failure {
+                path: "error".into(),
+                expected: "an answer (the turn expects no error.type or error.message)".into(),
+                got: format!("{kind}: {message}"),
+            });
+        }
         if let Some(max) = self.max_ms
             && let Some(slowest) = took.iter().max().filter(|slowest| slowest.as_millis() > u128::from(max))
         {

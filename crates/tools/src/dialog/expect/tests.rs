@@ -32,6 +32,18 @@ fn failures(expect: Value) -> Vec<Failure> {
 }
 
 #[test]
+fn an_error_fails_a_turn_unless_the_turn_expects_it() {
+    let error = ("internal".to_owned(), "the scenario failed".to_owned());
+    let answer = Answer { error: Some(error), ..Default::default() };
+    for expect in [json!({}), json!({"speech": {"not_contains": "Chrome"}}), json!({"irrelevant": false})] {
+        let failed = expectation(expect.clone()).check(&answer, &[]);
+        assert!(failed.iter().any(|f| f.path == "error" && f.got.contains("internal")), "{expect}: {failed:?}");
+    }
+    assert!(expectation(json!({"error.type": "internal"})).check(&answer, &[]).is_empty());
+    assert!(expectation(json!({"error.message": {"contains": "failed"}})).check(&answer, &[]).is_empty());
+}
+
+#[test]
 fn shortcuts_and_field_paths_read_the_answer() {
     let all = json!({
         "speech": {"contains": "Safari"},
