@@ -298,6 +298,10 @@ fn check_schema(root: &MessageDescriptor, segments: &[Segment]) -> Result<(), St
         if segment.index.is_some() && !field.is_list() {
             return Err(format!("{}.{} is not a list", message.name(), field.name()));
         }
+        // Read through, a list has no value: the check would read `<absent>` whatever came.
+        if segment.index.is_none() && field.is_list() && i + 1 < segments.len() {
+            return Err(format!("{}.{} is a list: write {}[N]", message.name(), field.name(), segment.field));
+        }
         match field.kind() {
             Kind::Message(inner) if !field.is_map() => message = inner,
             _ if i + 1 < segments.len() => {

@@ -63,8 +63,10 @@ pub struct TurnSpec {
     /// (`RunCommandDirective`): its callback sent back, completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_result: Option<CommandResultSpec>,
-    /// `TScenarioRunRequest` fields in text format, merged into the request
-    /// (e.g. `Input { SemanticFrames { Name: "run_skill" } }`).
+    /// A `TScenarioRunRequest` in text format of which only `Input` is
+    /// sent, as the turn's input (e.g. `Input { SemanticFrames { Name:
+    /// "run_skill" } }`); the client makes the rest, and another field is
+    /// refused when the script loads rather than dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
     /// Field path → matcher, and `max_ms`.
@@ -177,10 +179,22 @@ pub fn parse(file: &str, text: &str) -> Result<Loaded, ScriptError> {
             if inputs.iter().filter(|set| **set).count() != 1 {
                 problems.push(format!("{}: write exactly one of say, voice, callback, command_result, request", at()));
             }
-            if let Some(text) = &turn.request
-                && let Err(e) = codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text)
-            {
-                problems.push(format!("{}: request: not a TScenarioRunRequest in text format: {e}", at()));
+            if let Some(text) = &turn.request {
+                match codec::decode::<TScenarioRunRequest>(text.as_bytes(), Format::Text) {
+                    Err(e) => {
+                        problems.push(format!("{}: request: not a TScenarioRunRequest in text format: {e}", at()))
+                    }
+                    Ok(request)
+                        if request != TScenarioRunRequest { input: request.input.clone(), ..Default::default() } =>
+                    {
+                        problems.push(format!(
+                            "{}: request: only its Input is sent (the client makes BaseRequest and the rest); \
+                             write Input {{ ... }} alone",
+                            at()
+                        ));
+                    }
+                    Ok(_) => {}
+                }
             }
             match Expectation::compile_in(&turn.expect, &mut regexes) {
                 Ok(expectation) => expectations.push(expectation),

@@ -103,6 +103,9 @@ fn paths_the_schema_lacks_and_bad_matchers_are_refused() {
     assert!(refuse(json!({"speech": {"regex": "("}})).contains("regex"));
     assert!(refuse(json!({"max_ms": "fast"})).contains("max_ms"));
     assert!(refuse(json!({"directives[x]": 1})).contains("name[N]"));
+    // Through a list with no index: once accepted, then `<absent>` whatever came.
+    assert!(refuse(json!({"directives.OpenAppDirective.AppName": 1})).contains("is a list: write Directives[N]"));
+    assert!(refuse(json!({"Layout.Cards.Text": 1})).contains("is a list: write Cards[N]"));
 }
 
 #[test]

@@ -136,6 +136,11 @@ fn bad_turns_and_paths_are_refused_before_anything_runs() {
     assert!(parse("f", "dialogs: []\n").is_err());
     let request = "dialogs:\n  - name: x\n    turns:\n      - request: 'Input { Nope: 1 }'\n";
     assert!(parse("f", request).unwrap_err().to_string().contains("request: not a TScenarioRunRequest"));
+    // Fields besides Input: once dropped without a word.
+    let other = "dialogs:\n  - name: x\n    turns:\n      - request: 'BaseRequest { RequestId: \"r\" }'\n";
+    assert!(parse("f", other).unwrap_err().to_string().contains("only its Input is sent"), "{other}");
+    let input = "dialogs:\n  - name: x\n    turns:\n      - request: 'Input { SemanticFrames { Name: \"f\" } }'\n";
+    assert!(parse("f", input).is_ok());
 }
 
 #[test]
