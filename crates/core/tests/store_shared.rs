@@ -243,6 +243,37 @@ async fn a_redis_that_answers_nothing_costs_a_call_at_most_the_store_timeout() {
     assert!(sample(&registry, r#"megamind_store_operations_total{op="begin",outcome="timeout"}"#) >= 4.0);
 }
 
+/// A claim whose caller hung up before Redis's reply came (the call's
+/// future dropped with the claim on its way) is given back: it once stayed
+/// in Redis with nobody to end it, and every retry of the key waited on it
+/// until its lease ran out.
+#[tokio::test]
+async fn a_claim_whose_caller_hung_up_is_given_back() {
+    let Some(server) = RedisServer::start("a claim sent, its caller gone") else { return };
+    // A second's timeout of its own: the hang-up comes first.
+    let store = redis_store(&server.url(), Duration::from_secs(1));
+    let begin = |id: &'static str| async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        store.begin(Key::new("demo", Handler::Commit, id), LEASE, deadline, &mut || true).await
+    };
+    // The pool's two connections, both open.
+    for id in ["warm-1", "warm-2"] {
+        assert!(matches!(begin(id).await, Ok(Begin::Lead(_))));
+    }
+    server.freeze();
+    let hung_up = tokio::time::timeout(Duration::from_millis(50), begin("gone")).await;
+    assert!(hung_up.is_err(), "the claim's reply cannot come from a frozen Redis: {hung_up:?}");
+    server.thaw();
+    // Redis carries out the claim, then the giving back sent after it.
+    let mut retry = begin("gone").await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while matches!(retry, Ok(Begin::Wait(_))) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        retry = begin("gone").await;
+    }
+    assert!(matches!(retry, Ok(Begin::Lead(_))), "a retry leads: {retry:?}");
+}
+
 /// A repeat waiting on a Redis that answers none of its polls is a store
 /// that does not answer, not one that does: waits alone take a stuck
 /// Redis for down (before, each counted as a success and kept it up), and

@@ -407,6 +407,29 @@ impl RedisStore {
     }
 }
 
+/// A claim sent whose reply is not read yet: given back if the call is
+/// dropped meanwhile (its caller hung up) or the reply is an error, rather
+/// than left in Redis with nobody to end it, every retry of the key
+/// waiting on it until its lease runs out.
+struct Unsettled<'a> {
+    store: &'a RedisStore,
+    /// The connection, key, claim and lease's end of a claim sent; `None`
+    /// once the reply said what became of it.
+    sent: Option<(ConnectionManager, String, Bytes, Instant)>,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        // A call dropped with its runtime has nothing to spawn on: its
+        // claim runs out by its lease.
+        if let Some((connection, key, claim, until)) = self.sent.take()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            self.store.give_back(connection, key, claim, until);
+        }
+    }
+}
+
 #[async_trait]
 impl FlightStore for RedisStore {
     async fn begin(
@@ -429,18 +452,21 @@ impl FlightStore for RedisStore {
             command.arg(&claim[..]).arg("NX").arg("PX").arg(millis(lease_ttl).max(1)).arg("GET");
         }
         let connection = self.connection()?;
-        let held: Option<Vec<u8>> =
-            match self.query::<Option<Vec<u8>>>(Some(deadline), connection.clone(), &command).await {
-                // A claim sent again after a dropped connection may find the first one taken.
-                Ok(held) => held.filter(|held| !lead || held[..] != claim[..]),
-                Err(StoreError::Full) => return self.begin_reading(key, deadline).await,
-                Err(error) => {
-                    if lead {
-                        self.give_back(connection, redis_key, claim, until);
-                    }
-                    return Err(error);
-                }
-            };
+        let sent = lead.then(|| (connection.clone(), redis_key.clone(), claim.clone(), until));
+        let mut unsettled = Unsettled { store: self, sent };
+        let held: Option<Vec<u8>> = match self.query::<Option<Vec<u8>>>(Some(deadline), connection, &command).await {
+            // A claim sent again after a dropped connection may find the first one taken.
+            Ok(held) => {
+                unsettled.sent = None;
+                held.filter(|held| !lead || held[..] != claim[..])
+            }
+            Err(StoreError::Full) => {
+                unsettled.sent = None;
+                return self.begin_reading(key, deadline).await;
+            }
+            // Not known to be taken: given back as the guard drops.
+            Err(error) => return Err(error),
+        };
         if let Some(begin) = self.begun(key.clone(), redis_key.clone(), held, deadline).await? {
             return Ok(begin);
         }
