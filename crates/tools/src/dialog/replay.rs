@@ -202,8 +202,18 @@ fn entries(log: &str) -> impl Iterator<Item = Entry<'_>> {
                 body.push('\n');
             }
         }
+        // The server's log cuts a body of more than 64 KiB itself.
+        cut |= capped_by_the_log(&body);
         Some(Entry { head, body, cut })
     })
+}
+
+/// Whether `body` ends as the server's log ends a message it cut at its
+/// bound (`…(+N bytes)`): only its start was logged. A text-format body
+/// never ends so: a string's text ends with its quote.
+fn capped_by_the_log(body: &str) -> bool {
+    let Some(rest) = body.trim_end().strip_suffix(" bytes)") else { return false };
+    rest.rsplit_once("…(+").is_some_and(|(_, count)| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `2026-11-24T00:21:34...`
@@ -348,6 +358,16 @@ ResponseBody {
         assert!(!request.contains("Input {"), "the lines after the cut were kept");
         assert!(calls[0].answer.as_deref().unwrap().contains("OutputSpeech"), "the next entry is whole");
         assert!(!parse_log(LOG)[0].cut, "a call within the bound is replayed");
+    }
+
+    #[test]
+    fn a_request_the_server_s_log_cut_is_not_replayed() {
+        // As the log writes a body past its 64 KiB: its start, then how much was left out.
+        let log = LOG.replacen("    Utterance: \"кафе\"\n  }\n}\n", "    Utterance: \"кафе…(+6000 bytes)\n", 1);
+        assert!(parse_log(&log)[0].cut, "{log}");
+        // A string that says as much, quoted, is whole.
+        let quoted = LOG.replacen("кафе", "кафе…(+6000 bytes)", 1);
+        assert!(!parse_log(&quoted)[0].cut, "{quoted}");
     }
 
     #[test]
