@@ -17,13 +17,14 @@ use std::{
 };
 
 use megamind_core::{
-    codec::{self, Format},
+    codec::{self, Format, redact::redacted_text},
     proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
     rules::logging::ACCESS_TARGET,
     scenario::Handler,
 };
+use prost_reflect::ReflectMessage;
 
-use super::{DialogArgs, Unplayable, text_of};
+use super::{DialogArgs, Unplayable};
 use crate::{
     bounded::read_at_most,
     client::{Request, Response},
@@ -152,13 +153,21 @@ fn request_of(call: &Logged) -> Result<Request, Unplayable> {
     })
 }
 
+/// The live answer as the server's debug log writes one: personal data and
+/// signed addresses' signatures redacted. Compared with a logged answer as
+/// such (a `ShowStreamDirective` differed every time), and printed with no
+/// signature in it.
 fn answer_text(response: &Response) -> String {
     match response {
-        Response::Run(answer) => text_of(answer),
-        Response::Continue(answer) => text_of(answer),
-        Response::Commit(answer) => text_of(answer),
-        Response::Apply(answer) => text_of(answer),
+        Response::Run(answer) => logged_text(answer),
+        Response::Continue(answer) => logged_text(answer),
+        Response::Commit(answer) => logged_text(answer),
+        Response::Apply(answer) => logged_text(answer),
     }
+}
+
+fn logged_text(message: &impl ReflectMessage) -> String {
+    redacted_text(message).unwrap_or_else(|e| format!("<{e}>"))
 }
 
 /// The log at `path`, refused past [`MAX_LOG_BYTES`]: a log cut there
@@ -358,6 +367,22 @@ ResponseBody {
         assert!(!request.contains("Input {"), "the lines after the cut were kept");
         assert!(calls[0].answer.as_deref().unwrap().contains("OutputSpeech"), "the next entry is whole");
         assert!(!parse_log(LOG)[0].cut, "a call within the bound is replayed");
+    }
+
+    #[test]
+    fn a_live_answer_is_redacted_as_the_log_is() {
+        use megamind_core::proto::n_alice::n_scenarios::{
+            TDirective, TLayout, TScenarioResponseBody, TScenarioRunResponse, TShowStreamDirective, t_directive,
+            t_scenario_run_response,
+        };
+        let url = "http://h/llm/stream/r-1?exp=1&sig=S3CRET".to_owned();
+        let show = TShowStreamDirective { name: "show_llm_stream".into(), url };
+        let directive = TDirective { directive: Some(t_directive::Directive::ShowStreamDirective(show)) };
+        let layout = TLayout { directives: vec![directive], ..Default::default() };
+        let body = TScenarioResponseBody { layout: Some(layout), ..Default::default() };
+        let response = t_scenario_run_response::Response::ResponseBody(body);
+        let text = answer_text(&Response::Run(TScenarioRunResponse { response: Some(response), ..Default::default() }));
+        assert!(text.contains("sig=<hidden>") && !text.contains("S3CRET"), "{text}");
     }
 
     #[test]
