@@ -433,11 +433,13 @@ impl FlightStore for SharedStore {
         if !is_claim(&waiter.token) {
             return self.0.local.wait(waiter, deadline).await;
         }
-        // Redis's wait fails with a timeout when no poll was answered:
-        // counted against the store's health (answers late for long
-        // enough take it for down), and to the caller the wait timed out.
+        // Redis's wait fails with a timeout at its deadline when no poll
+        // was answered: counted against the store's health (answers late
+        // for long enough take it for down), and to the caller the wait
+        // timed out. A timeout before the deadline (an answer's body out
+        // of reach) stays an error, which a `/run` begins again after.
         match self.0.run(Op::Wait, self.0.shared.wait(waiter, deadline)).await {
-            Err(StoreError::Timeout(_)) => Ok(Waited::TimedOut),
+            Err(StoreError::Timeout(_)) if Instant::now() >= deadline => Ok(Waited::TimedOut),
             waited => waited,
         }
     }
