@@ -173,6 +173,17 @@ struct Faulty {
     runs: std::sync::atomic::AtomicUsize,
     commits: std::sync::atomic::AtomicUsize,
     hang: bool,
+    /// A hung `/commit` panics as it is dropped.
+    drop_panics: bool,
+}
+
+/// Panics as it is dropped: a scenario's state with a bug in its `Drop`.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a bug in a drop");
+    }
 }
 
 #[async_trait::async_trait]
@@ -185,6 +196,8 @@ impl Scenario for Faulty {
     async fn commit(&self, _: TScenarioApplyRequest, _: CallContext) -> ScenarioResult<TScenarioCommitResponse> {
         self.commits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.hang {
+            // Not `then_some`: its argument is made, and dropped, either way.
+            let _state = if self.drop_panics { Some(PanicsOnDrop) } else { None };
             std::future::pending::<()>().await;
         }
         panic!("a bug halfway through the payment");
@@ -241,6 +254,23 @@ async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat(
     assert!(message.contains("may have run in part, and is not run again"), "{message}");
     let again = dispatcher.dispatch(faulty, commit_call("pay-2")).await;
     assert_eq!(commit_error(&again), (kind, message), "kept for every repeat");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");
+}
+
+/// Stopped at the detach limit, work whose state panics as it drops still
+/// ends its lease: it once left the lease held, and a repeat after it ran
+/// out ran the payment again.
+#[tokio::test]
+async fn a_side_effect_whose_drop_panics_at_the_detach_limit_is_not_run_again() {
+    let scenario = Arc::new(Faulty { hang: true, drop_panics: true, ..Faulty::default() });
+    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_millis(100));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call("pay-3") };
+    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
+    let repeat = dispatcher.dispatch(faulty, commit_call("pay-3")).await;
+    let (kind, message) = commit_error(&repeat);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("may have run in part, and is not run again"), "{message}");
     assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");
 }
 

@@ -40,9 +40,14 @@ pub(super) fn detach(
 ) {
     cache.background().clone().spawn(async move {
         let _permit = permit;
-        let (answer, finished) = match tokio::time::timeout_at(until, work).await {
-            Ok(finished) => (finished.keep.then(|| finished.body.clone()), Some(finished)),
-            Err(_) => (unfinished, None),
+        // The work is dropped at `until` inside this block, so that a panic
+        // as it drops (a scenario's own `Drop`; its handler's panics are
+        // caught in `run_scenario`) is caught too: the lease is ended all
+        // the same, never left for a repeat to run a side effect again.
+        let bounded = async move { tokio::time::timeout_at(until, work).await };
+        let (answer, finished) = match AssertUnwindSafe(bounded).catch_unwind().await {
+            Ok(Ok(finished)) => (finished.keep.then(|| finished.body.clone()), Some(finished)),
+            Ok(Err(_)) | Err(_) => (unfinished, None),
         };
         if let Err(error) = cache.end(lease, answer).await {
             tracing::warn!(%error, "the lease of work in a task of its own was not ended; it runs out by its TTL");
