@@ -108,6 +108,25 @@ async fn a_stream_kept_open_after_its_finish_gives_its_answer() {
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
 }
 
+/// An overload the model server reports inside a stream, before any token
+/// (`data: {"error": {"code": 503}}`), is retried as the same status would
+/// be: nothing was delivered yet.
+#[tokio::test]
+async fn an_overload_reported_inside_a_stream_is_retried() {
+    let overloaded = serde_json::json!({"error": {"message": "the engine is overloaded", "code": 503}});
+    let mock = MockLlm::start(Reply::stream(&["Готово."], Duration::ZERO)).await;
+    mock.push(Reply::Sse { chunks: vec![(Duration::ZERO, crate::mock_llm::sse_event(&overloaded))] });
+    let h = spawn(&mock, |c| {
+        c.backend.stream = true;
+        c.backend.retry_backoff_ms = 10;
+    })
+    .await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    assert_eq!(turn.speech(), "Готово.");
+    assert_eq!(mock.calls(), 2, "asked again once");
+    assert!(metrics_text(&h.metrics).contains("megamind_assistant_model_retries_total 1"));
+}
+
 /// An assistant whose model is a port nothing listens on (every attempt
 /// refused at once), tried three times a call, its breaker opening after
 /// `failures` failed calls for `cooldown_ms`. The mock is kept alive.

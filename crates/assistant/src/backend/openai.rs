@@ -35,7 +35,7 @@ use crate::{
         config::{BackendConfig, Secret},
         openai::{
             completion::parse_completion,
-            sse::{SseDecoder, StreamEvent},
+            sse::{SseDecoder, SseError, StreamEvent},
         },
         warmup,
     },
@@ -385,7 +385,15 @@ async fn read_stream(
             Ok(Ok(None)) => (decoder.finish(), true),
             Ok(Ok(Some(bytes))) => (decoder.push(&bytes), false),
         };
-        let events = events.map_err(|e| fail(BackendError::BadResponse(e.to_string()), streamed))?;
+        let events = events.map_err(|error| {
+            let error = match error {
+                // Said with a status: as that status had come as the answer's,
+                // retried while nothing was streamed (an overload's 503).
+                SseError::Backend { status: Some(status), message } => BackendError::Status { status, message },
+                other => BackendError::BadResponse(other.to_string()),
+            };
+            fail(error, streamed)
+        })?;
         let mut done = ended;
         for event in events {
             let event = match event {

@@ -43,9 +43,15 @@ pub enum SseError {
     /// A `data:` that is neither `[DONE]` nor a chat completion chunk.
     #[error("stream chunk is not a chat completion chunk: {0}")]
     BadChunk(String),
-    /// The backend reported an error inside the stream.
-    #[error("the backend reported an error in the stream: {0}")]
-    Backend(String),
+    /// The backend reported an error inside the stream (vLLM and others
+    /// send an overload's 503 so once a stream has begun).
+    #[error("the backend reported an error in the stream: {message}")]
+    Backend {
+        /// The HTTP status its `code` names, when it names one.
+        status: Option<u16>,
+        /// What it said, cut to a bound.
+        message: String,
+    },
 }
 
 /// Splits bytes into events, whatever the chunking.
@@ -168,7 +174,9 @@ fn interpret(data: &str, events: &mut Vec<StreamEvent>) -> Result<(), SseError> 
     }
     let chunk: Chunk = serde_json::from_str(data).map_err(|e| SseError::BadChunk(json_problem(&e)))?;
     if let Some(error) = chunk.error {
-        return Err(SseError::Backend(megamind_core::text::clip(&error.to_string(), MAX_PROBLEM_BYTES).to_owned()));
+        let status = error.get("code").and_then(Value::as_u64).filter(|code| (400..600).contains(code));
+        let message = megamind_core::text::clip(&error.to_string(), MAX_PROBLEM_BYTES).to_owned();
+        return Err(SseError::Backend { status: status.and_then(|code| u16::try_from(code).ok()), message });
     }
     if let Some(choice) = chunk.choices.into_iter().next() {
         if let Some(delta) = choice.delta {
@@ -270,14 +278,20 @@ mod tests {
         assert!(problem.starts_with("invalid type: string \"aaa…") && problem.len() < 100, "{problem}");
         assert!(matches!(SseDecoder::new(1024).push(b"data: \xff\xfe\n\n"), Err(SseError::NotUtf8)));
         let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
-        assert!(matches!(error, Err(SseError::Backend(ref m)) if m.contains("overloaded")), "{error:?}");
+        assert!(
+            matches!(error, Err(SseError::Backend { status: None, ref message }) if message.contains("overloaded"))
+        );
+        let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"message\":\"busy\",\"code\":503}}\n\n");
+        assert!(matches!(error, Err(SseError::Backend { status: Some(503), .. })), "the status it names: {error:?}");
+        let error = SseDecoder::new(1024).push(b"data: {\"error\":{\"code\":\"rate_limit_exceeded\"}}\n\n");
+        assert!(matches!(error, Err(SseError::Backend { status: None, .. })), "a name is no status: {error:?}");
     }
 
     #[test]
     fn a_backend_error_of_ten_thousand_characters_is_quoted_cut_to_its_bound() {
         for letter in ["x", "я"] {
             let event = format!("data: {}\n\n", serde_json::json!({"error": {"message": letter.repeat(10_000)}}));
-            let Err(SseError::Backend(quoted)) = SseDecoder::new(1 << 20).push(event.as_bytes()) else {
+            let Err(SseError::Backend { message: quoted, .. }) = SseDecoder::new(1 << 20).push(event.as_bytes()) else {
                 panic!("a backend error")
             };
             // A two-byte letter may leave one byte of the bound unused.
