@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use megamind_tools::client::Turn;
+
 use crate::{
     assistant_harness::{Harness, apology, ask, client, metrics_text, spawn},
     helpers::{LoggedServer, Transport, binary},
@@ -51,16 +53,24 @@ async fn a_connection_dropped_mid_answer_is_a_connection_failure_and_is_retried(
     assert_eq!(bad, Some(0.0), "{text}");
 }
 
-#[tokio::test]
-async fn a_stream_dropped_after_a_token_is_not_retried() {
-    let mock = MockLlm::start(Reply::content("не должно понадобиться")).await;
-    mock.push(Reply::dropped_mid_stream("Начало ответа"));
+/// One question to an assistant whose model streams, retried 10 ms apart:
+/// its first call answered `first`, every other `then`.
+async fn asked_streaming(then: Reply, first: Reply) -> (MockLlm, Harness, Turn) {
+    let mock = MockLlm::start(then).await;
+    mock.push(first);
     let h = spawn(&mock, |c| {
         c.backend.stream = true;
         c.backend.retry_backoff_ms = 10;
     })
     .await;
     let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    (mock, h, turn)
+}
+
+#[tokio::test]
+async fn a_stream_dropped_after_a_token_is_not_retried() {
+    let (mock, h, turn) =
+        asked_streaming(Reply::content("не должно понадобиться"), Reply::dropped_mid_stream("Начало ответа")).await;
     assert_eq!(turn.speech(), apology(), "a retry would repeat what was delivered");
     assert_eq!(mock.calls(), 1);
     let text = metrics_text(&h.metrics);
@@ -72,14 +82,8 @@ async fn a_stream_dropped_after_a_token_is_not_retried() {
 /// it is a broken connection, not an answer whose last word was cut.
 #[tokio::test]
 async fn a_stream_closed_before_the_model_finished_is_a_broken_one() {
-    let mock = MockLlm::start(Reply::content("не должно понадобиться")).await;
-    mock.push(Reply::closed_mid_stream("Первое предложение. Второе пред"));
-    let h = spawn(&mock, |c| {
-        c.backend.stream = true;
-        c.backend.retry_backoff_ms = 10;
-    })
-    .await;
-    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    let first = Reply::closed_mid_stream("Первое предложение. Второе пред");
+    let (mock, h, turn) = asked_streaming(Reply::content("не должно понадобиться"), first).await;
     assert!(!turn.speech().contains("Второе пред"), "a cut word is never spoken: {}", turn.speech());
     assert_eq!(mock.calls(), 1, "what was delivered is not asked for again");
     let text = metrics_text(&h.metrics);
@@ -114,14 +118,8 @@ async fn a_stream_kept_open_after_its_finish_gives_its_answer() {
 #[tokio::test]
 async fn an_overload_reported_inside_a_stream_is_retried() {
     let overloaded = serde_json::json!({"error": {"message": "the engine is overloaded", "code": 503}});
-    let mock = MockLlm::start(Reply::stream(&["Готово."], Duration::ZERO)).await;
-    mock.push(Reply::Sse { chunks: vec![(Duration::ZERO, crate::mock_llm::sse_event(&overloaded))] });
-    let h = spawn(&mock, |c| {
-        c.backend.stream = true;
-        c.backend.retry_backoff_ms = 10;
-    })
-    .await;
-    let turn = ask(&mut client(&h.app, Transport::Http), "вопрос").await;
+    let first = Reply::Sse { chunks: vec![(Duration::ZERO, crate::mock_llm::sse_event(&overloaded))] };
+    let (mock, h, turn) = asked_streaming(Reply::stream(&["Готово."], Duration::ZERO), first).await;
     assert_eq!(turn.speech(), "Готово.");
     assert_eq!(mock.calls(), 2, "asked again once");
     assert!(metrics_text(&h.metrics).contains("megamind_assistant_model_retries_total 1"));

@@ -239,19 +239,26 @@ async fn a_side_effect_that_panicked_is_not_run_again_by_a_repeat_a_run_is() {
     assert_eq!(scenario.runs.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// A `/commit` of `scenario` (which hangs) with a client's deadline of 100
+/// ms, answered `timeout` while the work goes on 100 ms more, then a repeat
+/// that waits for the work, stopped before the repeat's budget ends: the
+/// repeat's error, type and message.
+async fn stopped_at_the_detach_limit(scenario: Arc<Faulty>, id: &str) -> (Dispatcher, (String, String)) {
+    let dispatcher = faulty_dispatcher(scenario, std::time::Duration::from_millis(100));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call(id) };
+    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
+    let repeat = dispatcher.dispatch(faulty, commit_call(id)).await;
+    (dispatcher, commit_error(&repeat))
+}
+
 #[tokio::test]
 async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat() {
     let scenario = Arc::new(Faulty { hang: true, ..Faulty::default() });
-    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_millis(100));
-    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
-    // A client's deadline of 100 ms: answered `timeout`, the work goes on 100 ms more.
-    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call("pay-2") };
-    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
-    // A repeat waits for the work, which is stopped before the repeat's budget ends.
-    let repeat = dispatcher.dispatch(faulty, commit_call("pay-2")).await;
-    let (kind, message) = commit_error(&repeat);
+    let (dispatcher, (kind, message)) = stopped_at_the_detach_limit(scenario.clone(), "pay-2").await;
     assert_eq!(kind, "timeout");
     assert!(message.contains("may have run in part, and is not run again"), "{message}");
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
     let again = dispatcher.dispatch(faulty, commit_call("pay-2")).await;
     assert_eq!(commit_error(&again), (kind, message), "kept for every repeat");
     assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");
@@ -263,12 +270,7 @@ async fn a_side_effect_stopped_at_the_detach_limit_is_not_run_again_by_a_repeat(
 #[tokio::test]
 async fn a_side_effect_whose_drop_panics_at_the_detach_limit_is_not_run_again() {
     let scenario = Arc::new(Faulty { hang: true, drop_panics: true, ..Faulty::default() });
-    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_millis(100));
-    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
-    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call("pay-3") };
-    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
-    let repeat = dispatcher.dispatch(faulty, commit_call("pay-3")).await;
-    let (kind, message) = commit_error(&repeat);
+    let (_, (kind, message)) = stopped_at_the_detach_limit(scenario.clone(), "pay-3").await;
     assert_eq!(kind, "timeout");
     assert!(message.contains("may have run in part, and is not run again"), "{message}");
     assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment began once");

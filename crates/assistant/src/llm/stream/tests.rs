@@ -20,6 +20,11 @@ fn text(piece: &str) -> ModelEvent {
 }
 
 /// The whole body of one subscriber, as text.
+/// The next piece a stream writes, as text.
+async fn next_text(body: &mut (impl Stream<Item = Result<Bytes, Infallible>> + Unpin)) -> String {
+    String::from_utf8(body.next().await.expect("a piece").unwrap().to_vec()).unwrap()
+}
+
 async fn read_all(body: impl Stream<Item = Result<Bytes, Infallible>>) -> String {
     let chunks: Vec<_> = body.collect().await;
     let bytes: Vec<u8> = chunks.into_iter().flat_map(|chunk| chunk.unwrap().to_vec()).collect();
@@ -133,10 +138,10 @@ async fn every_subscriber_reads_the_same_events_and_resumes_after_any_id() {
 async fn a_silent_model_gets_heartbeats_under_the_last_id() {
     let record = Arc::new(CallRecord::new(1 << 20));
     let mut body = Box::pin(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream"));
-    let first = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    let first = next_text(&mut body).await;
     assert!(first.starts_with("id: 1\nevent: status\n"), "{first}");
     let started = Instant::now();
-    let second = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    let second = next_text(&mut body).await;
     assert_eq!(started.elapsed(), HEARTBEAT);
     assert!(second.starts_with("id: 1\nevent: heartbeat\n"), "{second}");
     record.event(text("Готово."));
@@ -152,7 +157,7 @@ async fn a_silent_model_gets_heartbeats_under_the_last_id() {
 async fn a_heartbeat_before_the_resumed_events_keeps_the_last_id() {
     let record = Arc::new(CallRecord::new(1 << 20));
     let mut body = Box::pin(sse("r", &record, subscription(5), Shutdown::new()).expect("a stream"));
-    let heartbeat = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    let heartbeat = next_text(&mut body).await;
     assert!(heartbeat.starts_with("id: 5\nevent: heartbeat\n"), "{heartbeat}");
 }
 
@@ -288,7 +293,7 @@ async fn events_are_made_a_few_ahead_of_the_subscriber_not_all_at_once() {
     let pieces: Vec<ModelEvent> = (0..2000).map(|i| text(&format!("слово{i} "))).collect();
     let record = finished(&pieces);
     let mut body = Box::pin(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream"));
-    let first = String::from_utf8(body.next().await.expect("a piece").unwrap().to_vec()).unwrap();
+    let first = next_text(&mut body).await;
     let held = record.shared(|| -> Rendered { unreachable!("made by the subscriber") });
     let (made, kept) = {
         let render = held.lock();
