@@ -130,7 +130,29 @@ pub fn main() -> anyhow::Result<()> {
 /// scenarios to [`scenarios::modules`] and calls this).
 pub fn main_with(modules: Vec<Box<dyn ScenarioModule>>) -> anyhow::Result<()> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match parse(args, modules, &|name| std::env::var(name).ok()).map_err(|e| e.exit())? {
+    // A variable set to bytes that are not UTF-8 is refused by name, never
+    // taken for unset: a store URL unread would leave a replica on its own
+    // memory without a word.
+    let unreadable = std::cell::RefCell::new(Vec::new());
+    let env = |name: &str| match std::env::var(name) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            unreadable.borrow_mut().push(format!("{name}: its value is not UTF-8"));
+            None
+        }
+    };
+    let parsed = parse(args, modules, &env);
+    let unreadable = unreadable.into_inner();
+    let parsed = match parsed {
+        Ok(parsed) if unreadable.is_empty() => parsed,
+        Ok(_) => return Err(ConfigError(unreadable).into()),
+        Err(ParseError::Config(ConfigError(more))) => {
+            return Err(ConfigError(unreadable.into_iter().chain(more).collect()).into());
+        }
+        Err(usage) => return Err(usage.exit()),
+    };
+    match parsed {
         Parsed::Serve(loaded) if loaded.print_config => {
             use std::io::Write;
             let mut out = megamind_tools::stdout::Stdout;

@@ -147,3 +147,21 @@ fn a_script_s_mistakes_are_told_together_at_their_lines_with_the_names_they_mean
     assert!(stderr.contains("did you mean `OutputSpeech`?"), "{stderr}");
     assert!(typo.contains("unknown field `sya`") && typo.contains("did you mean `say`?"), "{typo}");
 }
+
+#[test]
+fn a_variable_that_is_not_utf8_is_refused_by_name_not_taken_for_unset() {
+    use std::{ffi::OsStr, os::unix::ffi::OsStrExt};
+    let mut command = crate::helpers::binary();
+    command
+        .args(["serve", "--addr", "127.0.0.1:0", "--set", "foo.bar=1"])
+        .env("MEGAMIND_STORE_URL", OsStr::from_bytes(b"redis://r\xffdis:6379"))
+        .env("MEGAMIND_CONFIG", OsStr::from_bytes(b"/etc/m\xe9gamind.toml"));
+    let Output { status, stdout, stderr } = crate::helpers::run_command(&mut command, b"");
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert!(!status.success() && stdout.is_empty(), "{stderr}");
+    assert!(stderr.contains("MEGAMIND_STORE_URL: its value is not UTF-8"), "{stderr}");
+    assert!(stderr.contains("MEGAMIND_CONFIG: its value is not UTF-8"), "{stderr}");
+    // The other problems of the run are told with them.
+    assert!(stderr.contains("--set foo.bar: [foo]: no scenario of that name"), "{stderr}");
+    assert!(!stderr.contains("r\u{fffd}dis"), "the value, perhaps a secret, is not shown: {stderr}");
+}

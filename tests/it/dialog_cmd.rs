@@ -97,7 +97,10 @@ fn the_golden_dialogs_pass_and_write_junit() {
     assert!(stdout.contains("✓ POI: a cafe on /run, its phone through a callback"), "{stdout}");
     assert!(stdout.contains("7 dialogs: 7 passed, 0 failed"), "{stdout}");
     let xml = std::fs::read_to_string(&junit).unwrap();
-    assert!(xml.starts_with("<?xml") && xml.contains(r#"<testsuites name="dialogs" tests="7" failures="0">"#), "{xml}");
+    assert!(
+        xml.starts_with("<?xml") && xml.contains(r#"<testsuites name="dialogs" tests="7" failures="0" errors="0">"#),
+        "{xml}"
+    );
     assert_eq!(xml.matches("<testcase ").count(), 7);
     assert_eq!(xml.matches("</testsuite>").count(), files.len());
 }
@@ -444,4 +447,85 @@ async fn a_server_that_never_answers_ends_the_dialog_at_its_timeout() {
     assert_eq!(error.0, format!("/run: no answer within {:?}", dialog::CALL_TIMEOUT));
     assert!(started.elapsed() >= dialog::CALL_TIMEOUT);
     silent.abort();
+}
+
+/// Serves HTTP/1.1 on `listener`: the first request answered with a
+/// `/run` answer saying `ok`, every later one with bytes that are no
+/// protocol message.
+fn good_then_garbage(listener: std::net::TcpListener) {
+    use megamind_core::proto::n_alice::n_scenarios::{
+        TLayout, TScenarioResponseBody, TScenarioRunResponse, t_scenario_run_response::Response,
+    };
+    use prost::Message;
+    use std::io::{BufRead, BufReader, Read};
+    let layout = TLayout { output_speech: "ok".into(), ..Default::default() };
+    let body = TScenarioResponseBody { layout: Some(layout), ..Default::default() };
+    let good =
+        TScenarioRunResponse { response: Some(Response::ResponseBody(body)), ..Default::default() }.encode_to_vec();
+    let mut served = 0;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { return };
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut length = 0;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap();
+                }
+                line.clear();
+            }
+            if line != "\r\n" || reader.read_exact(&mut vec![0; length]).is_err() {
+                break;
+            }
+            let answer: &[u8] = if served == 0 { &good } else { b"\xff\xff\xff\xff" };
+            served += 1;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: {}\r\n\r\n",
+                answer.len()
+            );
+            let stream = reader.get_mut();
+            if stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(answer)).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_stopped_by_the_server_still_writes_its_report_and_recording() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || good_then_garbage(listener));
+    let script = temp("stopped.yaml");
+    let (junit, recording) = (temp("stopped.xml"), temp("stopped-recorded.yaml"));
+    std::fs::write(
+        &script,
+        "dialogs:\n  - name: first\n    turns:\n      - say: раз\n        expect: {speech: ok}\n\
+         \x20 - name: second\n    turns:\n      - say: два\n\
+         \x20 - name: third\n    turns:\n      - say: три\n",
+    )
+    .unwrap();
+    let args = [
+        "--server",
+        &url,
+        "--junit",
+        junit.to_str().unwrap(),
+        "--record",
+        recording.to_str().unwrap(),
+        "--script",
+        script.to_str().unwrap(),
+    ];
+    let out = dialog(&args, "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("does not decode"), "{stderr}");
+    assert!(stdout.contains("✓ first") && stdout.contains("✗ second"), "{stdout}");
+    assert!(stdout.contains("turn 1 (say \"два\"): could not be played:"), "{stdout}");
+    assert!(stdout.contains("2 dialogs: 1 passed, 1 failed") && !stdout.contains("third"), "{stdout}");
+    let xml = std::fs::read_to_string(&junit).expect("the report is written");
+    assert!(xml.contains(r#"tests="2" failures="0" errors="1""#), "{xml}");
+    assert_eq!(xml.matches("<error message=\"turn 1 (say &quot;два&quot;): could not be played:").count(), 1, "{xml}");
+    let yaml = std::fs::read_to_string(&recording).expect("the recording is written");
+    assert!(yaml.contains("раз") && yaml.contains("second") && !yaml.contains("три"), "{yaml}");
 }

@@ -192,6 +192,16 @@ pub struct DialogResult {
     pub took: Duration,
     /// Its failures, each with the turn it happened in.
     pub failures: Vec<(String, Failure)>,
+    /// Why the run stopped in this dialog (exit 2), with the turn: the
+    /// server down or answering garbage.
+    pub error: Option<(String, String)>,
+}
+
+impl DialogResult {
+    /// Whether it failed an expectation or could not be played.
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty() || self.error.is_some()
+    }
 }
 
 /// Runs every script; `true` when every expectation held.
@@ -204,6 +214,10 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
         .collect::<Result<Vec<Loaded>, _>>()?;
     let mut reports = Vec::new();
     let mut recorded = script::Script::default();
+    // A server gone or answering garbage stops the run (exit 2), but what
+    // was played until then still reaches the report and the recording:
+    // a CI job shows which dialog it stopped in.
+    let mut stopped = None;
     for loaded in &scripts {
         crate::outln!("{}", loaded.file);
         let mut results = Vec::new();
@@ -213,24 +227,38 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
             // is not answered from the server's idempotency cache.
             let mut client = client(args, scenario)?;
             let started = std::time::Instant::now();
-            let mut failures = Vec::new();
+            let mut result =
+                DialogResult { name: dialog.name.clone(), took: Duration::ZERO, failures: Vec::new(), error: None };
             let mut turns = Vec::new();
             for (i, (spec, expectation)) in dialog.turns.iter().zip(expectations).enumerate() {
-                let played = play(&mut client, spec).await?;
-                let (answer, took) = answer_of(&played);
                 let turn = format!("turn {} ({})", i + 1, interactive::describe(spec));
-                failures.extend(expectation.check(&answer, &took).into_iter().map(|f| (turn.clone(), f)));
+                let played = match play(&mut client, spec).await {
+                    Ok(played) => played,
+                    Err(Unplayable(why)) => {
+                        result.error = Some((turn, why.clone()));
+                        stopped = Some(Unplayable(why));
+                        break;
+                    }
+                };
+                let (answer, took) = answer_of(&played);
+                result.failures.extend(expectation.check(&answer, &took).into_iter().map(|f| (turn.clone(), f)));
                 turns.push(interactive::recorded_turn(spec, &answer));
             }
             recorded.dialogs.push(script::Dialog { turns, ..dialog.clone() });
-            let result = DialogResult { name: dialog.name.clone(), took: started.elapsed(), failures };
+            result.took = started.elapsed();
             print_result(&result);
             results.push(result);
+            if stopped.is_some() {
+                break;
+            }
         }
         reports.push((loaded.file.clone(), results));
+        if stopped.is_some() {
+            break;
+        }
     }
     let total: usize = reports.iter().map(|(_, results)| results.len()).sum();
-    let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| !r.failures.is_empty()).count();
+    let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| r.failed()).count();
     crate::outln!("{total} dialogs: {} passed, {failed} failed", total - failed);
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::report(&reports))
@@ -239,16 +267,22 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     if let Some(path) = &args.record {
         interactive::write_script(path, &recorded)?;
     }
-    Ok(failed == 0)
+    match stopped {
+        Some(why) => Err(why),
+        None => Ok(failed == 0),
+    }
 }
 
 fn print_result(result: &DialogResult) {
     let ms = result.took.as_millis();
-    if result.failures.is_empty() {
+    if !result.failed() {
         crate::outln!("  ✓ {} ({ms} ms)", result.name);
         return;
     }
     crate::outln!("  ✗ {} ({ms} ms)", result.name);
+    if let Some((turn, why)) = &result.error {
+        crate::outln!("      {turn}: could not be played: {why}");
+    }
     for (turn, failure) in &result.failures {
         crate::outln!("      {turn}: {}", failure.path);
         crate::outln!("        - expected {}", failure.expected);
