@@ -515,6 +515,18 @@ impl Scenario for Assistant {
         let Ok((handle, _)) = self.start(&args).await else {
             tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
             self.metrics.answer("run", "refused");
+            // A skill's step is answered with the state its plan made, in
+            // which the next words ask for the step again: declined with the
+            // state it came with, a command's result would be lost (its
+            // callback is spent) and the session would wait for it for ever.
+            if let Some(planned) = args.state.as_ref().filter(|state| state.skill.is_some()) {
+                let mut state = planned.clone();
+                state.pending = None;
+                let body = reply::spoken(BUSY, false, &state, "assistant.busy");
+                let response = t_scenario_run_response::Response::ResponseBody(body);
+                let features = Some(reply::features());
+                return Ok(TScenarioRunResponse { response: Some(response), features, ..Default::default() }.into());
+            }
             return Ok(reply::irrelevant(BUSY, base.state.as_ref()).into());
         };
         let response = match self.outcome(&args, handle, stop_by).await {

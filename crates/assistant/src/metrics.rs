@@ -252,7 +252,7 @@ impl AssistantMetrics {
         for trigger in ["start", "change", "sighup"] {
             self.skill_reloads.with_label_values(&[trigger]);
         }
-        for marker in ["cmd", "ask", "message", "done", "cap"] {
+        for marker in ["cmd", "ask", "message", "done", "cap", "cut"] {
             self.skill_steps.with_label_values(&[marker]);
         }
         for verdict in ["allow", "ask", "deny", "confirmed"] {

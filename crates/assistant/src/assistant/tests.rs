@@ -298,6 +298,51 @@ async fn past_the_in_flight_cap_run_declines_and_says_why() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn past_the_in_flight_cap_a_command_result_is_kept_for_the_next_words() {
+    use crate::proto::megamind_scenario::v1::{ESkillWait, TSkillSession};
+    let backend = Scripted::new(10_000, Ok("[DONE] Готово."));
+    let mut config = AssistantConfig::default();
+    config.calls.max_in_flight = 1;
+    let (assistant, registry) = assistant(backend.clone(), config);
+    // Another dialog's call holds the one place.
+    handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+    let session = TSkillSession {
+        skill: "disk-usage".into(),
+        session_id: "s1".into(),
+        step: 1,
+        wait: ESkillWait::SkillWaitCommand as i32,
+        command: "df -h".into(),
+        ..Default::default()
+    };
+    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let payload = serde_json::json!({"skill": "disk-usage", "step": 1, "session": "s1", "output": "sda1 93%"});
+    let callback = TCallbackDirective {
+        name: "skill_command_result".into(),
+        payload: Some(megamind_core::codec::structs::struct_from_json(payload.as_object().unwrap().clone())),
+        ..Default::default()
+    };
+    let mut request = run_request("r2", "", Some(state::encode(&state)));
+    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    let busy = assistant.run(request, ctx("r2")).await.unwrap().into_owned();
+    assert!(!busy.features.as_ref().unwrap().is_irrelevant, "the result is taken, not declined");
+    let body = body_of(busy);
+    assert_eq!(speech(&body), BUSY);
+    assert!(metric(&registry, r#"megamind_assistant_answers_total{handler="run",kind="refused"} 1"#));
+    let kept = state_of(&body);
+    let session = kept.skill.as_ref().expect("the session goes on");
+    assert_eq!(session.wait, ESkillWait::SkillWaitIdle as i32, "no longer waiting for the spent result");
+    assert!(session.next.contains("sda1 93%"), "the step to ask again holds the output: {}", session.next);
+    assert_eq!(backend.calls(), 1);
+
+    // The other call ends; the user's next words ask for the step with the output.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let _ = assistant.run(run_request("r3", "ну что там", Some(state::encode(&kept))), ctx("r3")).await.unwrap();
+    assert_eq!(backend.calls(), 2);
+    let asked = backend.requests.lock().unwrap()[1].utterance().to_owned();
+    assert!(asked.contains("sda1 93%") && !asked.contains("ну что там"), "{asked}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn continue_on_another_instance_starts_the_call_itself() {
     let (first, _) =
         assistant(Scripted::new(100, Ok("Ответ.")), AssistantConfig { run_wait_ms: 20, ..Default::default() });

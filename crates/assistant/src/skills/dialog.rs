@@ -68,6 +68,8 @@ use crate::{
 pub(crate) const COMMAND_RESULT: &str = "skill_command_result";
 /// Spoken when declining a command result no session waits for.
 pub(crate) const STALE_RESULT: &str = "Этот результат команды уже не ждут.";
+/// Said again on silence, to a question whose words the history no longer holds.
+const STILL_ASKING: &str = "Жду вашего ответа.";
 /// The longest system context: it goes into every step's prompt.
 const MAX_CONTEXT_BYTES: usize = 64 * 1024;
 /// Names offered for an unknown skill.
@@ -220,6 +222,20 @@ impl SkillPolicy {
         }
     }
 
+    /// Silence in a running session: the skip of an optional question; a
+    /// question the user must answer is asked again, as a confirmation is,
+    /// rather than answered with nothing for the model to make up.
+    fn silence_in_session(&self, state: &mut TAssistantState) -> TurnPlan {
+        let Some(session) = state.skill.as_ref() else { return self.words_in_session("", state) };
+        if crate::skills::dialog::session::wait(session) != ESkillWait::SkillWaitUser || session.optional {
+            return self.words_in_session("", state);
+        }
+        let asked = session.exchanges.last().and_then(|exchange| exchange.assistant.strip_prefix("[ASK] "));
+        let question = asked.unwrap_or(STILL_ASKING).to_owned();
+        let body = reply::spoken(&question, true, state, "assistant.skill_ask");
+        TurnPlan::Answer { body: Box::new(body), kind: "skill_waiting" }
+    }
+
     /// A command's result sent back by the client.
     fn command_result(&self, payload: Option<&Struct>, state: &mut TAssistantState) -> TurnPlan {
         let result = CommandResult::read(payload);
@@ -287,6 +303,13 @@ impl SkillPolicy {
             return Interpretation::Answer(Box::new(reply::spoken(&text, false, &state, "assistant.skill_gone")));
         };
         let step = markers::parse(&words);
+        // A step cut off by the token limit may be a command cut short
+        // (`git rm -r docs` of `git rm -r docs/old`): none is taken from it,
+        // as from a cut chat answer. The step is asked again on the next words.
+        if completion.finish_reason.as_deref() == Some("length") && matches!(step, Step::Command(_)) {
+            self.metrics.skill_steps.with_label_values(&["cut"]).inc();
+            return Interpretation::Unusable;
+        }
         crate::skills::dialog::session::record(
             &mut session,
             utterance.to_owned(),
@@ -429,7 +452,7 @@ impl DialogPolicy for SkillPolicy {
                     None => self.chat.plan(request_id, input, state),
                 }
             }
-            TurnInput::Silence if state.skill.is_some() => self.words_in_session("", state),
+            TurnInput::Silence if state.skill.is_some() => self.silence_in_session(state),
             _ => self.chat.plan(request_id, input, state),
         }
     }

@@ -67,12 +67,16 @@ pub fn clean(raw: &str, max_bytes: usize) -> String {
         }
         previous = Some(line);
         let needed = out.len() + usize::from(!out.is_empty()) + line.len();
-        if needed > max_bytes {
-            cut = true;
-            break;
-        }
         if !out.is_empty() {
             out.push('\n');
+        }
+        if needed > max_bytes {
+            // The start of the line that overflows is kept, as far as it
+            // fits: output of one long line (minified JSON) is not all lost.
+            let room = max_bytes.saturating_sub(out.len());
+            out.push_str(megamind_core::text::clip(line, room));
+            cut = true;
+            break;
         }
         out.push_str(line);
     }

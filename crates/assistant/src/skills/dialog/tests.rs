@@ -224,6 +224,57 @@ fn a_step_is_read_from_the_words_after_the_thought() {
 }
 
 #[test]
+fn a_command_cut_off_by_the_token_limit_is_never_run() {
+    let policy = shipped_policy();
+    let mut session = session::start("git-quick-commit", "req-1");
+    session.step = 1;
+    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let step = |answer: &str, finish: &str| {
+        let completion =
+            Completion { text: answer.to_owned(), finish_reason: Some(finish.into()), ..Completion::default() };
+        policy.interpret("req-1", "Execute skill: git-quick-commit", &completion, &state, "")
+    };
+    // `git rm -r docs/old_api` cut short: it would run by itself, on more.
+    assert_eq!(step("[CMD] git rm -r docs", "length"), Interpretation::Unusable);
+    assert!(matches!(step("[CMD] git rm -r docs", "stop"), Interpretation::Answer(_)), "whole, it is a step");
+    // Words cut short say nothing that runs: they are spoken as they are.
+    let Interpretation::Answer(body) = step("[ASK] Какое сообщение коммита ты хо", "length")
+    else {
+        panic!("a question")
+    };
+    assert!(body.layout.as_ref().unwrap().directives.is_empty());
+}
+
+#[test]
+fn silence_skips_only_an_optional_question_and_asks_a_required_one_again() {
+    let policy = shipped_policy();
+    let asking = |question: &str, optional: bool| {
+        let mut session = session::start("git-quick-commit", "req-1");
+        session::record(&mut session, "Execute skill: git-quick-commit".into(), question.into(), 1 << 20);
+        session::set_wait(&mut session, ESkillWait::SkillWaitUser);
+        session.optional = optional;
+        TAssistantState { skill: Some(session), ..Default::default() }
+    };
+    let mut state = asking("[ASK] Введи сообщение коммита:", false);
+    let before = state.clone();
+    let TurnPlan::Answer { body, kind } = policy.plan("req-2", &TurnInput::Silence, &mut state) else {
+        panic!("the question again, not a call")
+    };
+    assert_eq!(
+        (body.layout.as_ref().unwrap().output_speech.as_str(), kind),
+        ("Введи сообщение коммита:", "skill_waiting")
+    );
+    assert!(body.layout.as_ref().unwrap().should_listen);
+    assert_eq!(state, before, "still waiting for the answer");
+
+    let mut state = asking("[ASK:optional] Тег?", true);
+    let TurnPlan::CallModel { utterance } = policy.plan("req-2", &TurnInput::Silence, &mut state) else {
+        panic!("an optional question is skipped")
+    };
+    assert!(utterance.starts_with("User response: \n"), "{utterance:?}");
+}
+
+#[test]
 fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
     let file = std::env::temp_dir().join(format!("skills-context-{}.md", std::process::id()));
     let mut config = AssistantConfig::default();

@@ -63,6 +63,10 @@ fn the_cap_cuts_at_a_char_boundary_and_says_so() {
     assert_eq!(clean(&format!("ab\n   {}", "x".repeat(100)), 28), format!("ab\n{CUT_NOTE}"));
     assert_eq!(clean(&format!("ab\nab{}", "x".repeat(100)), 28), format!("ab\n{CUT_NOTE}"));
     assert_eq!(clean(&format!("{CUT_NOTE}\n        {}", "x".repeat(100)), 50), CUT_NOTE);
+    // The start of a line that does not fit is kept, up to the cap.
+    let json = format!("{{\"items\": [{}]}}", "1,".repeat(100));
+    let out = clean(&format!("total 1\n{json}"), 64);
+    assert_eq!(out, format!("total 1\n{}\n{CUT_NOTE}", &json[..64 - 8 - 1 - CUT_NOTE.len()]));
     // What fits is not cut.
     assert_eq!(clean("short", 5), "short");
 }
