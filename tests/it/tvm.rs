@@ -132,6 +132,26 @@ async fn two_hundred_calls_with_one_ticket_cost_tvmtool_one_check() {
 }
 
 #[tokio::test]
+async fn good_tickets_of_a_source_not_let_in_never_push_megamind_s_verdict_out() {
+    let mut tickets = tickets();
+    let others: Vec<String> = (0..8).map(|n| format!("3:serv:another-service-{n}")).collect();
+    for ticket in &others {
+        tickets.services.insert(ticket.clone(), 1_234);
+    }
+    let tvmtool = Tvmtool::start(tickets).await;
+    let mut config = config(&tvmtool);
+    config.auth.verdict_max_entries = 4;
+    let app = spawn_builtin(config).await;
+    assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200);
+    // Twice the good shelf's room of real tickets, each refused for its source.
+    for ticket in &others {
+        assert_eq!(post_run(&app, Some(ticket), None).await.0, 403, "{ticket}");
+    }
+    assert_eq!(post_run(&app, Some(MEGAMIND), None).await.0, 200);
+    assert_eq!(tvmtool.service_checks_of(MEGAMIND), 1, "Megamind's verdict is still kept");
+}
+
+#[tokio::test]
 async fn tvmtool_down_or_hanging_refuses_unchecked_tickets_inside_the_budget_and_kept_verdicts_still_serve() {
     let mut tvmtool = Tvmtool::start(tickets()).await;
     let app = spawn_builtin(config(&tvmtool)).await;

@@ -69,7 +69,19 @@ pub fn redact_url(text: &str) -> String {
             // The placeholder's `<>` are percent-encoded in a password.
             url.to_string().replace("%3Chidden%3E", HIDDEN)
         }
-        _ => text.to_owned(),
+        Ok(_) => text.to_owned(),
+        // A URL too broken to parse (a bad port, a stray space) may still
+        // carry a password: whatever follows the user's name up to the
+        // last `@` of the authority is hidden.
+        Err(_) => {
+            let Some(scheme_end) = text.find("://").map(|at| at + 3) else { return text.to_owned() };
+            let rest = &text[scheme_end..];
+            let authority = rest.find(['/', '?', '#']).map_or(rest, |end| &rest[..end]);
+            let Some(at) = authority.rfind('@') else { return text.to_owned() };
+            let Some(colon) = authority[..at].find(':') else { return text.to_owned() };
+            let (start, end) = (scheme_end + colon + 1, scheme_end + at);
+            format!("{}{HIDDEN}{}", &text[..start], &text[end..])
+        }
     }
 }
 
@@ -124,6 +136,11 @@ mod tests {
         assert_eq!(redact_url("http://:pw@127.0.0.1:1/"), "http://:<hidden>@127.0.0.1:1/");
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
         assert_eq!(redact_url("sk-plain-key"), "sk-plain-key");
+        // Too broken to parse, the password is hidden all the same.
+        assert_eq!(redact_url("http://u:s3cret@host:99999"), "http://u:<hidden>@host:99999");
+        assert_eq!(redact_url("redis://u:p@ss:w@rd@ho st:1/0?x=@"), "redis://u:<hidden>@ho st:1/0?x=@");
+        assert_eq!(redact_url("http://host:99999/a@b:c"), "http://host:99999/a@b:c", "no user part");
+        assert_eq!(redact_url("http://user@host:99999"), "http://user@host:99999", "a name, no password");
     }
 
     #[test]

@@ -66,6 +66,16 @@ fn keep<T>(verdict: &Result<Checked<T>, Unavailable>) -> Keep {
     }
 }
 
+/// [`keep`] for a service ticket: a valid one from a source not let in is
+/// kept with the refusals, so that a service with real tickets of its own
+/// cannot push Megamind's verdict out either.
+fn keep_service(allowed: Vec<u32>) -> impl FnOnce(&ServiceVerdict) -> Keep + Send + 'static {
+    move |verdict| match verdict {
+        Ok(Checked::Valid(ticket)) if !allowed.contains(&ticket.src) => Keep::Refused,
+        verdict => keep(verdict),
+    }
+}
+
 impl TvmAuthenticator {
     /// An authenticator asking the tvmtool at `url` as `config` says,
     /// counting in `metrics`.
@@ -199,23 +209,25 @@ impl Inner {
 
     async fn check_service(self: &Arc<Self>, key: u128, ticket: String) -> ServiceVerdict {
         let ask = |inner: Arc<Inner>| async move { inner.tvmtool.check_service(&ticket, inner.timeout).await };
-        self.ask(&self.services, key, TvmtoolOp::CheckService, ask).await
+        self.ask(&self.services, key, TvmtoolOp::CheckService, ask, keep_service(self.allowed.clone())).await
     }
 
     async fn check_user(self: &Arc<Self>, key: u128, ticket: String) -> UserVerdict {
         let ask = |inner: Arc<Inner>| async move { inner.tvmtool.check_user(&ticket, inner.timeout).await };
-        self.ask(&self.users, key, TvmtoolOp::CheckUser, ask).await
+        self.ask(&self.users, key, TvmtoolOp::CheckUser, ask, keep).await
     }
 
     /// tvmtool's verdict on the ticket of `key` by `ask`, timed, noted and
-    /// kept in `verdicts`; one check in flight per ticket, and no more than
-    /// there are turns: a check waits at most its timeout for one.
+    /// kept in `verdicts` where `keep` says; one check in flight per ticket,
+    /// and no more than there are turns: a check waits at most its timeout
+    /// for one.
     async fn ask<T, F>(
         self: &Arc<Self>,
         verdicts: &Arc<Verdicts<Result<Checked<T>, Unavailable>>>,
         key: u128,
         op: TvmtoolOp,
         ask: impl FnOnce(Arc<Inner>) -> F,
+        keep: impl FnOnce(&Result<Checked<T>, Unavailable>) -> Keep + Send + 'static,
     ) -> Result<Checked<T>, Unavailable>
     where
         T: Clone + Send + Sync + 'static,

@@ -94,7 +94,12 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
     /// The check of `key` in flight, or `check` started now as that check.
     /// The check runs on a task of its own, so that it ends (and is kept
     /// where `keep` says) even if every caller waiting for it gave up.
-    pub fn check(self: &Arc<Self>, key: TicketKey, check: BoxFuture<'static, V>, keep: fn(&V) -> Keep) -> Pending<V> {
+    pub fn check(
+        self: &Arc<Self>,
+        key: TicketKey,
+        check: BoxFuture<'static, V>,
+        keep: impl FnOnce(&V) -> Keep + Send + 'static,
+    ) -> Pending<V> {
         use dashmap::mapref::entry::Entry;
         let pending = match self.in_flight.entry(key) {
             Entry::Occupied(running) => return running.get().clone(),
