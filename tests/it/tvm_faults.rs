@@ -182,6 +182,29 @@ async fn the_grpc_health_check_follows_readiness() {
     assert_eq!(check("").await, ServingStatus::Serving as i32);
 }
 
+/// A health watch, with no `Check` beside it (Kubernetes probes `/readyz`),
+/// is told `NOT_SERVING` once tickets cannot be checked, and `SERVING` when
+/// they can again.
+#[tokio::test]
+async fn a_grpc_health_watch_follows_readiness_without_a_check() {
+    use megamind_core::transport::grpc::WATCH_REFRESH;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let mut tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let mut health = HealthClient::new(crate::helpers::grpc_channel(&app).await);
+    let request = HealthCheckRequest { service: "megamind_scenario.v1.Scenario".to_owned() };
+    let mut watch = health.watch(request).await.expect("a watch").into_inner();
+    let mut next = async || {
+        let message = tokio::time::timeout(4 * WATCH_REFRESH, watch.message()).await;
+        message.expect("a status within the refresh").expect("the stream goes on").expect("a message").status
+    };
+    assert_eq!(next().await, ServingStatus::Serving as i32);
+    tvmtool.kill();
+    assert_eq!(next().await, ServingStatus::NotServing as i32, "told without a check");
+    tvmtool.restart().await;
+    assert_eq!(next().await, ServingStatus::Serving as i32, "and told again once tickets can be checked");
+}
+
 #[tokio::test]
 async fn a_check_cut_short_by_the_callers_deadline_is_refused_and_counted() {
     let tvmtool = Tvmtool::start(tickets()).await;

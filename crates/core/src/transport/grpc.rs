@@ -58,6 +58,10 @@ use streams::PublicStreams;
 
 /// The health check's path, answered by what `/readyz` would say.
 const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
+/// How often readiness is asked again while a health watch is open: a
+/// watch is told of tickets that can no longer be checked this late at most.
+pub const WATCH_REFRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether `request` is gRPC (`application/grpc`, `application/grpc+proto`, ...).
 pub fn is_grpc<B>(request: &Request<B>) -> bool {
@@ -79,6 +83,9 @@ pub struct GrpcRoutes {
     /// Whether the status reported is `SERVING`: reported again only when
     /// it changes, as each report wakes every watch.
     serving: Arc<tokio::sync::Mutex<bool>>,
+    /// Whether readiness is being asked again every [`WATCH_REFRESH`]:
+    /// while health watches are open, nothing else may ask it.
+    refreshing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GrpcRoutes {
@@ -106,7 +113,7 @@ impl GrpcRoutes {
             .add_service(reflection().build_v1alpha()?)
             .prepare();
         let serving = Arc::new(tokio::sync::Mutex::new(true));
-        Ok(GrpcRoutes { routes, health, streams, app, serving })
+        Ok(GrpcRoutes { routes, health, streams, app, serving, refreshing: Arc::default() })
     }
 
     /// Reports the serving status of the whole server (service `""`) and of
@@ -137,6 +144,36 @@ impl GrpcRoutes {
         self.set_serving(ready && !self.app.is_draining()).await;
     }
 
+    /// Asks readiness again every [`WATCH_REFRESH`] while public streams
+    /// are open, on one task however many watches there are: a watch
+    /// learns that tickets can no longer be checked without a `Check`
+    /// (Kubernetes probes `/readyz`, which reports nothing to gRPC).
+    fn keep_refreshing(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.refreshing.swap(true, SeqCst) {
+            return;
+        }
+        let routes = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_REFRESH).await;
+                if routes.streams.closing() {
+                    break;
+                }
+                if !routes.streams.any_open() {
+                    routes.refreshing.store(false, SeqCst);
+                    // A watch opened meanwhile found the flag still set and
+                    // left the asking to this task: it goes on for it.
+                    if routes.streams.any_open() && !routes.refreshing.swap(true, SeqCst) {
+                        continue;
+                    }
+                    break;
+                }
+                routes.refresh_health().await;
+            }
+        });
+    }
+
     /// Ends health's and reflection's open streams: the server is closing.
     pub fn close_streams(&self) {
         self.streams.close();
@@ -151,6 +188,10 @@ impl GrpcRoutes {
         use tonic::codegen::Service;
         if request.uri().path() == HEALTH_CHECK {
             self.refresh_health().await;
+        } else if request.uri().path() == HEALTH_WATCH {
+            // Its first message says what `/readyz` would now.
+            self.refresh_health().await;
+            self.keep_refreshing();
         }
         let slot = match PublicStreams::is_public_stream(request.uri().path()).then(|| self.streams.admit()) {
             Some(None) => return PublicStreams::refused(),

@@ -50,6 +50,16 @@ impl PublicStreams {
         PATHS.contains(&path)
     }
 
+    /// Whether any public stream is open.
+    pub(super) fn any_open(&self) -> bool {
+        self.slots.available_permits() < MAX_OPEN
+    }
+
+    /// Whether the server is closing its streams.
+    pub(super) fn closing(&self) -> bool {
+        self.closing.is_cancelled()
+    }
+
     /// A slot for one more stream, if one is free.
     pub(super) fn admit(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
