@@ -430,6 +430,41 @@ async fn health_watchers_see_not_serving_when_shutdown_starts() {
 /// saying why: each frame costs the server about a microsecond to take in.
 /// The frames are of 256 bytes, which HTTP/2's own guard against floods of
 /// small frames lets through.
+/// The status of a bare `Run` with `headers`, whose body is `body`.
+async fn status_of_bare_run(app: &TestApp, headers: &[(&str, &str)], body: &'static [u8]) -> Status {
+    let (response, mut sending) = bare_grpc_call(app, "Run", headers).await;
+    sending.send_data(Bytes::from_static(body), true).unwrap();
+    let (head, mut answer) = response.await.unwrap().into_parts();
+    if let Some(status) = Status::from_header_map(&head.headers) {
+        return status;
+    }
+    // The message read first: trailers come after it.
+    while let Some(chunk) = answer.data().await {
+        let _ = answer.flow_control().release_capacity(chunk.unwrap().len());
+    }
+    Status::from_header_map(&answer.trailers().await.unwrap().expect("trailers")).expect("a status")
+}
+
+#[tokio::test]
+async fn messages_that_cannot_be_read_as_protobuf_are_invalid_arguments() {
+    let (app, _) = spawn_demo().await;
+    // A message prefix saying 100 bytes, then 3; no message at all.
+    for (body, why) in [(&b"\0\0\0\0\x64abc"[..], "cut short"), (&b""[..], "missing")] {
+        let status = status_of_bare_run(&app, &[], body).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{why}: {status:?}");
+        assert!(status.message().starts_with("cannot read the request message: "), "{why}: {status:?}");
+    }
+    for content_type in ["application/grpc+json", "application/grpc-web-text", "application/grpcx"] {
+        let status = status_of_bare_run(&app, &[("content-type", content_type)], b"\0\0\0\0\0").await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{content_type}: {status:?}");
+        assert_eq!(status.message(), format!("unsupported content-type {content_type:?} for gRPC"));
+    }
+    let status = status_of_bare_run(&app, &[("content-type", "application/grpc+proto")], b"\0\0\0\0\0").await;
+    assert_eq!(status.code(), Code::Ok, "{status:?}");
+    let metrics = app.get("/metrics").await.1;
+    assert!(metrics.contains("body_unreadable"), "counted as refusals: {metrics}");
+}
+
 #[tokio::test]
 async fn a_message_in_too_many_frames_is_refused() {
     // Room and time enough for a test build to take them all in.

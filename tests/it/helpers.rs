@@ -136,9 +136,12 @@ pub async fn bare_grpc_call(
     tokio::spawn(connection);
     let mut client = client.ready().await.unwrap();
     let mut request = http::Request::post(format!("/megamind_scenario.v1.Scenario/{method}"))
-        .header("content-type", "application/grpc")
         .header("te", "trailers")
         .header("x-scenario", "demo");
+    // `headers` may name a content-type of their own.
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-type")) {
+        request = request.header("content-type", "application/grpc");
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

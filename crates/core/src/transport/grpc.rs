@@ -266,6 +266,16 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let Some(scenario) = app.dispatcher.scenario(name).cloned() else {
         return unknown_scenario(&app, name.unwrap_or_default());
     };
+    // Only protobuf messages: `grpc+json` or gRPC-Web (base64) would be
+    // read as protobuf and answer nonsense, or tonic's `INTERNAL`.
+    let content_type = request.headers().get(header::CONTENT_TYPE).map(|value| value.as_bytes());
+    if !matches!(content_type, Some(b"application/grpc" | b"application/grpc+proto")) {
+        let shown = String::from_utf8_lossy(content_type.unwrap_or_default());
+        let refusal =
+            Refusal::UnsupportedMediaType(crate::text::clip(&shown, crate::dispatch::call::MAX_ECHO).to_owned());
+        app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
+        return status(&refusal).into_http();
+    }
     let client_timeout = request.headers().get(GRPC_TIMEOUT).and_then(|value| {
         let timeout = parse_timeout(value.as_bytes());
         if timeout.is_none() {
@@ -308,13 +318,19 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
         Grpc::new(BytesCodec).apply_max_message_size_config(Some(app.body_limit), None).unary(method, request).await;
     if !reached.load(Ordering::Relaxed) {
         // Refused before the dispatcher: counted and logged as its calls are.
-        let status = Status::from_header_map(response.headers());
-        let refusal = match status.as_ref().map(Status::code) {
+        let given = Status::from_header_map(response.headers());
+        let code = given.as_ref().map(Status::code);
+        let refusal = match code {
             Some(Code::OutOfRange) => Refusal::BodyTooLarge { limit: app.body_limit },
             Some(Code::DeadlineExceeded) => Refusal::BodyTooSlow { handler, limit },
-            _ => Refusal::BodyUnreadable(status.map(|status| status.message().to_owned()).unwrap_or_default()),
+            _ => Refusal::BodyUnreadable(given.map(|given| given.message().to_owned()).unwrap_or_default()),
         };
         app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
+        // tonic says `INTERNAL` of a message cut short or missing: the
+        // caller's mistake, `INVALID_ARGUMENT` as every unreadable message.
+        if matches!(code, Some(Code::Internal | Code::Unknown)) {
+            return status(&refusal).into_http();
+        }
     }
     response
 }
