@@ -290,16 +290,23 @@ impl Render {
             return None;
         }
         self.at_base += usize::from(next == self.base);
-        match self.readers.iter().position(Option::is_none) {
+        let slot = match self.readers.iter().position(Option::is_none) {
             Some(slot) => {
                 self.readers[slot] = Some(next);
-                Some(slot)
+                slot
             }
             None => {
                 self.readers.push(Some(next));
-                Some(self.readers.len() - 1)
+                self.readers.len() - 1
             }
+        };
+        // A reader resuming past `base` with none at it (`Last-Event-ID`
+        // on a call nobody else reads): nobody will leave `base`, so what
+        // every reader is past is let go now, not kept to the end.
+        if self.at_base == 0 {
+            self.let_go();
         }
+        Some(slot)
     }
 
     fn leave(&mut self, slot: usize) {
@@ -319,9 +326,13 @@ impl Render {
     /// One reader left `base`; after the last, what every reader sent is let go.
     fn left_base(&mut self) {
         self.at_base = self.at_base.saturating_sub(1);
-        if self.at_base > 0 {
-            return;
+        if self.at_base == 0 {
+            self.let_go();
         }
+    }
+
+    /// Lets go of the events before the slowest reader's next.
+    fn let_go(&mut self) {
         let Some(slowest) = self.readers.iter().flatten().min().copied() else { return };
         let sent = slowest.saturating_sub(self.base).min(self.events.len());
         self.events.drain(..sent);
@@ -470,6 +481,12 @@ impl Subscriber {
             return None;
         }
         loop {
+            // A subscriber behind always has events ready: the drain is
+            // looked for first, or it would write on to the drain timeout
+            // and be cut without its `error`.
+            if self.shutdown.is_shutdown() {
+                return Some(self.shut());
+            }
             // Seen before reading, so that a change after it wakes the wait below.
             self.waiter.mark_seen();
             let mut buf = BytesMut::new();
@@ -504,11 +521,7 @@ impl Subscriber {
             }
             tokio::select! {
                 biased;
-                () = self.shutdown.recv() => {
-                    self.done = true;
-                    let data = json!({"code": "shutdown", "message": "the server is shutting down; resume with Last-Event-ID", "retry": true});
-                    return Some(self.system_event("error", into_map(data)));
-                }
+                () = self.shutdown.recv() => return Some(self.shut()),
                 () = self.waiter.changed() => self.waited = true,
                 () = sleep_until(self.next_heartbeat) => {
                     self.next_heartbeat = Instant::now() + self.subscription.heartbeat;
@@ -516,6 +529,13 @@ impl Subscriber {
                 }
             }
         }
+    }
+
+    /// The `error` that ends the stream as the server drains.
+    fn shut(&mut self) -> Bytes {
+        self.done = true;
+        let message = "the server is shutting down; resume with Last-Event-ID";
+        self.system_event("error", into_map(json!({"code": "shutdown", "message": message, "retry": true})))
     }
 
     /// Moves a subscriber that made its own events over to the call's

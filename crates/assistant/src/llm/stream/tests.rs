@@ -195,6 +195,21 @@ async fn a_drain_ends_an_open_stream_with_a_retryable_error() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_drain_ends_a_stream_far_behind_at_its_next_piece() {
+    let pieces: Vec<ModelEvent> = (0..5000).map(|i| text(&format!("слово{i} "))).collect();
+    let shutdown = Shutdown::new();
+    let mut body = Box::pin(sse("r", &finished(&pieces), subscription(0), shutdown.clone()).expect("a stream"));
+    let first = next_text(&mut body).await;
+    shutdown.fire();
+    let rest = read_all(body).await;
+    let events = assert_valid(&format!("{first}{rest}"));
+    assert_eq!(rest.matches("\nevent: ").count(), 1, "one event, the error: {rest}");
+    let last = events.last().unwrap();
+    assert_eq!(last.name, "error", "its events ready are left for the resume");
+    assert_eq!(last.id, events[events.len() - 2].id, "under the last event's id");
+}
+
+#[tokio::test(start_paused = true)]
 async fn subscribers_of_a_call_share_its_events_made_once() {
     let record = Arc::new(CallRecord::new(1 << 20));
     let first = tokio::spawn(read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")));
@@ -250,6 +265,30 @@ async fn events_every_subscriber_sent_are_let_go_and_a_late_one_makes_its_own_un
     assert_valid(&fast);
     assert_eq!(slow, fast);
     assert_eq!(late, fast, "the late one reads every event from the first, under the same ids");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_subscriber_resuming_midway_lets_go_of_what_it_has_read() {
+    let record = Arc::new(CallRecord::new(1 << 20));
+    for i in 0..600 {
+        record.event(text(&format!("слово{i}. ")));
+    }
+    let body = sse("r", &record, subscription(200), Shutdown::new()).expect("a stream");
+    let reader = tokio::spawn(read_all(body));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let held = record.shared(|| -> Rendered { unreachable!("made by the subscriber") });
+    let (base, kept, made) = {
+        let render = held.lock();
+        (render.base, render.events.len(), render.made())
+    };
+    assert_eq!((base, kept), (made, 0), "what it resumed after and what it sent are let go");
+    record.event(text("конец."));
+    record.finish();
+    let resumed = reader.await.unwrap();
+    let whole = read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
+    let (events, _) = parse_transcript(&whole);
+    let (rest, _) = parse_transcript(&resumed);
+    assert_eq!(rest, events[200..], "every event after the one it resumed after");
 }
 
 #[tokio::test(start_paused = true)]
