@@ -149,6 +149,12 @@ impl ChatPolicy {
         })
     }
 
+    /// `text` as the voice says it, by the rules of every spoken answer:
+    /// Markdown marks dropped, capped at `max_speech_chars` at a sentence end.
+    pub(crate) fn voice(&self, text: &str, state: &TAssistantState) -> String {
+        speech::for_voice(text, &state.session_id, self.max_speech_chars)
+    }
+
     /// The model's `text` read as the `/llm` stream reads it: its words
     /// apart from its thought; `finished` when it is whole.
     pub(crate) fn read(&self, text: &str, finished: bool) -> jsonseq::Reading {

@@ -232,7 +232,7 @@ impl SkillPolicy {
         }
         let asked = session.exchanges.last().and_then(|exchange| exchange.assistant.strip_prefix("[ASK] "));
         let question = asked.unwrap_or(STILL_ASKING).to_owned();
-        let body = reply::spoken(&question, true, state, "assistant.skill_ask");
+        let body = self.model_said(&question, true, state, "assistant.skill_ask");
         TurnPlan::Answer { body: Box::new(body), kind: "skill_waiting" }
     }
 
@@ -278,6 +278,13 @@ impl SkillPolicy {
             Verdict::Allow | Verdict::Deny(_) => "ждёт вашего подтверждения".to_owned(),
         };
         crate::skills::dialog::confirm::question(command, &reason)
+    }
+
+    /// The model's words (a question, a message, a closing one, or a
+    /// refusal quoting its command): the card holds them whole, the voice
+    /// says them by the voice rules, as a chat answer's.
+    fn model_said(&self, text: &str, listen: bool, state: &TAssistantState, intent: &str) -> TScenarioResponseBody {
+        reply::said(text, &self.chat.voice(text, state), Vec::new(), listen, state, intent)
     }
 
     /// An answer of our own, without the model.
@@ -334,7 +341,7 @@ impl SkillPolicy {
                     crate::skills::dialog::session::set_wait(session, ESkillWait::SkillWaitUser);
                     session.optional = optional;
                 }
-                Interpretation::Answer(Box::new(reply::spoken(&question, true, &state, "assistant.skill_ask")))
+                Interpretation::Answer(Box::new(self.model_said(&question, true, &state, "assistant.skill_ask")))
             }
             Step::Message(message) => {
                 let utterance = prompt::continue_after_message(next);
@@ -342,7 +349,7 @@ impl SkillPolicy {
             }
             Step::Done(message) => {
                 state.skill = None;
-                Interpretation::Answer(Box::new(reply::spoken(&message, false, &state, "assistant.skill_done")))
+                Interpretation::Answer(Box::new(self.model_said(&message, false, &state, "assistant.skill_done")))
             }
         }
     }
@@ -380,7 +387,7 @@ impl SkillPolicy {
                 if refusals >= MAX_REFUSALS {
                     let name = state.skill.take().map(|s| s.skill).unwrap_or_default();
                     let text = format!("{text} Навык «{name}» остановлен: это уже {refusals}-я такая команда подряд.");
-                    let body = reply::spoken(&text, false, &state, "assistant.skill_refused");
+                    let body = self.model_said(&text, false, &state, "assistant.skill_refused");
                     return Interpretation::Answer(Box::new(body));
                 }
                 if let Some(session) = state.skill.as_mut() {
@@ -415,7 +422,7 @@ impl SkillPolicy {
             ..Default::default()
         };
         let directive = callback::continue_with(&mut state, &next_id, &utterance);
-        let body = reply::said(text, text, vec![directive], false, &state, intent);
+        let body = reply::said(text, &self.chat.voice(text, &state), vec![directive], false, &state, intent);
         Interpretation::AnswerThen(Box::new(body), Box::new(args))
     }
 }

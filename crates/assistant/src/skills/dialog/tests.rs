@@ -177,6 +177,13 @@ fn shipped_policy() -> SkillPolicy {
     SkillPolicy::from_config(&config, &metrics, false).unwrap()
 }
 
+/// A session of `skill` whose model has the first step's message to answer.
+fn after_step_one(skill: &str) -> TAssistantState {
+    let mut session = session::start(skill, "req-1");
+    session.step = 1;
+    TAssistantState { skill: Some(session), ..Default::default() }
+}
+
 #[test]
 fn a_confirmed_command_is_checked_again() {
     let policy = shipped_policy();
@@ -195,9 +202,7 @@ fn a_confirmed_command_is_checked_again() {
 #[test]
 fn a_step_is_read_from_the_words_after_the_thought() {
     let policy = shipped_policy();
-    let mut session = session::start("disk-usage", "req-1");
-    session.step = 1;
-    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let state = after_step_one("disk-usage");
     let step = |answer: &str| {
         let completion = Completion { text: answer.to_owned(), ..Completion::default() };
         policy.interpret("req-1", "Execute skill: disk-usage", &completion, &state, "")
@@ -226,9 +231,7 @@ fn a_step_is_read_from_the_words_after_the_thought() {
 #[test]
 fn a_command_cut_off_by_the_token_limit_is_never_run() {
     let policy = shipped_policy();
-    let mut session = session::start("git-quick-commit", "req-1");
-    session.step = 1;
-    let state = TAssistantState { skill: Some(session), ..Default::default() };
+    let state = after_step_one("git-quick-commit");
     let step = |answer: &str, finish: &str| {
         let completion =
             Completion { text: answer.to_owned(), finish_reason: Some(finish.into()), ..Completion::default() };
@@ -272,6 +275,30 @@ fn silence_skips_only_an_optional_question_and_asks_a_required_one_again() {
         panic!("an optional question is skipped")
     };
     assert!(utterance.starts_with("User response: \n"), "{utterance:?}");
+}
+
+#[test]
+fn a_step_s_words_are_spoken_by_the_voice_rules_and_shown_whole() {
+    let policy = shipped_policy();
+    let state = after_step_one("disk-usage");
+    let listing: String = (0..60).map(|i| format!("Папка **номер {i}** занимает `{i}M`. ")).collect();
+    let max = AssistantConfig::default().dialog.max_speech_chars;
+    for answer in [format!("[MESSAGE] {listing}"), format!("[ASK] {listing}"), format!("[DONE] {listing}")] {
+        let completion = Completion { text: answer.clone(), ..Completion::default() };
+        let (Interpretation::Answer(body) | Interpretation::AnswerThen(body, _)) =
+            policy.interpret("req-1", "Execute skill: disk-usage", &completion, &state, "")
+        else {
+            panic!("{answer:.20}: an answer")
+        };
+        let layout = body.layout.as_ref().unwrap();
+        assert!(layout.output_speech.chars().count() <= max, "{answer:.20}: {}", layout.output_speech);
+        assert!(layout.output_speech.starts_with("Папка номер 0 занимает 0M."), "{}", layout.output_speech);
+        let card = layout.cards.iter().find_map(|card| match &card.card {
+            Some(megamind_core::proto::n_alice::n_scenarios::t_card::Card::Text(text)) => Some(text.as_str()),
+            _ => None,
+        });
+        assert_eq!(card, Some(listing.trim()), "{answer:.20}: the card holds it whole");
+    }
 }
 
 #[test]
