@@ -323,7 +323,9 @@ impl SkillPolicy {
             step.content(),
             self.max_session_bytes,
         );
-        // Refusals count in a row: any step but a refused command ends the run.
+        // Refusals count in a row: a step that involves the user or runs a
+        // command ends the run; a message, which goes on without either,
+        // does not, or a model alternating the two would run to the cap.
         let refusals = std::mem::take(&mut session.refusals);
         self.metrics.skill_steps.with_label_values(&[marker_label(&step)]).inc();
         if session.step >= MAX_STEPS && !matches!(step, Step::Done(_)) {
@@ -344,6 +346,9 @@ impl SkillPolicy {
                 Interpretation::Answer(Box::new(self.model_said(&question, true, &state, "assistant.skill_ask")))
             }
             Step::Message(message) => {
+                if let Some(session) = state.skill.as_mut() {
+                    session.refusals = refusals;
+                }
                 let utterance = prompt::continue_after_message(next);
                 self.go_on(call_id, &message, utterance, state, "assistant.skill_message")
             }

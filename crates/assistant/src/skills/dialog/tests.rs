@@ -302,6 +302,27 @@ fn a_step_s_words_are_spoken_by_the_voice_rules_and_shown_whole() {
 }
 
 #[test]
+fn messages_between_refused_commands_do_not_reset_their_count() {
+    let policy = shipped_policy();
+    let mut state = after_step_one("disk-usage");
+    for (n, answer) in
+        ["[CMD] rm -rf ~", "[MESSAGE] Попробую иначе.", "[CMD] rm -rf ~", "[MESSAGE] Ещё раз."].into_iter().enumerate()
+    {
+        let completion = Completion { text: answer.to_owned(), ..Completion::default() };
+        let Interpretation::AnswerThen(_, next) = policy.interpret("req-1", "step", &completion, &state, "") else {
+            panic!("{answer}: goes on by itself")
+        };
+        state = next.state.expect("a state");
+        assert_eq!(state.skill.as_ref().map(|s| s.refusals), Some(u32::from(n >= 2) + 1), "after {answer}");
+    }
+    let completion = Completion { text: "[CMD] rm -rf ~".into(), ..Completion::default() };
+    let Interpretation::Answer(body) = policy.interpret("req-1", "step", &completion, &state, "") else {
+        panic!("the third refusal stops the skill")
+    };
+    assert!(body.layout.unwrap().output_speech.contains("остановлен"));
+}
+
+#[test]
 fn a_system_context_file_over_its_bound_is_refused_with_a_clear_error() {
     let file = std::env::temp_dir().join(format!("skills-context-{}.md", std::process::id()));
     let mut config = AssistantConfig::default();
