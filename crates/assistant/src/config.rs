@@ -172,6 +172,20 @@ mod tests {
     }
 
     #[test]
+    fn a_session_too_small_for_a_step_s_message_is_refused() {
+        let mut config = AssistantConfig::default();
+        (config.skills.max_session_bytes, config.skills.max_output_bytes) = (2048, 8192);
+        let errors = config.validate().unwrap_err().join("\n");
+        assert!(
+            errors
+                .contains("assistant.skills.max_session_bytes = 2048: must be at least max_output_bytes + 1024 (9216)"),
+            "{errors}"
+        );
+        (config.skills.max_session_bytes, config.skills.max_output_bytes) = (9216, 8192);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
     fn times_a_clock_cannot_add_are_refused() {
         let mut config = AssistantConfig::default();
         config.calls.result_ttl_secs = u64::MAX / 2;

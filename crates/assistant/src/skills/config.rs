@@ -75,6 +75,10 @@ impl SkillsConfig {
     }
 }
 
+/// The most a step's message adds to a command's output: its opening
+/// line and `[Step N of 100]`.
+const MESSAGE_LINES_BYTES: usize = 1024;
+
 impl SkillsConfig {
     /// Checks every value, reporting each problem with its key under `skills.`.
     pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
@@ -91,6 +95,18 @@ impl SkillsConfig {
         check(
             self.max_output_bytes >= 256,
             format!("skills.max_output_bytes = {}: must be at least 256", self.max_output_bytes),
+        );
+        // A step's message holds a command's output and its own lines: cut
+        // to a session smaller than that, a step asked again would lose its
+        // `[Step N of 100]`.
+        let message = self.max_output_bytes.saturating_add(MESSAGE_LINES_BYTES);
+        check(
+            self.max_session_bytes >= message,
+            format!(
+                "skills.max_session_bytes = {}: must be at least max_output_bytes + {MESSAGE_LINES_BYTES} ({message}), \
+                 to hold a step's message with a command's output",
+                self.max_session_bytes
+            ),
         );
         check_sampling("skills", self.temperature, self.max_tokens, &self.extra_body, check);
         if let Err(error) = rules::CommandRules::new(&self.policy) {
