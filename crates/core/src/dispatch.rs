@@ -304,6 +304,16 @@ impl Dispatcher {
             return Err(match self.cache.wait(&waiter, deadline.at).await {
                 Ok(Waited::Done(body)) => (Reply::Answer(body), Outcome::Replay),
                 Ok(Waited::Abandoned) if !takeover && Instant::now() < deadline.at => continue,
+                // Gone just as this call's time ran out: no time to run it
+                // here, which a retry has.
+                Ok(Waited::Abandoned) if Instant::now() >= deadline.at => {
+                    let message = format!(
+                        "the first call with this RequestId ended without an answer as the {} deadline ran out; \
+                         retry it",
+                        deadline.limit()
+                    );
+                    (fail("timeout", message).0, Outcome::ReplayTimeout)
+                }
                 Ok(Waited::Abandoned) => abandoned(),
                 Ok(Waited::TimedOut) => {
                     let limit = deadline.limit();

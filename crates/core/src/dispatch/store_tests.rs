@@ -27,6 +27,9 @@ struct SharedLike {
     shared: MemoryStore,
     fallback: MemoryStore,
     waits_fail: bool,
+    /// Waits end at their deadline finding the first call gone, as a poll
+    /// of Redis does when that call's lease ran out just then.
+    gone_at_deadline: bool,
     lost: AtomicBool,
     waiting: tokio::sync::Notify,
 }
@@ -38,6 +41,7 @@ impl SharedLike {
             shared: memory(),
             fallback: memory(),
             waits_fail,
+            gone_at_deadline: false,
             lost: AtomicBool::new(false),
             waiting: tokio::sync::Notify::new(),
         })
@@ -74,6 +78,10 @@ impl FlightStore for SharedLike {
         if self.waits_fail {
             self.lost.store(true, Ordering::SeqCst);
             return Err(StoreError::Unavailable("connection lost".into()));
+        }
+        if self.gone_at_deadline {
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Waited::Abandoned);
         }
         self.shared.wait(waiter, deadline).await
     }
@@ -144,4 +152,21 @@ async fn a_run_whose_wait_the_store_failed_runs_on_the_fallback() {
     assert!(matches!(held, Begin::Lead(_)));
     let refused = dispatcher.dispatch(echo, commit_call("c1")).await;
     assert_eq!(commit_error(&refused).0, "unavailable", "{refused:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_call_found_gone_only_at_the_deadline_is_a_timeout() {
+    let mut store = SharedLike::new(false);
+    Arc::get_mut(&mut store).unwrap().gone_at_deadline = true;
+    // Another replica's first call holds the key, and its lease runs out
+    // just as this repeat's time does: no time is left to run it here.
+    let key = Key::new("s", Handler::Commit, "c1");
+    let held = store.shared.begin_now(key, std::time::Duration::from_secs(30), &mut || true);
+    assert!(matches!(held, Begin::Lead(_)));
+    let dispatcher = dispatcher_over(store.clone(), Arc::new(Echo), 8);
+    let echo = dispatcher.scenario(Some("s")).unwrap();
+    let answer = dispatcher.dispatch(echo, commit_call("c1")).await;
+    let (kind, message) = commit_error(&answer);
+    assert_eq!(kind, "timeout", "{message}");
+    assert!(message.contains("ended without an answer"), "{message}");
 }
