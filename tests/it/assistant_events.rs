@@ -90,3 +90,22 @@ async fn an_answer_without_them_reports_only_its_text() {
     assert_eq!((completion.finish_reason, completion.usage), (None, None));
     assert_eq!(events.0.into_inner().unwrap(), [ModelEvent::TextDelta("Да".into()), ModelEvent::TextDelta(".".into())]);
 }
+
+/// An error the model server writes into a stream may quote the request's
+/// key back, as an error body may: it is hidden there too, for the log.
+#[tokio::test]
+async fn an_error_inside_a_stream_quoting_the_api_key_is_told_without_it() {
+    for error in [
+        serde_json::json!({"error": {"message": "invalid key sk-secret-333 for this model", "code": 401}}),
+        serde_json::json!({"error": {"message": "invalid key sk-secret-333 for this model"}}),
+    ] {
+        let mock =
+            MockLlm::start(Reply::Sse { chunks: vec![(Duration::ZERO, crate::mock_llm::sse_event(&error))] }).await;
+        let mut config =
+            BackendConfig { stream: true, max_retries: 0, ..AssistantConfig::with_base_url(mock.base_url()).backend };
+        config.api_key = "sk-secret-333".into();
+        let backend = OpenAi::new(&config, prometheus::IntCounter::new("retries", "retries").unwrap()).unwrap();
+        let failed = backend.complete(&request(), &Collect::default()).await.expect_err("a failed call").to_string();
+        assert!(failed.contains("invalid key <hidden> for this model") && !failed.contains("sk-secret"), "{failed}");
+    }
+}

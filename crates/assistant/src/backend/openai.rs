@@ -205,7 +205,10 @@ impl OpenAi {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if is_sse {
-            return read_stream(response, started, (first_deadline, first_timeout), request.deadline, events).await;
+            let read = read_stream(response, started, (first_deadline, first_timeout), request.deadline, events).await;
+            // An error the server wrote into the stream may quote the key
+            // back, as an error body may.
+            return read.map_err(|failure| Failure { error: self.key_hidden(failure.error), ..failure });
         }
         let body = match read_body(&mut response, MAX_BODY, request.deadline).await {
             Ok(body) if body.len() > MAX_BODY => {
@@ -238,9 +241,28 @@ impl OpenAi {
     /// The start of an error body, for the log, the API key hidden where
     /// the server quotes it back.
     fn error_text(&self, body: &[u8]) -> String {
-        let text = String::from_utf8_lossy(body);
-        let text = if self.api_key.is_empty() { text } else { text.replace(self.api_key.expose(), "<hidden>").into() };
+        let text = self.without_key(String::from_utf8_lossy(body).into_owned());
         clip(&text, MAX_ERROR_BODY).trim().to_owned()
+    }
+
+    /// `text` with the API key hidden wherever it is quoted.
+    fn without_key(&self, text: String) -> String {
+        if self.api_key.is_empty() || !text.contains(self.api_key.expose()) {
+            return text;
+        }
+        text.replace(self.api_key.expose(), "<hidden>")
+    }
+
+    /// `error` with the API key hidden in its text.
+    fn key_hidden(&self, error: BackendError) -> BackendError {
+        match error {
+            BackendError::Status { status, message } => {
+                BackendError::Status { status, message: self.without_key(message) }
+            }
+            BackendError::BadResponse(message) => BackendError::BadResponse(self.without_key(message)),
+            BackendError::Connect(message) => BackendError::Connect(self.without_key(message)),
+            other => other,
+        }
     }
 }
 
