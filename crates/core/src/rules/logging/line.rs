@@ -93,8 +93,17 @@ pub(super) fn write_field(writer: &mut impl Write, name: &str, value: &str) -> f
     };
     writer.write_str(name)?;
     writer.write_char('=')?;
-    let plain = !value.is_empty() && value.chars().all(|c| !c.is_control() && !matches!(c, ' ' | '"' | '=' | '\\'));
+    let plain = !value.is_empty() && value.chars().all(plain_char);
     if plain { writer.write_str(value) } else { write!(writer, "{value:?}") }
+}
+
+/// Whether `c` may stand in a field unquoted: none that ends a line for a
+/// log viewer (U+2028, U+2029 and other white space), reorders the text
+/// around it (bidirectional marks) or reads as the line's own syntax.
+fn plain_char(c: char) -> bool {
+    !c.is_control()
+        && !c.is_whitespace()
+        && !matches!(c, '"' | '=' | '\\' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Text that keeps its first `limit` bytes (at a character boundary) and
@@ -234,6 +243,21 @@ mod tests {
             rest,
             r#"  INFO megamind_scenario::access: served transport=http request_id="a b\n\"c" latency_us=42"#
         );
+    }
+
+    #[test]
+    fn separators_and_bidirectional_marks_are_quoted_and_escaped() {
+        for (value, shown) in [
+            ("a\u{2028}b", r#"x="a\u{2028}b""#),
+            ("a\u{2029}b", r#"x="a\u{2029}b""#),
+            ("a\u{202e}b", r#"x="a\u{202e}b""#),
+            ("a\u{a0}b", r#"x="a\u{a0}b""#),
+            ("ид-1", "x=ид-1"),
+        ] {
+            let mut out = String::new();
+            write_field(&mut out, "x", value).unwrap();
+            assert_eq!(out, format!(" {shown}"), "{value:?}");
+        }
     }
 
     #[test]
