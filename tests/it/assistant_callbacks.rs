@@ -100,6 +100,26 @@ async fn a_streamed_json_answer_is_not_spoken_before_it_is_whole() {
     assert!(!turn.directives().is_empty());
 }
 
+/// Prose, then the object whose `text` says it again, spread over lines:
+/// the object's strings are never spoken as sentences while it streams, and
+/// what the prose said is not said again by the final answer.
+#[tokio::test]
+async fn prose_before_a_streamed_object_is_said_once_and_the_object_never_aloud() {
+    let pieces = [
+        "Открываю Safari.\n{\n  \"session_id\": \"{session_id}\",\n",
+        "  \"command\": \"open_app\",\n  \"args\": {\"app_name\": \"Safari\"},\n  \"text\": \"Открываю Safari.\"\n",
+        "}",
+    ];
+    let mock = MockLlm::start(Reply::stream(&pieces, Duration::from_millis(400))).await;
+    let h = spawn(&mock, |c| c.backend.stream = true).await;
+    let turn = ask(&mut client(&h.app, Transport::Http), "открой Safari").await;
+    let speeches = turn.speeches();
+    let said: Vec<&str> = speeches.iter().copied().filter(|s| !fillers().iter().any(|f| f == s)).collect();
+    assert!(said.iter().all(|s| !s.contains('{') && !s.contains("command")), "{speeches:?}");
+    assert_eq!(said.concat().matches("Открываю Safari.").count(), 1, "said once: {speeches:?}");
+    assert!(!turn.directives().is_empty(), "the object's command is taken");
+}
+
 #[tokio::test]
 async fn a_client_that_does_not_follow_callbacks_gets_the_answer_on_the_repeat() {
     let mock = MockLlm::start(Reply::content_after(Duration::from_millis(700), "Сейчас полдень.")).await;

@@ -214,8 +214,8 @@ impl DialogPolicy for ChatPolicy {
         let turn = TAssistantTurn { user: utterance.to_owned(), assistant: remembered(&answer) };
         state::push_turn(&mut state.turns, turn, self.caps);
         let voice = speech::for_voice(&answer.text, &state.session_id, self.max_speech_chars);
-        // What streamed and was spoken is the start of the answer: the rest follows.
-        let speech = voice.strip_prefix(spoken).map_or(voice.as_str(), str::trim_start);
+        // What streamed and was spoken is said once: the rest follows.
+        let speech = speech::unspoken(&voice, spoken);
         Interpretation::Answer(Box::new(reply::answer(&answer, speech, &state)))
     }
 }
@@ -277,6 +277,29 @@ mod tests {
         let expected = format!("system_prompt_file {}: larger than {MAX_PROMPT_BYTES} bytes", file.display());
         assert!(matches!(refused, Err(AssistantError::Setup(ref message)) if *message == expected), "{refused:?}");
         assert_eq!(read.ok(), Some(MAX_PROMPT_BYTES as usize));
+    }
+
+    #[test]
+    fn a_streamed_object_after_prose_is_never_spoken_and_its_prose_never_twice() {
+        let policy = policy();
+        let state = TAssistantState { session_id: "s".into(), ..Default::default() };
+        let partial = "Открываю Safari.\n{\n  \"command\": \"open_app\",\n  \"args\": {\"app_name\": \"Safari\"},\n  \"text\": \"Открываю Safari.\"\n";
+        let ready = policy.ready_speech(partial, &state);
+        assert_eq!(ready, "Открываю Safari.");
+        let whole = format!("{partial}}}");
+        let Interpretation::Answer(body) = policy.interpret("c", "открой Safari", &completion(&whole), &state, &ready)
+        else {
+            panic!("an answer")
+        };
+        assert_eq!(body.layout.as_ref().unwrap().output_speech, "", "said already");
+        // A line dropped from the final answer between what was said and the rest.
+        let said = "Привет!\nОткрываю Safari.";
+        let text = "Привет!\nОткрываю Safari. Сессия s.\nЧем ещё помочь?";
+        let Interpretation::Answer(body) = policy.interpret("c", "привет", &completion(text), &state, said)
+        else {
+            panic!("an answer")
+        };
+        assert_eq!(body.layout.as_ref().unwrap().output_speech, "Чем ещё помочь?");
     }
 
     #[test]

@@ -63,6 +63,28 @@ pub(crate) fn voice_cap(text: &str, max_chars: usize) -> &str {
     words.trim_end()
 }
 
+/// What is left to say of `voice` once `spoken` was said: what follows it
+/// when `voice` goes on from it, else `voice` without its leading sentences
+/// that were said already (scrubbing may have dropped a line between them,
+/// or the object may say what its prose said). Never a sentence twice.
+pub(crate) fn unspoken<'a>(voice: &'a str, spoken: &str) -> &'a str {
+    if spoken.is_empty() {
+        return voice;
+    }
+    if let Some(rest) = voice.strip_prefix(spoken) {
+        return rest.trim_start();
+    }
+    let mut start = 0;
+    for end in sentence_ends(voice, true) {
+        let sentence = voice[start..end].trim();
+        if !sentence.is_empty() && !spoken.contains(sentence) {
+            break;
+        }
+        start = end;
+    }
+    voice[start..].trim_start()
+}
+
 /// Whether `text` so far reads as prose that can be spoken as it comes: not
 /// the start of a JSON answer (or a code fence around one), where a command
 /// may still follow.
@@ -116,6 +138,19 @@ pub(crate) fn for_voice(text: &str, session_id: &str, max_chars: usize) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_was_said_is_never_said_again() {
+        assert_eq!(unspoken("Привет! Как дела?", "Привет!"), "Как дела?");
+        assert_eq!(unspoken("Привет!", ""), "Привет!");
+        // A line dropped between what was said and the end.
+        assert_eq!(unspoken("Привет!\nЧем ещё помочь?", "Привет!\nОткрываю Safari."), "Чем ещё помочь?");
+        // The object says what its prose said.
+        assert_eq!(unspoken("Открываю Safari.", "Открываю Safari."), "");
+        assert_eq!(unspoken("Открываю Safari.", "Хорошо. Открываю Safari."), "");
+        // Nothing in common: all of it.
+        assert_eq!(unspoken("Другой ответ.", "Привет!"), "Другой ответ.");
+    }
 
     #[test]
     fn complete_sentences_wait_for_what_follows_an_end_mark_while_streaming() {
