@@ -102,6 +102,38 @@ fn overran(outcome: &str, latency: Duration, budget: Duration) -> bool {
     outcome == "timeout" || latency > budget
 }
 
+/// `megamind_log_lines_dropped_total`: log lines dropped because the
+/// output could not keep up, read from the log's writers when gathered. The
+/// line that says so goes to that same stalled output; this one reaches
+/// monitoring.
+struct LogLinesDropped {
+    counter: IntCounter,
+    /// Held while the counter catches up: two scrapes at once would both
+    /// add the same difference.
+    catching_up: std::sync::Mutex<()>,
+}
+
+impl LogLinesDropped {
+    fn new() -> LogLinesDropped {
+        let help = "Log lines (access summaries included) dropped because the log output could not keep up.";
+        let counter = IntCounter::new("megamind_log_lines_dropped_total", help).expect("valid metric");
+        LogLinesDropped { counter, catching_up: std::sync::Mutex::default() }
+    }
+}
+
+impl prometheus::core::Collector for LogLinesDropped {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.counter.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let _held = self.catching_up.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let dropped = super::logging::batch::dropped_in_all();
+        self.counter.inc_by(dropped.saturating_sub(self.counter.get()));
+        self.counter.collect()
+    }
+}
+
 impl Default for ServerMetrics {
     fn default() -> ServerMetrics {
         ServerMetrics::new()
@@ -145,6 +177,7 @@ impl ServerMetrics {
         registry
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("metric names are unique");
+        registry.register(Box::new(LogLinesDropped::new())).expect("metric names are unique");
         ServerMetrics { registry, requests, latency, budget_overruns }
     }
 
@@ -386,6 +419,31 @@ mod tests {
         for outcome in ends.into_iter().chain(server_own) {
             assert!(OUTCOMES.contains(&outcome), "{outcome}");
         }
+    }
+
+    #[test]
+    fn log_lines_dropped_reach_the_metrics() {
+        use std::io::Write;
+        struct Stuck;
+        impl Write for Stuck {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("stuck"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let metrics = ServerMetrics::new();
+        let read = |text: &str| {
+            text.lines().find_map(|l| l.strip_prefix("megamind_log_lines_dropped_total ")?.parse::<u64>().ok())
+        };
+        let before = read(&metrics.render()).expect("listed from the start");
+        let (mut writer, guard) = super::super::logging::batch::BatchWriter::new(Stuck);
+        // A line longer than a shard's whole buffer is dropped at once.
+        writer.write_all(&vec![b'x'; 2 << 20]).unwrap();
+        drop(guard);
+        let after = read(&metrics.render()).unwrap();
+        assert!(after > before, "{before} -> {after}");
     }
 
     #[test]
