@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         None => {}
     }
     assert!(answer.command.is_none() || answer.dropped.is_none(), "a command both kept and dropped");
-    assert!(answer.clone().truncated(false).command.is_none(), "a command from a cut answer");
+    assert!(answer.clone().truncated().command.is_none(), "a command from a cut answer");
 
     let body = reply::answer(&answer, &answer.text, &TAssistantState::default());
     let response = TScenarioRunResponse {

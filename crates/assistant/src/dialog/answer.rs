@@ -44,6 +44,9 @@ pub struct ModelAnswer {
     pub command: Option<Command>,
     /// Why a command the model gave was not kept.
     pub dropped: Option<Dropped>,
+    /// The text is a JSON string that closed: whole, whatever cut the
+    /// answer after it. Prose is never known to be whole this way.
+    pub text_closed: bool,
 }
 
 /// A command for the client.
@@ -137,25 +140,33 @@ impl Dropped {
 /// Understands `raw`, whatever it is.
 pub fn parse(raw: &str) -> ModelAnswer {
     let raw = raw.trim();
-    let nothing = |dropped| ModelAnswer { text: String::new(), command: None, dropped };
+    let nothing = |dropped| ModelAnswer { text: String::new(), command: None, dropped, text_closed: false };
+    let prose =
+        |text: &str| ModelAnswer { text: text.trim().to_owned(), command: None, dropped: None, text_closed: false };
+    // A JSON array is no answer and never said (a bare number or word is).
+    if raw.starts_with('[') && serde_json::from_str::<Vec<Value>>(raw).is_ok() {
+        return nothing(None);
+    }
     match find_object(raw) {
         Some(object) if object.contains_key("text") || object.contains_key("command") => from_object(object),
         Some(_) if raw.starts_with('{') || raw.starts_with("```") => nothing(None),
         // Prose around an object that is no answer: the prose before it.
         Some(_) => {
             let start = top_level_braces(raw).next().unwrap_or(raw.len());
-            ModelAnswer { text: raw[..start].trim().to_owned(), command: None, dropped: None }
+            prose(&raw[..start])
         }
         None => match cut_object(raw) {
             // An answer object cut off: its whole `text`, else the prose before it.
             Some(start) => {
                 let cut = &raw[start..];
-                let text = salvaged_text(cut).unwrap_or_else(|| raw[..start].trim().to_owned());
                 let dropped = cut.contains("\"command\"").then_some(Dropped::Truncated);
-                ModelAnswer { text, command: None, dropped }
+                match salvaged_text(cut) {
+                    Some(text) => ModelAnswer { text, command: None, dropped, text_closed: true },
+                    None => ModelAnswer { dropped, ..prose(&raw[..start]) },
+                }
             }
             None if raw.starts_with('{') || raw.starts_with("```") => nothing(None),
-            None => ModelAnswer { text: raw.to_owned(), command: None, dropped: None },
+            None => prose(raw),
         },
     }
 }
@@ -173,12 +184,12 @@ impl ModelAnswer {
 
     /// The answer of a completion cut at `max_tokens`: no command, whatever
     /// it said, and its text up to the last complete sentence (or word),
-    /// unless `text_is_whole` (a JSON string that closed before the cut).
-    pub fn truncated(mut self, text_is_whole: bool) -> ModelAnswer {
+    /// unless it is whole (a JSON string that closed before the cut).
+    pub fn truncated(mut self) -> ModelAnswer {
         if self.command.take().is_some() {
             self.dropped = Some(Dropped::Truncated);
         }
-        if text_is_whole {
+        if self.text_closed {
             return self;
         }
         let text = self.text.trim();
@@ -289,7 +300,7 @@ fn from_object(object: Map<String, Value>) -> ModelAnswer {
         Err(reason) => (None, Some(reason)),
     };
     let command = command.map(|c| c.with_payload(struct_from_json(object)));
-    ModelAnswer { text, command, dropped }
+    ModelAnswer { text, command, dropped, text_closed: true }
 }
 
 fn command(object: &Map<String, Value>) -> Result<Option<Command>, Dropped> {

@@ -199,7 +199,7 @@ impl DialogPolicy for ChatPolicy {
         let words = self.read(&completion.text, true).answer;
         let mut answer = answer::parse(&words).for_session(&state.session_id);
         if completion.finish_reason.as_deref() == Some("length") {
-            answer = answer.truncated(!speech::is_prose(&words));
+            answer = answer.truncated();
         }
         answer.text = speech::scrub(&answer.text, &state.session_id);
         match (&answer.command, answer.dropped) {

@@ -45,7 +45,7 @@ use crate::{
         record::{CallRecord, Ending, View},
     },
     config::AssistantConfig,
-    dialog::{answer, reply, speech},
+    dialog::{answer, reply},
     jsonseq,
     llm::{
         kept::KeptAnswers,
@@ -368,7 +368,7 @@ impl Api {
         let understood = (ending == Ending::Completed).then(|| {
             let parsed = answer::parse(&reading.answer);
             let cut = truncated || finish_reason == Some("length");
-            if cut { parsed.truncated(!speech::is_prose(&reading.answer)) } else { parsed }
+            if cut { parsed.truncated() } else { parsed }
         });
         let command = understood.as_ref().and_then(|a| a.command.as_ref());
         let directive = command.map(|command| {

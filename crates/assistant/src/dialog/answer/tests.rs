@@ -148,7 +148,7 @@ fn table() -> Vec<(&'static str, String, Want)> {
         ("other JSON object", r#"{"answer": 42}"#.into(), Text("")),
         ("prose with braces", "Множество {1, 2} пусто?".into(), Text("Множество {1, 2} пусто?")),
         ("prose before an object that is no answer", r#"Вот данные: {"answer": 42}"#.into(), Text("Вот данные:")),
-        ("a JSON array", "[1, 2]".into(), Text("[1, 2]")),
+        ("a JSON array: raw JSON, never said", "[1, 2]".into(), Text("")),
         ("a number", "42".into(), Text("42")),
         // Broken JSON is never read aloud.
         ("truncated object", SAFARI[..60].into(), Drop("", Dropped::Truncated)),
@@ -225,13 +225,31 @@ fn a_command_of_another_session_is_dropped() {
 
 #[test]
 fn an_answer_cut_at_max_tokens_keeps_whole_sentences_and_no_command() {
-    let cut = parse("Жили-были дед и баба. У них была кур").truncated(false);
+    let cut = parse("Жили-были дед и баба. У них была кур").truncated();
     assert_eq!(cut.text, "Жили-были дед и баба.");
-    let cut = parse("Одно длинное предложение без конца и кр").truncated(false);
+    let cut = parse("Одно длинное предложение без конца и кр").truncated();
     assert_eq!(cut.text, "Одно длинное предложение без конца и…", "whole words when no sentence is");
-    let cut = parse(SAFARI).truncated(true);
+    let cut = parse(SAFARI).truncated();
     assert_eq!((cut.command, cut.dropped), (None, Some(Dropped::Truncated)), "never a command from a cut answer");
     assert_eq!(cut.text, "Открываю Safari.");
+    // Prose that starts with a mark is still prose, cut where it was cut.
+    let cut = parse("`ls` показывает файлы. Также можно исполь").truncated();
+    assert_eq!(cut.text, "`ls` показывает файлы.");
+    // An object's text closed before the cut is whole, prose around it or not.
+    let cut = parse(&format!("Хорошо. {SAFARI} И ещё одно")).truncated();
+    assert_eq!(cut.text, "Открываю Safari.");
+}
+
+#[test]
+fn a_json_array_is_never_said_and_a_bare_number_is() {
+    for raw in ["[1, 2]", "[\n  \"open_app\",\n  \"Safari\"\n]", "[]"] {
+        assert_eq!(parse(raw).text, "", "{raw}");
+    }
+    assert_eq!(parse("4").text, "4");
+    assert_eq!(
+        parse("[Ссылка](https://example.com) на документацию.").text,
+        "[Ссылка](https://example.com) на документацию."
+    );
 }
 
 #[test]
@@ -306,5 +324,5 @@ fn an_answer_object_is_looked_for_only_at_the_first_braces() {
     }
     // Objects that parse but are no answer stop the search at the first.
     let plain = format!("{}{cut}", "{\"a\":1} ".repeat(100_000));
-    assert_eq!(parse(&plain), ModelAnswer { text: String::new(), command: None, dropped: None });
+    assert_eq!(parse(&plain), ModelAnswer { text: String::new(), command: None, dropped: None, text_closed: false });
 }
