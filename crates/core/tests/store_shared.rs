@@ -387,6 +387,22 @@ async fn an_answer_whose_claim_is_gone_is_stored_unless_another_took_the_key() {
     assert_eq!(held("taken").as_deref(), Some(&b"canother:1"[..]), "another's claim is left alone");
 }
 
+/// An answer stored whose reply was lost (its connection dropped) is sent
+/// again: the second finds it there and says it was stored, rather than
+/// that another call took the key and may run the side effect again.
+#[tokio::test]
+async fn an_answer_stored_and_sent_again_is_found_stored() {
+    let Some(server) = RedisServer::start("an answer sent again") else { return };
+    let store = redis_store(&server.url(), Duration::from_secs(1));
+    let key = Key::new("demo", Handler::Commit, "twice");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let Ok(Begin::Lead(lease)) = store.begin(key, LEASE, deadline, &mut || true).await else { panic!("leads") };
+    let answer = Bytes::from_static(b"paid");
+    assert!(store.end(&lease, Some(answer.clone())).await.unwrap());
+    assert!(store.end(&lease, Some(answer)).await.unwrap(), "found stored");
+    assert!(!store.end(&lease, Some(Bytes::from_static(b"other"))).await.unwrap(), "not another answer");
+}
+
 #[tokio::test]
 async fn errors_never_name_the_password() {
     let (store, _registry) = shared("redis://user:s3cret-pw@127.0.0.1:1", CommitFallback::Refuse);

@@ -82,10 +82,14 @@ pub use url::StoreUrl;
 /// ms, or, without one, by deleting the key. A key found empty (the claim
 /// ran out, or Redis lost it) takes the value all the same: nobody else
 /// holds it, and a `/commit` that ran is not run again by its retry. 0 when
-/// another holds the key.
+/// another holds the key; 1 when it holds this very value already (an end
+/// carried out whose reply was lost, sent again).
 const END: &str = r"
 local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[1] then return 0 end
+if held and held ~= ARGV[1] then
+  if ARGV[2] and held == ARGV[2] then return 1 end
+  return 0
+end
 if ARGV[2] then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) elseif held then redis.call('DEL', KEYS[1]) end
 return 1
 ";
