@@ -33,6 +33,10 @@ async fn read_stream(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> (St
         let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
         assert!(kind.starts_with("text/event-stream"), "{kind}");
     }
+    if matches!(status, StatusCode::OK | StatusCode::NO_CONTENT) {
+        // What a signed address opens is kept by no cache.
+        assert_eq!(response.headers()["cache-control"], "no-store", "{status}");
+    }
     (status, response.text().await.expect("the whole stream"))
 }
 

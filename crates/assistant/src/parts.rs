@@ -261,6 +261,9 @@ impl Parts {
         };
         let now = Instant::now();
         let (source, etag) = match names {
+            // An `If-Match` of weak or unreadable tags alone names no version
+            // this answer can be: its precondition fails (412), as HTTP has it.
+            Some(names) if names.is_empty() => return Err(PartError::SnapshotChanged),
             Some(names) => self.named(resource, current, older, &names, now).await?,
             None if part == 1 => {
                 let current = current();
@@ -490,12 +493,16 @@ fn plain_number<T: std::str::FromStr>(text: &str) -> Option<T> {
     digits.then(|| text.parse().ok()).flatten()
 }
 
-/// `part` as a number from 1; none is 1.
+/// `part` as a number from 1; none is 1. A number past any part there can
+/// be is a whole number still: past the last (416), not a bad one (400).
 fn parse_part(part: Option<&str>) -> Result<u32, PartError> {
     let Some(text) = part else { return Ok(1) };
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     match plain_number::<u32>(text) {
-        Some(0) | None => Err(PartError::BadPart(text.chars().take(32).collect())),
+        Some(0) => Err(PartError::BadPart(text.chars().take(32).collect())),
         Some(part) => Ok(part),
+        None if digits => Ok(u32::MAX),
+        None => Err(PartError::BadPart(text.chars().take(32).collect())),
     }
 }
 

@@ -189,7 +189,8 @@ async fn stream_route(
         // Resumed after the last event of an ended call: 204 tells an
         // EventSource to stop reconnecting, which an empty 200 would not.
         metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
-        return StatusCode::NO_CONTENT.into_response();
+        return (StatusCode::NO_CONTENT, [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))])
+            .into_response();
     };
     metrics.llm_api.with_label_values(&["stream", "ok"]).inc();
     let open = Open::new(permit, metrics.streams_open.clone());
@@ -201,7 +202,8 @@ async fn stream_route(
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8")),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // The address is a secret: what it opens is kept by no cache.
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
             // Proxies that buffer (nginx) would hold the events back.
             (header::HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
         ],

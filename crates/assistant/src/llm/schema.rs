@@ -30,7 +30,7 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
                     "request_id": "the RequestId of the /run that started the call (also the Url of ShowStreamDirective)",
                     "Last-Event-ID": "header: resume after this event id (also ?after=N); after the last event of an ended call, 204 with no body",
                 },
-                "errors": {"400": "a bad Last-Event-ID or request id", "404": "no such call", "410": "the call expired", "503": "too many open streams, or the shared store out of reach; retry"},
+                "errors": {"400": "a bad Last-Event-ID or request id", "403": "an address not signed, or expired", "404": "no such call", "410": "the call expired", "503": "too many open streams, or the shared store out of reach; retry"},
             },
             {
                 "method": "GET",
@@ -38,7 +38,7 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
                 "summary": "The call's whole answer so far, as JSON; possibly in parts.",
                 "content_type": "application/json",
                 "parameters": {"part": "the part to fetch, from 1", "snapshot": "the snapshot the parts come from (also If-Match)"},
-                "errors": {"400": "a bad part", "404": "no such call", "410": "the call or the snapshot expired", "412": "the answer changed since part 1", "416": "no such part", "503": "the shared store out of reach; retry"},
+                "errors": {"400": "a bad part", "403": "an address not signed, or expired", "404": "no such call", "410": "the call or the snapshot expired", "412": "the answer changed since part 1", "416": "no such part", "503": "the shared store out of reach; retry"},
             },
             {
                 "method": "GET",
@@ -46,7 +46,7 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
                 "summary": "The skills catalog (SKILL.md files): what a user can start with \"run skill <name>\"; possibly in parts.",
                 "content_type": "application/json",
                 "parameters": {"part": "the part to fetch, from 1", "snapshot": "the snapshot the parts come from (also If-Match)"},
-                "errors": {"400": "a bad part", "410": "the snapshot expired", "412": "the catalog changed since part 1", "416": "no such part"},
+                "errors": {"400": "a bad part", "403": "no good TVM service ticket, when the server checks them", "410": "the snapshot expired", "412": "the catalog changed since part 1", "416": "no such part"},
             },
             {
                 "method": "GET",

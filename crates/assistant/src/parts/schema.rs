@@ -63,7 +63,8 @@ pub fn chunking_doc(config: &PartsConfig) -> Value {
         "instructions": [
             "Ask for the answer (part 1 is implied). If is_consequential is false, content is the whole answer: done.",
             "If is_consequential is true, remember snapshot and total_parts, then ask for part=2, 3, ... up to \
-             total_parts with the same URL plus ?part=N&snapshot=<snapshot> (or the header If-Match: <snapshot>).",
+             total_parts with the same URL plus part=N&snapshot=<snapshot> in its query (after & when the URL \
+             has a query already, as a signed address does; else after ?), or the header If-Match: <snapshot>.",
             "Concatenate the content strings in part order exactly as received: add, remove or trim nothing, \
              not even whitespace.",
             "Parse the concatenation as JSON. A part alone is usually not valid JSON; parts never split a UTF-8 \
