@@ -3,6 +3,13 @@
 
 pub mod demo;
 
+/// The example scenario as README's "a new scenario, file by file" has a
+/// team copy it here: built with the server's own dependencies (not the
+/// examples' and tests' extra ones), so that the copy builds as it is.
+#[allow(dead_code)]
+#[path = "../examples/echo_scenario/echo.rs"]
+mod template;
+
 use megamind_core::scenario::ScenarioModule;
 
 /// The scenario behind the un-prefixed paths (`POST /run`, ...) unless

@@ -101,14 +101,14 @@ impl ScenarioModule for EchoModule {
         // the callers the scenario's handlers admit (anyone, with no TVM).
         setup.route(
             "/echo/last",
-            axum::routing::get(move |headers: http::HeaderMap| {
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
                 let (state, gate) = (state.clone(), gate.clone());
                 async move {
                     if let Err(refusal) = gate.admit(&headers).await {
-                        return (http::StatusCode::FORBIDDEN, refusal.error_type().to_owned());
+                        return (axum::http::StatusCode::FORBIDDEN, refusal.error_type().to_owned());
                     }
                     let last = state.last.lock().map(|last| last.clone()).unwrap_or_default();
-                    (http::StatusCode::OK, last)
+                    (axum::http::StatusCode::OK, last)
                 }
             }),
         );
