@@ -31,6 +31,18 @@ impl ScenarioModule for Greeter {
 
     fn build(&self, _table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
         setup.route("/greeter/hello", get(|| async { "hello\n" }));
+        // Only for the callers the scenario's handlers admit.
+        let gate = setup.gate();
+        let private = get(move |headers: axum::http::HeaderMap| {
+            let gate = gate.clone();
+            async move {
+                match gate.admit(&headers).await {
+                    Ok(_) => (axum::http::StatusCode::OK, "private\n".to_owned()),
+                    Err(refusal) => (axum::http::StatusCode::FORBIDDEN, format!("{refusal:?}")),
+                }
+            }
+        });
+        setup.route("/greeter/private", private);
         Ok(Arc::new(Demo::new()))
     }
 }
@@ -47,17 +59,39 @@ fn ticks() -> MethodRouter {
 }
 
 /// The demo scenario with the greeter's routes, a ticking stream and a
-/// catch-all on `/demo/apply` that the fast path must shadow for `POST`.
-async fn spawn_with_routes(config: Config) -> TestApp {
+/// catch-all on `/demo/apply` that the fast path must shadow for `POST`;
+/// the greeter's gate bound to the server's caller checks when `bound`.
+async fn spawn_gated_with_routes(config: Config, bound: bool) -> TestApp {
     let metrics = ServerMetrics::new();
     let mut setup = Setup::new(metrics.registry());
     let greeter = Greeter.build(toml::Table::new(), &mut setup).expect("greeter builds");
+    let gate = setup.gate();
     let mut registry = registry_of("demo", Arc::new(Demo::new()));
     registry.register(Greeter.name(), greeter).unwrap();
     let mut routes = setup.into_routes();
     routes.push(("/test/ticks".into(), ticks()));
     routes.push(("/demo/apply".into(), any(|| async { "router\n" })));
-    serve_app(App::with_routes(&config, registry, metrics, routes).expect("valid routes")).await
+    let app = App::with_routes(&config, registry, metrics, routes).expect("valid routes");
+    if bound {
+        gate.bind(app.dispatcher.authenticator().clone());
+    }
+    serve_app(app).await
+}
+
+async fn spawn_with_routes(config: Config) -> TestApp {
+    spawn_gated_with_routes(config, true).await
+}
+
+/// A server built over `Setup::into_routes` whose gate nobody bound lets
+/// nobody into the routes that ask it, rather than everyone.
+#[tokio::test]
+async fn a_scenario_route_behind_a_gate_never_bound_lets_nobody_in() {
+    let app = spawn_gated_with_routes(served_config(), false).await;
+    let (status, why) = app.get("/greeter/private").await;
+    assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{why}");
+    assert!(why.contains("never bound"), "{why}");
+    let bound = spawn_with_routes(served_config()).await;
+    assert_eq!(bound.get("/greeter/private").await, (reqwest::StatusCode::OK, "private\n".to_owned()));
 }
 
 #[tokio::test]

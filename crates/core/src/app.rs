@@ -76,6 +76,9 @@ impl App {
     /// and its methods), as scenarios register them
     /// ([`crate::scenario::Setup::into_routes`]). A `POST` naming a scenario
     /// handler (`/{scenario}/{handler}`, `/{handler}`) never reaches them.
+    /// Routes that ask the setup's gate refuse every caller until it is
+    /// bound: `setup.gate().bind(app.dispatcher.authenticator().clone())`
+    /// ([`App::from_built`] does it).
     pub fn with_routes(
         config: &Config,
         registry: Registry,

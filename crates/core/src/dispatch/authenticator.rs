@@ -86,9 +86,11 @@ impl Authenticator for AcceptAll {
 
 /// The server's authenticator for a scenario's own routes: handed out while
 /// scenarios are set up, before the authenticator exists, and bound to it
-/// once the server is built, and again whenever the server's authenticator
-/// is replaced. Until then (or in a server built without one) it lets
-/// every caller in, as the dispatcher's default does.
+/// once the server is built ([`crate::app::App::from_built`]), and again
+/// whenever the server's authenticator is replaced. Until then it lets
+/// nobody in: a server built another way (`App::with_routes` over
+/// `Setup::into_routes`) whose gate was never bound would otherwise serve
+/// a scenario's routes to callers its handlers refuse.
 #[derive(Clone, Default)]
 pub struct Gate(Arc<RwLock<Option<Arc<dyn Authenticator>>>>);
 
@@ -97,6 +99,10 @@ impl fmt::Debug for Gate {
         f.debug_tuple("Gate").field(&self.authenticator()).finish()
     }
 }
+
+/// Why an unbound gate refuses.
+const UNBOUND: &str = "this route's gate was never bound to the server's caller checks \
+                       (App::from_built binds it; gate.bind(app.dispatcher.authenticator().clone()) otherwise)";
 
 impl Gate {
     /// Binds the gate to `authenticator`, in place of any it had.
@@ -112,7 +118,7 @@ impl Gate {
     pub async fn admit(&self, headers: &HeaderMap) -> Result<Admitted, Refusal> {
         match self.authenticator() {
             Some(authenticator) => authenticator.authenticate(&CallMeta::from_headers(headers)).verdict().await,
-            None => Ok(Admitted::default()),
+            None => Err(Refusal::Forbidden(UNBOUND.into())),
         }
     }
 }
@@ -134,10 +140,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_gate_lets_everyone_in_until_bound_then_asks_its_latest_authenticator() {
+    async fn a_gate_lets_nobody_in_until_bound_then_asks_its_latest_authenticator() {
         let gate = Gate::default();
         let headers = HeaderMap::new();
-        assert_eq!(gate.admit(&headers).await, Ok(Admitted::default()));
+        assert_eq!(gate.admit(&headers).await, Err(Refusal::Forbidden(UNBOUND.into())));
         gate.clone().bind(Arc::new(ServiceTicketRequired));
         assert_eq!(gate.admit(&headers).await, Err(Refusal::Forbidden("no ticket".into())));
         let ticketed = {
