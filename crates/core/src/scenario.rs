@@ -164,7 +164,10 @@ impl<T> std::ops::Deref for Answer<T> {
 /// finish in the background, so handlers must not assume the caller is still there.
 #[async_trait]
 pub trait Scenario: Send + Sync + 'static {
-    /// Written into every response's `Version`.
+    /// Written into every response's `Version` that the scenario left
+    /// empty. The default is this framework's version, not the scenario's:
+    /// a scenario of its own says its own (`env!("CARGO_PKG_VERSION")` in
+    /// its crate).
     fn version(&self) -> &str {
         env!("CARGO_PKG_VERSION")
     }
