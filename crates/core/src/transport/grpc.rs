@@ -83,8 +83,8 @@ pub struct GrpcRoutes {
     /// Whether the status reported is `SERVING`: reported again only when
     /// it changes, as each report wakes every watch.
     serving: Arc<tokio::sync::Mutex<bool>>,
-    /// Whether readiness is being asked again every [`WATCH_REFRESH`]:
-    /// while health watches are open, nothing else may ask it.
+    /// Whether a task asks readiness again every [`WATCH_REFRESH`]: one for
+    /// all the open health watches, which no `Check` may come to refresh.
     refreshing: Arc<std::sync::atomic::AtomicBool>,
 }
 
