@@ -244,6 +244,12 @@ pub fn parse(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Parsed, ParseError> {
     let flags = flags::all(&modules);
+    // Two flags of one name (a scenario's and the core's, or two
+    // scenarios') would panic in clap: said as the configuration problem it is.
+    let clashes = flags::clashes(&flags, &Cli::command());
+    if !clashes.is_empty() {
+        return Err(ConfigError(clashes).into());
+    }
     let defaults = defaults(&modules);
     let command = Cli::command().mut_subcommand("serve", |serve| flags::add_to(serve, &flags, &defaults));
     let matches = command.try_get_matches_from(args)?;

@@ -234,6 +234,30 @@ pub(super) fn all(modules: &[Box<dyn ScenarioModule>]) -> Vec<Bound> {
     core.chain(scenarios).collect()
 }
 
+/// Each flag or environment variable of `flags` named twice, among them or
+/// with `serve`'s own arguments in `cli`, as a problem naming both owners.
+pub(super) fn clashes(flags: &[Bound], cli: &Command) -> Vec<String> {
+    let owner = |bound: &Bound| bound.heading.clone().unwrap_or_else(|| "the server".to_owned());
+    let own = cli.find_subcommand("serve").into_iter().flat_map(Command::get_arguments);
+    let mut longs: std::collections::HashMap<String, String> =
+        own.filter_map(|arg| Some((arg.get_long()?.to_owned(), "serve itself".to_owned()))).collect();
+    longs.insert("help".to_owned(), "serve itself".to_owned());
+    let mut envs = std::collections::HashMap::new();
+    let mut problems = Vec::new();
+    for bound in flags {
+        let who = owner(bound);
+        if let Some(first) = longs.insert(bound.flag.long.to_string(), who.clone()) {
+            problems.push(format!("--{}: a flag of {first} and of {who}; rename one", bound.flag.long));
+        }
+        if let Some(env) = &bound.flag.env
+            && let Some(first) = envs.insert(env.to_string(), who.clone())
+        {
+            problems.push(format!("{env}: the variable of a flag of {first} and of {who}; rename one"));
+        }
+    }
+    problems
+}
+
 /// `serve` with every flag added, its default (from `defaults`) in its help.
 pub(super) fn add_to(serve: Command, flags: &[Bound], defaults: &toml::Table) -> Command {
     let args = flags.iter().map(|bound| {

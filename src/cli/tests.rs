@@ -279,6 +279,50 @@ impl ScenarioModule for Added {
     }
 }
 
+/// A scenario whose flags take names already taken.
+#[derive(Debug)]
+struct Clashing;
+
+impl ScenarioModule for Clashing {
+    fn name(&self) -> &'static str {
+        "clashing"
+    }
+
+    fn flags(&self) -> Vec<module::Flag> {
+        vec![
+            module::Flag::new("config", "file", "Taken by serve itself"),
+            module::Flag::new("added-sides", "sides", "Taken by another scenario").env("MEGAMIND_ADDED_SIDES"),
+        ]
+    }
+
+    fn build(
+        &self,
+        _: toml::Table,
+        _: &mut module::Setup<'_>,
+    ) -> Result<std::sync::Arc<dyn megamind_core::scenario::Scenario>, module::SetupError> {
+        Ok(std::sync::Arc::new(scenarios::demo::Demo::new()))
+    }
+}
+
+#[test]
+fn flags_named_twice_are_a_configuration_problem_not_a_panic() {
+    let mut modules = scenarios::modules();
+    modules.push(Box::new(Added));
+    modules.push(Box::new(Clashing));
+    let Err(ParseError::Config(ConfigError(problems))) = parse(["megamind-scenario", "serve"], modules, &|_| None)
+    else {
+        panic!("refused")
+    };
+    assert_eq!(
+        problems,
+        [
+            "--config: a flag of serve itself and of Scenario clashing; rename one",
+            "--added-sides: a flag of Scenario added and of Scenario clashing; rename one",
+            "MEGAMIND_ADDED_SIDES: the variable of a flag of Scenario added and of Scenario clashing; rename one",
+        ]
+    );
+}
+
 #[test]
 fn a_scenario_added_to_the_list_is_served_configured_and_helped_like_the_others() {
     let hosting = || {
