@@ -247,6 +247,13 @@ fn a_default_scenario_that_is_none_is_refused_before_the_server_starts() {
     assert!(error.contains(&expected), "{error}");
 }
 
+/// What the test modules build: a scenario, the demo.
+type Built = Result<std::sync::Arc<dyn megamind_core::scenario::Scenario>, module::SetupError>;
+
+fn demo() -> Built {
+    Ok(std::sync::Arc::new(scenarios::demo::Demo::new()))
+}
+
 /// A scenario added to the built-in ones, with a table and a flag of its own.
 #[derive(Debug)]
 struct Added;
@@ -270,12 +277,8 @@ impl ScenarioModule for Added {
         wrong.into_iter().collect()
     }
 
-    fn build(
-        &self,
-        _: toml::Table,
-        _: &mut module::Setup<'_>,
-    ) -> Result<std::sync::Arc<dyn megamind_core::scenario::Scenario>, module::SetupError> {
-        Ok(std::sync::Arc::new(scenarios::demo::Demo::new()))
+    fn build(&self, _: toml::Table, _: &mut module::Setup<'_>) -> Built {
+        demo()
     }
 }
 
@@ -295,12 +298,8 @@ impl ScenarioModule for Clashing {
         ]
     }
 
-    fn build(
-        &self,
-        _: toml::Table,
-        _: &mut module::Setup<'_>,
-    ) -> Result<std::sync::Arc<dyn megamind_core::scenario::Scenario>, module::SetupError> {
-        Ok(std::sync::Arc::new(scenarios::demo::Demo::new()))
+    fn build(&self, _: toml::Table, _: &mut module::Setup<'_>) -> Built {
+        demo()
     }
 }
 
