@@ -192,7 +192,8 @@ impl App {
 }
 
 /// One router of `routes`. What axum would panic on at start-up (a path
-/// without its leading '/', one taken twice, one of the server's own) is a
+/// without its leading '/', one taken twice, one of the server's own, one
+/// in another syntax than axum's, two that match the same requests) is a
 /// configuration error instead.
 fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut Vec<String>) -> axum::Router {
     let mut seen = BTreeSet::new();
@@ -205,7 +206,17 @@ fn router_of(routes: Vec<(String, axum::routing::MethodRouter)>, problems: &mut 
         } else if !seen.insert(path.clone()) {
             problems.push(format!("route {path:?} is registered twice"));
         } else {
-            router = router.route(&path, route);
+            // axum checks the rest (`/:id` of its older syntax, an unclosed
+            // `{`, `/{id}` beside `/{name}`) only by panicking: taken as
+            // its word. The router is left as it was before the route.
+            let added = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router.clone().route(&path, route)));
+            match added {
+                Ok(added) => router = added,
+                Err(panic) => {
+                    let why = crate::rules::logging::panics::message(&*panic);
+                    problems.push(format!("route {path:?}: {}", crate::text::clip(why, 300)));
+                }
+            }
         }
     }
     router
@@ -251,15 +262,18 @@ mod tests {
         let mut registry = Registry::new();
         registry.register("demo", Arc::new(Nop)).unwrap();
         let route = || get(|| async { "" });
-        let routes = ["/a", "b", "/metrics", "/a", "/c/{id}"].map(|path| (path.to_owned(), route()));
+        let paths = ["/a", "b", "/metrics", "/a", "/c/{id}", "/c/{name}", "/d/:id", "/e/{id"];
+        let routes = paths.map(|path| (path.to_owned(), route()));
         let error = App::with_routes(&Config::default(), registry, ServerMetrics::new(), routes.into()).unwrap_err();
         assert_eq!(
-            error.0,
+            error.0[..3],
             [
                 r#"route "b" does not start with '/'"#,
                 r#"route "/metrics" is the server's own"#,
                 r#"route "/a" is registered twice"#
             ]
         );
+        let axum_s: Vec<&str> = error.0[3..].iter().map(|problem| problem.split(": ").next().unwrap()).collect();
+        assert_eq!(axum_s, [r#"route "/c/{name}""#, r#"route "/d/:id""#, r#"route "/e/{id""#], "{:?}", error.0);
     }
 }
