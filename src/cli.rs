@@ -246,7 +246,17 @@ pub fn parse(
     let flags = flags::all(&modules);
     // Two flags of one name (a scenario's and the core's, or two
     // scenarios') would panic in clap: said as the configuration problem it is.
-    let clashes = flags::clashes(&flags, &Cli::command());
+    let mut clashes = flags::clashes(&flags, &Cli::command());
+    // A scenario's table is its name at the top of the file: a name the
+    // server's own keys have would read (and overwrite) the server's.
+    let core = Config::defaults_table();
+    for name in modules.iter().map(|module| module.name()) {
+        if core.contains_key(name) || name == "default_scenario" {
+            clashes.push(format!(
+                "scenario {name:?}: its table would be the server's own `{name}`; name the scenario otherwise"
+            ));
+        }
+    }
     if !clashes.is_empty() {
         return Err(ConfigError(clashes).into());
     }

@@ -322,6 +322,34 @@ fn flags_named_twice_are_a_configuration_problem_not_a_panic() {
     );
 }
 
+/// A scenario named as a table of the server's own configuration.
+#[derive(Debug)]
+struct NamedCache;
+
+impl ScenarioModule for NamedCache {
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+
+    fn build(&self, _: toml::Table, _: &mut module::Setup<'_>) -> Built {
+        demo()
+    }
+}
+
+#[test]
+fn a_scenario_named_as_the_server_s_own_table_is_refused_by_name() {
+    let mut modules = scenarios::modules();
+    modules.push(Box::new(NamedCache));
+    let Err(ParseError::Config(ConfigError(problems))) = parse(["megamind-scenario", "serve"], modules, &|_| None)
+    else {
+        panic!("refused")
+    };
+    assert_eq!(
+        problems,
+        ["scenario \"cache\": its table would be the server's own `cache`; name the scenario otherwise"]
+    );
+}
+
 #[test]
 fn a_scenario_added_to_the_list_is_served_configured_and_helped_like_the_others() {
     let hosting = || {
