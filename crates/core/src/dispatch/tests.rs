@@ -314,3 +314,42 @@ async fn a_side_effect_whose_caller_hangs_up_runs_to_its_end_and_a_repeat_gets_i
     assert_eq!(TScenarioCommitResponse::decode(body).unwrap().version, "paid");
     assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment ran once");
 }
+
+/// Answers every `/run` with the protocol `Error` whose type is its
+/// RequestId: a scenario's own error answer, not a `ScenarioError`.
+struct ErrorAnswers;
+
+#[async_trait::async_trait]
+impl Scenario for ErrorAnswers {
+    async fn run(&self, request: TScenarioRunRequest, _: CallContext) -> ScenarioResult<TScenarioRunResponse> {
+        let kind = request.base_request.unwrap_or_default().request_id;
+        let error = crate::proto::n_alice::n_scenarios::TError { r#type: kind, message: "its own".into() };
+        Ok(TScenarioRunResponse {
+            response: Some(t_scenario_run_response::Response::Error(error)),
+            ..Default::default()
+        }
+        .into())
+    }
+}
+
+#[tokio::test]
+async fn a_scenario_s_own_error_answer_counts_as_that_error_and_its_own_types_as_error() {
+    let dispatcher = dispatcher_of("errs", Arc::new(ErrorAnswers), DispatchLimits::default());
+    let errs = dispatcher.scenario(Some("errs")).unwrap();
+    for kind in ["upstream", "payment_declined", "ok", "replay"] {
+        dispatcher.dispatch(errs, run_call(kind, None)).await;
+    }
+    let text = dispatcher.metrics().render();
+    let count = |outcome: &str| {
+        let series = format!(
+            r#"megamind_requests_total{{handler="run",outcome="{outcome}",scenario="errs",transport="http"}} "#
+        );
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("{series}\n{text}"))
+            .to_owned()
+    };
+    assert_eq!(count("upstream"), "1");
+    assert_eq!(count("error"), "3", "types of its own, and the server's own outcomes, count as error");
+    assert_eq!(count("ok"), "0");
+}

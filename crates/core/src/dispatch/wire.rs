@@ -15,14 +15,16 @@ use crate::{
     scenario::{Answer, Handler, Scenario},
 };
 
-/// A response message with a `Version` field.
+/// A response message with a `Version` field, and a protocol `Error` it may be.
 pub(crate) trait Versioned: Message + Clone {
     fn version(&self) -> &str;
     fn version_mut(&mut self) -> &mut String;
+    /// The `Type` of the `Error` the message is, if it is one.
+    fn error_type(&self) -> Option<&str>;
 }
 
 macro_rules! versioned {
-    ($($response:ty),*) => {$(
+    ($($response:ty => $error:path),*) => {$(
         impl Versioned for $response {
             fn version(&self) -> &str {
                 &self.version
@@ -30,21 +32,46 @@ macro_rules! versioned {
             fn version_mut(&mut self) -> &mut String {
                 &mut self.version
             }
+            fn error_type(&self) -> Option<&str> {
+                match &self.response {
+                    Some($error(error)) => Some(&error.r#type),
+                    _ => None,
+                }
+            }
         }
     )*};
 }
 
-versioned!(TScenarioRunResponse, TScenarioContinueResponse, TScenarioCommitResponse, TScenarioApplyResponse);
+versioned!(
+    TScenarioRunResponse => t_scenario_run_response::Response::Error,
+    TScenarioContinueResponse => t_scenario_continue_response::Response::Error,
+    TScenarioCommitResponse => t_scenario_commit_response::Response::Error,
+    TScenarioApplyResponse => t_scenario_apply_response::Response::Error
+);
+
+/// The outcome label of a scenario's own `Error` answer of type `kind`:
+/// one of the protocol's types the metrics list, else `error`, so that a
+/// scenario's types of its own never make label values without bound.
+pub(crate) fn answered_error(kind: &str) -> &'static str {
+    const SERVER_ONLY: [&str; 3] = ["ok", "replay", "replay_timeout"];
+    crate::rules::metrics::OUTCOMES
+        .iter()
+        .find(|outcome| **outcome == kind && !SERVER_ONLY.contains(outcome))
+        .copied()
+        .unwrap_or("error")
+}
 
 /// Encodes an answer, writing the scenario's version into an empty `Version`
-/// (which copies a shared answer only in that case).
-pub(crate) fn encode<T: Versioned>(scenario: &dyn Scenario, answer: Answer<T>) -> Vec<u8> {
+/// (which copies a shared answer only in that case); with the outcome label
+/// of the `Error` it is, if it is one ([`answered_error`]).
+pub(crate) fn encode<T: Versioned>(scenario: &dyn Scenario, answer: Answer<T>) -> (Vec<u8>, Option<&'static str>) {
+    let error = answer.error_type().map(answered_error);
     if !answer.version().is_empty() {
-        return answer.encode_to_vec();
+        return (answer.encode_to_vec(), error);
     }
     let mut message = answer.into_owned();
     scenario.version().clone_into(message.version_mut());
-    message.encode_to_vec()
+    (message.encode_to_vec(), error)
 }
 
 /// Longest protocol `Error` message, in bytes. A scenario's message may

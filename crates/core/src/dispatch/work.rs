@@ -98,7 +98,8 @@ pub(super) async fn run_scenario(
 ) -> Finished {
     let result = AssertUnwindSafe(call_handler(&*scenario, handler, request, ctx)).catch_unwind().await;
     let (body, outcome) = match result {
-        Ok(Ok(body)) => (body, Outcome::Ok),
+        // A scenario's own `Error` answer counts as that error.
+        Ok(Ok((body, error))) => (body, error.map_or(Outcome::Ok, Outcome::Error)),
         Ok(Err(error)) => {
             let kind = error.error_type();
             (error_body(handler, scenario.version(), kind, error.to_string()), Outcome::Error(kind))
@@ -123,13 +124,13 @@ async fn call_handler(
     handler: Handler,
     request: Request,
     ctx: CallContext,
-) -> Result<Bytes, ScenarioError> {
-    let body = match (handler, request) {
+) -> Result<(Bytes, Option<&'static str>), ScenarioError> {
+    let (body, error) = match (handler, request) {
         (Handler::Run, Request::Run(request)) => encode(scenario, scenario.run(*request, ctx).await?),
         (Handler::Continue, Request::Apply(request)) => encode(scenario, scenario.r#continue(*request, ctx).await?),
         (Handler::Commit, Request::Apply(request)) => encode(scenario, scenario.commit(*request, ctx).await?),
         (Handler::Apply, Request::Apply(request)) => encode(scenario, scenario.apply(*request, ctx).await?),
         (handler, _) => return Err(ScenarioError::Internal(format!("request type does not match /{handler}"))),
     };
-    Ok(body.into())
+    Ok((body.into(), error))
 }

@@ -21,9 +21,12 @@ use crate::{scenario::Handler, store::Usage};
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0];
 
 /// Every outcome of a handler call: `ok`, a repeat's, a protocol `Error`
-/// type ([`crate::scenario::ScenarioError::error_type`], the server's own)
-/// or a refusal ([`crate::dispatch::Refusal::error_type`]).
-pub const OUTCOMES: [&str; 15] = [
+/// type ([`crate::scenario::ScenarioError::error_type`], the server's own,
+/// or a scenario's own `Error` answer of one of these types; `error` for
+/// any other type it gives) or a refusal
+/// ([`crate::dispatch::Refusal::error_type`]).
+pub const OUTCOMES: [&str; 16] = [
+    "error",
     "ok",
     "replay",
     "replay_timeout",
