@@ -282,6 +282,17 @@ impl ScenarioModule for Added {
     }
 }
 
+/// The problems `serve` refuses to start with, hosting the built-in
+/// scenarios and `more`.
+fn refused_hosting(more: Vec<Box<dyn ScenarioModule>>) -> Vec<String> {
+    let mut modules = scenarios::modules();
+    modules.extend(more);
+    match parse(["megamind-scenario", "serve"], modules, &|_| None) {
+        Err(ParseError::Config(ConfigError(problems))) => problems,
+        other => panic!("refused with configuration problems, got {other:?}"),
+    }
+}
+
 /// A scenario whose flags take names already taken.
 #[derive(Debug)]
 struct Clashing;
@@ -305,15 +316,8 @@ impl ScenarioModule for Clashing {
 
 #[test]
 fn flags_named_twice_are_a_configuration_problem_not_a_panic() {
-    let mut modules = scenarios::modules();
-    modules.push(Box::new(Added));
-    modules.push(Box::new(Clashing));
-    let Err(ParseError::Config(ConfigError(problems))) = parse(["megamind-scenario", "serve"], modules, &|_| None)
-    else {
-        panic!("refused")
-    };
     assert_eq!(
-        problems,
+        refused_hosting(vec![Box::new(Added), Box::new(Clashing)]),
         [
             "--config: a flag of serve itself and of Scenario clashing; rename one",
             "--added-sides: a flag of Scenario added and of Scenario clashing; rename one",
@@ -338,14 +342,8 @@ impl ScenarioModule for NamedCache {
 
 #[test]
 fn a_scenario_named_as_the_server_s_own_table_is_refused_by_name() {
-    let mut modules = scenarios::modules();
-    modules.push(Box::new(NamedCache));
-    let Err(ParseError::Config(ConfigError(problems))) = parse(["megamind-scenario", "serve"], modules, &|_| None)
-    else {
-        panic!("refused")
-    };
     assert_eq!(
-        problems,
+        refused_hosting(vec![Box::new(NamedCache)]),
         ["scenario \"cache\": its table would be the server's own `cache`; name the scenario otherwise"]
     );
 }

@@ -434,7 +434,13 @@ async fn health_watchers_see_not_serving_when_shutdown_starts() {
 async fn status_of_bare_run(app: &TestApp, headers: &[(&str, &str)], body: &'static [u8]) -> Status {
     let (response, mut sending) = bare_grpc_call(app, "Run", headers).await;
     sending.send_data(Bytes::from_static(body), true).unwrap();
-    let (head, mut answer) = response.await.unwrap().into_parts();
+    status_of(response.await.unwrap()).await
+}
+
+/// The status of a bare gRPC answer: in its head (trailers only), else in
+/// the trailers after its message.
+async fn status_of(answer: http::Response<h2::RecvStream>) -> Status {
+    let (head, mut answer) = answer.into_parts();
     if let Some(status) = Status::from_header_map(&head.headers) {
         return status;
     }
@@ -486,12 +492,7 @@ async fn a_message_in_too_many_frames_is_refused() {
         }
     });
     let answer = tokio::time::timeout(Duration::from_secs(30), response).await.expect("answered in time");
-    let (head, mut answer) = answer.unwrap().into_parts();
-    // Trailers only (the status in the head), or trailers after the head.
-    let status = match Status::from_header_map(&head.headers) {
-        Some(status) => status,
-        None => Status::from_header_map(&answer.trailers().await.unwrap().expect("trailers")).expect("a status"),
-    };
+    let status = status_of(answer.unwrap()).await;
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("the body came in more than 65536 pieces"), "{status:?}");
     sending.abort();

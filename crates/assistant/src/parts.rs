@@ -498,11 +498,11 @@ fn plain_number<T: std::str::FromStr>(text: &str) -> Option<T> {
 fn parse_part(part: Option<&str>) -> Result<u32, PartError> {
     let Some(text) = part else { return Ok(1) };
     let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    match plain_number::<u32>(text) {
-        Some(0) => Err(PartError::BadPart(text.chars().take(32).collect())),
-        Some(part) => Ok(part),
-        None if digits => Ok(u32::MAX),
-        None => Err(PartError::BadPart(text.chars().take(32).collect())),
+    match text.parse::<u32>() {
+        Ok(part) if digits && part > 0 => Ok(part),
+        // Digits alone that overflow: past any part.
+        Err(_) if digits => Ok(u32::MAX),
+        _ => Err(PartError::BadPart(text.chars().take(32).collect())),
     }
 }
 

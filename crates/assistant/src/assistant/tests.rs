@@ -281,13 +281,32 @@ async fn model_failures_are_spoken_apologies() {
     assert_eq!(speech(&body), AssistantConfig::default().dialog.apology_text);
 }
 
-#[tokio::test(start_paused = true)]
-async fn past_the_in_flight_cap_run_declines_and_says_why() {
-    let backend = Scripted::new(10_000, Ok("..."));
+/// An assistant allowed one model call in flight, which the `/run` of
+/// another dialog holds (its model, `backend`, slow).
+async fn at_the_cap(backend: &Arc<Scripted>) -> (Assistant, prometheus::Registry) {
     let mut config = AssistantConfig::default();
     config.calls.max_in_flight = 1;
     let (assistant, registry) = assistant(backend.clone(), config);
     handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+    (assistant, registry)
+}
+
+/// A `/run` bringing a command's result (`payload`) back with `state`.
+fn command_result(request_id: &str, payload: serde_json::Value, state: Option<Any>) -> TScenarioRunRequest {
+    let callback = TCallbackDirective {
+        name: "skill_command_result".into(),
+        payload: Some(megamind_core::codec::structs::struct_from_json(payload.as_object().unwrap().clone())),
+        ..Default::default()
+    };
+    let mut request = run_request(request_id, "", state);
+    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    request
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_in_flight_cap_run_declines_and_says_why() {
+    let backend = Scripted::new(10_000, Ok("..."));
+    let (assistant, registry) = at_the_cap(&backend).await;
     let refused = assistant.run(run_request("r2", "два", None), ctx("r2")).await.unwrap().into_owned();
     assert!(refused.features.as_ref().unwrap().is_irrelevant);
     assert_eq!(speech(&body_of(refused)), BUSY);
@@ -301,11 +320,7 @@ async fn past_the_in_flight_cap_run_declines_and_says_why() {
 async fn past_the_in_flight_cap_a_command_result_is_kept_for_the_next_words() {
     use crate::proto::megamind_scenario::v1::{ESkillWait, TSkillSession};
     let backend = Scripted::new(10_000, Ok("[DONE] Готово."));
-    let mut config = AssistantConfig::default();
-    config.calls.max_in_flight = 1;
-    let (assistant, registry) = assistant(backend.clone(), config);
-    // Another dialog's call holds the one place.
-    handover(&assistant.run(run_request("r1", "раз", None), ctx("r1")).await.unwrap().into_owned());
+    let (assistant, registry) = at_the_cap(&backend).await;
     let session = TSkillSession {
         skill: "disk-usage".into(),
         session_id: "s1".into(),
@@ -316,13 +331,7 @@ async fn past_the_in_flight_cap_a_command_result_is_kept_for_the_next_words() {
     };
     let state = TAssistantState { skill: Some(session), ..Default::default() };
     let payload = serde_json::json!({"skill": "disk-usage", "step": 1, "session": "s1", "output": "sda1 93%"});
-    let callback = TCallbackDirective {
-        name: "skill_command_result".into(),
-        payload: Some(megamind_core::codec::structs::struct_from_json(payload.as_object().unwrap().clone())),
-        ..Default::default()
-    };
-    let mut request = run_request("r2", "", Some(state::encode(&state)));
-    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    let request = command_result("r2", payload, Some(state::encode(&state)));
     let busy = assistant.run(request, ctx("r2")).await.unwrap().into_owned();
     assert!(!busy.features.as_ref().unwrap().is_irrelevant, "the result is taken, not declined");
     let body = body_of(busy);
@@ -410,14 +419,7 @@ async fn run_never_waits_past_its_deadline() {
 async fn a_command_result_without_a_skill_session_is_declined() {
     let backend = Scripted::new(10, Ok("x"));
     let (assistant, registry) = assistant(backend.clone(), AssistantConfig::default());
-    let payload = serde_json::json!({"output": "ok", "exit_code": 0});
-    let callback = TCallbackDirective {
-        name: "skill_command_result".into(),
-        payload: Some(megamind_core::codec::structs::struct_from_json(payload.as_object().unwrap().clone())),
-        ..Default::default()
-    };
-    let mut request = run_request("r1", "", None);
-    request.input.as_mut().unwrap().event = Some(t_input::Event::Callback(callback));
+    let request = command_result("r1", serde_json::json!({"output": "ok", "exit_code": 0}), None);
     let declined = assistant.run(request, ctx("r1")).await.unwrap().into_owned();
     assert!(declined.features.as_ref().unwrap().is_irrelevant);
     assert_eq!(speech(&body_of(declined)), dialog::STALE_RESULT);

@@ -427,21 +427,14 @@ mod tests {
     #[test]
     fn log_lines_dropped_reach_the_metrics() {
         use std::io::Write;
-        struct Stuck;
-        impl Write for Stuck {
-            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-                Err(std::io::Error::other("stuck"))
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
+
+        use super::super::logging::batch::{BatchWriter, Stuck};
         let metrics = ServerMetrics::new();
         let read = |text: &str| {
             text.lines().find_map(|l| l.strip_prefix("megamind_log_lines_dropped_total ")?.parse::<u64>().ok())
         };
         let before = read(&metrics.render()).expect("listed from the start");
-        let (mut writer, guard) = super::super::logging::batch::BatchWriter::new(Stuck);
+        let (mut writer, guard) = BatchWriter::new(Stuck);
         // A line longer than a shard's whole buffer is dropped at once.
         writer.write_all(&vec![b'x'; 2 << 20]).unwrap();
         drop(guard);

@@ -192,6 +192,20 @@ impl Drop for FlushGuard {
     }
 }
 
+/// A log output that takes nothing: every line waits, and past the cap is dropped.
+#[cfg(test)]
+pub(crate) struct Stuck;
+
+#[cfg(test)]
+impl Write for Stuck {
+    fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+        Err(io::Error::other("stuck"))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,15 +254,6 @@ mod tests {
 
     #[test]
     fn a_full_buffer_drops_and_counts_instead_of_blocking() {
-        struct Stuck;
-        impl Write for Stuck {
-            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-                Err(io::Error::other("stuck"))
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
         let (mut writer, guard) = BatchWriter::new(Stuck);
         // Over the cap even into an empty buffer: dropped whatever the flusher does.
         writer.write_all(&vec![b'x'; CAP + 1]).unwrap();
