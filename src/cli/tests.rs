@@ -93,6 +93,11 @@ fn the_store_flags_reach_their_table_and_the_url_s_password_never_shows() {
     assert!(!error.contains("s3cret"), "{error}");
     let error = serve_with(&["--store-commit-fallback", "maybe"], &[]).unwrap_err().to_string();
     assert!(error.contains("refuse") && error.contains("local"), "{error}");
+    // `megamind:calls` would meet the keys `megamind`'s assistant keeps under `megamind:calls:`.
+    for prefix in ["megamind:calls", "team\ta", "{megamind}"] {
+        let error = serve_with(&["--store-prefix", prefix], &[]).unwrap_err().to_string();
+        assert!(error.contains("store.prefix") && error.contains("colons"), "{prefix}: {error}");
+    }
 }
 
 /// A password written into any URL (tvmtool's, the model's) is a secret:

@@ -364,6 +364,100 @@ async fn a_commit_run_here_while_redis_was_away_is_answered_here_once_it_is_back
     assert!(megamind_core::store::redis::is_claim(&fresh.token), "in Redis");
 }
 
+/// With the local fallback, a `/commit` led in Redis is kept in this
+/// replica's memory too: a retry here that Redis then fails replays its
+/// answer, or waits for it while it runs, rather than run it again in
+/// memory. One that ends without an answer leaves the key free.
+#[tokio::test]
+async fn a_commit_led_in_redis_is_answered_here_when_redis_then_fails() {
+    let Some(mut server) = RedisServer::start("a commit led in Redis, then Redis gone") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Local);
+    store.start();
+    let (Ok(Begin::Lead(done)), _) = begin(&store, Handler::Commit, "done").await else { panic!("leads") };
+    assert!(megamind_core::store::redis::is_claim(&done.token), "in Redis");
+    store.complete(done, Bytes::from_static(b"paid")).await.unwrap();
+    let (Ok(Begin::Lead(running)), _) = begin(&store, Handler::Commit, "running").await else { panic!("leads") };
+    let (Ok(Begin::Lead(given_up)), _) = begin(&store, Handler::Commit, "given up").await else { panic!("leads") };
+    store.abandon(given_up).await.unwrap();
+
+    kill_and_take_for_down(&mut server, &store).await;
+    let (retry, _) = begin(&store, Handler::Commit, "done").await;
+    assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"paid"), "replayed: {retry:?}");
+    let (retry, _) = begin(&store, Handler::Commit, "running").await;
+    let Ok(Begin::Wait(waiter)) = retry else { panic!("waits for the call still running: {retry:?}") };
+    store.complete(running, Bytes::from_static(b"paid too")).await.unwrap();
+    let waited = store.wait(&waiter, Instant::now() + Duration::from_secs(1)).await;
+    assert!(matches!(waited, Ok(Waited::Done(ref value)) if &value[..] == b"paid too"), "{waited:?}");
+    let (retry, _) = begin(&store, Handler::Commit, "given up").await;
+    assert!(matches!(retry, Ok(Begin::Lead(_))), "an abandoned call runs again: {retry:?}");
+}
+
+/// A probe that finds this replica's mark gone notes a loss, as the checks
+/// while Redis serves do: after an outage in which Redis only answered
+/// late, the probe is what first writes to it again, and a Redis flushed
+/// meanwhile would otherwise be taken back as if it held all it held. The
+/// first probe, before any mark was written, notes none.
+#[tokio::test]
+async fn a_probe_that_finds_the_mark_gone_notes_a_loss() {
+    use megamind_core::store::Journal;
+    let Some(server) = RedisServer::start("a probe after a loss") else { return };
+    let redis = redis_store(&server.url(), Duration::from_secs(1));
+    let link = redis.link().clone();
+    let store = SharedStore::new(
+        redis,
+        MemoryStore::new(Limits::default(), unregistered_evictions()),
+        CommitFallback::Refuse,
+        StoreHealth::new(link.clone(), StoreMetrics::register(&Registry::new()), CommitFallback::Refuse),
+    );
+    link.probe(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(link.troubled_since(), None, "nothing lost before the first mark");
+    link.probe(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(link.troubled_since(), None, "the mark was held");
+
+    let marks: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:probe:*"));
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let _: () = server.query(redis::cmd("DEL").arg(&marks[..]));
+    let (lost, probed) = tokio::join!(tokio::time::timeout(Duration::from_secs(2), store.loss_found()), async {
+        tokio::task::yield_now().await;
+        link.probe(Duration::from_secs(1)).await
+    });
+    probed.unwrap();
+    assert!(lost.is_ok(), "the loss was noted");
+    assert!(link.troubled_since().is_some(), "a trouble noted");
+}
+
+/// A read that waits for the next entry in a block Redis then never ends
+/// (Redis frozen) ends at its deadline with no news, not a store's
+/// timeout past it.
+#[tokio::test]
+async fn a_blocked_read_ends_by_its_deadline() {
+    use megamind_core::store::{Appending, Journal};
+    let Some(server) = RedisServer::start("a blocked read on a frozen Redis") else { return };
+    // A long timeout, which the read must not wait out past its deadline.
+    let store = redis_store(&server.url(), Duration::from_secs(1));
+    let key = Key::new("demo", Handler::Run, "blocked");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let Ok(Begin::Lead(lease)) = store.begin(key.clone(), LEASE, deadline, &mut || true).await else { panic!("leads") };
+    let entries = [Bytes::from_static(b"one")];
+    let appending = Appending { entries: &entries, from: 0, end: false, max_len: 100, ttl: LEASE, lease: None };
+    assert!(store.append(&lease, appending).await.unwrap());
+    let deadline = Instant::now() + Duration::from_millis(800);
+    let (read, ()) = tokio::join!(store.read(&key, 1, deadline), async {
+        // Frozen once the read blocks in Redis.
+        let blocked = || {
+            let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+            clients.contains("cmd=xread")
+        };
+        assert!(eventually(Duration::from_millis(700), blocked).await, "the read blocks");
+        server.freeze();
+    });
+    let late = Instant::now().saturating_duration_since(deadline);
+    server.thaw();
+    assert!(late <= SLACK, "a read {late:?} past its deadline: {read:?}");
+    let read = read.expect("no news is no error");
+    assert!(read.is_some_and(|read| read.entries.is_empty()), "no news");
+}
+
 /// The answer of a call whose claim Redis no longer holds (the claim ran
 /// out while the call ran, or Redis lost it) is stored all the same when
 /// nobody else took the key: a retry replays it rather than run the side

@@ -73,8 +73,15 @@ impl StoreConfig {
         if let Err(problem) = self.url() {
             problems.push(problem);
         }
-        if self.prefix.is_empty() || self.prefix.contains(['{', '}', ' ']) {
-            problems.push(format!("store.prefix = {:?}: must be non-empty, without braces or spaces", self.prefix));
+        // A colon would let one deployment's prefix end where another's
+        // namespace begins (`megamind:calls` against `megamind`'s `calls`).
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}', ':']) || self.prefix.contains(char::is_whitespace)
+        {
+            problems.push(format!(
+                "store.prefix = {:?}: must be non-empty, without braces, colons or white space \
+                 (a colon would let two deployments' keys meet)",
+                self.prefix
+            ));
         }
         if !(1..=1_000).contains(&self.timeout_ms) {
             problems.push(format!("store.timeout_ms = {}: must be 1..=1000", self.timeout_ms));

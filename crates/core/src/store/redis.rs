@@ -49,7 +49,7 @@
 
 use std::{
     sync::{
-        Arc, LazyLock,
+        Arc, LazyLock, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -174,6 +174,9 @@ struct Lead {
     _in_flight: InFlight,
     /// When the claim runs out in Redis unless renewed.
     until: Instant,
+    /// A lease on the same key in this replica's memory, held beside the
+    /// claim ([`keep_beside`]).
+    beside: OnceLock<Lease>,
 }
 
 #[derive(Debug)]
@@ -478,7 +481,7 @@ impl FlightStore for RedisStore {
             return Ok(Begin::Refused);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until });
+        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until, beside: OnceLock::new() });
         Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, lead }) }))
     }
 
@@ -555,6 +558,18 @@ pub fn is_claim(token: &Token) -> bool {
 /// lease's claim of a [`RedisStore`].
 pub fn claim_until(token: &Token) -> Option<Instant> {
     claim_of(token).ok()?.lead.as_ref().map(|lead| lead.until)
+}
+
+/// Keeps `local`, a lease on the same key in another store, beside the
+/// claim `token` holds, for whoever ends the claim to end it too
+/// ([`beside`]); `false` if `token` is no lease's claim, or one is kept.
+pub fn keep_beside(token: &Token, local: Lease) -> bool {
+    claim_of(token).ok().and_then(|claim| claim.lead.as_ref()).is_some_and(|lead| lead.beside.set(local).is_ok())
+}
+
+/// The lease [`keep_beside`] kept beside the claim `token` holds.
+pub fn beside(token: &Token) -> Option<&Lease> {
+    claim_of(token).ok()?.lead.as_ref()?.beside.get()
 }
 
 /// A Redis error as this store reports it: `OOM` is [`StoreError::Full`];

@@ -15,7 +15,9 @@
 //! - `/commit` and `/apply` are refused with [`StoreError::Unavailable`]:
 //!   run without a claim the other replicas can see, a retry on another
 //!   replica would run the side effect again. [`CommitFallback::Local`]
-//!   opts into running them on the local store anyway.
+//!   opts into running them on the local store anyway; their answers are
+//!   then kept in this replica's memory beside Redis while it serves too,
+//!   so that a retry here replays (or waits for) a call led in Redis.
 //!
 //! A journal ([`Journal`]) follows its entry: appended where its lease was
 //! taken (Redis, or this replica's memory after a fallback), read from
@@ -53,7 +55,7 @@ use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
     journal::{Appending, Entries, Journal},
     metrics::{Op, Outcome, StoreMetrics},
-    redis::{RedisLink, RedisStore, claim_until, is_claim},
+    redis::{RedisLink, RedisStore, beside, claim_until, is_claim, keep_beside},
 };
 use crate::background::Background;
 
@@ -90,7 +92,8 @@ pub enum CommitFallback {
     #[default]
     Refuse,
     /// Run on this replica's memory: a retry on another replica may then
-    /// run the side effect again.
+    /// run the side effect again. A retry on this one replays, Redis up or
+    /// not: answers are kept in memory beside Redis.
     Local,
 }
 
@@ -294,6 +297,14 @@ impl SharedStore {
 
     /// Ends a lease in the background (see the module's doc).
     fn end(&self, lease: Lease, value: Option<Bytes>) {
+        if let Some(local) = beside(&lease.token) {
+            // Ends at once: the memory store cannot fail.
+            let local = local.clone();
+            let _ = match &value {
+                Some(value) => self.0.local.complete_now(local, value.clone()),
+                None => self.0.local.abandon_now(local),
+            };
+        }
         let store = self.0.clone();
         self.0.health.background().spawn(async move {
             let op = if value.is_some() { Op::Complete } else { Op::Abandon };
@@ -350,9 +361,39 @@ impl SharedStore {
     }
 }
 
+impl SharedStore {
+    /// Takes a lease on `claim`'s key in this replica's memory too, kept
+    /// beside the claim and ended with it; or, when a call on this replica
+    /// led the key in memory meanwhile (Redis failing it), gives the claim
+    /// back and follows that call.
+    fn mirror(&self, claim: Lease, lease_ttl: Duration) -> Begin {
+        match self.0.local.begin_now(claim.key.clone(), lease_ttl, &mut || true) {
+            Begin::Lead(local) => {
+                keep_beside(&claim.token, local);
+            }
+            here @ (Begin::Hit(_) | Begin::Wait(_)) => {
+                self.end(claim, None);
+                return here;
+            }
+            // The memory's reserve is full: the claim alone answers for the
+            // key, as without the fallback.
+            Begin::Full | Begin::Refused => {}
+        }
+        Begin::Lead(claim)
+    }
+}
+
 impl Inner {
     fn is_down(&self) -> bool {
         self.health.is_down()
+    }
+
+    /// Whether calls of `key` keep their answers in this replica's memory
+    /// beside Redis: `/commit` and `/apply` with [`CommitFallback::Local`],
+    /// so that a retry on this replica that Redis then fails replays (or
+    /// waits for) the call rather than run it again in memory.
+    fn mirrors(&self, key: &Key) -> bool {
+        self.commit_fallback == CommitFallback::Local && is_reserved(key.handler)
     }
 
     async fn run<T>(&self, op: Op, command: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
@@ -389,11 +430,12 @@ impl FlightStore for SharedStore {
         may_lead: &mut (dyn FnMut() -> bool + Send),
     ) -> Result<Begin, StoreError> {
         let store = &self.0;
+        let mirrored = store.mirrors(&key);
         // A key this replica led in its memory while Redis failed it is
         // answered there (its answer, or its lease still running), Redis
         // back or not: Redis never heard of it, and a retry on this replica
-        // must not run it again.
-        if store.fell_back.load(Ordering::Relaxed) {
+        // must not run it again. So is a mirrored key (see `mirrors`).
+        if mirrored || store.fell_back.load(Ordering::Relaxed) {
             let here = store.local.begin_now(key.clone(), lease_ttl, &mut || false);
             if let Begin::Hit(_) | Begin::Wait(_) = here {
                 return Ok(here);
@@ -402,6 +444,7 @@ impl FlightStore for SharedStore {
         let mut cause = None;
         if !store.is_down() {
             match store.run(Op::Begin, store.shared.begin(key.clone(), lease_ttl, deadline, may_lead)).await {
+                Ok(Begin::Lead(lease)) if mirrored => return Ok(self.mirror(lease, lease_ttl)),
                 Ok(begin) => return Ok(begin),
                 Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
                 // Its first call ran: never again, whatever the fallback.

@@ -121,11 +121,6 @@ impl RedisLink {
         self.counter.clone()
     }
 
-    /// The longest a command may take.
-    pub(super) fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// A connection of the pool, in turn.
     pub(super) fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let pool = self.pool.get_or_init(|| {
@@ -301,14 +296,7 @@ impl RedisLink {
                 end.invoke_async::<i64>(&mut c).await
             })
             .await;
-        checked.map(drop).map_err(|error| match error {
-            // Redis's own refusal, not a connection lost on the way.
-            StoreError::Unavailable(why) if why.starts_with(REFUSED) => StoreError::Unavailable(format!(
-                "{UNFIT} ({why}); it needs Redis 7.0 or later (or Valkey), \
-                 and an ACL that allows SET, GET, DEL, PEXPIRE, the stream commands and EVALSHA"
-            )),
-            other => other,
-        })
+        checked.map(drop).map_err(unfit)
     }
 
     /// Whether the last probe found Redis refusing a command the stores
@@ -317,16 +305,36 @@ impl RedisLink {
         self.unfit.load(Ordering::Acquire)
     }
 
-    /// Writes the probe's key, this replica's mark, within `bound`.
+    /// Writes the probe's key, this replica's mark, within `bound`, noting
+    /// a loss ([`RedisLink::lost_what_it_held`]) when the mark written
+    /// before is gone: so does a probe after an outage in which Redis only
+    /// answered late, as well as the checks while it serves.
     async fn mark(&self, bound: Duration) -> Result<(), StoreError> {
+        // Read before the write is sent: a mark written after it is no
+        // mark that Redis lost.
+        let marked = self.marked.load(Ordering::Acquire);
         let mut write = redis::cmd("SET");
-        write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(MARK_TTL_MS);
+        write.arg(&self.probe_key).arg(&self.owner).arg("PX").arg(MARK_TTL_MS).arg("GET");
         let write = &write;
-        let sent =
-            self.again_if_dropped(self.connection()?, |mut c| async move { write.query_async::<()>(&mut c).await });
-        self.counted(within(bound, sent).await)?;
+        let sent = self.again_if_dropped(self.connection()?, |mut c| async move {
+            write.query_async::<Option<Vec<u8>>>(&mut c).await
+        });
+        // Redis 6 refuses `SET … GET` as it refuses a claim.
+        let held = self.counted(within(bound, sent).await).map_err(unfit)?;
+        // Never written before (no probe answered yet): nothing was lost.
+        if held.is_none() && marked {
+            self.lost_what_it_held();
+        }
         self.marked.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Notes that Redis lost what it held: bodies written before count no
+    /// more, and a journal it says it lacks may be one it lost.
+    fn lost_what_it_held(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.troubled();
+        self.lost.notify_waiters();
     }
 
     /// Checks that Redis still holds this replica's mark (the probe's
@@ -339,9 +347,6 @@ impl RedisLink {
     /// that a loss is noted once. All by `deadline`: on a call's behalf,
     /// its [`RedisLink::call_deadline`].
     pub(crate) async fn check_mark(&self, deadline: Instant) -> Result<(), StoreError> {
-        // Read before the renewal is sent: a mark written after it is no
-        // mark that Redis lost.
-        let marked = self.marked.load(Ordering::Acquire);
         let mut renew = redis::cmd("PEXPIRE");
         renew.arg(&self.probe_key).arg(MARK_TTL_MS);
         let renew = &renew;
@@ -349,13 +354,8 @@ impl RedisLink {
         if held == 1 {
             return Ok(());
         }
-        // Never written before (no probe answered yet): nothing was lost.
-        if marked {
-            // Bodies written before count no more.
-            self.failures.fetch_add(1, Ordering::Relaxed);
-            self.troubled();
-            self.lost.notify_waiters();
-        }
+        // Written again, which finds it gone (unless a probe or check
+        // wrote it since) and notes the loss.
         self.mark(deadline.saturating_duration_since(Instant::now())).await
     }
 
@@ -383,5 +383,17 @@ impl RedisLink {
         let pairs: Vec<String> = within(timeout, command.query_async(&mut connection)).await?;
         let value = |name: &str| pairs.chunks_exact(2).find(|pair| pair[0] == name).map(|pair| pair[1].clone());
         Ok(names.map(value))
+    }
+}
+
+/// A refusal of a command the stores need, as a probe says it: what Redis
+/// it takes. Other errors (a connection lost on the way) are left as they are.
+fn unfit(error: StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable(why) if why.starts_with(REFUSED) => StoreError::Unavailable(format!(
+            "{UNFIT} ({why}); it needs Redis 7.0 or later (or Valkey), \
+             and an ACL that allows SET, GET, DEL, PEXPIRE, the stream commands and EVALSHA"
+        )),
+        other => other,
     }
 }
