@@ -379,6 +379,8 @@ async fn a_commit_led_in_redis_is_answered_here_when_redis_then_fails() {
     let (Ok(Begin::Lead(running)), _) = begin(&store, Handler::Commit, "running").await else { panic!("leads") };
     let (Ok(Begin::Lead(given_up)), _) = begin(&store, Handler::Commit, "given up").await else { panic!("leads") };
     store.abandon(given_up).await.unwrap();
+    let once = || store.usage().in_flight == 1;
+    assert!(eventually(Duration::from_secs(5), once).await, "the call running counts once: {:?}", store.usage());
 
     kill_and_take_for_down(&mut server, &store).await;
     let (retry, _) = begin(&store, Handler::Commit, "done").await;

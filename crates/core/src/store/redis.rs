@@ -49,7 +49,7 @@
 
 use std::{
     sync::{
-        Arc, LazyLock, OnceLock,
+        Arc, LazyLock, Mutex, PoisonError,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -175,8 +175,8 @@ struct Lead {
     /// When the claim runs out in Redis unless renewed.
     until: Instant,
     /// A lease on the same key in this replica's memory, held beside the
-    /// claim ([`keep_beside`]).
-    beside: OnceLock<Lease>,
+    /// claim ([`keep_beside`]) until whoever ends the claim takes it.
+    beside: Mutex<Option<Lease>>,
 }
 
 #[derive(Debug)]
@@ -481,7 +481,7 @@ impl FlightStore for RedisStore {
             return Ok(Begin::Refused);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until, beside: OnceLock::new() });
+        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until, beside: Mutex::new(None) });
         Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, lead }) }))
     }
 
@@ -562,14 +562,17 @@ pub fn claim_until(token: &Token) -> Option<Instant> {
 
 /// Keeps `local`, a lease on the same key in another store, beside the
 /// claim `token` holds, for whoever ends the claim to end it too
-/// ([`beside`]); `false` if `token` is no lease's claim, or one is kept.
+/// ([`take_beside`]); `false` if `token` is no lease's claim.
 pub fn keep_beside(token: &Token, local: Lease) -> bool {
-    claim_of(token).ok().and_then(|claim| claim.lead.as_ref()).is_some_and(|lead| lead.beside.set(local).is_ok())
+    let Some(lead) = claim_of(token).ok().and_then(|claim| claim.lead.as_ref()) else { return false };
+    *lead.beside.lock().unwrap_or_else(PoisonError::into_inner) = Some(local);
+    true
 }
 
-/// The lease [`keep_beside`] kept beside the claim `token` holds.
-pub fn beside(token: &Token) -> Option<&Lease> {
-    claim_of(token).ok()?.lead.as_ref()?.beside.get()
+/// Takes the lease [`keep_beside`] kept beside the claim `token` holds:
+/// the first to end the claim gets it.
+pub fn take_beside(token: &Token) -> Option<Lease> {
+    claim_of(token).ok()?.lead.as_ref()?.beside.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 /// A Redis error as this store reports it: `OOM` is [`StoreError::Full`];

@@ -42,7 +42,7 @@
 use std::{
     sync::{
         Arc, Weak,
-        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -55,7 +55,7 @@ use super::{
     Begin, FlightStore, Key, Lease, MemoryStore, StoreError, Usage, Waited, Waiter, is_reserved,
     journal::{Appending, Entries, Journal},
     metrics::{Op, Outcome, StoreMetrics},
-    redis::{RedisLink, RedisStore, beside, claim_until, is_claim, keep_beside},
+    redis::{RedisLink, RedisStore, claim_until, is_claim, keep_beside, take_beside},
 };
 use crate::background::Background;
 
@@ -271,6 +271,9 @@ struct Inner {
     health: Arc<StoreHealth>,
     /// Set once a call ran on `local`: from then on, `local` is asked first.
     fell_back: AtomicBool,
+    /// Leases in `local` held beside a claim in Redis (see `mirrors`),
+    /// which count in flight once.
+    mirrored: AtomicUsize,
 }
 
 impl SharedStore {
@@ -282,7 +285,14 @@ impl SharedStore {
         commit_fallback: CommitFallback,
         health: Arc<StoreHealth>,
     ) -> SharedStore {
-        SharedStore(Arc::new(Inner { shared, local, commit_fallback, health, fell_back: AtomicBool::new(false) }))
+        SharedStore(Arc::new(Inner {
+            shared,
+            local,
+            commit_fallback,
+            health,
+            fell_back: AtomicBool::new(false),
+            mirrored: AtomicUsize::new(0),
+        }))
     }
 
     /// Whether the shared store is taken for down now.
@@ -297,9 +307,9 @@ impl SharedStore {
 
     /// Ends a lease in the background (see the module's doc).
     fn end(&self, lease: Lease, value: Option<Bytes>) {
-        if let Some(local) = beside(&lease.token) {
+        if let Some(local) = take_beside(&lease.token) {
+            self.0.mirrored.fetch_sub(1, Ordering::Relaxed);
             // Ends at once: the memory store cannot fail.
-            let local = local.clone();
             let _ = match &value {
                 Some(value) => self.0.local.complete_now(local, value.clone()),
                 None => self.0.local.abandon_now(local),
@@ -369,6 +379,7 @@ impl SharedStore {
     fn mirror(&self, claim: Lease, lease_ttl: Duration) -> Begin {
         match self.0.local.begin_now(claim.key.clone(), lease_ttl, &mut || true) {
             Begin::Lead(local) => {
+                self.0.mirrored.fetch_add(1, Ordering::Relaxed);
                 keep_beside(&claim.token, local);
             }
             here @ (Begin::Hit(_) | Begin::Wait(_)) => {
@@ -493,7 +504,8 @@ impl FlightStore for SharedStore {
 
     fn usage(&self) -> Usage {
         let (local, shared) = (self.0.local.usage(), self.0.shared.usage());
-        Usage { in_flight: local.in_flight + shared.in_flight, ..local }
+        let in_flight = local.in_flight.saturating_sub(self.0.mirrored.load(Ordering::Relaxed)) + shared.in_flight;
+        Usage { in_flight, ..local }
     }
 
     fn start(&self) {
