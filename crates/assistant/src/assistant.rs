@@ -356,6 +356,10 @@ impl Assistant {
                 tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
                 self.apology(handler, &state)
             }
+            Interpretation::UnusableIn(state) => {
+                tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+                self.apology(handler, &state)
+            }
         }
     }
 

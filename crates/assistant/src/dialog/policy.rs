@@ -70,6 +70,9 @@ pub(crate) enum Interpretation {
     AnswerThen(Box<TScenarioResponseBody>, Box<TAssistantContinueArguments>),
     /// Nothing usable to say: the shell apologizes, the state unchanged.
     Unusable,
+    /// Nothing usable to say, which the dialog counts: the shell
+    /// apologizes, with this state.
+    UnusableIn(Box<TAssistantState>),
 }
 
 /// A dialog policy: the half of the scenario that is about words.

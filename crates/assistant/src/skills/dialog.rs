@@ -312,10 +312,23 @@ impl SkillPolicy {
         let step = markers::parse(&words);
         // A step cut off by the token limit may be a command cut short
         // (`git rm -r docs` of `git rm -r docs/old`): none is taken from it,
-        // as from a cut chat answer. The step is asked again on the next words.
+        // as from a cut chat answer. The step is asked again on the next
+        // words; cut in a row, it counts as a refused command, so that a
+        // model that keeps running out of tokens stops the skill rather
+        // than answer every word with an apology.
         if completion.finish_reason.as_deref() == Some("length") && matches!(step, Step::Command(_)) {
             self.metrics.skill_steps.with_label_values(&["cut"]).inc();
-            return Interpretation::Unusable;
+            session.refusals = session.refusals.saturating_add(1);
+            if session.refusals >= MAX_REFUSALS {
+                state.skill = None;
+                let text = format!(
+                    "Навык «{}» остановлен: модель {} раза подряд не договорила команду, ей не хватает токенов.",
+                    skill.name, session.refusals
+                );
+                return Interpretation::Answer(Box::new(reply::spoken(&text, false, &state, "assistant.skill_cut")));
+            }
+            state.skill = Some(session);
+            return Interpretation::UnusableIn(Box::new(state));
         }
         crate::skills::dialog::session::record(
             &mut session,

@@ -238,7 +238,8 @@ fn a_command_cut_off_by_the_token_limit_is_never_run() {
         policy.interpret("req-1", "Execute skill: git-quick-commit", &completion, &state, "")
     };
     // `git rm -r docs/old_api` cut short: it would run by itself, on more.
-    assert_eq!(step("[CMD] git rm -r docs", "length"), Interpretation::Unusable);
+    let Interpretation::UnusableIn(cut) = step("[CMD] git rm -r docs", "length") else { panic!("an apology") };
+    assert_eq!(cut.skill.as_ref().map(|s| (s.step, s.refusals)), state.skill.as_ref().map(|s| (s.step, 1)));
     assert!(matches!(step("[CMD] git rm -r docs", "stop"), Interpretation::Answer(_)), "whole, it is a step");
     // Words cut short say nothing that runs: they are spoken as they are.
     let Interpretation::Answer(body) = step("[ASK] Какое сообщение коммита ты хо", "length")
@@ -246,6 +247,41 @@ fn a_command_cut_off_by_the_token_limit_is_never_run() {
         panic!("a question")
     };
     assert!(body.layout.as_ref().unwrap().directives.is_empty());
+}
+
+fn state_of_body(body: &TScenarioResponseBody) -> TAssistantState {
+    let caps = crate::dialog::state::Caps { turns: 100, bytes: 1 << 20, utterance: 16 << 10 };
+    crate::dialog::state::decode(body.state.as_ref(), caps)
+}
+
+/// A model that keeps running out of tokens in its commands stops the
+/// skill at the third in a row, rather than have every word answered with
+/// the apology; a step in between that is not cut starts the count again.
+#[test]
+fn commands_cut_three_times_in_a_row_stop_the_skill() {
+    let policy = shipped_policy();
+    let step = |answer: &str, finish: &str, state: &TAssistantState| {
+        let completion =
+            Completion { text: answer.to_owned(), finish_reason: Some(finish.into()), ..Completion::default() };
+        policy.interpret("req-1", "Execute skill: git-quick-commit", &completion, state, "")
+    };
+    let cut = |state: &TAssistantState| match step("[CMD] git rm -r docs", "length", state) {
+        Interpretation::UnusableIn(state) => *state,
+        other => panic!("an apology: {other:?}"),
+    };
+    let twice = cut(&cut(&after_step_one("git-quick-commit")));
+    let Interpretation::Answer(stopped) = step("[CMD] git rm -r docs", "length", &twice) else { panic!("an answer") };
+    assert!(state_of_body(&stopped).skill.is_none(), "the skill stopped");
+    let speech = &stopped.layout.as_ref().unwrap().output_speech;
+    assert!(speech.contains("git-quick-commit") && speech.contains("не договорила"), "{speech}");
+    assert!(stopped.layout.as_ref().unwrap().directives.is_empty(), "nothing run");
+
+    let Interpretation::Answer(asked) = step("[ASK] Какое сообщение коммита?", "stop", &twice)
+    else {
+        panic!()
+    };
+    let asked = state_of_body(&asked);
+    assert_eq!(asked.skill.as_ref().map(|s| s.refusals), Some(0), "a step between starts the count again");
 }
 
 #[test]
