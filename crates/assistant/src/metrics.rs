@@ -71,9 +71,10 @@ pub const SKILLS_INVALID: &str = "megamind_assistant_skills_invalid";
 /// Loads of the skills folder by `trigger` (`start`, `change`, `sighup`).
 pub const SKILL_RELOADS: &str = "megamind_assistant_skill_reloads_total";
 /// Skill steps the model answered, by `marker` (`cmd`, `ask`, `message`,
-/// `done`, `cap`).
+/// `done`, `cap`, `cut`).
 pub const SKILL_STEPS: &str = "megamind_assistant_skill_steps_total";
-/// Commands of skills by the policy's `verdict` (`allow`, `ask`, `deny`).
+/// Commands of skills by the policy's `verdict` (`allow`, `ask`, `deny`,
+/// `confirmed`).
 pub const SKILL_COMMANDS: &str = "megamind_assistant_skill_commands_total";
 
 /// Seconds from a model event's arrival to the write of its JSONSeq events,
