@@ -15,7 +15,8 @@ use crate::{
 /// Measured by the benchmarks (README.md, Benchmarks): the server's RSS
 /// idle, with its caches empty (31.4-31.9 MiB).
 const IDLE_RSS: u64 = 32 << 20;
-/// Measured: one open JSONSeq stream, its call's record included (13.6-15.0 KiB).
+/// Measured: one open JSONSeq stream, its call's record and journal included
+/// (6.4-11.8 KiB; an older build 13.6-15.0): the limit keeps the larger.
 const PER_STREAM: u64 = 15 << 10;
 /// Measured: what 400 HTTP/2 connections that read nothing hold at their
 /// peak, the worst the connection limits leave (51-71 MiB; 64 MB its target).
