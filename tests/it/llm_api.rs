@@ -85,6 +85,10 @@ async fn a_run_is_streamed_live_to_every_subscriber_and_resumes_after_any_event(
     let last = events.len().to_string();
     let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", &last)]).await;
     assert_eq!((status, body.as_str()), (StatusCode::NO_CONTENT, ""), "nothing after the last event: stop");
+    let past = (events.len() + 7).to_string();
+    let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", &past)]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "an event the call never had is another run's: {body}");
+    assert!(body.contains(&format!("last event is {last}")) && body.contains("without Last-Event-ID"), "{body}");
     let (status, body) = read_stream(&app, "/llm/stream/llm-live", &[("last-event-id", "soon")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(mock.calls(), 1);

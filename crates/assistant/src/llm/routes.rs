@@ -185,12 +185,19 @@ async fn stream_route(
         delay: Some(metrics.stream_delay.clone()),
     };
     // A stream resumed far into a long call renders all it skips.
-    let Some(events) = render::aside(|| stream::sse(&id, &record, subscription, shutdown)) else {
+    let events = match render::aside(|| stream::sse(&id, &record, subscription, shutdown)) {
+        Ok(events) => events,
         // Resumed after the last event of an ended call: 204 tells an
         // EventSource to stop reconnecting, which an empty 200 would not.
-        metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
-        return (StatusCode::NO_CONTENT, [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))])
-            .into_response();
+        Err(stream::Unserved::Ended) => {
+            metrics.llm_api.with_label_values(&["stream", "ended"]).inc();
+            return (StatusCode::NO_CONTENT, [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))])
+                .into_response();
+        }
+        Err(stream::Unserved::Past { last }) => {
+            let message = stream::Unserved::past_message(last, after);
+            return refuse(StatusCode::BAD_REQUEST, "bad_request", message);
+        }
     };
     metrics.llm_api.with_label_values(&["stream", "ok"]).inc();
     let open = Open::new(permit, metrics.streams_open.clone());

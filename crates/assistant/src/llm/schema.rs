@@ -28,9 +28,9 @@ pub(crate) fn schema(parts: &parts::PartsConfig) -> Value {
                 "content_type": "text/event-stream",
                 "parameters": {
                     "request_id": "the RequestId of the /run that started the call (also the Url of ShowStreamDirective)",
-                    "Last-Event-ID": "header: resume after this event id (also ?after=N); after the last event of an ended call, 204 with no body",
+                    "Last-Event-ID": "header: resume after this event id (also ?after=N); after the last event of an ended call, 204 with no body; past it, 400 (read from the start)",
                 },
-                "errors": {"400": "a bad Last-Event-ID or request id", "403": "an address not signed, or expired", "404": "no such call", "410": "the call expired", "503": "too many open streams, or the shared store out of reach; retry"},
+                "errors": {"400": "a bad Last-Event-ID (not a number, or past an ended call's last event) or request id", "403": "an address not signed, or expired", "404": "no such call", "410": "the call expired", "503": "too many open streams, or the shared store out of reach; retry"},
             },
             {
                 "method": "GET",

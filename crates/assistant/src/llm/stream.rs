@@ -419,7 +419,7 @@ pub(crate) fn sse(
     record: &Arc<CallRecord>,
     subscription: Subscription,
     shutdown: Shutdown,
-) -> Option<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static> {
+) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, Unserved> {
     let format = subscription.format;
     let shared = record.shared(|| Rendered::new(request_id, format, record.follow()));
     // Where the stream resumes, when the shared events hold it; else from the first.
@@ -456,15 +456,40 @@ pub(crate) fn sse(
     let ended = {
         let mut render = subscriber.rendered.lock();
         render.advance(after);
-        render.done && render.made() as u64 <= subscriber.subscription.after
+        render.done.then(|| render.made() as u64)
     };
     // Dropped, the subscriber leaves its slot.
-    (!ended).then(|| {
-        stream::unfold(subscriber, |mut subscriber| async move {
+    match ended {
+        Some(last) if last == subscriber.subscription.after => Err(Unserved::Ended),
+        Some(last) if last < subscriber.subscription.after => Err(Unserved::Past { last }),
+        _ => Ok(stream::unfold(subscriber, |mut subscriber| async move {
             let chunk = subscriber.next_chunk().await?;
             Some((Ok(chunk), subscriber))
-        })
-    })
+        })),
+    }
+}
+
+/// Why a stream of an ended call has nothing to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unserved {
+    /// Resumed after its last event: it was all sent.
+    Ended,
+    /// Resumed after an event it never had: the id is another run's (the
+    /// call was run again) or made up.
+    Past {
+        /// The call's last event.
+        last: u64,
+    },
+}
+
+impl Unserved {
+    /// What a client resuming after event `after` is told.
+    pub(crate) fn past_message(last: u64, after: u64) -> String {
+        format!(
+            "the call's last event is {last}, and it never had event {after}: the id is another run's of the call; \
+             read it from the start, without Last-Event-ID"
+        )
+    }
 }
 
 impl Drop for Subscriber {
@@ -513,6 +538,16 @@ impl Subscriber {
                 return Some(buf.freeze());
             }
             if over {
+                // Ended short of the event it was resumed after: the
+                // client is told, or it would wait on, then reconnect to a
+                // 204 and never hear of the call again.
+                let after = self.subscription.after;
+                if (self.next as u64) < after {
+                    self.done = true;
+                    let message = Unserved::past_message(self.next as u64, after);
+                    let data = json!({"code": "past_last_event", "message": message, "retry": false});
+                    return Some(self.system_event("error", into_map(data)));
+                }
                 return None;
             }
             if self.next > was {

@@ -126,9 +126,11 @@ async fn every_subscriber_reads_the_same_events_and_resumes_after_any_id() {
         let (rest, _) = parse_transcript(&resumed);
         assert_eq!(rest, events[after as usize..], "resumed after {after}");
     }
-    for past in [events.len() as u64, 1_000] {
-        assert!(sse("r", &record, subscription(past), Shutdown::new()).is_none(), "nothing after {past}: no stream");
-    }
+    let last = events.len() as u64;
+    assert!(matches!(sse("r", &record, subscription(last), Shutdown::new()), Err(Unserved::Ended)), "all sent");
+    // An id the call never had is another run's: not "all sent".
+    let past = sse("r", &record, subscription(1_000), Shutdown::new());
+    assert!(matches!(past, Err(Unserved::Past { last: l }) if l == last), "past its last event");
     // Those left their slots: a new subscriber still reads from the first event.
     let again = read_all(sse("r", &record, subscription(0), Shutdown::new()).expect("a stream")).await;
     assert_eq!(again, early);
@@ -159,6 +161,24 @@ async fn a_heartbeat_before_the_resumed_events_keeps_the_last_id() {
     let mut body = Box::pin(sse("r", &record, subscription(5), Shutdown::new()).expect("a stream"));
     let heartbeat = next_text(&mut body).await;
     assert!(heartbeat.starts_with("id: 5\nevent: heartbeat\n"), "{heartbeat}");
+}
+
+/// A client resumed after an event the call then never makes (an id of
+/// another run of the call) is told so as the call ends, rather than left
+/// with heartbeats, an end and, reconnecting, a 204 that stops it for good.
+#[tokio::test(start_paused = true)]
+async fn a_stream_resumed_past_the_call_s_last_event_ends_with_an_error() {
+    let record = Arc::new(CallRecord::new(1 << 20));
+    let body = tokio::spawn(read_all(sse("r", &record, subscription(50), Shutdown::new()).expect("a stream")));
+    record.event(text("Готово."));
+    record.finish();
+    let body = body.await.unwrap();
+    let (events, _) = parse_transcript(&body);
+    let error = events.last().expect("an event");
+    assert_eq!((error.name.as_str(), error.id.as_deref()), ("error", Some("50")), "{body}");
+    let data: Value = serde_json::from_str(&error.data).unwrap();
+    assert_eq!((data["code"].as_str(), data["retry"].as_bool()), (Some("past_last_event"), Some(false)), "{data}");
+    assert!(data["message"].as_str().unwrap().contains("without Last-Event-ID"), "{data}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -373,7 +393,7 @@ async fn a_subscriber_falling_behind_still_gets_every_event_in_order_and_resumes
         let from = fast.find(&format!("id: {}\n", after + 1)).unwrap();
         assert_eq!(resumed, fast[from..], "after {after}");
     }
-    assert!(sse("r", &record, subscription(events.len() as u64), Shutdown::new()).is_none(), "nothing after the last");
+    assert!(sse("r", &record, subscription(events.len() as u64), Shutdown::new()).is_err(), "nothing after the last");
 }
 
 fn assert_resumed(transcript: &str) -> Vec<u64> {
