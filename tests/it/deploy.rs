@@ -173,12 +173,14 @@ fn without_a_cpu_limit_the_worker_threads_are_set_to_a_few() {
     let Some(tools) = python_tools::tools_blocking("without_a_cpu_limit_the_worker_threads_are_set_to_a_few") else {
         return;
     };
+    let mut checked = 0;
     for deployment in of_kind(&documents(tools), "Deployment") {
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         let cpu_request = container["resources"]["requests"]["cpu"].as_str().expect("a CPU request");
         if !container["resources"]["limits"]["cpu"].is_null() {
             continue;
         }
+        checked += 1;
         let env = container["env"].as_array().expect("env");
         let threads = env.iter().find(|e| e["name"] == "MEGAMIND_WORKER_THREADS");
         let threads = threads.and_then(|e| e["value"].as_str()?.parse::<usize>().ok());
@@ -186,6 +188,7 @@ fn without_a_cpu_limit_the_worker_threads_are_set_to_a_few() {
             threads.expect("MEGAMIND_WORKER_THREADS set: the node's cores are no measure of a pod without a CPU limit");
         assert!((1..=4).contains(&threads), "{threads} worker threads per lane for a {cpu_request} CPU request");
     }
+    assert!(checked >= 1, "the server's Deployment has no CPU limit (a limit throttles the budget away)");
 }
 
 #[test]

@@ -296,6 +296,9 @@ async fn a_redis_stall_mid_answer_leaves_each_event_in_the_journal_once() {
     redis.freeze();
     tokio::time::sleep(Duration::from_millis(500)).await;
     redis.thaw();
+    let (_, metrics) = get(&http, &replicas[0].base, "/metrics", &[]).await;
+    let timed_out = r#"megamind_store_operations_total{op="append",outcome="timeout"}"#;
+    assert!(crate::metrics::sample(&metrics, timed_out) >= Some(1.0), "an append timed out in the stall");
 
     // The whole stream, read where the call ran once it is over, and on the others.
     let (status, full) = get(&http, &replicas[0].base, &path, &[]).await;

@@ -247,6 +247,7 @@ async fn an_answer_stored_again_is_kept_once_and_replays_on_another_replica() {
         put(&*writer, key(&format!("k{n}")), answer.clone()).await;
     }
     let (entries, bodies) = held_under(&server, "once");
+    assert_eq!(entries.len(), 3, "an entry per key");
     assert_eq!(bodies.len(), 1, "one body");
     assert_eq!(bodies[0].1, answer, "the body holds the answer");
     assert_eq!(entries[0], [&b"v"[..], &answer[..]].concat(), "the first store writes the answer whole");

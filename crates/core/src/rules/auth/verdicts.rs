@@ -103,6 +103,12 @@ impl<V: Clone + Send + Sync + 'static> Verdicts<V> {
         use dashmap::mapref::entry::Entry;
         let pending = match self.in_flight.entry(key) {
             Entry::Occupied(running) => return running.get().clone(),
+            // A check that ended since the caller looked for a kept
+            // verdict left one: a ticket repeated costs one check.
+            Entry::Vacant(_) if let Some(kept) = self.kept(key) => {
+                let verdict = kept.value().1.clone();
+                return async move { verdict }.boxed().shared();
+            }
             Entry::Vacant(slot) => {
                 let verdicts = Arc::clone(self);
                 let pending = async move {
@@ -196,6 +202,20 @@ mod tests {
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(verdicts.kept(key).map(|kept| kept.1), Some(7));
+        assert!(verdicts.in_flight.is_empty());
+    }
+
+    /// A caller that found no verdict kept, then asks for a check after
+    /// the one in flight ended, gets the verdict it left: no second check.
+    #[tokio::test]
+    async fn a_check_asked_for_after_one_ended_gets_its_verdict() {
+        let verdicts = Arc::new(Verdicts::new(MINUTE, SECONDS, 16));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let key = verdicts.key("3:serv:forged");
+        let refused = |_: &u32| Keep::Refused;
+        assert_eq!(verdicts.check(key, counted(&calls, 3), refused).await, 3);
+        assert_eq!(verdicts.check(key, counted(&calls, 4), refused).await, 3, "the kept verdict");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert!(verdicts.in_flight.is_empty());
     }
 
