@@ -47,6 +47,35 @@ impl ScenarioModule for Greeter {
     }
 }
 
+/// A module whose stream lane route begins with a parameter: its
+/// connections could not be told from any other `GET`.
+#[derive(Debug)]
+struct EveryGet;
+
+impl ScenarioModule for EveryGet {
+    fn name(&self) -> &'static str {
+        "everyget"
+    }
+
+    fn build(&self, _table: toml::Table, setup: &mut Setup<'_>) -> Result<Arc<dyn Scenario>, SetupError> {
+        setup.route_in_lane("/{id}/events", ticks());
+        Ok(Arc::new(Demo::new()))
+    }
+}
+
+/// A lane route that would take every `GET` connection (`/healthz` and
+/// `/metrics` served at the lane's lower priority) is refused at start.
+#[tokio::test]
+async fn a_lane_route_that_would_take_every_get_is_refused_at_start() {
+    let config = Config::default();
+    let modules: Vec<Box<dyn ScenarioModule>> = vec![Box::new(EveryGet)];
+    let metrics = ServerMetrics::new();
+    let built = megamind_core::scenario::module::build_all(&modules, &config.scenarios, metrics.registry())
+        .expect("the module builds");
+    let error = App::from_built(&config, built, metrics).expect_err("refused");
+    assert!(error.0.iter().any(|p| p.contains("\"/{id}/events\"") && p.contains("whole literal segment")), "{error:?}");
+}
+
 /// Streams a numbered chunk every 5 ms for as long as the server serves.
 fn ticks() -> MethodRouter {
     get(|shutdown: Shutdown| async move {

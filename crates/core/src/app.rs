@@ -153,6 +153,10 @@ impl App {
     /// of those registered for the stream lane
     /// ([`crate::scenario::Setup::route_in_lane`]).
     pub fn from_built(config: &Config, built: Built, metrics: ServerMetrics) -> Result<App, ConfigError> {
+        let unsortable: Vec<String> = built.lane.iter().filter_map(|path| lane_problem(path)).collect();
+        if !unsortable.is_empty() {
+            return Err(ConfigError(unsortable));
+        }
         let mut app = App::build(config, built.registry, metrics, built.routes, Some(&built.stores))?;
         app.lane_paths = built.lane;
         built.gate.bind(app.dispatcher.authenticator().clone());
@@ -189,6 +193,26 @@ impl App {
         self.draining.store(true, Ordering::Release);
         self.shutdown.fire();
     }
+}
+
+/// Why the stream lane cannot take `path`, if it cannot: a connection is
+/// sorted into the lane by the literal start of a lane route's path (up to
+/// its first `{`), which must hold a whole first segment, or every `GET`
+/// it starts (`/healthz`, `/metrics`, …) would be served there, at the
+/// lane's lower priority.
+fn lane_problem(path: &str) -> Option<String> {
+    let literal = path.split('{').next().unwrap_or_default();
+    let rest = literal.strip_prefix('/').unwrap_or(literal);
+    let whole = match rest.split_once('/') {
+        Some((first, _)) => !first.is_empty(),
+        None => !rest.is_empty() && !path.contains('{'),
+    };
+    (!whole).then(|| {
+        format!(
+            "stream lane route {path:?} must begin with a whole literal segment (as /events/{{id}} does): its \
+             connections are told apart by the start of the path, and {literal:?} would take others"
+        )
+    })
 }
 
 /// One router of `routes`. What axum would panic on at start-up (a path
@@ -256,6 +280,18 @@ mod tests {
 
     use super::*;
     use crate::scenario::registry::tests::Nop;
+
+    #[test]
+    fn a_lane_route_must_begin_with_a_whole_segment() {
+        for good in ["/llm/stream/{id}", "/events/{id}", "/events", "/a/b{id}"] {
+            assert_eq!(lane_problem(good), None, "{good}");
+        }
+        // `/{id}/events` would send every GET to the lane; `/e{id}`, `GET /echo…`.
+        for bad in ["/{id}/events", "/", "/e{id}", "//{id}", "{id}"] {
+            let problem = lane_problem(bad).unwrap_or_else(|| panic!("{bad} refused"));
+            assert!(problem.contains("whole literal segment"), "{problem}");
+        }
+    }
 
     #[test]
     fn routes_axum_would_panic_on_are_configuration_errors() {

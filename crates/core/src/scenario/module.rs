@@ -168,6 +168,9 @@ impl<'a> Setup<'a> {
     /// connection that opens with a `GET` of it (its path up to the first
     /// `{`) is served on the stream lane, threads of its own at a lower OS
     /// priority, so that thousands of open streams never slow down `/run`.
+    /// Its path must begin with a whole literal segment (`/events/{id}`,
+    /// not `/{id}/events`, which would take every `GET`): the server
+    /// refuses to start otherwise.
     pub fn route_in_lane(&mut self, path: &str, route: axum::routing::MethodRouter) {
         self.route(path, route);
         self.lane.push(path.to_owned());
