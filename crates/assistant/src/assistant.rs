@@ -313,7 +313,7 @@ impl Assistant {
         stop_by: Instant,
     ) -> Option<Arc<ModelOutcome>> {
         let outcome = handle.wait_until(stop_by).await;
-        if !handle.abandoned() {
+        if !handle.abandoned() || !may_begin_again(Instant::now(), self.calls.begin_takes_at_most(), stop_by) {
             return outcome;
         }
         let Ok((again, begun)) = self.start(args).await else { return outcome };
@@ -583,6 +583,14 @@ impl Scenario for Assistant {
         }
         .into())
     }
+}
+
+/// Whether a call found abandoned at `now` may be begun again, beginning
+/// taking up to `takes`, by `stop_by`: begun later, the answer would be
+/// late, and the hop's answer gets more time than the margin keeps. The
+/// next hop (its callback) begins it then.
+fn may_begin_again(now: Instant, takes: Duration, stop_by: Instant) -> bool {
+    now + takes <= stop_by
 }
 
 #[cfg(test)]
