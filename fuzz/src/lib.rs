@@ -9,11 +9,14 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 
 /// Decodes `data` in `format` as both request types, as `/run` and the
-/// other handlers do. Whatever decodes must be printed (redacted, as the
-/// debug log does) and rendered in every format without a panic.
+/// other handlers do, through the codec and the dispatcher's decode step.
+/// Whatever decodes must be printed (redacted, as the debug log does) and
+/// rendered in every format without a panic.
 pub fn decode_requests(data: &[u8], format: Format) {
     decode_as::<TScenarioRunRequest>(data, format);
     decode_as::<TScenarioApplyRequest>(data, format);
+    // The dispatcher's own decode step: its RequestId and nesting checks.
+    megamind_core::dispatch::fuzz_decode(data, format);
     if format == Format::Binary {
         state_measure(data);
     }

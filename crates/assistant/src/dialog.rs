@@ -19,3 +19,6 @@ pub mod reply;
 pub(crate) mod speech;
 pub(crate) mod state;
 pub(crate) mod turn;
+
+#[cfg(feature = "fuzzing")]
+pub use state::fuzz_read as fuzz_read_state;

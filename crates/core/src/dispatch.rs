@@ -43,6 +43,8 @@ mod work;
 pub use authenticator::{AcceptAll, Admitted, Authenticator, Check, Gate};
 pub use call::{Call, CallMeta, Outcome, Refusal, Reply, Transport};
 pub use request::MAX_REQUEST_ID;
+#[cfg(feature = "fuzzing")]
+pub use request::fuzz_decode;
 pub use wire::{error_body, response_descriptor};
 
 use self::{

@@ -195,9 +195,58 @@ pub(crate) fn continue_arguments(any: Option<&Any>, caps: Caps) -> Result<TAssis
     Ok(args)
 }
 
+/// `bytes` read as a request's `State` and as a `/continue`'s `Arguments`,
+/// as the handlers read them: for the fuzz target `assistant_state`, built
+/// with the `fuzzing` feature. Panics when what is let through is past its
+/// bounds: history over its caps, a pending call or arguments over theirs.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_read(bytes: &[u8]) {
+    let caps = Caps { turns: 4, bytes: 512, utterance: 256 };
+    let capped = |turns: &[TAssistantTurn]| {
+        let total: usize = turns.iter().map(|t| t.user.len() + t.assistant.len()).sum();
+        assert!(turns.len() <= caps.turns && total <= caps.bytes, "{} turns of {total} bytes", turns.len());
+    };
+    let state = decode(Some(&Any { type_url: type_url(), value: bytes.to_vec() }), caps);
+    capped(&state.turns);
+    assert!(state.session_id.len() <= MAX_SESSION_ID);
+    if let Some(pending) = &state.pending {
+        assert_eq!(out_of_bounds(&pending.call_id, &pending.utterance, &pending.spoken, caps), None);
+    }
+    let type_url = Any::from_msg(&TAssistantContinueArguments::default()).map(|a| a.type_url).unwrap_or_default();
+    if let Ok(args) = continue_arguments(Some(&Any { type_url, value: bytes.to_vec() }), caps) {
+        assert!(!args.call_id.is_empty() && !args.utterance.trim().is_empty());
+        assert_eq!(out_of_bounds(&args.call_id, &args.utterance, &args.spoken, caps), None);
+        if let Some(state) = &args.state {
+            capped(&state.turns);
+            assert!(state.session_id.len() <= MAX_SESSION_ID);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the fuzz target checks holds for a state and for arguments
+    /// past every cap: read back within them, or refused.
+    #[test]
+    fn hostile_state_and_arguments_are_read_within_their_caps() {
+        let turn = |n: usize| TAssistantTurn { user: "в".repeat(n), assistant: "о".repeat(n) };
+        let state = TAssistantState {
+            session_id: "s".repeat(1_000),
+            turns: (0..20).map(|n| turn(n * 40)).collect(),
+            ..Default::default()
+        };
+        fuzz_read(&state.encode_to_vec());
+        let args = TAssistantContinueArguments {
+            call_id: "c".into(),
+            utterance: "привет".into(),
+            state: Some(TAssistantState { turns: vec![turn(10_000)], ..Default::default() }),
+            ..Default::default()
+        };
+        fuzz_read(&args.encode_to_vec());
+        fuzz_read(b"\xff\xff garbage");
+    }
     use crate::proto::megamind_scenario::v1::TAssistantPending;
 
     fn turn(user: &str, assistant: &str) -> TAssistantTurn {

@@ -108,6 +108,29 @@ impl Request {
     }
 }
 
+/// `body` decoded as the dispatcher decodes a request of each handler, for
+/// the fuzz target `decode_request`, built with the `fuzzing` feature.
+/// Panics when what it lets in breaks its checks: a `RequestId` empty or
+/// past [`MAX_REQUEST_ID`], `Arguments` measured within the nesting limit
+/// that decode past it.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_decode(body: &[u8], format: Format) {
+    use prost::Message;
+    for handler in [Handler::Run, Handler::Apply] {
+        let Ok(request) = Request::decode(handler, body, format) else { continue };
+        let id = request.request_id().len();
+        assert!(id > 0 && id <= MAX_REQUEST_ID, "a RequestId of {id} bytes let in");
+        // The debug log's path: printed (or refused) without a panic.
+        request.log(body, format);
+        let Some(arguments) = request.arguments() else { continue };
+        let any = crate::proto::DESCRIPTOR_POOL.get_message_by_name("google.protobuf.Any").expect("Any");
+        let decoded = prost_reflect::DynamicMessage::decode(any, arguments.encode_to_vec().as_slice()).expect("an Any");
+        if let Err(error) = codec::depth::check_message(&decoded, 2) {
+            panic!("Arguments let in decode past the nesting limit: {error}");
+        }
+    }
+}
+
 /// Writes a body's text to the debug log (the log line caps its length).
 pub(super) fn log_text(what: &str, text: Result<String, impl std::fmt::Display>) {
     match text {
