@@ -595,6 +595,51 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     [&length[1..], &[kind, flags], &stream.to_be_bytes(), payload].concat()
 }
 
+/// DATA frames that carry nothing use up no flow-control window, yet each
+/// costs the server a frame: a flood of them on one request is cut off (by
+/// HTTP/2's own check, `GOAWAY` with `ENHANCE_YOUR_CALM`, or the body's
+/// bound on pieces, 400) long before the budget, and the server goes on.
+#[tokio::test]
+async fn an_h2_flood_of_empty_data_frames_is_cut_off() {
+    let mut config = Config::default();
+    config.budget.run_ms = 10_000;
+    let app = spawn(config).await;
+    let mut tcp = TcpStream::connect(app.addr).await.unwrap();
+    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    opening.extend(h2_frame(4, 0, 0, &[]));
+    // POST, http, `/demo/run` and `content-type: application/protobuf` as
+    // literals not indexed: END_HEADERS, the body to follow.
+    let block = [&[0x83, 0x86, 0x04, 9][..], b"/demo/run", &[0x0f, 0x10, 20], b"application/protobuf"].concat();
+    opening.extend(h2_frame(1, 0x4, 1, &block));
+    let flood = h2_frame(0, 0, 1, &[]).repeat(200_000);
+    let started = Instant::now();
+    let (mut reader, mut writer) = tcp.split();
+    let mut answer = Vec::new();
+    let (_, read) = tokio::join!(
+        async {
+            // The server may close before it has read it all.
+            let _ = writer.write_all(&opening).await;
+            let _ = writer.write_all(&flood).await;
+        },
+        tokio::time::timeout(BOUND, reader.read_to_end(&mut answer))
+    );
+    read.expect("cut off in time").ok();
+    assert!(started.elapsed() < Duration::from_secs(5), "cut off before the budget: {:?}", started.elapsed());
+    // The frames the server sent: a GOAWAY (7) saying ENHANCE_YOUR_CALM (11),
+    // or stream 1's HEADERS (1) opening with `:status 400` (static index 12).
+    let (mut at, mut calmed, mut refused) = (0, false, false);
+    while at + 9 <= answer.len() {
+        let length = usize::from(answer[at]) << 16 | usize::from(answer[at + 1]) << 8 | usize::from(answer[at + 2]);
+        let (kind, stream) = (answer[at + 3], u32::from_be_bytes(answer[at + 5..at + 9].try_into().unwrap()));
+        let payload = &answer[at + 9..(at + 9 + length).min(answer.len())];
+        calmed |= kind == 7 && payload.get(4..8) == Some(&11u32.to_be_bytes()[..]);
+        refused |= kind == 1 && stream == 1 && payload.first() == Some(&0x8c);
+        at += 9 + length;
+    }
+    assert!(calmed || refused, "neither GOAWAY ENHANCE_YOUR_CALM nor 400 in {} bytes", answer.len());
+    assert_eq!(app.post_binary("/demo/run", run_body()).await.0, 200, "the server goes on");
+}
+
 #[tokio::test]
 async fn an_h2_client_with_open_windows_that_reads_nothing_holds_a_bounded_buffer_per_stream() {
     // A route whose answer never ends, counting what the server took of it.
