@@ -399,3 +399,28 @@ fn a_state_brought_back_with_countless_empty_exchanges_is_bounded_before_the_cal
     let most = 2 + 2 * (1 + crate::skills::MAX_STEPS as usize);
     assert!(messages.len() <= most, "{} messages, {most} at most", messages.len());
 }
+
+/// A command's result past `max_output_bytes`, sent back through the
+/// callback, reaches the model cut to the cap with the cut noted.
+#[test]
+fn a_command_result_past_the_output_cap_reaches_the_model_cut() {
+    let policy = shipped_policy();
+    let mut session = session::start("disk-usage", "req-1");
+    session.step = 2;
+    session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
+    let mut state = TAssistantState { skill: Some(session), ..Default::default() };
+    let output: String = (0..200_000).map(|n| format!("line {n}\n")).collect();
+    let result = payload(&[
+        ("skill", Kind::StringValue("disk-usage".into())),
+        ("step", Kind::NumberValue(2.0)),
+        ("session", Kind::StringValue("req-1".into())),
+        ("output", Kind::StringValue(output.clone())),
+        ("skipped", Kind::BoolValue(false)),
+    ]);
+    let input = TurnInput::Callback { name: COMMAND_RESULT.into(), payload: Some(result) };
+    let TurnPlan::CallModel { utterance } = policy.plan("req-2", &input, &mut state) else { panic!("the model hears it") };
+    assert!(output.len() > 1 << 20, "a result of {} bytes", output.len());
+    assert!(utterance.len() <= policy.max_output_bytes + 256, "{} bytes reach the model", utterance.len());
+    assert!(utterance.contains(crate::skills::output::CUT_NOTE), "the cut is noted");
+    assert!(utterance.contains("line 0\n"), "the output's start is kept");
+}
