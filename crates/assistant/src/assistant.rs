@@ -67,7 +67,7 @@ use megamind_core::{
         TScenarioApplyRequest, TScenarioBaseRequest, TScenarioContinueResponse, TScenarioResponseBody,
         TScenarioRunRequest, TScenarioRunResponse, t_scenario_continue_response, t_scenario_run_response,
     },
-    rules::auth::AddressKey,
+    rules::{auth::AddressKey, logging::Throttle},
     scenario::{CallContext, Handler, Scenario, ScenarioError, ScenarioResult},
     store::Stores,
 };
@@ -293,7 +293,10 @@ impl Assistant {
                 metrics.model_call(&*backend, &outcome, started.elapsed());
                 // Logged here, once, whether or not anyone still waits for it.
                 if let Err(error) = &outcome {
-                    tracing::warn!(%call_id, %error, "assistant: the model call failed");
+                    static FAILED: Throttle = Throttle::new();
+                    if let Some(left_out) = FAILED.due() {
+                        tracing::warn!(%call_id, %error, left_out, "assistant: the model call failed");
+                    }
                 }
                 outcome
             }
@@ -517,7 +520,9 @@ impl Scenario for Assistant {
             },
         };
         let Ok((handle, _)) = self.start(&args).await else {
-            tracing::warn!(request_id = %ctx.request_id, "assistant: at the in-flight model call cap; declining");
+            if let Some(left_out) = AT_CAP.due() {
+                tracing::warn!(request_id = %ctx.request_id, left_out, "assistant: at the in-flight model call cap; declining");
+            }
             self.metrics.answer("run", "refused");
             // A skill's step is answered with the state its plan made, in
             // which the next words ask for the step again: declined with the
@@ -559,7 +564,9 @@ impl Scenario for Assistant {
         let screen = has_screen(request.base_request.as_ref());
         let mut body = match self.start(&args).await {
             Err(AtCapacity) => {
-                tracing::warn!(call_id = %args.call_id, "assistant: at the in-flight model call cap in /continue");
+                if let Some(left_out) = AT_CAP.due() {
+                    tracing::warn!(call_id = %args.call_id, left_out, "assistant: at the in-flight model call cap in /continue");
+                }
                 let mut state = args.state.clone().unwrap_or_default();
                 state.pending = None;
                 self.metrics.answer("continue", "refused");
@@ -584,6 +591,9 @@ impl Scenario for Assistant {
         .into())
     }
 }
+
+/// The warnings of calls declined at the in-flight cap: one a second.
+static AT_CAP: Throttle = Throttle::new();
 
 /// Whether a call found abandoned at `now` may be begun again, beginning
 /// taking up to `takes`, by `stop_by`: begun later, the answer would be

@@ -53,6 +53,7 @@ use std::{
 
 use futures_util::FutureExt;
 use megamind_core::{
+    rules::logging::Throttle,
     scenario::Handler,
     store::{
         Begin, Entries, FlightStore, Journal, Key, Lease, ScenarioStore, StoreError, Stores, Waited, Waiter,
@@ -383,7 +384,9 @@ impl Calls {
             Ok(Begin::Wait(waiter)) => Some(Handle::waiting(store.clone(), waiter)),
             Ok(Begin::Lead(_) | Begin::Full | Begin::Refused) => None,
             Err(error) => {
-                tracing::warn!(%error, call_id = id, "assistant: the model calls' store is out of reach");
+                if let Some(left_out) = OUT_OF_REACH.due() {
+                    tracing::warn!(%error, call_id = id, left_out, "assistant: the model calls' store is out of reach");
+                }
                 None
             }
         }
@@ -534,7 +537,9 @@ impl Calls {
                 let Some(error) = failed else {
                     return if shared.records().knows(id) { Lookup::Gone } else { Lookup::Unknown };
                 };
-                tracing::warn!(%error, call_id = id, "assistant: the model calls' journal is out of reach");
+                if let Some(left_out) = OUT_OF_REACH.due() {
+                    tracing::warn!(%error, call_id = id, left_out, "assistant: the model calls' journal is out of reach");
+                }
                 return Lookup::Unavailable;
             }
             tokio::time::sleep_until(next).await;
@@ -782,6 +787,10 @@ async fn ask(store: &dyn FlightStore, key: Key, deadline: Instant) -> Result<Beg
 /// How long the store has to answer a lookup: the memory store answers at
 /// once; a shared one gets the time of a few round trips.
 const LOOKUP_READ: Duration = Duration::from_millis(50);
+
+/// The warnings of calls whose store or journal was out of reach: one a
+/// second during an outage, not one a call.
+static OUT_OF_REACH: Throttle = Throttle::new();
 
 /// When the store must have answered a lookup.
 fn soon() -> tokio::time::Instant {

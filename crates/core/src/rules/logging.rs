@@ -8,6 +8,7 @@
 pub mod batch;
 pub mod line;
 pub mod panics;
+pub mod throttle;
 
 use std::{
     io::Write,
@@ -17,6 +18,7 @@ use std::{
 
 use batch::BatchWriter;
 pub use batch::FlushGuard;
+pub use throttle::Throttle;
 use tracing_subscriber::{EnvFilter, fmt};
 
 /// Target of the per-request summary lines, for filtering.

@@ -418,7 +418,9 @@ fn a_command_result_past_the_output_cap_reaches_the_model_cut() {
         ("skipped", Kind::BoolValue(false)),
     ]);
     let input = TurnInput::Callback { name: COMMAND_RESULT.into(), payload: Some(result) };
-    let TurnPlan::CallModel { utterance } = policy.plan("req-2", &input, &mut state) else { panic!("the model hears it") };
+    let TurnPlan::CallModel { utterance } = policy.plan("req-2", &input, &mut state) else {
+        panic!("the model hears it")
+    };
     assert!(output.len() > 1 << 20, "a result of {} bytes", output.len());
     assert!(utterance.len() <= policy.max_output_bytes + 256, "{} bytes reach the model", utterance.len());
     assert!(utterance.contains(crate::skills::output::CUT_NOTE), "the cut is noted");
