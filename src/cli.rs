@@ -280,7 +280,7 @@ pub fn parse(
             None => problems.push(format!("--set {pair:?}: write KEY=VALUE, e.g. --set cache.ttl_secs=60")),
         }
     }
-    let file = args.config.clone().or_else(|| env("MEGAMIND_CONFIG").map(PathBuf::from));
+    let file = args.config.clone().or_else(|| env(flags::CONFIG_ENV).map(PathBuf::from));
     let aliases = modules
         .iter()
         .flat_map(|module| {

@@ -234,6 +234,9 @@ pub(super) fn all(modules: &[Box<dyn ScenarioModule>]) -> Vec<Bound> {
     core.chain(scenarios).collect()
 }
 
+/// The variable `--config` falls back to.
+pub(super) const CONFIG_ENV: &str = "MEGAMIND_CONFIG";
+
 /// Each flag or environment variable of `flags` named twice, among them or
 /// with `serve`'s own arguments in `cli`, as a problem naming both owners.
 pub(super) fn clashes(flags: &[Bound], cli: &Command) -> Vec<String> {
@@ -242,7 +245,9 @@ pub(super) fn clashes(flags: &[Bound], cli: &Command) -> Vec<String> {
     let mut longs: std::collections::HashMap<String, String> =
         own.filter_map(|arg| Some((arg.get_long()?.to_owned(), "serve itself".to_owned()))).collect();
     longs.insert("help".to_owned(), "serve itself".to_owned());
-    let mut envs = std::collections::HashMap::new();
+    // Read by `serve` itself, not through a flag of the list.
+    let mut envs: std::collections::HashMap<String, String> =
+        [(CONFIG_ENV.to_owned(), "serve itself".to_owned())].into();
     let mut problems = Vec::new();
     for bound in flags {
         let who = owner(bound);

@@ -311,6 +311,7 @@ impl ScenarioModule for Clashing {
         vec![
             module::Flag::new("config", "file", "Taken by serve itself"),
             module::Flag::new("added-sides", "sides", "Taken by another scenario").env("MEGAMIND_ADDED_SIDES"),
+            module::Flag::new("settings", "settings", "Its variable taken by serve itself").env("MEGAMIND_CONFIG"),
         ]
     }
 
@@ -327,6 +328,7 @@ fn flags_named_twice_are_a_configuration_problem_not_a_panic() {
             "--config: a flag of serve itself and of Scenario clashing; rename one",
             "--added-sides: a flag of Scenario added and of Scenario clashing; rename one",
             "MEGAMIND_ADDED_SIDES: the variable of a flag of Scenario added and of Scenario clashing; rename one",
+            "MEGAMIND_CONFIG: the variable of a flag of serve itself and of Scenario clashing; rename one",
         ]
     );
 }
