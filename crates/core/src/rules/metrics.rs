@@ -46,7 +46,7 @@ pub const OUTCOMES: [&str; 16] = [
 /// The transports a call comes by ([`crate::dispatch::Transport::as_str`]).
 const TRANSPORTS: [&str; 2] = ["http", "grpc"];
 /// Why the server closes a connection.
-const CLOSE_REASONS: [&str; 4] = ["header_timeout", "idle_timeout", "send_timeout", "drain_timeout"];
+const CLOSE_REASONS: [&str; 5] = ["header_timeout", "idle_timeout", "send_timeout", "drain_timeout", "reclaimed"];
 /// The lanes a connection is served in.
 const LANES: [&str; 2] = ["main", "stream"];
 

@@ -1,7 +1,8 @@
 //! The accept loop: one slot per open connection (`max_connections`, kept
 //! below the process's file-descriptor limit); with none free the loop waits
 //! and the kernel's listen backlog holds newcomers, so open connections keep
-//! working. A failed accept backs off instead of spinning.
+//! working, while idle ones (between requests) are closed a few at a time
+//! to make room. A failed accept backs off instead of spinning.
 
 use std::{future::Future, sync::Arc, task::Poll, time::Duration};
 
@@ -9,6 +10,11 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 use super::{Routing, connections::Connections};
 use crate::rules::metrics::ConnectionMetrics;
+
+/// Idle connections closed at once for connections waiting for a slot,
+/// again every [`RECLAIM_EVERY`] while they wait.
+const RECLAIM_AT_ONCE: usize = 16;
+const RECLAIM_EVERY: Duration = Duration::from_millis(100);
 
 /// The first back-off after a failed accept; it doubles up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -39,9 +45,16 @@ impl Acceptor {
                 Ok(slot) => slot,
                 Err(_) => {
                     self.metrics.waited.inc();
-                    tokio::select! {
-                        () = &mut until => return,
-                        slot = self.slots.clone().acquire_owned() => slot.expect("the slots are never closed"),
+                    let acquired = self.slots.clone().acquire_owned();
+                    tokio::pin!(acquired);
+                    // Idle connections give way, a few at a time.
+                    loop {
+                        connections.reclaim_idle(RECLAIM_AT_ONCE);
+                        tokio::select! {
+                            () = &mut until => return,
+                            slot = &mut acquired => break slot.expect("the slots are never closed"),
+                            () = tokio::time::sleep(RECLAIM_EVERY) => {}
+                        }
                     }
                 }
             };

@@ -8,7 +8,10 @@
 use std::{
     net::SocketAddr,
     num::NonZeroUsize,
-    sync::{Arc, atomic::AtomicUsize},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -22,7 +25,7 @@ use prometheus::IntGauge;
 use tokio::{
     net::TcpStream,
     runtime::Handle,
-    sync::{OwnedSemaphorePermit, watch},
+    sync::{Notify, OwnedSemaphorePermit, watch},
 };
 use tonic::codegen::Service;
 
@@ -81,6 +84,28 @@ struct Setup {
     max_open: usize,
     /// The longest request head the stream lane reads before handing it to hyper.
     head_limit: usize,
+    /// Idle connections wanted closed, for connections waiting at
+    /// `max_connections`.
+    reclaim: Reclaim,
+}
+
+/// Idle connections to close so that connections waiting for a slot get
+/// one: else a server at `max_connections` whose connections sit idle
+/// between requests (a client's pool, or someone holding slots) keeps
+/// every newcomer waiting up to the idle timeout.
+#[derive(Default)]
+struct Reclaim {
+    /// How many more idle connections are to close.
+    wanted: AtomicUsize,
+    /// Wakes the connections to look.
+    look: Notify,
+}
+
+impl Reclaim {
+    /// Takes one of the closings wanted, if any is left.
+    fn take(&self) -> bool {
+        self.wanted.fetch_update(Ordering::AcqRel, Ordering::Acquire, |wanted| wanted.checked_sub(1)).is_ok()
+    }
 }
 
 /// An accepted connection, before it is served.
@@ -149,6 +174,7 @@ impl Connections {
             open: Arc::default(),
             max_open: limits.max_open_requests,
             head_limit: limits.http1_read_buffer,
+            reclaim: Reclaim::default(),
         };
         // The lane runs as many threads as the runtime serving calls, however
         // that was sized (`worker_threads`, one per CPU, TOKIO_WORKER_THREADS):
@@ -164,6 +190,13 @@ impl Connections {
             setup.metrics.threads.with_label_values(&[name]).set(i64::try_from(threads).unwrap_or(i64::MAX));
         }
         Ok(Connections { setup: Arc::new(setup), stage: watch::Sender::new(Stage::Serving), lane })
+    }
+
+    /// Has up to `count` idle connections closed (each between requests,
+    /// told to close as at the idle timeout): connections wait for a slot.
+    pub(super) fn reclaim_idle(&self, count: usize) {
+        self.setup.reclaim.wanted.store(count, Ordering::Release);
+        self.setup.reclaim.look.notify_waiters();
     }
 
     /// Moves every connection, open or to come, to `stage`.
@@ -357,6 +390,15 @@ impl Accepted {
                 changed = stage.changed() => if changed.is_err() {
                     break None;
                 },
+                () = setup.reclaim.look.notified(), if closing.is_none() => {
+                    let now = activity.snapshot();
+                    let idle = now.in_flight == 0 && now.sending == 0 && now.head_since.is_none();
+                    if idle && setup.reclaim.take() {
+                        metrics.closed.with_label_values(&["reclaimed"]).inc();
+                        closing = Some(activity.now());
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
             }
         };
         if let Some(reason) = ended {
