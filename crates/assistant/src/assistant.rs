@@ -316,7 +316,7 @@ impl Assistant {
         stop_by: Instant,
     ) -> Option<Arc<ModelOutcome>> {
         let outcome = handle.wait_until(stop_by).await;
-        if !handle.abandoned() || !may_begin_again(Instant::now(), self.calls.begin_takes_at_most(), stop_by) {
+        if !handle.abandoned() {
             return outcome;
         }
         let Ok((again, begun)) = self.start(args).await else { return outcome };
@@ -594,14 +594,6 @@ impl Scenario for Assistant {
 
 /// The warnings of calls declined at the in-flight cap: one a second.
 static AT_CAP: Throttle = Throttle::new();
-
-/// Whether a call found abandoned at `now` may be begun again, beginning
-/// taking up to `takes`, by `stop_by`: begun later, the answer would be
-/// late, and the hop's answer gets more time than the margin keeps. The
-/// next hop (its callback) begins it then.
-fn may_begin_again(now: Instant, takes: Duration, stop_by: Instant) -> bool {
-    now + takes <= stop_by
-}
 
 #[cfg(test)]
 mod tests;

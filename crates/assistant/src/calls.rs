@@ -601,13 +601,6 @@ impl Calls {
         }
     }
 
-    /// The longest [`Calls::begin`] may take: over a shared store, three
-    /// round trips (asked for, a loss looked for, claimed), each by its own
-    /// [`LOOKUP_READ`]; in memory, no time to speak of.
-    pub(crate) fn begin_takes_at_most(&self) -> Duration {
-        if self.shared.is_shared { 3 * LOOKUP_READ } else { Duration::ZERO }
-    }
-
     /// Calls running now.
     pub(crate) fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::Acquire)

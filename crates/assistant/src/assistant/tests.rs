@@ -472,20 +472,3 @@ async fn a_continue_bringing_more_history_than_run_keeps_calls_the_model_with_th
     assert_eq!(asked[1], format!("вопрос {}", 40 - kept), "the last turns are kept");
     assert_eq!(asked.last(), Some(&"Который час?"));
 }
-
-/// A call found abandoned is begun again only where its store round trips
-/// end by `stop_by`: in memory at once, over a shared store (three round
-/// trips of up to 50 ms) not within 150 ms of it; the next hop begins it.
-#[tokio::test(start_paused = true)]
-async fn a_call_is_begun_again_only_where_beginning_ends_by_stop_by() {
-    let now = Instant::now();
-    let stop_by = now + Duration::from_millis(100);
-    let backend = Scripted::new(10, Ok(OPEN_SAFARI));
-    let (assistant, _) = assistant(backend, AssistantConfig::default());
-    let in_memory = assistant.calls.begin_takes_at_most();
-    assert_eq!(in_memory, Duration::ZERO);
-    assert!(may_begin_again(now, in_memory, stop_by) && may_begin_again(stop_by, in_memory, stop_by));
-    let shared = Duration::from_millis(150);
-    assert!(!may_begin_again(now, shared, stop_by), "would end 50 ms past stop_by");
-    assert!(may_begin_again(now, shared, now + shared));
-}

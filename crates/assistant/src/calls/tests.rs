@@ -247,7 +247,6 @@ impl megamind_core::store::Journal for Unreachable {
 #[tokio::test(start_paused = true)]
 async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
     let calls = shared_over(None, Arc::new(Unreachable));
-    assert_eq!(calls.begin_takes_at_most(), 3 * LOOKUP_READ, "asked for, a loss looked for, claimed");
     let started = Instant::now();
     assert!(matches!(calls.lookup("run elsewhere").await, Lookup::Unavailable), "ask again, it is not lost");
     assert!(
