@@ -105,6 +105,40 @@ fn the_golden_dialogs_pass_and_write_junit() {
     assert_eq!(xml.matches("</testsuite>").count(), files.len());
 }
 
+/// A reader of the output that goes away early (`| grep -q`) stops the
+/// printing, not the run: every dialog is played, the report written, and
+/// the exit code is the run's.
+#[test]
+fn a_closed_output_still_gets_the_report_and_the_exit_code() {
+    use std::process::Stdio;
+    let server = serve("info", &temp("closed-out.log"));
+    let junit = temp("closed-out.xml");
+    let failing = temp("closed-out-failing.yaml");
+    std::fs::write(
+        &failing,
+        "dialogs:\n  - name: wrong\n    turns:\n      - say: хочу в кафе\n        expect: {speech: nope}\n",
+    )
+    .unwrap();
+    let mut args = vec!["dialog", "--server", &server.url, "--junit", junit.to_str().unwrap(), "--script"];
+    let files = golden();
+    args.extend(files.iter().map(String::as_str));
+    args.push(failing.to_str().unwrap());
+    let mut child = crate::helpers::binary()
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dialog runs");
+    // Nobody reads its output.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("dialog ends");
+    assert_eq!(out.status.code(), Some(1), "a dialog failed: {}", text(&out.stderr));
+    let xml = std::fs::read_to_string(&junit).expect("the report written");
+    assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
+    assert!(xml.contains(r#"failures="1""#), "{xml}");
+}
+
 #[test]
 fn the_script_docs_dialog_md_shows_passes_as_written() {
     let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dialog.md")).unwrap();
@@ -143,10 +177,18 @@ fn a_wrong_expectation_fails_with_a_readable_diff() {
 fn bad_scripts_and_a_server_that_is_down_exit_2_saying_why() {
     let broken = temp("broken.yaml");
     std::fs::write(&broken, "dialogs:\n  - name: x\n    turns:\n      - say: [unclosed\n").unwrap();
-    let out = dialog(&["--script", broken.to_str().unwrap()], "");
+    // A report of an earlier run, which must not stand for this one.
+    let stale = temp("stale.xml");
+    std::fs::write(&stale, "<testsuites tests=\"7\" failures=\"0\"/>").unwrap();
+    let out = dialog(&["--script", broken.to_str().unwrap(), "--junit", stale.to_str().unwrap()], "");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("{}:4:", broken.display())), "file:line:column: {stderr}");
+    assert!(!stale.exists(), "the earlier report was left in place");
+    // A report with nothing to report on is a usage error, not a flag ignored.
+    let out = dialog(&["--junit", stale.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--script"), "{}", text(&out.stderr));
 
     // A path the schema lacks is refused before anything is sent: the
     // server named here is down, and that is never reached.

@@ -413,7 +413,10 @@ impl Dispatcher {
     /// Step 6: the summary line, the metrics, and at `debug` the answer.
     fn log(&self, scenario: &Registered, call: &Call, request_id: &str, reply: &Reply, outcome: Outcome) {
         if let (Reply::Answer(body), true) = (reply, logging::bodies_enabled()) {
-            log_body("answer", response_descriptor(call.handler), body);
+            // Named by its call: calls running at once write their answers
+            // and summaries in any order (`dialog --replay` pairs them).
+            let what = format!("answer{}", logging::field("request_id", request_id));
+            log_body(&what, response_descriptor(call.handler), body);
         }
         let latency = call.started.elapsed();
         let (transport, outcome) = (call.transport.as_str(), outcome.as_str());

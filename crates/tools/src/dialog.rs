@@ -49,8 +49,8 @@ pub struct DialogArgs {
     /// Run these dialog scripts (YAML) instead of reading the terminal.
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub script: Vec<PathBuf>,
-    /// Write a JUnit XML report of the scripts run.
-    #[arg(long, value_name = "FILE")]
+    /// Write a JUnit XML report of the scripts run (with --script).
+    #[arg(long, value_name = "FILE", requires = "script")]
     pub junit: Option<PathBuf>,
     /// Write what was played as a script whose expectations are what came back.
     #[arg(long, value_name = "FILE")]
@@ -58,8 +58,8 @@ pub struct DialogArgs {
     /// Replay the requests of a server's debug log (`--log-level debug`) and report the answers that differ.
     #[arg(long, value_name = "LOG", conflicts_with_all = ["script", "junit", "record"])]
     pub replay: Option<PathBuf>,
-    /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable.
-    #[arg(long = "ignore", value_name = "FIELD")]
+    /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable (with --replay).
+    #[arg(long = "ignore", value_name = "FIELD", requires = "replay")]
     pub ignore: Vec<String>,
     /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls; the
     /// variable keeps it out of the process list.
@@ -206,6 +206,16 @@ impl DialogResult {
 
 /// Runs every script; `true` when every expectation held.
 async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
+    // A report of an earlier run must not stand for this one, should it
+    // stop before writing its own (a script that does not load).
+    if let Some(path) = &args.junit
+        && std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file())
+    {
+        std::fs::remove_file(path).map_err(|e| Unplayable(format!("cannot replace {}: {e}", path.display())))?;
+    }
+    // Whoever reads the output may stop (`| grep -q`): the report, the
+    // recording and the exit code are still due.
+    crate::stdout::keep_going_when_closed();
     // Every script loads before any runs: a mistake costs nothing.
     let scripts = args
         .script
@@ -261,7 +271,7 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
     let failed = reports.iter().flat_map(|(_, results)| results).filter(|r| r.failed()).count();
     crate::outln!("{total} dialogs: {} passed, {failed} failed", total - failed);
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit::report(&reports))
+        crate::whole::write(path, junit::report(&reports).as_bytes())
             .map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))?;
     }
     if let Some(path) = &args.record {

@@ -21,3 +21,4 @@ pub mod convert;
 pub mod dialog;
 pub mod stdout;
 pub mod validate_jsonseq;
+pub mod whole;

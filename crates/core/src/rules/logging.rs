@@ -87,6 +87,14 @@ fn write_summary(
     out.write_char('\n')
 }
 
+/// ` name=value` as a log line writes a field, the value quoted and
+/// escaped where it must be: for a field written into a message.
+pub fn field(name: &str, value: &str) -> String {
+    let mut text = String::new();
+    let _ = line::write_field(&mut text, name, value);
+    text
+}
+
 /// Text written into a byte buffer.
 struct Utf8<'a>(&'a mut Vec<u8>);
 

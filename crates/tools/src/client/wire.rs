@@ -121,7 +121,8 @@ async fn http_call(
         // Only what the error keeps is read: a huge error page costs nothing.
         let bytes = read_body(&mut answer, MAX_ERROR_BODY_BYTES).await.map_err(unreachable)?;
         let text = String::from_utf8_lossy(&bytes);
-        let body = megamind_core::text::clip(text.trim_end(), MAX_ERROR_BODY_BYTES).to_owned();
+        // Shown on a terminal: its control characters escaped.
+        let body = crate::stdout::shown(megamind_core::text::clip(text.trim_end(), MAX_ERROR_BODY_BYTES));
         return Err(ClientError::Status { handler, status, body });
     }
     let too_large = ClientError::TooLarge { handler, limit: MAX_ANSWER_BYTES };
@@ -191,7 +192,7 @@ async fn grpc_call(
     let response = answer.map_err(|status| ClientError::Grpc {
         handler,
         code: status.code(),
-        message: status.message().into(),
+        message: crate::stdout::shown(status.message()),
     })?;
     Ok((took, response))
 }

@@ -352,7 +352,26 @@ fn render(value: &Field) -> String {
         Field::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         Field::Message(message) => codec::text::print(message).map_or_else(|e| e.to_string(), |t| t.trim().to_owned()),
         Field::List(items) => items.iter().map(render).collect::<Vec<_>>().join("\n"),
-        Field::Map(map) => format!("{map:?}"),
+        // One entry per line, `key: value`, in the order of the keys: a
+        // map has none of its own.
+        Field::Map(map) => {
+            let mut entries: Vec<(String, String)> =
+                map.iter().map(|(key, value)| (map_key(key), render(value))).collect();
+            entries.sort();
+            entries.into_iter().map(|(key, value)| format!("{key}: {value}")).collect::<Vec<_>>().join("\n")
+        }
+    }
+}
+
+fn map_key(key: &prost_reflect::MapKey) -> String {
+    use prost_reflect::MapKey;
+    match key {
+        MapKey::Bool(b) => b.to_string(),
+        MapKey::I32(n) => n.to_string(),
+        MapKey::I64(n) => n.to_string(),
+        MapKey::U32(n) => n.to_string(),
+        MapKey::U64(n) => n.to_string(),
+        MapKey::String(text) => text.clone(),
     }
 }
 

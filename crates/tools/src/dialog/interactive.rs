@@ -40,7 +40,10 @@ use super::{
     script::{CommandResultSpec, Dialog, Script, TurnSpec},
     text_of,
 };
-use crate::client::Turn;
+use crate::{
+    client::Turn,
+    stdout::{misleads, shown},
+};
 
 /// Longest line read, in bytes: an utterance, not a file.
 const MAX_LINE_BYTES: usize = 16 * 1024;
@@ -75,70 +78,82 @@ pub async fn run(
     let mut session = Session { client: super::client(args, &args.scenario)?, args, recorded: Vec::new(), clean: true };
     // Nobody may be reading the prompts: they cannot fail the session.
     let _ = writeln!(prompt, "{HINT}");
-    loop {
-        let _ = write!(prompt, "> ").and_then(|()| prompt.flush());
-        let read =
-            read_line(&mut input, MAX_LINE_BYTES).map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
-        let Some((line, cut)) = read else {
-            let _ = writeln!(prompt);
-            break;
-        };
-        if cut {
-            writeln!(out, "  (the line was cut to its first {MAX_LINE_BYTES} bytes)")
-                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-        }
-        let words = line.trim();
-        if words.is_empty() {
-            continue;
-        }
-        let pending = session.client.pending_command().is_some();
-        match local_command(words, pending) {
-            Some(Local::Quit) => break,
-            Some(Local::Help) => {
-                writeln!(out, "{HELP}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-                continue;
-            }
-            Some(Local::Unknown) => {
-                writeln!(out, "  {words}: not a command of the session; /help lists them, /say {words} says it")
+    // Played in a block of its own: the recording is written however it ends
+    // (the server gone, a line that is not UTF-8), with the turns played until then.
+    let played: Result<(), Unplayable> = async {
+        loop {
+            let _ = write!(prompt, "> ").and_then(|()| prompt.flush());
+            let read = read_line(&mut input, MAX_LINE_BYTES)
+                .map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
+            let Some((line, cut)) = read else {
+                let _ = writeln!(prompt);
+                break;
+            };
+            if cut {
+                writeln!(out, "  (the line was cut to its first {MAX_LINE_BYTES} bytes)")
                     .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+            }
+            let words = line.trim();
+            if words.is_empty() {
                 continue;
             }
-            None => {}
-        }
-        let pending = session.client.pending_command().map(|run| run.command.clone());
-        let said = |words: &str| TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
-        let (spec, typed_output) = match pending.filter(|_| !words.starts_with("/say ")) {
-            Some(command) => {
-                let Some(result) = command_result(&command, words, out).await? else { continue };
-                (TurnSpec { command_result: Some(result), ..TurnSpec::default() }, !matches!(words, "/run" | "/skip"))
+            let pending = session.client.pending_command().is_some();
+            match local_command(words, pending) {
+                Some(Local::Quit) => break,
+                Some(Local::Help) => {
+                    writeln!(out, "{HELP}").map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                    continue;
+                }
+                Some(Local::Unknown) => {
+                    writeln!(out, "  {words}: not a command of the session; /help lists them, /say {words} says it")
+                        .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                    continue;
+                }
+                None => {}
             }
-            None => (said(words.strip_prefix("/say ").unwrap_or(words).trim()), false),
-        };
-        let declined = session.turn(out, words, &spec).await?;
-        // A result declined is no longer awaited (the skill ended meanwhile,
-        // by `/say стоп` or on its own): a line typed as it was most likely
-        // meant to be said, so it is, rather than lost.
-        if declined && typed_output {
-            writeln!(out, "  (the command's result is no longer awaited: said instead)")
-                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
-            session.turn(out, words, &said(words)).await?;
-        }
-        if let Some(run) = session.client.pending_command() {
-            writeln!(out, "  run_command (waiting for its result): {}", shown(&run.command))
-                .and_then(|()| {
-                    writeln!(
-                        out,
-                        "  type /run to run it here, /skip to skip it, /say WORDS to speak, or what it printed"
+            let pending = session.client.pending_command().map(|run| run.command.clone());
+            let said = |words: &str| TurnSpec { say: Some(words.to_owned()), ..TurnSpec::default() };
+            let (spec, typed_output) = match pending.filter(|_| !words.starts_with("/say ")) {
+                Some(command) => {
+                    let Some(result) = command_result(&command, words, out).await? else { continue };
+                    (
+                        TurnSpec { command_result: Some(result), ..TurnSpec::default() },
+                        !matches!(words, "/run" | "/skip"),
                     )
-                })
-                .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                }
+                None => (said(words.strip_prefix("/say ").unwrap_or(words).trim()), false),
+            };
+            let declined = session.turn(out, words, &spec).await?;
+            // A result declined is no longer awaited (the skill ended meanwhile,
+            // by `/say стоп` or on its own): a line typed as it was most likely
+            // meant to be said, so it is, rather than lost.
+            if declined && typed_output {
+                writeln!(out, "  (the command's result is no longer awaited: said instead)")
+                    .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+                session.turn(out, words, &said(words)).await?;
+            }
+            if let Some(run) = session.client.pending_command() {
+                writeln!(out, "  run_command (waiting for its result): {}", shown(&run.command))
+                    .and_then(|()| {
+                        writeln!(
+                            out,
+                            "  type /run to run it here, /skip to skip it, /say WORDS to speak, or what it printed"
+                        )
+                    })
+                    .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
+            }
         }
+        Ok(())
     }
+    .await;
     if let Some(path) = &args.record {
         let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: session.recorded };
-        write_script(path, &Script { dialogs: vec![dialog] })?;
+        let recorded = write_script(path, &Script { dialogs: vec![dialog] });
+        // The reason the session stopped comes first; then a recording not written.
+        played.and(recorded)?;
+        return Ok(session.clean);
     }
-    Ok(session.clean)
+    played.map(|()| session.clean)
 }
 
 /// A terminal session's state across its turns.
@@ -259,20 +274,6 @@ async fn command_result(
         }
         typed => Ok(Some(CommandResultSpec { output: typed.replace("\\n", "\n"), ..CommandResultSpec::default() })),
     }
-}
-
-/// `text` from the server as the terminal may show it: the characters that
-/// [mislead](misleads) escaped (`\r`, `\u{1b}`), anything else (Cyrillic
-/// too) as it is.
-fn shown(text: &str) -> String {
-    megamind_core::text::escape(text, misleads)
-}
-
-/// Whether a terminal shows text holding `c` as other than it is: a control
-/// character moves the cursor, clears a line, recolours; a bidirectional
-/// override or isolate reorders what follows it.
-fn misleads(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// One line of `input` without its line ending, `None` at the end of the
@@ -463,7 +464,7 @@ pub fn recorded_turn(spec: &TurnSpec, answer: &Answer<'_>) -> TurnSpec {
 /// Writes `script` as YAML to `path`.
 pub fn write_script(path: &Path, script: &Script) -> Result<(), Unplayable> {
     let yaml = serde_saphyr::to_string(script).map_err(|e| Unplayable(format!("cannot write a script: {e}")))?;
-    std::fs::write(path, yaml).map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))
+    crate::whole::write(path, yaml.as_bytes()).map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))
 }
 
 #[cfg(test)]

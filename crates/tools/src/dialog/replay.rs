@@ -4,8 +4,9 @@
 //! and each answer compared with the logged one, volatile fields aside.
 //!
 //! A request is paired with its summary line (scenario, handler) by its
-//! `RequestId`, in order; an answer with the summary line that follows it,
-//! which the same call writes right after. The server's log writer keeps
+//! `RequestId`, in order, and so is an answer (its head names the call's
+//! `RequestId`; a log of an older server's, whose answers name none, pairs
+//! an answer with the summary line that follows it). The server's log writer keeps
 //! each thread's lines in order but may write another thread's batch
 //! first, and a call's task may move between threads: entries are read in
 //! the order of their timestamps, not of the file. Personal data the log redacted
@@ -58,6 +59,8 @@ pub struct Logged {
 /// The calls of a debug log, in the order they ended.
 pub fn parse_log(log: &str) -> Vec<Logged> {
     let mut requests: HashMap<String, VecDeque<(String, bool)>> = HashMap::new();
+    let mut answers: HashMap<String, VecDeque<(String, bool)>> = HashMap::new();
+    // An answer whose head names no call (an older server's log).
     let mut answer: Option<(String, bool)> = None;
     let mut calls = Vec::new();
     let mut entries: Vec<Entry> = entries(log).collect();
@@ -72,6 +75,10 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
                 requests.entry(request_id).or_default().push_back((body, cut));
             }
             "answer" => answer = Some((body, cut)),
+            named if named.starts_with("answer ") => {
+                let request_id = summary_fields(&named["answer ".len()..]).remove("request_id").unwrap_or_default();
+                answers.entry(request_id).or_default().push_back((body, cut));
+            }
             summary if summary.starts_with("transport=") => {
                 let fields = summary_fields(summary);
                 let handler = match fields.get("handler").map(String::as_str) {
@@ -86,7 +93,9 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
                     continue;
                 };
                 let scenario = fields.get("scenario").cloned().unwrap_or_default();
-                let (answer, answer_cut) = answer.take().map_or((None, false), |(answer, cut)| (Some(answer), cut));
+                let named = answers.get_mut(&request_id).and_then(VecDeque::pop_front);
+                let (answer, answer_cut) =
+                    named.or_else(|| answer.take()).map_or((None, false), |(answer, cut)| (Some(answer), cut));
                 let cut = request_cut || answer_cut;
                 calls.push(Logged { scenario, handler, request_id, request, answer, cut });
             }
@@ -107,24 +116,33 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
         )));
     }
     let ignored: Vec<&str> = VOLATILE.iter().copied().chain(args.ignore.iter().map(String::as_str)).collect();
-    let mut differ = 0;
+    // One client (and its connections) per scenario, for the whole run.
+    let mut clients = HashMap::new();
+    let (mut same, mut differ, mut skipped) = (0, 0, 0);
     for call in &calls {
         let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
         if call.cut {
             let most = MAX_ENTRY_BYTES >> 20;
             crate::outln!("? {label}: its request or answer is over {most} MiB in the log, not replayed");
+            skipped += 1;
             continue;
         }
-        let client = super::client(args, &call.scenario)?;
-        let request = request_of(call)?;
-        let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
+        // Nothing to compare with: not sent (a `/commit` would run its side effect for nothing).
         let Some(logged) = &call.answer else {
-            crate::outln!("? {label}: no answer logged");
+            crate::outln!("? {label}: no answer logged, not replayed");
+            skipped += 1;
             continue;
         };
+        let client = match clients.entry(call.scenario.clone()) {
+            std::collections::hash_map::Entry::Occupied(client) => client.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(super::client(args, &call.scenario)?),
+        };
+        let request = request_of(call)?;
+        let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
         let now = answer_text(&hop.response);
         let (old, new) = (normalized(logged, &ignored), normalized(&now, &ignored));
         if old == new {
+            same += 1;
             crate::outln!("= {label}");
             continue;
         }
@@ -134,7 +152,10 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
             crate::outln!("    {line}");
         }
     }
-    crate::outln!("{} calls replayed: {} the same, {differ} differ", calls.len(), calls.len() - differ);
+    crate::outln!("{} calls replayed: {same} the same, {differ} differ, {skipped} not replayed", same + differ);
+    if same + differ == 0 {
+        return Err(Unplayable(format!("{}: none of its {skipped} logged calls could be replayed", path.display())));
+    }
     Ok(differ == 0)
 }
 
@@ -325,6 +346,41 @@ ResponseBody {
         assert!(call.request.contains("Utterance: \"кафе\""));
         assert!(call.answer.as_deref().unwrap().contains("OutputSpeech"));
         assert!(parse_log("no log at all\n").is_empty());
+    }
+
+    /// Two calls at once: their answers logged before either summary. Each
+    /// answer goes with its own call, by the `RequestId` its head names.
+    #[test]
+    fn answers_of_calls_at_once_go_with_their_own_call() {
+        let request = |t: &str, id: &str| {
+            format!(
+                "2026-11-24T00:00:00.00000{t}Z DEBUG megamind_scenario::access: request\nBaseRequest {{\n  RequestId: \"{id}\"\n}}\n"
+            )
+        };
+        let answer = |t: &str, id: &str, said: &str| {
+            format!(
+                "2026-11-24T00:00:00.00000{t}Z DEBUG megamind_scenario::access: answer request_id={id}\nOutputSpeech: \"{said}\"\n"
+            )
+        };
+        let summary = |t: &str, id: &str| {
+            format!(
+                "2026-11-24T00:00:00.00000{t}Z  INFO megamind_scenario::access: transport=http scenario=demo \
+                 handler=run request_id={id} outcome=ok latency_us=9\n"
+            )
+        };
+        let log = [
+            request("1", "a"),
+            request("2", "b"),
+            answer("3", "b", "Б"),
+            answer("4", "a", "А"),
+            summary("5", "a"),
+            summary("6", "b"),
+        ]
+        .concat();
+        let calls = parse_log(&log);
+        let said: Vec<(&str, Option<&str>)> =
+            calls.iter().map(|c| (c.request_id.as_str(), c.answer.as_deref())).collect();
+        assert_eq!(said, [("a", Some("OutputSpeech: \"А\"\n")), ("b", Some("OutputSpeech: \"Б\"\n"))], "{log}");
     }
 
     #[test]

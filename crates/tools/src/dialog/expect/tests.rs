@@ -156,3 +156,25 @@ fn a_regex_compiled_past_the_size_bound_is_refused_saying_so() {
         "the key, and the size limit of docs/dialog.md in bytes"
     );
 }
+
+/// A map (`FrameActions`) reads as one `key: value` line per entry in the
+/// order of its keys, the same whatever order it was built or hashed in.
+#[test]
+fn a_map_reads_in_the_order_of_its_keys() {
+    use megamind_core::proto::n_alice::n_scenarios::{TCallbackDirective, TFrameAction};
+    let action = |name: &str| TFrameAction {
+        callback: Some(TCallbackDirective { name: name.into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let mut body = body();
+    for key in ["zeta", "alpha", "mid"] {
+        body.frame_actions.insert(key.into(), action(&format!("on_{key}")));
+    }
+    let answer = Answer { body: Some(&body), ..Default::default() };
+    let read = expectation(json!({"FrameActions": "x"})).check(&answer, &[]);
+    let got = &read.first().expect("x is not what the map reads as").got;
+    let entries = got.lines().filter(|line| !line.starts_with(" ") && line.contains(": "));
+    let keys: Vec<&str> = entries.filter_map(|line| line.split_once(": ")).map(|(key, _)| key).collect();
+    assert_eq!(keys, ["alpha", "mid", "zeta"], "{got}");
+    assert!(got.starts_with("alpha: Callback {") && got.contains("on_zeta"), "{got}");
+}
