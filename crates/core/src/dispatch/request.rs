@@ -109,7 +109,8 @@ impl Request {
 }
 
 /// `body` decoded as the dispatcher decodes a request of each handler, for
-/// the fuzz target `decode_request`, built with the `fuzzing` feature.
+/// the fuzz targets `decode_binary`, `decode_json` and `decode_text`, built
+/// with the `fuzzing` feature.
 /// Panics when what it lets in breaks its checks: a `RequestId` empty or
 /// past [`MAX_REQUEST_ID`], `Arguments` measured within the nesting limit
 /// that decode past it.

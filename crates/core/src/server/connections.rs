@@ -89,6 +89,11 @@ struct Setup {
     reclaim: Reclaim,
 }
 
+/// How long a connection must have been idle to give way: one that has
+/// just answered is the likeliest to get its next request now, which
+/// would meet the connection closing.
+const RECLAIM_IDLE_MS: u64 = 1_000;
+
 /// Idle connections to close so that connections waiting for a slot get
 /// one: else a server at `max_connections` whose connections sit idle
 /// between requests (a client's pool, or someone holding slots) keeps
@@ -393,7 +398,8 @@ impl Accepted {
                 () = setup.reclaim.look.notified(), if closing.is_none() => {
                     let now = activity.snapshot();
                     let idle = now.in_flight == 0 && now.sending == 0 && now.head_since.is_none();
-                    if idle && setup.reclaim.take() {
+                    let idle_for = activity.now().saturating_sub(now.idle_since);
+                    if idle && idle_for >= RECLAIM_IDLE_MS && setup.reclaim.take() {
                         metrics.closed.with_label_values(&["reclaimed"]).inc();
                         closing = Some(activity.now());
                         connection.as_mut().graceful_shutdown();

@@ -305,6 +305,27 @@ impl SharedStore {
         self.0.health.background()
     }
 
+    /// Takes a lease on `claim`'s key in this replica's memory too, kept
+    /// beside the claim and ended with it; or, when a call on this replica
+    /// led the key in memory meanwhile (Redis failing it), gives the claim
+    /// back and follows that call.
+    fn mirror(&self, claim: Lease, lease_ttl: Duration) -> Begin {
+        match self.0.local.begin_now(claim.key.clone(), lease_ttl, &mut || true) {
+            Begin::Lead(local) => {
+                self.0.mirrored.fetch_add(1, Ordering::Relaxed);
+                keep_beside(&claim.token, local);
+            }
+            here @ (Begin::Hit(_) | Begin::Wait(_)) => {
+                self.end(claim, None);
+                return here;
+            }
+            // The memory's reserve is full: the claim alone answers for the
+            // key, as without the fallback.
+            Begin::Full | Begin::Refused => {}
+        }
+        Begin::Lead(claim)
+    }
+
     /// Ends a lease in the background (see the module's doc).
     fn end(&self, lease: Lease, value: Option<Bytes>) {
         if let Some(local) = take_beside(&lease.token) {
@@ -368,29 +389,6 @@ impl SharedStore {
                 retrying = true;
             }
         });
-    }
-}
-
-impl SharedStore {
-    /// Takes a lease on `claim`'s key in this replica's memory too, kept
-    /// beside the claim and ended with it; or, when a call on this replica
-    /// led the key in memory meanwhile (Redis failing it), gives the claim
-    /// back and follows that call.
-    fn mirror(&self, claim: Lease, lease_ttl: Duration) -> Begin {
-        match self.0.local.begin_now(claim.key.clone(), lease_ttl, &mut || true) {
-            Begin::Lead(local) => {
-                self.0.mirrored.fetch_add(1, Ordering::Relaxed);
-                keep_beside(&claim.token, local);
-            }
-            here @ (Begin::Hit(_) | Begin::Wait(_)) => {
-                self.end(claim, None);
-                return here;
-            }
-            // The memory's reserve is full: the claim alone answers for the
-            // key, as without the fallback.
-            Begin::Full | Begin::Refused => {}
-        }
-        Begin::Lead(claim)
     }
 }
 
