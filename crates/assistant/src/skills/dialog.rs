@@ -461,10 +461,19 @@ impl DialogPolicy for SkillPolicy {
                 self.say(format!("Навык «{name}» остановлен."), false, state, "skill_cancelled")
             }
             TurnInput::Words(words) => {
-                if let Some(name) = crate::skills::dialog::phrases::start_request(words) {
+                // Words that answer a skill's question are its answer ("skills"
+                // is a file's name as well as a question), unless they start
+                // another skill the catalog has.
+                let answering = state
+                    .skill
+                    .as_ref()
+                    .is_some_and(|s| crate::skills::dialog::session::wait(s) == ESkillWait::SkillWaitUser);
+                if let Some(name) = crate::skills::dialog::phrases::start_request(words)
+                    && (!answering || self.catalog().get(&name).is_some())
+                {
                     return self.start(request_id, &name, &[], state);
                 }
-                if crate::skills::dialog::phrases::is_list(words) {
+                if !answering && crate::skills::dialog::phrases::is_list(words) {
                     let catalog = self.catalog();
                     return self.say(listing(&catalog), false, state, "skill_list");
                 }

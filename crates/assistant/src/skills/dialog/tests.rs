@@ -426,3 +426,35 @@ fn a_command_result_past_the_output_cap_reaches_the_model_cut() {
     assert!(utterance.contains(crate::skills::output::CUT_NOTE), "the cut is noted");
     assert!(utterance.contains("line 0\n"), "the output's start is kept");
 }
+
+/// While a skill waits for the user's answer, a list phrase or a start
+/// phrase naming no skill is that answer; a start phrase naming a skill the
+/// catalog has still starts it.
+#[test]
+fn words_answering_a_question_are_the_answer_unless_they_start_a_known_skill() {
+    let policy = shipped_policy();
+    let asking = || {
+        let mut session = session::start("git-quick-commit", "req-1");
+        session::record(&mut session, "Execute skill: git-quick-commit".into(), "[ASK] Имя файла?".into(), 1 << 20);
+        session::set_wait(&mut session, ESkillWait::SkillWaitUser);
+        TAssistantState { skill: Some(session), ..Default::default() }
+    };
+    for answer in ["skills", "какие навыки", "запусти навык нет-такого"] {
+        let mut state = asking();
+        let plan = policy.plan("req-2", &TurnInput::Words(answer.into()), &mut state);
+        let TurnPlan::CallModel { utterance } = plan else { panic!("{answer}: the model hears the answer: {plan:?}") };
+        assert!(utterance.starts_with("User response: ") && utterance.contains(answer), "{answer}: {utterance}");
+        assert_eq!(state.skill.as_ref().map(|s| s.skill.as_str()), Some("git-quick-commit"), "{answer}");
+    }
+    let mut state = asking();
+    let plan = policy.plan("req-2", &TurnInput::Words("запусти навык disk usage".into()), &mut state);
+    assert!(
+        !matches!(plan, TurnPlan::CallModel { ref utterance } if utterance.starts_with("User response: ")),
+        "{plan:?}"
+    );
+    assert_eq!(state.skill.as_ref().map(|s| s.skill.as_str()), Some("disk-usage"), "the other skill started");
+    // Not answering a question, the list phrase lists.
+    let mut idle = TAssistantState::default();
+    let plan = policy.plan("req-3", &TurnInput::Words("какие навыки".into()), &mut idle);
+    assert!(matches!(plan, TurnPlan::Answer { kind: "skill_list", .. }), "{plan:?}");
+}
