@@ -568,16 +568,10 @@ impl Calls {
         let journal = &self.shared.journal;
         let Some(mut all) = journal.read(key, 0, by).await? else { return Ok(None) };
         while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
-            // The batch after a full one: there now, unless the full one was
-            // the last, when a read would wait for the next entry. Read by
-            // `by` at the latest, as the first: what is not read by then (or
-            // not read at all, the store failing) the call's mirror reads on.
-            if Instant::now() >= by {
-                break;
-            }
             let after = all.last(0);
-            match journal.read(key, after, soon().min(by)).await {
-                Ok(Some(more)) if !more.entries.is_empty() || more.ended => {
+            // The batch after a full one: there now, unless the full one was the last.
+            match journal.read(key, after, soon()).await? {
+                Some(more) if !more.entries.is_empty() || more.ended => {
                     all.ended = more.ended;
                     all.entries.extend(more.entries);
                 }

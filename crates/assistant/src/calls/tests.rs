@@ -255,33 +255,13 @@ async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
     );
 }
 
-/// A hop reading another replica's call by `by` is done by `by`, even when
-/// the journal holds exactly a full batch (the read after it waits for an
-/// entry that has yet to come); what it did read is spoken.
-#[tokio::test(start_paused = true)]
-async fn a_journal_of_a_full_batch_is_read_by_the_hop_s_time() {
-    let at = Duration::from_millis(5);
-    let mut entries = vec![super::entry::Entry::started_now()];
-    entries.extend(
-        (1..READ_BATCH).map(|_| super::entry::Entry::Event { event: ModelEvent::TextDelta("а".into()), at }.encode()),
-    );
-    let journal = Reappearing { back: Instant::now(), troubled: None, entries, ended: false };
-    let calls = shared_over(None, Arc::new(journal));
-    let started = Instant::now();
-    let text = calls.partial_text("elsewhere", started + Duration::from_millis(10)).await;
-    assert!(started.elapsed() <= Duration::from_millis(10), "read for {:?}", started.elapsed());
-    assert_eq!(text.map(|text| text.chars().count()), Some(READ_BATCH - 1), "the batch read is spoken");
-}
-
 /// A journal a store restarted empty lost, written anew by its call's
-/// runner at `back`; the store last failed at `troubled`. Unless `ended`,
-/// a read with nothing new waits until its deadline, as a real one does.
+/// runner at `back`; the store last failed at `troubled`.
 #[derive(Debug)]
 struct Reappearing {
     back: Instant,
     troubled: Option<Instant>,
     entries: Vec<bytes::Bytes>,
-    ended: bool,
 }
 
 #[async_trait::async_trait]
@@ -300,10 +280,7 @@ impl megamind_core::store::Journal for Reappearing {
             return Err(StoreError::Timeout(Duration::ZERO));
         }
         let rest = self.entries.get(usize::try_from(after).unwrap()..).unwrap_or_default();
-        if rest.is_empty() && !self.ended {
-            tokio::time::sleep_until(deadline).await;
-        }
-        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: self.ended, abandoned: false };
+        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: true, abandoned: false };
         Ok((Instant::now() >= self.back).then_some(read))
     }
 
@@ -319,7 +296,7 @@ fn reappearing(back: Duration, troubled: Option<Instant>) -> Calls {
         super::entry::Entry::Event { event: ModelEvent::TextDelta("Сейчас.".into()), at }.encode(),
         super::entry::Entry::Completed { at }.encode(),
     ];
-    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries, ended: true }))
+    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries }))
 }
 
 /// Just after Redis restarted empty, a call's journal is gone until its
