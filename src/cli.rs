@@ -224,10 +224,14 @@ impl ParseError {
 /// own (`default_scenario`) and each scenario's table; what `--help` shows,
 /// and what a file, a variable or a flag overrides.
 pub fn defaults(modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
-    let mut defaults = Config::defaults_table();
-    defaults.insert("default_scenario".into(), scenarios::DEFAULT.into());
-    defaults.extend(module::defaults_of(modules));
-    defaults
+    defaults_over(Config::defaults_table(), modules)
+}
+
+/// [`defaults`] over `core`, the core's own table, made once at start.
+fn defaults_over(mut core: toml::Table, modules: &[Box<dyn ScenarioModule>]) -> toml::Table {
+    core.insert("default_scenario".into(), scenarios::DEFAULT.into());
+    core.extend(module::defaults_of(modules));
+    core
 }
 
 /// The configuration `serve` runs with over the built-in scenarios when
@@ -260,7 +264,7 @@ pub fn parse(
     if !clashes.is_empty() {
         return Err(ConfigError(clashes).into());
     }
-    let defaults = defaults(&modules);
+    let defaults = defaults_over(core, &modules);
     let command = Cli::command().mut_subcommand("serve", |serve| flags::add_to(serve, &flags, &defaults));
     let matches = command.try_get_matches_from(args)?;
     let cli = Cli::from_arg_matches(&matches)?;

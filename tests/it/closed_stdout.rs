@@ -1,6 +1,6 @@
 //! Every command whose reader goes away early (`dialog --replay LOG | head -1`)
-//! ends quietly with exit 0: the real binary, its standard output a pipe
-//! closed before it writes a line.
+//! ends quietly with exit 0, but for `dialog --script`, which plays on: the
+//! real binary, its standard output a pipe closed before it writes a line.
 
 use std::{
     io::Write,
@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::{
-    dialog_cmd::{serve, temp},
+    dialog_cmd::{golden, serve, temp},
     helpers::binary,
 };
 
@@ -61,4 +61,28 @@ fn every_command_ends_quietly_when_its_reader_goes_away() {
     let copy = temp("closed-stdout-copy.log");
     std::fs::copy(&log, &copy).unwrap();
     assert_quiet(&["dialog", "--server", &server.url, "--replay", copy.to_str().unwrap()], b"");
+}
+
+/// A reader of the output that goes away early (`| grep -q`) stops the
+/// printing, not the run: every dialog is played, the report written, and
+/// the exit code is the run's.
+#[test]
+fn a_script_run_whose_reader_goes_away_still_writes_its_report_and_exit_code() {
+    let server = serve("info", &temp("closed-out.log"));
+    let junit = temp("closed-out.xml");
+    let failing = temp("closed-out-failing.yaml");
+    std::fs::write(
+        &failing,
+        "dialogs:\n  - name: wrong\n    turns:\n      - say: хочу в кафе\n        expect: {speech: nope}\n",
+    )
+    .unwrap();
+    let mut args = vec!["dialog", "--server", &server.url, "--junit", junit.to_str().unwrap(), "--script"];
+    let files = golden();
+    args.extend(files.iter().map(String::as_str));
+    args.push(failing.to_str().unwrap());
+    let out = with_stdout_closed(&args, b"");
+    assert_eq!(out.status.code(), Some(1), "a dialog failed: {}", String::from_utf8_lossy(&out.stderr));
+    let xml = std::fs::read_to_string(&junit).expect("the report written");
+    assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
+    assert!(xml.contains(r#"failures="1""#), "{xml}");
 }

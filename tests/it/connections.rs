@@ -615,6 +615,11 @@ async fn a_body_in_too_many_chunks_is_refused() {
     assert!(answer.contains("the body came in more than 65536 pieces"), "{answer}");
 }
 
+/// An HTTP/2 client's first bytes: the preface, then its SETTINGS frame of `settings`.
+fn h2_opening(settings: &[u8]) -> Vec<u8> {
+    [&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..], &h2_frame(4, 0, 0, settings)].concat()
+}
+
 /// One HTTP/2 frame: its 9-byte head and `payload`.
 fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
@@ -631,8 +636,7 @@ async fn an_h2_flood_of_empty_data_frames_is_cut_off() {
     config.budget.run_ms = 10_000;
     let app = spawn(config).await;
     let mut tcp = TcpStream::connect(app.addr).await.unwrap();
-    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    opening.extend(h2_frame(4, 0, 0, &[]));
+    let mut opening = h2_opening(&[]);
     // POST, http, `/demo/run` and `content-type: application/protobuf` as
     // literals not indexed: END_HEADERS, the body to follow.
     let block = [&[0x83, 0x86, 0x04, 9][..], b"/demo/run", &[0x0f, 0x10, 20], b"application/protobuf"].concat();
@@ -694,8 +698,7 @@ async fn an_h2_client_with_open_windows_that_reads_nothing_holds_a_bounded_buffe
     let mut tcp = socket.connect(app.addr).await.unwrap();
     let widest = 0x7fff_ffffu32;
     let settings = [&[0, 4][..], &widest.to_be_bytes(), &[0, 2], &0u32.to_be_bytes()].concat();
-    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    opening.extend(h2_frame(4, 0, 0, &settings));
+    let mut opening = h2_opening(&settings);
     opening.extend(h2_frame(8, 0, 0, &(widest - 65_535).to_be_bytes()));
     // GET, http, and `/endless` as a literal not indexed: END_STREAM | END_HEADERS.
     let block = [&[0x82, 0x86, 0x04, 8][..], b"/endless"].concat();
@@ -734,8 +737,7 @@ async fn an_h2_client_deaf_to_the_shutdown_does_not_hold_the_drain() {
     let config = Config { shutdown_delay_ms: 0, drain_timeout_ms: 10_000, send_timeout_ms: 300, ..Config::default() };
     let mut app = spawn(config).await;
     let mut tcp = TcpStream::connect(app.addr).await.unwrap();
-    let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    opening.extend(h2_frame(4, 0, 0, &[]));
+    let opening = h2_opening(&[]);
     tcp.write_all(&opening).await.unwrap();
     // The server's SETTINGS: the connection is served as HTTP/2.
     let mut head = [0; 9];

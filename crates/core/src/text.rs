@@ -41,6 +41,12 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
     nearest(word, candidates).map(|near| format!("; did you mean `{near}`?")).unwrap_or_default()
 }
 
+/// Whether `c` is a bidirectional override or isolate (U+202A–U+202E,
+/// U+2066–U+2069): shown as it is, it reorders the text after it.
+pub fn reorders(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` with each character `escaped` picks written as its escape
 /// (`\r`, `\u{1b}`), every other one as it is (Cyrillic stays readable):
 /// text shown on a terminal or in a log line that must stay one line and

@@ -63,7 +63,7 @@ pub fn shown(text: &str) -> String {
 /// character moves the cursor, clears a line, recolours; a bidirectional
 /// override or isolate reorders what follows it.
 pub fn misleads(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || megamind_core::text::reorders(c)
 }
 
 /// Writes one line to standard output (see the module docs).

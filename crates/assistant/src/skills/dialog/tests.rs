@@ -1,6 +1,17 @@
 use super::*;
 use crate::skills::rules;
 
+/// A `skill_command_result` callback's payload.
+fn result_payload(skill: &str, step: f64, session: &str, output: &str) -> Struct {
+    payload(&[
+        ("skill", Kind::StringValue(skill.into())),
+        ("step", Kind::NumberValue(step)),
+        ("session", Kind::StringValue(session.into())),
+        ("output", Kind::StringValue(output.into())),
+        ("skipped", Kind::BoolValue(false)),
+    ])
+}
+
 fn payload(fields: &[(&str, Kind)]) -> Struct {
     Struct { fields: fields.iter().map(|(k, v)| (k.to_string(), Value { kind: Some(v.clone()) })).collect() }
 }
@@ -17,15 +28,7 @@ fn a_result_answers_only_the_command_its_session_waits_for() {
     let mut session = session::start("git-quick-commit", "req-1");
     session.step = 3;
     session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
-    let fields = |step: f64, name: &str, id: &str| {
-        payload(&[
-            ("skill", Kind::StringValue(name.into())),
-            ("step", Kind::NumberValue(step)),
-            ("session", Kind::StringValue(id.into())),
-            ("output", Kind::StringValue("ok".into())),
-            ("skipped", Kind::BoolValue(false)),
-        ])
-    };
+    let fields = |step: f64, name: &str, id: &str| result_payload(name, step, id, "ok");
     let good = fields(3.0, "git-quick-commit", "req-1");
     assert!(CommandResult::read(Some(&good)).is_for(&session));
     assert_eq!(CommandResult::read(Some(&good)).output, "ok");
@@ -410,13 +413,7 @@ fn a_command_result_past_the_output_cap_reaches_the_model_cut() {
     session::set_wait(&mut session, ESkillWait::SkillWaitCommand);
     let mut state = TAssistantState { skill: Some(session), ..Default::default() };
     let output: String = (0..200_000).map(|n| format!("line {n}\n")).collect();
-    let result = payload(&[
-        ("skill", Kind::StringValue("disk-usage".into())),
-        ("step", Kind::NumberValue(2.0)),
-        ("session", Kind::StringValue("req-1".into())),
-        ("output", Kind::StringValue(output.clone())),
-        ("skipped", Kind::BoolValue(false)),
-    ]);
+    let result = result_payload("disk-usage", 2.0, "req-1", &output);
     let input = TurnInput::Callback { name: COMMAND_RESULT.into(), payload: Some(result) };
     let TurnPlan::CallModel { utterance } = policy.plan("req-2", &input, &mut state) else {
         panic!("the model hears it")

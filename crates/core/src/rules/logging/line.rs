@@ -103,7 +103,8 @@ pub(super) fn write_field(writer: &mut impl Write, name: &str, value: &str) -> f
 fn plain_char(c: char) -> bool {
     !c.is_control()
         && !c.is_whitespace()
-        && !matches!(c, '"' | '=' | '\\' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        && !crate::text::reorders(c)
+        && !matches!(c, '"' | '=' | '\\' | '\u{200e}' | '\u{200f}')
 }
 
 /// Text that keeps its first `limit` bytes (at a character boundary) and
