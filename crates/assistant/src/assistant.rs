@@ -266,42 +266,24 @@ impl Assistant {
     /// The call `args.call_id`: the running or kept one, else a new one;
     /// `true` when this replica began it.
     async fn start(&self, args: &TAssistantContinueArguments) -> Result<(Handle, bool), AtCapacity> {
-        let call = |record: Arc<CallRecord>| {
-            let state = args.state.clone().unwrap_or_default();
-            let messages = self.policy.messages(&state, &args.utterance);
-            let sampling = self.policy.sampling(&state);
-            let (backend, metrics) = (self.backend.clone(), self.metrics.clone());
-            let timeout = self.config.calls.call_timeout();
-            let (thinking, format) = (self.config.calls.max_thinking(), self.config.llm.stream_format);
-            let (session_id, call_id) = (state.session_id, args.call_id.clone());
-            self.activity.touch();
-            async move {
-                let started = Instant::now();
-                let request = ModelRequest { messages, session_id, deadline: started + timeout, sampling };
-                let call = timeout_at(request.deadline, backend.complete(&request, &*record));
-                let overrun = async {
-                    match thinking {
-                        Some(budget) => thinking::overrun(record.follow(), format, started + budget).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let outcome = tokio::select! {
-                    biased;
-                    outcome = call => outcome.unwrap_or(Err(BackendError::Timeout("call"))),
-                    () = overrun => Err(BackendError::Timeout("thinking")),
-                };
-                metrics.model_call(&*backend, &outcome, started.elapsed());
-                // Logged here, once, whether or not anyone still waits for it.
-                if let Err(error) = &outcome {
-                    static FAILED: Throttle = Throttle::new();
-                    if let Some(left_out) = FAILED.due() {
-                        tracing::warn!(%call_id, %error, left_out, "assistant: the model call failed");
-                    }
-                }
-                outcome
-            }
-        };
-        self.calls.begin(&args.call_id, !args.spoken.is_empty(), call).await
+        let call = self.model_call(args);
+        self.calls.begin(&args.call_id, !args.spoken.is_empty(), move |record| call.run(record)).await
+    }
+
+    /// The model call `args` ask for, run only if this replica begins it.
+    fn model_call(&self, args: &TAssistantContinueArguments) -> ModelCall {
+        ModelCall {
+            state: args.state.clone().unwrap_or_default(),
+            utterance: args.utterance.clone(),
+            call_id: args.call_id.clone(),
+            policy: self.policy.clone(),
+            backend: self.backend.clone(),
+            metrics: self.metrics.clone(),
+            timeout: self.config.calls.call_timeout(),
+            thinking: self.config.calls.max_thinking(),
+            format: self.config.llm.stream_format,
+            activity: self.activity.clone(),
+        }
     }
 
     /// The outcome of the call `handle` follows, by `stop_by`. A call
@@ -319,13 +301,34 @@ impl Assistant {
         if !handle.abandoned() {
             return outcome;
         }
-        let Ok((again, begun)) = self.start(args).await else { return outcome };
-        if begun {
-            tracing::warn!(call_id = %args.call_id, "assistant: a model call was left without an answer; begun again");
-        } else {
-            tracing::debug!(call_id = %args.call_id, "assistant: a model call was left without an answer; asked for again");
+        // Begun again on a task of its own, waited for until `stop_by` only:
+        // over a shared store, beginning takes up to three round trips, and
+        // a hop that learns of the abandon at its `stop_by` would answer
+        // late. Cut short instead, the call would be left unclaimed, or
+        // claimed with no run, until its lease ran out; on its own, it runs
+        // and the next hop finds it.
+        let (calls, call_id, heard) = (self.calls.clone(), args.call_id.clone(), !args.spoken.is_empty());
+        let call = self.model_call(args);
+        let again = tokio::spawn(async move {
+            let begun = calls.begin(&call_id, heard, move |record| call.run(record)).await;
+            match &begun {
+                Ok((_, true)) => {
+                    tracing::warn!(%call_id, "assistant: a model call was left without an answer; begun again");
+                }
+                Ok((_, false)) => {
+                    tracing::debug!(%call_id, "assistant: a model call was left without an answer; asked for again");
+                }
+                Err(AtCapacity) => {}
+            }
+            begun.ok().map(|(again, _)| again)
+        });
+        match timeout_at(stop_by, again).await {
+            Ok(Ok(Some(again))) => again.wait_until(stop_by).await,
+            // Still beginning: the hop holds, as for a call still running.
+            Err(_elapsed) => None,
+            // At the cap, or beginning failed: the abandon is the outcome.
+            Ok(Ok(None) | Err(_)) => outcome,
         }
-        again.wait_until(stop_by).await
     }
 
     /// The answer body of a finished call; the call the policy goes on
@@ -589,6 +592,58 @@ impl Scenario for Assistant {
             ..Default::default()
         }
         .into())
+    }
+}
+
+/// A model call as the dialog asks for it, owning all it needs to run
+/// wherever it is begun.
+struct ModelCall {
+    state: TAssistantState,
+    utterance: String,
+    call_id: String,
+    policy: Arc<dyn DialogPolicy>,
+    backend: Arc<dyn ModelBackend>,
+    metrics: AssistantMetrics,
+    timeout: Duration,
+    thinking: Option<Duration>,
+    format: crate::jsonseq::mapper::Format,
+    activity: Arc<warmup::Activity>,
+}
+
+impl ModelCall {
+    /// The call, its events told to `record`; the prompt is made as it begins.
+    fn run(self, record: Arc<CallRecord>) -> impl Future<Output = ModelOutcome> + Send + 'static {
+        let ModelCall { state, utterance, call_id, policy, backend, metrics, timeout, thinking, format, activity } =
+            self;
+        let messages = policy.messages(&state, &utterance);
+        let sampling = policy.sampling(&state);
+        let session_id = state.session_id;
+        activity.touch();
+        async move {
+            let started = Instant::now();
+            let request = ModelRequest { messages, session_id, deadline: started + timeout, sampling };
+            let call = timeout_at(request.deadline, backend.complete(&request, &*record));
+            let overrun = async {
+                match thinking {
+                    Some(budget) => thinking::overrun(record.follow(), format, started + budget).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let outcome = tokio::select! {
+                biased;
+                outcome = call => outcome.unwrap_or(Err(BackendError::Timeout("call"))),
+                () = overrun => Err(BackendError::Timeout("thinking")),
+            };
+            metrics.model_call(&*backend, &outcome, started.elapsed());
+            // Logged here, once, whether or not anyone still waits for it.
+            if let Err(error) = &outcome {
+                static FAILED: Throttle = Throttle::new();
+                if let Some(left_out) = FAILED.due() {
+                    tracing::warn!(%call_id, %error, left_out, "assistant: the model call failed");
+                }
+            }
+            outcome
+        }
     }
 }
 

@@ -472,3 +472,102 @@ async fn a_continue_bringing_more_history_than_run_keeps_calls_the_model_with_th
     assert_eq!(asked[1], format!("вопрос {}", 40 - kept), "the last turns are kept");
     assert_eq!(asked.last(), Some(&"Который час?"));
 }
+
+/// A store whose `begin` answers only after `delay`, as one far away does;
+/// the rest as the memory store it wraps.
+#[derive(Debug)]
+struct SlowToBegin {
+    delay: Duration,
+    store: Arc<megamind_core::store::MemoryStore>,
+}
+
+#[async_trait]
+impl megamind_core::store::FlightStore for SlowToBegin {
+    async fn begin(
+        &self,
+        key: megamind_core::store::Key,
+        lease_ttl: Duration,
+        deadline: Instant,
+        may_lead: &mut (dyn FnMut() -> bool + Send),
+    ) -> Result<megamind_core::store::Begin, megamind_core::store::StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.store.begin(key, lease_ttl, deadline, may_lead).await
+    }
+
+    async fn complete(
+        &self,
+        lease: megamind_core::store::Lease,
+        value: bytes::Bytes,
+    ) -> Result<(), megamind_core::store::StoreError> {
+        self.store.complete(lease, value).await
+    }
+
+    async fn abandon(&self, lease: megamind_core::store::Lease) -> Result<(), megamind_core::store::StoreError> {
+        self.store.abandon(lease).await
+    }
+
+    async fn wait(
+        &self,
+        waiter: &megamind_core::store::Waiter,
+        deadline: Instant,
+    ) -> Result<megamind_core::store::Waited, megamind_core::store::StoreError> {
+        self.store.wait(waiter, deadline).await
+    }
+
+    async fn purge_expired(&self) -> Result<(), megamind_core::store::StoreError> {
+        self.store.purge_expired().await
+    }
+
+    fn usage(&self) -> megamind_core::store::Usage {
+        self.store.usage()
+    }
+}
+
+/// A call whose run dies just before a hop's `stop_by`, over a store that
+/// takes 100 ms to begin it again: the hop answers by its deadline (a
+/// filler), and the call is begun again all the same, on its own, so that
+/// the next hop has its answer.
+#[tokio::test(start_paused = true)]
+async fn a_call_abandoned_at_stop_by_is_begun_again_without_making_the_hop_late() {
+    use megamind_core::store::{MemoryStore, ScenarioStore, memory};
+    let backend = Scripted::new(10, Ok("Сейчас 12 часов."));
+    let (mut assistant, _) = assistant(backend.clone(), AssistantConfig::default());
+    let memory = Arc::new(MemoryStore::new(memory::Limits::default(), memory::unregistered_evictions()));
+    let slow = Arc::new(SlowToBegin { delay: Duration::from_millis(100), store: memory.clone() });
+    let store = ScenarioStore { flights: slow, journal: memory, shared: false };
+    let retention = calls::Retention { ttl: Duration::from_secs(60), max_entries: 100, max_bytes: 1 << 20 };
+    let counters = (
+        prometheus::IntGauge::new("g", "g").unwrap(),
+        prometheus::IntCounterVec::new(prometheus::Opts::new("d", "d"), &["reason"]).unwrap(),
+    );
+    assistant.calls = Calls::with_store(store, 10, Duration::from_secs(10), retention, counters);
+
+    // The run dies 250 ms after it began: 10 ms before the hop's `stop_by`.
+    let dies = || async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        panic!("the run dies")
+    };
+    assistant.calls.begin("r1", false, |_| dies()).await.unwrap();
+    let args = TAssistantContinueArguments {
+        call_id: "r1".into(),
+        utterance: "Который час?".into(),
+        state: Some(TAssistantState { session_id: "s".into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let hop = ctx("r1");
+    let deadline = hop.deadline;
+    let request = continue_request(Any::from_msg(&args).unwrap());
+    let body = continue_body(assistant.r#continue(request, hop).await.unwrap().into_owned());
+    assert!(Instant::now() <= deadline, "answered {:?} late", Instant::now() - deadline);
+    assert_eq!(speech(&body), AssistantConfig::default().dialog.filler_texts[0], "the call is not over");
+    assert_eq!(backend.calls(), 0, "still beginning");
+
+    // Begun again meanwhile: the next hop has the answer.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(backend.calls(), 1, "begun again once");
+    let next = TAssistantContinueArguments { hops: 1, ..args };
+    let request = continue_request(Any::from_msg(&next).unwrap());
+    let body = continue_body(assistant.r#continue(request, ctx("r1")).await.unwrap().into_owned());
+    assert_eq!(speech(&body), "Сейчас 12 часов.");
+    assert_eq!(backend.calls(), 1);
+}

@@ -155,8 +155,8 @@ async fn stream_route(
             .find(|(key, _)| key == "after")
             .map(|(_, value)| value.into_owned())
     };
-    if let Err(refused) = api.signed(&id, &uri) {
-        return refuse(StatusCode::FORBIDDEN, "forbidden", refused);
+    if let Err((status, code, message)) = api.admitted(&id, &uri) {
+        return refuse(status, code, message);
     }
     let after = match last.or_else(after_query).map(|n| n.trim().parse::<u64>()) {
         None => 0,
@@ -221,7 +221,7 @@ async fn stream_route(
 
 async fn answers_route(State(api): State<Arc<Api>>, Path(id): Path<String>, uri: Uri, headers: HeaderMap) -> Response {
     let metrics = &api.sources.metrics;
-    let record = match api.signed(&id, &uri).map_err(|why| (StatusCode::FORBIDDEN, "forbidden", why)) {
+    let record = match api.admitted(&id, &uri) {
         Ok(()) => api.lookup(&id).await,
         Err(refused) => Err(refused),
     };
@@ -283,6 +283,18 @@ impl Older for OlderViews<'_> {
 }
 
 impl Api {
+    /// Whether call `id` may be opened at the address asked: an id no
+    /// longer than a RequestId's bound, signed and not expired; the error
+    /// answer's status, code and message when not. The length comes first:
+    /// checking the signature hashes the whole id.
+    fn admitted(&self, id: &str, uri: &Uri) -> Result<(), (StatusCode, &'static str, String)> {
+        if id.len() > MAX_ID_BYTES {
+            let message = format!("a request id is at most {MAX_ID_BYTES} bytes");
+            return Err((StatusCode::BAD_REQUEST, "bad_request", message));
+        }
+        self.signed(id, uri).map_err(|why| (StatusCode::FORBIDDEN, "forbidden", why))
+    }
+
     /// Whether the address asked (its query) is signed for call `id` and
     /// not expired; why not, when not.
     fn signed(&self, id: &str, uri: &Uri) -> Result<(), String> {
@@ -298,13 +310,6 @@ impl Api {
 
     /// The record of call `id`, or the error answer's status, code and message.
     async fn lookup(&self, id: &str) -> Result<Arc<CallRecord>, (StatusCode, &'static str, String)> {
-        if id.len() > MAX_ID_BYTES {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("a request id is at most {MAX_ID_BYTES} bytes"),
-            ));
-        }
         match self.sources.calls.lookup(id).await {
             Lookup::Kept(record) => Ok(record),
             Lookup::Gone => Err((StatusCode::GONE, "gone", "the answer of this request expired; ask again".into())),

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 
 use super::expect::{Expectation, Regexes};
-use crate::bounded::read_at_most;
+use crate::bounded::read_file_at_most;
 
 /// Largest script file read, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
@@ -117,7 +117,7 @@ pub struct ScriptError(pub String);
 /// Reads, parses and checks the script at `path`.
 pub fn load(path: &Path) -> Result<Loaded, ScriptError> {
     let file = path.display().to_string();
-    let read = std::fs::File::open(path).and_then(|source| read_at_most(source, MAX_SCRIPT_BYTES as u64));
+    let read = read_file_at_most(path, MAX_SCRIPT_BYTES as u64);
     let Some(bytes) = read.map_err(|e| ScriptError(format!("{file}: cannot read: {e}")))? else {
         return Err(ScriptError(format!("{file}: larger than {MAX_SCRIPT_BYTES} bytes")));
     };
