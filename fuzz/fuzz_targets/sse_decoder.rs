@@ -6,6 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use megamind_assistant::backend::openai::sse::{SseDecoder, SseError, StreamEvent};
+use megamind_scenario_fuzz::cut;
 
 fuzz_target!(|data: &[u8]| {
     // Two bytes pick the cuts and the bound; the rest is the stream.
@@ -35,22 +36,6 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
-
-/// Pieces of 0 to 16 bytes, sizes drawn from `seed`.
-fn cut(stream: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut state = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
-    let mut rest = stream;
-    let mut chunks = Vec::new();
-    while !rest.is_empty() {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let (chunk, tail) = rest.split_at(((state % 17) as usize).min(rest.len()));
-        chunks.push(chunk);
-        rest = tail;
-    }
-    chunks
-}
 
 /// The events up to the first error, and that error.
 fn decode(max_bytes: usize, chunks: &[&[u8]]) -> (Vec<StreamEvent>, Option<SseError>) {

@@ -1,5 +1,6 @@
 //! What the fuzz targets check, shared: decoding requests in every format,
-//! and comparing two messages the way text format can preserve them.
+//! comparing two messages the way text format can preserve them, and
+//! cutting a stream into pieces.
 
 use megamind_core::{
     codec::{self, Format},
@@ -148,4 +149,20 @@ fn any_contents(any: &DynamicMessage) -> Option<Option<(String, DynamicMessage)>
     };
     let desc = url.rsplit_once('/').and_then(|(_, name)| any.descriptor().parent_pool().get_message_by_name(name));
     Some(desc.and_then(|desc| DynamicMessage::decode(desc, bytes).ok()).map(|inner| (url, inner)))
+}
+
+/// `stream` in pieces of 0 to 16 bytes, their sizes drawn from `seed`.
+pub fn cut(stream: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
+    let mut rest = stream;
+    let mut chunks = Vec::new();
+    while !rest.is_empty() {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let (chunk, tail) = rest.split_at(((state % 17) as usize).min(rest.len()));
+        chunks.push(chunk);
+        rest = tail;
+    }
+    chunks
 }

@@ -15,9 +15,12 @@
 
 pub(crate) mod completion;
 pub mod sse;
+mod stream;
 
 #[cfg(feature = "fuzzing")]
 pub use completion::fuzz_completion;
+#[cfg(feature = "fuzzing")]
+pub use stream::fuzz_stream;
 
 use std::{sync::Arc, time::Duration};
 
@@ -33,10 +36,7 @@ use crate::{
         backoff,
         breaker::Breaker,
         config::{BackendConfig, Secret},
-        openai::{
-            completion::parse_completion,
-            sse::{SseDecoder, SseError, StreamEvent},
-        },
+        openai::{completion::parse_completion, stream::Reading},
         warmup,
     },
     error::AssistantError,
@@ -387,93 +387,26 @@ async fn read_stream(
     deadline: Instant,
     sink: &dyn EventSink,
 ) -> Result<Completion, Failure> {
-    let mut decoder = SseDecoder::new(MAX_BODY);
-    let mut completion = Completion { attempts: 1, ..Completion::default() };
-    // Any event handed to the sink, not only a token, rules out a retry.
-    let (mut streamed, mut reasoned) = (false, 0usize);
-    // The model said it was done: `[DONE]`, or a `finish_reason`.
-    let mut finished = false;
-    // When the `finish_reason` came: what follows is only waited for a while.
-    let mut finish_seen: Option<Instant> = None;
+    let mut reading = Reading::new(started, MAX_BODY);
     let fail = |error: BackendError, streamed: bool| Failure { error, retry_after: None, streamed };
     loop {
         let (until, which) =
-            if completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
-        let until = finish_seen.map_or(until, |at| until.min(at + AFTER_FINISH));
-        let (events, ended) = match timeout_at(until, response.chunk()).await {
-            Err(_) if finish_seen.is_some() => break,
-            Err(_) => return Err(fail(BackendError::Timeout(which), streamed)),
-            Ok(Err(error)) => return Err(fail(broken(&error), streamed)),
-            Ok(Ok(None)) => (decoder.finish(), true),
-            Ok(Ok(Some(bytes))) => (decoder.push(&bytes), false),
+            if reading.completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
+        let until = reading.finish_seen.map_or(until, |at| until.min(at + AFTER_FINISH));
+        let chunk = match timeout_at(until, response.chunk()).await {
+            Err(_) if reading.finish_seen.is_some() => break,
+            Err(_) => return Err(fail(BackendError::Timeout(which), reading.streamed)),
+            Ok(Err(error)) => return Err(fail(broken(&error), reading.streamed)),
+            Ok(Ok(chunk)) => chunk,
         };
-        let events = events.map_err(|error| {
-            let error = match error {
-                // Said with a status: as that status had come as the answer's,
-                // retried while nothing was streamed (an overload's 503).
-                SseError::Backend { status: Some(status), message } => BackendError::Status { status, message },
-                other => BackendError::BadResponse(other.to_string()),
-            };
-            fail(error, streamed)
-        })?;
-        let mut done = ended;
-        for event in events {
-            let event = match event {
-                StreamEvent::Done => {
-                    (done, finished) = (true, true);
-                    continue;
-                }
-                StreamEvent::Delta(piece) => {
-                    completion.text.push_str(&piece);
-                    if completion.text.len() > MAX_BODY {
-                        let error = BackendError::BadResponse(format!("answer larger than {MAX_BODY} bytes"));
-                        return Err(fail(error, true));
-                    }
-                    ModelEvent::TextDelta(piece)
-                }
-                StreamEvent::Reasoning(piece) => {
-                    // A model that only thinks is held to the same bound as its words.
-                    reasoned += piece.len();
-                    if reasoned > MAX_BODY {
-                        let error = BackendError::BadResponse(format!("reasoning larger than {MAX_BODY} bytes"));
-                        return Err(fail(error, true));
-                    }
-                    ModelEvent::ReasoningDelta(piece)
-                }
-                StreamEvent::Finish(reason) => {
-                    finished = true;
-                    finish_seen.get_or_insert_with(Instant::now);
-                    completion.finish_reason = Some(reason.clone());
-                    ModelEvent::Finish { reason }
-                }
-                StreamEvent::Usage(usage) => {
-                    completion.usage = Some(usage);
-                    ModelEvent::usage(usage)
-                }
-            };
-            // Reasoning is the model at work too: it ends the first-token wait.
-            if matches!(event, ModelEvent::TextDelta(_) | ModelEvent::ReasoningDelta(_)) {
-                completion.first_token.get_or_insert_with(|| started.elapsed());
-            }
-            sink.event(event);
-            streamed = true;
-        }
-        if done {
-            break;
+        match reading.feed(chunk.as_deref(), sink) {
+            Ok(false) => {}
+            Ok(true) => break,
+            Err(error) => return Err(fail(error, reading.streamed)),
         }
     }
-    // A body closed cleanly mid-answer (a server or proxy that closes a
-    // response without a length) is a connection broken, not an answer:
-    // its last words may be cut in the middle, and so may a command.
-    if !finished {
-        let error =
-            BackendError::Connect("the stream ended before the model finished (no finish_reason, no [DONE])".into());
-        return Err(fail(error, streamed));
-    }
-    if completion.text.trim().is_empty() {
-        return Err(fail(BackendError::BadResponse("the stream carried no text".into()), streamed));
-    }
-    Ok(completion)
+    let streamed = reading.streamed;
+    reading.end().map_err(|error| fail(error, streamed))
 }
 
 #[cfg(test)]

@@ -61,54 +61,85 @@ pub struct SseDecoder {
     data: String,
     has_data: bool,
     max_bytes: usize,
+    /// `[DONE]` was read: the stream is over, whatever follows it.
+    done: bool,
 }
 
 impl SseDecoder {
     /// A decoder refusing lines and events past `max_bytes`.
     pub fn new(max_bytes: usize) -> SseDecoder {
-        SseDecoder { partial: Vec::new(), data: String::new(), has_data: false, max_bytes }
+        SseDecoder { partial: Vec::new(), data: String::new(), has_data: false, max_bytes, done: false }
     }
 
     /// Feeds received bytes; returns the events they complete, in order.
+    /// Nothing after `[DONE]`, which ends the stream: what a server sends
+    /// after it is read neither as events nor as errors, whether it comes
+    /// with it or later.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, SseError> {
         let mut events = Vec::new();
+        self.push_into(bytes, &mut events).map(|()| events)
+    }
+
+    /// As [`SseDecoder::push`], the events added to `events`: those before
+    /// an error stay there, as they would have come had the stream been
+    /// cut just before it.
+    pub fn push_into(&mut self, bytes: &[u8], events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
         let mut rest = bytes;
         while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if self.done {
+                return Ok(());
+            }
             let (line, tail) = rest.split_at(end);
             rest = &tail[1..];
             if self.partial.is_empty() {
-                self.line(line, &mut events)?;
+                self.line(line, events)?;
             } else {
                 self.partial.extend_from_slice(line);
                 let whole = std::mem::take(&mut self.partial);
-                self.line(&whole, &mut events)?;
+                self.line(&whole, events)?;
             }
+        }
+        if self.done {
+            return Ok(());
         }
         self.partial.extend_from_slice(rest);
         if self.partial.len() > self.max_bytes {
             return Err(SseError::TooLarge(self.max_bytes));
         }
-        Ok(events)
+        Ok(())
     }
 
     /// The stream ended: an event not closed by a blank line still counts
     /// (some servers close right after the last `data:` line).
     pub fn finish(&mut self) -> Result<Vec<StreamEvent>, SseError> {
         let mut events = Vec::new();
+        self.finish_into(&mut events).map(|()| events)
+    }
+
+    /// As [`SseDecoder::finish`], the events added to `events`.
+    pub fn finish_into(&mut self, events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
+        if self.done {
+            return Ok(());
+        }
         let last = std::mem::take(&mut self.partial);
         if !last.is_empty() {
-            self.line(&last, &mut events)?;
+            self.line(&last, events)?;
         }
-        self.line(b"", &mut events)?;
-        Ok(events)
+        self.line(b"", events)
     }
 
     fn line(&mut self, line: &[u8], events: &mut Vec<StreamEvent>) -> Result<(), SseError> {
+        // Whatever the line (a comment too): the same bound as a line still
+        // arriving, so that it does not depend on how the stream was cut.
+        if line.len() > self.max_bytes {
+            return Err(SseError::TooLarge(self.max_bytes));
+        }
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             if std::mem::take(&mut self.has_data) {
                 let data = std::mem::take(&mut self.data);
                 interpret(&data, events)?;
+                self.done = events.last() == Some(&StreamEvent::Done);
             }
             return Ok(());
         }
@@ -305,12 +336,36 @@ mod tests {
     }
 
     #[test]
+    fn nothing_after_done_is_read_whatever_the_cuts() {
+        let stream = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n\xff\xfe\ndata: {\n\n";
+        let expected = vec![StreamEvent::Delta("Hi".into()), StreamEvent::Done];
+        for cut in 0..=stream.len() {
+            let mut decoder = SseDecoder::new(1024);
+            let (start, rest) = stream.split_at(cut);
+            let mut events = decoder.push(start).unwrap();
+            events.extend(decoder.push(rest).unwrap());
+            events.extend(decoder.finish().unwrap());
+            assert_eq!(events, expected, "cut at {cut}");
+            assert_eq!(decoder.push(b"data: x\n\n"), Ok(Vec::new()), "over");
+        }
+    }
+
+    #[test]
     fn bounded_by_max_bytes() {
         let mut decoder = SseDecoder::new(64);
         assert_eq!(decoder.push(&[b'x'; 65]), Err(SseError::TooLarge(64)), "a line without an end");
         let mut decoder = SseDecoder::new(64);
         let many_lines = "data: 0123456789\n".repeat(8);
         assert_eq!(decoder.push(many_lines.as_bytes()), Err(SseError::TooLarge(64)), "an event without an end");
+        // A comment past the bound, whole or in pieces.
+        let comment = format!(": {}\n\ndata: [DONE]\n\n", "x".repeat(63));
+        assert_eq!(SseDecoder::new(64).push(comment.as_bytes()), Err(SseError::TooLarge(64)), "whole");
+        let mut decoder = SseDecoder::new(64);
+        let (start, rest) = comment.as_bytes().split_at(40);
+        assert_eq!(decoder.push(start), Ok(Vec::new()));
+        assert_eq!(decoder.push(rest), Err(SseError::TooLarge(64)), "in pieces");
+        let comment = format!(": {}\n\ndata: [DONE]\n\n", "x".repeat(62));
+        assert_eq!(SseDecoder::new(64).push(comment.as_bytes()), Ok(vec![StreamEvent::Done]), "at the bound");
     }
 
     #[test]

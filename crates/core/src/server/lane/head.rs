@@ -60,13 +60,26 @@ pub fn decide(read: &[u8], limit: usize) -> Option<Result<Request<()>, NotLean>>
 
 /// Resolves when the client closes `io` (or it fails), while its answer is
 /// being sent. Bytes it sends meanwhile (a pipelined request, which a
-/// `Connection: close` answer leaves unanswered) end the watch.
+/// `Connection: close` answer leaves unanswered) are read and dropped, up
+/// to [`MAX_IGNORED`]: past that, the watch ends, and the send and drain
+/// timeouts alone bound the answer.
 pub async fn gone(io: &mut (impl AsyncRead + Unpin)) {
-    let mut byte = [0u8; 1];
-    if let Ok(1..) = io.read(&mut byte).await {
-        std::future::pending::<()>().await;
+    let mut buffer = [0u8; 1024];
+    let mut ignored = 0;
+    loop {
+        match io.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => ignored += read,
+        }
+        if ignored > MAX_IGNORED {
+            std::future::pending::<()>().await;
+        }
     }
 }
+
+/// The bytes a stream's client may send after its request and still be
+/// watched for closing: a few pipelined requests.
+pub const MAX_IGNORED: usize = 64 << 10;
 
 /// The lean request `bytes` make, `None` while its head is incomplete.
 fn parse(bytes: &[u8]) -> Result<Option<Request<()>>, NotLean> {
