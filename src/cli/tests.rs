@@ -409,6 +409,35 @@ fn a_debug_print_of_the_configuration_shows_no_secret() {
     assert!(printed.contains("\"assistant\""), "the scenarios are named: {printed}");
 }
 
+/// A file that leaves a secret no table to go in (a value where its section
+/// belongs), or writes one where its section belongs: the refusal names
+/// the key, never the secret.
+#[test]
+fn a_secret_with_no_table_to_go_in_is_refused_without_being_quoted() {
+    let env = [
+        ("MEGAMIND_STORE_URL", "redis://app:s3cret@redis.internal:6379/2"),
+        ("TVMTOOL_LOCAL_AUTHTOKEN", "tvm-s3cret"),
+        ("MEGAMIND_LLM_API_KEY", "sk-s3cret"),
+        ("MEGAMIND_LLM_SIGNING_KEY", "signing-s3cret-signing-s3cret-32b"),
+    ];
+    let path = std::env::temp_dir().join(format!("megamind-no-table-{}.toml", std::process::id()));
+    std::fs::write(&path, "store = 1\nauth = 2\n[assistant]\nbackend = \"openai\"\nllm = 3\n").unwrap();
+    let error = serve_with(&["--config", path.to_str().unwrap()], &env).unwrap_err().to_string();
+    for said in [
+        "MEGAMIND_STORE_URL store.url=<hidden>: store is not a table",
+        "MEGAMIND_LLM_API_KEY assistant.backend.api_key=<hidden>: assistant.backend is not a table",
+    ] {
+        assert!(error.contains(said), "{said}: {error}");
+    }
+    assert!(!error.contains("s3cret"), "{error}");
+    // A secret written where its section belongs is quoted by no problem either.
+    std::fs::write(&path, "store = \"redis://app:s3cret@redis.internal:6379/2\"\n").unwrap();
+    let error = serve_with(&["--config", path.to_str().unwrap()], &[]).unwrap_err().to_string();
+    assert!(error.contains("store: invalid type: string, expected"), "{error}");
+    assert!(!error.contains("s3cret"), "{error}");
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn a_printed_configuration_loaded_again_is_refused_while_its_secrets_are_placeholders() {
     let env = [

@@ -261,6 +261,19 @@ async fn an_optional_user_ticket_lets_a_call_without_one_in_and_refuses_a_bad_on
     let (status, _) = post_run(&app, Some(MEGAMIND), Some(USER)).await;
     assert_eq!(status, 200);
     assert_eq!(tvmtool.user_checks(), 2, "a sent user ticket is checked");
+    // A user ticket sent that no ticket can be (not ASCII) is refused, not
+    // taken for none: tvmtool is not asked.
+    let body = fixture_body::<TScenarioRunRequest>("poi_run_request", Format::Binary);
+    let unreadable = reqwest::header::HeaderValue::from_bytes(b"3:user:\xff").unwrap();
+    let request = app.http.post(app.url("/demo/run")).header("content-type", "application/protobuf");
+    let request = request.header("x-ya-service-ticket", MEGAMIND).header("x-ya-user-ticket", unreadable);
+    let response = request.body(body).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let why = response.text().await.unwrap();
+    assert_eq!(why, "forbidden: the user ticket (X-Ya-User-Ticket) is not visible ASCII\n");
+    assert_eq!(tvmtool.user_checks(), 2, "not asked about it");
+    let (_, metrics) = app.get("/metrics").await;
+    assert!(metrics.contains(r#"megamind_auth_total{result="user_invalid"} 2"#), "{metrics}");
 }
 
 #[tokio::test]
@@ -331,6 +344,40 @@ async fn dialog_plays_against_a_server_that_checks_tickets_when_given_one() {
 /// with no ticket whose body never comes is refused 403 at once (the
 /// connection closed, its body unread), not held for the body, over HTTP
 /// and gRPC alike.
+/// A caller without a ticket learns nothing of what else is wrong with its
+/// call: a media type the server does not read is refused as the caller
+/// is, on both transports, and counted as forbidden (not as an error that
+/// the errors alert counts).
+#[tokio::test]
+async fn a_caller_without_a_ticket_is_refused_before_its_media_type_is_judged() {
+    let tvmtool = Tvmtool::start(tickets()).await;
+    let app = spawn_builtin(config(&tvmtool)).await;
+    let response = app.http.post(app.url("/demo/commit")).header("content-type", "x/y").body("").send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let (response, mut body) =
+        crate::helpers::bare_grpc_call(&app, "Run", &[("content-type", "application/grpc+json")]).await;
+    body.send_data(bytes::Bytes::new(), true).unwrap();
+    let response = tokio::time::timeout(BUDGET, response).await.expect("an answer before the budget").unwrap();
+    assert_eq!(response.headers().get("grpc-status").map(|v| v.to_str().unwrap()), Some("7"), "PERMISSION_DENIED");
+    let (_, metrics) = app.get("/metrics").await;
+    let counted = |line: &&str| line.contains("outcome=\"unsupported_media_type\"") && !line.ends_with(" 0");
+    assert_eq!(metrics.lines().find(counted), None, "counted as a media type refused");
+    let forbidden =
+        r#"megamind_requests_total{handler="commit",outcome="forbidden",scenario="demo",transport="http"} 1"#;
+    assert!(metrics.contains(forbidden), "{metrics}");
+    // With a good ticket, the media type is judged.
+    let response = app
+        .http
+        .post(app.url("/demo/commit"))
+        .header("content-type", "x/y")
+        .header("x-ya-service-ticket", MEGAMIND)
+        .body("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+}
+
 #[tokio::test]
 async fn a_caller_without_a_ticket_is_refused_before_its_body_is_read() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -172,6 +172,16 @@ mod tests {
     }
 
     #[test]
+    fn a_model_url_is_read_in_any_case_and_refused_without_its_password() {
+        let config = AssistantConfig::with_base_url("HTTPS://k:pw@model.internal/v1");
+        assert!(config.validate().is_ok(), "{:?}", config.validate());
+        let config = AssistantConfig::with_base_url("htps://k:s3cret@model.internal/v1");
+        let all = config.validate().unwrap_err().join("\n");
+        assert!(all.contains("htps://k:<hidden>@model.internal/v1"), "{all}");
+        assert!(!all.contains("s3cret"), "{all}");
+    }
+
+    #[test]
     fn a_session_too_small_for_a_step_s_message_is_refused() {
         let mut config = AssistantConfig::default();
         (config.skills.max_session_bytes, config.skills.max_output_bytes) = (2048, 8192);

@@ -93,10 +93,13 @@ impl BackendConfig {
     /// Checks every value, reporting each problem with its key under `backend.`.
     pub(crate) fn validate(&self, check: &mut dyn FnMut(bool, String)) {
         let url = self.base_url.trim();
+        // Schemes are read in any case (`HTTPS://`), as the client reads them.
+        let scheme = |scheme: &str| url.get(..scheme.len()).is_some_and(|start| start.eq_ignore_ascii_case(scheme));
         check(
-            url.is_empty() || url.starts_with("http://") || url.starts_with("https://"),
+            url.is_empty() || scheme("http://") || scheme("https://"),
             format!(
-                "backend.base_url = {url:?}: must start with http:// or https:// (or be empty for the offline backend)"
+                "backend.base_url = {:?}: must start with http:// or https:// (or be empty for the offline backend)",
+                megamind_core::text::redact_url(url)
             ),
         );
         check(self.kind() != "openai" || !url.is_empty(), "backend.base_url must be set for kind = \"openai\"".into());

@@ -64,7 +64,10 @@ impl LlmConfig {
         let public = self.public_url.trim();
         check(
             public.is_empty() || public.starts_with("http://") || public.starts_with("https://"),
-            format!("llm.public_url = {public:?}: must start with http:// or https:// (or be empty)"),
+            format!(
+                "llm.public_url = {:?}: must start with http:// or https:// (or be empty)",
+                megamind_core::text::redact_url(public)
+            ),
         );
         check(self.chunk_bytes >= 64, format!("llm.chunk_bytes = {}: must be at least 64", self.chunk_bytes));
         let key = self.signing_key.expose();

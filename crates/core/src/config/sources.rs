@@ -91,13 +91,30 @@ impl Sources {
                     if origin != "--set"
                         && errors.iter().any(|((o, v, e), _)| (*o, *v, e) == (origin, value, &error)) => {}
                 Err(error) => {
-                    let line = format!("{origin} {key}={value:?}: {error}");
+                    // A secret's value is never shown, whatever is wrong
+                    // with it or around it (`assistant.backend = "openai"`
+                    // in the file leaves its API key no table to go in).
+                    let line = if self.is_secret(key) {
+                        let error = error.replace(&format!("{value:?}"), "<hidden>");
+                        format!("{origin} {key}=<hidden>: {error}")
+                    } else {
+                        format!("{origin} {key}={value:?}: {error}")
+                    };
                     errors.push(((origin, value, error), line));
                 }
             }
         }
         let refused = errors.into_iter().map(|((origin, _, _), line)| (origin.clone(), line)).collect();
         Ok((table, origins, refused))
+    }
+
+    /// Whether the value at `key` is a secret or holds one: a table whose
+    /// place a secret's table has (`store = "redis://u:pw@h"`, where
+    /// `store.url` belongs) is quoted by a problem with it.
+    fn is_secret(&self, key: &str) -> bool {
+        self.secret
+            .iter()
+            .any(|secret| secret == key || secret.strip_prefix(key).is_some_and(|rest| rest.starts_with('.')))
     }
 
     /// The core configuration, validated; scenario tables kept for their scenarios.
@@ -118,7 +135,7 @@ impl Sources {
         let (config, mut problems) = Config::read(table);
         problems.extend(config.problems().into_iter().map(Problem::from_message));
         problems.extend(scenarios(&config));
-        for problem in problems.iter_mut().filter(|problem| self.secret.contains(&problem.key)) {
+        for problem in problems.iter_mut().filter(|problem| self.is_secret(&problem.key)) {
             problem.message = without_value(&problem.message);
         }
         let errors = origins.render(refused, problems);

@@ -44,12 +44,25 @@ impl fmt::Debug for CallMeta {
 }
 
 impl CallMeta {
-    /// Reads the tickets from HTTP headers or gRPC metadata; a value that is
-    /// not visible ASCII counts as absent.
+    /// Reads the tickets from HTTP headers or gRPC metadata. A value that is
+    /// not visible ASCII was sent all the same: it is kept, its bytes past
+    /// ASCII as `\u{FFFD}`, for the check to refuse (a ticket taken for
+    /// absent would let a call in where a user ticket is optional).
     pub fn from_headers(headers: &HeaderMap) -> CallMeta {
-        let ticket = |name| headers.get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
+        let ticket = |name| {
+            headers.get(name).map(|value| match value.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            })
+        };
         CallMeta { service_ticket: ticket(SERVICE_TICKET), user_ticket: ticket(USER_TICKET), default_uid: None }
     }
+}
+
+/// Whether `ticket` could be a ticket: visible ASCII only, as tvmtool's are
+/// (and as a header sent on to tvmtool must be).
+pub fn readable(ticket: &str) -> bool {
+    ticket.bytes().all(|byte| byte.is_ascii_graphic())
 }
 
 #[cfg(test)]
@@ -65,8 +78,10 @@ mod tests {
         let meta = CallMeta::from_headers(&headers);
         assert_eq!(meta.service_ticket.as_deref(), Some("3:serv:s"));
         assert_eq!(meta.user_ticket.as_deref(), Some("3:user:u"));
-        headers.insert(USER_TICKET, http::HeaderValue::from_bytes(b"\xff").unwrap());
-        assert_eq!(CallMeta::from_headers(&headers).user_ticket, None);
+        headers.insert(USER_TICKET, http::HeaderValue::from_bytes(b"3:user:\xff").unwrap());
+        let unreadable = CallMeta::from_headers(&headers).user_ticket.expect("sent, so present");
+        assert_eq!(unreadable, "3:user:\u{FFFD}");
+        assert!(!readable(&unreadable) && readable("3:user:u") && !readable("3:user: u"));
     }
 
     #[test]

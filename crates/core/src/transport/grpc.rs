@@ -266,16 +266,6 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let Some(scenario) = app.dispatcher.scenario(name).cloned() else {
         return unknown_scenario(&app, name.unwrap_or_default());
     };
-    // Only protobuf messages: `grpc+json` or gRPC-Web (base64) would be
-    // read as protobuf and answer nonsense, or tonic's `INTERNAL`.
-    let content_type = request.headers().get(header::CONTENT_TYPE).map(|value| value.as_bytes());
-    if !matches!(content_type, Some(b"application/grpc" | b"application/grpc+proto")) {
-        let shown = String::from_utf8_lossy(content_type.unwrap_or_default());
-        let refusal =
-            Refusal::UnsupportedMediaType(crate::text::clip(&shown, crate::dispatch::call::MAX_ECHO).to_owned());
-        app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
-        return status(&refusal).into_http();
-    }
     let client_timeout = request.headers().get(GRPC_TIMEOUT).and_then(|value| {
         let timeout = parse_timeout(value.as_bytes());
         if timeout.is_none() {
@@ -293,7 +283,9 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
     let request =
         request.map(|body| Body::new(BodyDeadline { body, deadline, handler, limit, timer: None, pieces: 0 }));
     let meta = CallMeta::from_headers(request.headers());
-    // Asked before the message is read: a caller let in nowhere costs no body.
+    // Asked before anything else of the call is read (the HTTP transport's
+    // order too): a caller let in nowhere costs no message, and its calls
+    // are counted as forbidden, not as whatever else is wrong with them.
     let by = app.budgets.deadline_within(handler, started, client_timeout);
     let admitted = match app.dispatcher.admit(&meta, by).await {
         Ok(admitted) => Some(admitted),
@@ -302,6 +294,16 @@ async fn serve_call(app: Arc<App>, started: Instant, request: Request<Body>) -> 
             return status(&refusal).into_http();
         }
     };
+    // Only protobuf messages: `grpc+json` or gRPC-Web (base64) would be
+    // read as protobuf and answer nonsense, or tonic's `INTERNAL`.
+    let content_type = request.headers().get(header::CONTENT_TYPE).map(|value| value.as_bytes());
+    if !matches!(content_type, Some(b"application/grpc" | b"application/grpc+proto")) {
+        let shown = String::from_utf8_lossy(content_type.unwrap_or_default());
+        let refusal =
+            Refusal::UnsupportedMediaType(crate::text::clip(&shown, crate::dispatch::call::MAX_ECHO).to_owned());
+        app.dispatcher.refused_early(&scenario, handler, Transport::Grpc, started, &refusal);
+        return status(&refusal).into_http();
+    }
     let reached = Arc::new(AtomicBool::new(false));
     let method = Method {
         app: app.clone(),

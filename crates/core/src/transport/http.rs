@@ -93,6 +93,12 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let headers = request.headers();
+    let meta = CallMeta::from_headers(headers);
+    // Asked before anything else: a caller let in nowhere learns nothing of
+    // the request's form, and its calls are counted as forbidden, not as
+    // whatever else is wrong with them. Before the body is read too: such a
+    // caller costs no body.
+    let admitted = app.dispatcher.admit(&meta, app.budgets.deadline(handler, started)).await?;
     let format = match headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) {
         None => Format::Binary,
         Some(Ok(value)) => match Format::from_media_type(value) {
@@ -106,9 +112,6 @@ where
     };
     let answer_format =
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).and_then(Format::from_accept).unwrap_or(format);
-    let meta = CallMeta::from_headers(headers);
-    // Asked before the body is read: a caller let in nowhere costs no body.
-    let admitted = app.dispatcher.admit(&meta, app.budgets.deadline(handler, started)).await?;
     let too_large = Refusal::BodyTooLarge { limit: app.body_limit };
     if declared_length(headers).is_some_and(|length| length > app.body_limit as u64) {
         return Err(too_large);

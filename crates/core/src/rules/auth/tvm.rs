@@ -18,6 +18,7 @@ use super::{
 use crate::{
     config::{AuthConfig, UserTicketPolicy},
     dispatch::{Admitted, Authenticator, CallMeta, Check, Refusal},
+    scenario::meta::readable,
 };
 
 type ServiceVerdict = Result<Checked<ServiceTicket>, Unavailable>;
@@ -109,8 +110,17 @@ impl Authenticator for TvmAuthenticator {
         let Some(service_ticket) = meta.service_ticket.as_deref() else {
             return Check::Done(inner.refuse(AuthResult::Missing, "no service ticket (X-Ya-Service-Ticket)".into()));
         };
+        // Refused here: tvmtool is not asked about what no ticket can be.
+        if !readable(service_ticket) {
+            let why = "the service ticket (X-Ya-Service-Ticket) is not visible ASCII".into();
+            return Check::Done(inner.refuse(AuthResult::Invalid, why));
+        }
         let user_ticket = match (inner.user_ticket, meta.user_ticket.as_deref()) {
             (UserTicketPolicy::Off, _) | (UserTicketPolicy::Optional, None) => None,
+            (_, Some(ticket)) if !readable(ticket) => {
+                let why = "the user ticket (X-Ya-User-Ticket) is not visible ASCII".into();
+                return Check::Done(inner.refuse(AuthResult::UserInvalid, why));
+            }
             (_, Some(ticket)) => Some(ticket),
             (UserTicketPolicy::Required, None) => {
                 let why = "no user ticket (X-Ya-User-Ticket), which this service requires".into();
