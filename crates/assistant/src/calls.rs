@@ -502,14 +502,17 @@ impl Calls {
     /// The record of call `id` (this replica's, or a mirror of its
     /// journal), or what is known of it.
     pub(crate) async fn lookup(&self, id: &str) -> Lookup {
-        self.lookup_by(id, soon(), Instant::now() + journal::REAPPEAR_WAIT).await
+        self.lookup_by(id, soon(), Instant::now() + journal::REAPPEAR_WAIT, None).await
     }
 
     /// As [`Calls::lookup`], waiting for the first events of a journal that
     /// has none yet until `by` at most (a handler that must answer soon
     /// cannot wait as long as a reader of the stream can), and for a
-    /// journal the store may have lost lately until `reappear_by`.
-    async fn lookup_by(&self, id: &str, by: Instant, reappear_by: Instant) -> Lookup {
+    /// journal the store may have lost lately until `reappear_by`. With
+    /// `all_by`, a journal of many batches is read until then at most: a
+    /// record of what was read by then is not kept as the call's mirror
+    /// unless it was all, since a mirror goes on from where it began.
+    async fn lookup_by(&self, id: &str, by: Instant, reappear_by: Instant, all_by: Option<Instant>) -> Lookup {
         let shared = &self.shared;
         if let Some(record) = shared.records().get(id) {
             return Lookup::Kept(record);
@@ -519,7 +522,7 @@ impl Calls {
         let mut read_by = by;
         let read = loop {
             // Until when the journal is looked for again, and why it could not be read.
-            let (until, failed) = match self.read_all(&key, read_by).await {
+            let (until, failed) = match self.read_all(&key, read_by, all_by).await {
                 Ok(Some(read)) => break read,
                 // A store that failed or came back lately may have lost the
                 // journal (a Redis restarted empty), which the call's runner
@@ -545,6 +548,11 @@ impl Calls {
             tokio::time::sleep_until(next).await;
             read_by = next + LOOKUP_READ;
         };
+        let (read, whole) = read;
+        if !whole {
+            let run = journal::latest_run(&read.entries);
+            return Lookup::Kept(Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES)));
+        }
         let mut records = shared.records();
         // Another reader may have made one meanwhile: one mirror per call.
         if let Some(record) = records.get(id) {
@@ -557,20 +565,46 @@ impl Calls {
         let ended = record.has_ended() || read.ended;
         if !ended {
             let head = journal::start_of(run);
-            tokio::spawn(journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), head));
+            let (shared, id, record) = (shared.clone(), id.to_owned(), record.clone());
+            tokio::spawn(async move {
+                let followed = journal::mirror(shared.journal.clone(), key, record.clone(), read.last(0), head).await;
+                // Ended short of the call's end (begun again elsewhere, its
+                // journal gone or out of reach): readers still holding this
+                // record are told so; those to come read the journal anew,
+                // not this record's failure.
+                if followed == journal::Followed::Short {
+                    shared.records().forget(&id, &record);
+                }
+            });
         }
         Lookup::Kept(record)
     }
 
-    /// Everything the journal of `key` holds now, from its first entry;
-    /// an empty journal is waited for until `by`.
-    async fn read_all(&self, key: &Key, by: Instant) -> Result<Option<Entries>, StoreError> {
+    /// Everything the journal of `key` holds now, from its first entry, and
+    /// whether that is all of it; an empty journal is waited for until
+    /// `by`. With `all_by`, the batches after the first are read until then
+    /// at most, and a read that fails ends them: what was read is not all.
+    async fn read_all(
+        &self,
+        key: &Key,
+        by: Instant,
+        all_by: Option<Instant>,
+    ) -> Result<Option<(Entries, bool)>, StoreError> {
         let journal = &self.shared.journal;
         let Some(mut all) = journal.read(key, 0, by).await? else { return Ok(None) };
         while !all.ended && all.entries.len() % READ_BATCH == 0 && !all.entries.is_empty() {
             let after = all.last(0);
-            // The batch after a full one: there now, unless the full one was the last.
-            match journal.read(key, after, soon()).await? {
+            // The batch after a full one: there now, unless the full one was
+            // the last (a read of a running call's then waits for its next entry).
+            let more = match all_by {
+                None => journal.read(key, after, soon()).await?,
+                Some(all_by) if Instant::now() >= all_by => return Ok(Some((all, false))),
+                Some(all_by) => match journal.read(key, after, soon().min(all_by)).await {
+                    Ok(more) => more,
+                    Err(_) => return Ok(Some((all, false))),
+                },
+            };
+            match more {
                 Some(more) if !more.entries.is_empty() || more.ended => {
                     all.ended = more.ended;
                     all.entries.extend(more.entries);
@@ -578,7 +612,7 @@ impl Calls {
                 _ => break,
             }
         }
-        Ok(Some(all))
+        Ok(Some((all, true)))
     }
 
     /// The text call `id` has streamed so far, if it is running or kept;
@@ -591,7 +625,7 @@ impl Calls {
         if self.shared.records().is_unheld(id) {
             return Some(String::new());
         }
-        match self.lookup_by(id, by, by).await {
+        match self.lookup_by(id, by, by, Some(by)).await {
             // Not spoken from: a run that gave way, a stream of one that did
             // (a call that failed has its outcome in the hop's handle), or
             // one whose journal the store may have lost to another run.

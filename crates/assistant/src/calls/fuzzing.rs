@@ -68,7 +68,7 @@ pub fn journal(data: &[u8]) {
     let (first, second) = run.split_at(usize::from(*cut).min(run.len()));
     let batched = CallRecord::mirror(max_bytes, tokio::time::Instant::now());
     let mut started = false;
-    if !apply(&batched, first, &mut started) {
+    if apply(&batched, first, &mut started).is_none() {
         apply(&batched, second, &mut started);
     }
     // What it says, apart from when a reader ended it.

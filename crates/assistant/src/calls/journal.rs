@@ -316,34 +316,46 @@ pub(crate) fn latest_run(entries: &[Bytes]) -> &[Bytes] {
     &entries[start..]
 }
 
+/// How a mirror's following of its call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Followed {
+    /// The call's own end was read: the mirror holds the whole call.
+    ToItsEnd,
+    /// Short of it: the call begun again, its claim let go, its journal
+    /// gone, unreadable or out of reach. The mirror is no record of the
+    /// call any more: its readers are told so, and readers to come read
+    /// the journal anew.
+    Short,
+}
+
 /// Feeds `record` what `entries` say, `started` saying whether its run's
-/// start was read (and set once it is); `true` once the call has ended (or
-/// was begun again).
-pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) -> bool {
+/// start was read (and set once it is); how the following ended, once
+/// the call has ended (or was begun again).
+pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) -> Option<Followed> {
     for bytes in entries {
         match Entry::decode(bytes) {
             Some(Entry::Started { .. }) if *started => {
                 record.fail(RESTARTED);
-                return true;
+                return Some(Followed::Short);
             }
             Some(Entry::Started { .. }) => *started = true,
             Some(Entry::Event { event, at }) => record.push_at(event, at),
             Some(Entry::Cut) => record.cut(),
             Some(Entry::Completed { at }) => {
                 record.finish_at(at);
-                return true;
+                return Some(Followed::ToItsEnd);
             }
             Some(Entry::Failed { reason, at }) => {
                 record.fail_at(&reason, at);
-                return true;
+                return Some(Followed::ToItsEnd);
             }
             None => {
                 record.fail("the model call's journal holds what this server cannot read");
-                return true;
+                return Some(Followed::Short);
             }
         }
     }
-    false
+    None
 }
 
 /// Follows the journal of `key` after entry `after` into `record`
@@ -352,14 +364,15 @@ pub(crate) fn apply(record: &CallRecord, entries: &[Bytes], started: &mut bool) 
 /// lease and the journal's TTL ran out), or the store stays out of reach.
 /// After a failed read (Redis may have restarted empty meanwhile, and
 /// another run's journal begun from its first entry), it checks that the
-/// journal still begins with its run before it reads on.
+/// journal still begins with its run before it reads on. Says how it
+/// ended.
 pub(crate) async fn mirror(
     journal: Arc<dyn Journal>,
     key: Key,
     record: Arc<CallRecord>,
     mut after: u64,
     mut head: Option<Bytes>,
-) {
+) -> Followed {
     let mut started = head.is_some();
     let (mut failures, mut failed) = (0, false);
     // When the journal was first found gone since the last failed read.
@@ -379,7 +392,7 @@ pub(crate) async fn mirror(
         match read {
             Ok(Some(read)) if read.entries.is_empty() && read.abandoned => {
                 record.fail(UNHELD);
-                return;
+                return Followed::Short;
             }
             Ok(Some(read)) => {
                 (failures, gone_since) = (0, None);
@@ -391,20 +404,21 @@ pub(crate) async fn mirror(
                 let anew = std::mem::replace(&mut troubled, last) != last;
                 if (std::mem::take(&mut failed) || anew) && !begins_with(&*journal, &key, head.as_ref()).await {
                     record.fail(RESTARTED);
-                    return;
+                    return Followed::Short;
                 }
                 record.doubt(false);
                 if read.first > after.saturating_add(1) && !read.entries.is_empty() {
                     record.fail("the model call's journal lost events");
-                    return;
+                    return Followed::Short;
                 }
                 if head.is_none() {
                     head = start_of(&read.entries);
                 }
                 after = read.last(after);
-                if apply(&record, &read.entries, &mut started) || read.ended {
+                let followed = apply(&record, &read.entries, &mut started);
+                if let Some(followed) = followed.or(read.ended.then_some(Followed::ToItsEnd)) {
                     record.finish();
-                    return;
+                    return followed;
                 }
             }
             Ok(None)
@@ -418,13 +432,13 @@ pub(crate) async fn mirror(
             }
             Ok(None) => {
                 record.fail(GONE);
-                return;
+                return Followed::Short;
             }
             Err(error) => {
                 (failures, failed) = (failures + 1, true);
                 if failures >= MAX_READ_FAILURES {
                     record.fail(&format!("the model call is out of reach: {error}"));
-                    return;
+                    return Followed::Short;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

@@ -255,13 +255,119 @@ async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
     );
 }
 
+/// A hop reading another replica's call by `by` is done by `by`, even when
+/// the journal holds exactly a full batch (the read after it waits for an
+/// entry that has yet to come); what it did read is spoken, and is not kept
+/// as the call's mirror: a reader with time reads the journal whole.
+#[tokio::test(start_paused = true)]
+async fn a_journal_of_a_full_batch_is_read_by_the_hop_s_time() {
+    let journal = Reappearing { back: Instant::now(), troubled: None, entries: letters(READ_BATCH), ended: false };
+    let calls = shared_over(None, Arc::new(journal));
+    let started = Instant::now();
+    let text = calls.partial_text("elsewhere", started + Duration::from_millis(10)).await;
+    assert!(started.elapsed() <= Duration::from_millis(10), "read for {:?}", started.elapsed());
+    assert_eq!(text.map(|text| text.chars().count()), Some(READ_BATCH - 1), "the batch read is spoken");
+    // Read to its end by then: kept, and followed from there.
+    assert!(calls.shared.records().get("elsewhere").is_some(), "mirrored");
+
+    // Batches that take 8 ms each: the second one is not read by 10 ms.
+    let slow = Growing { entries: Mutex::new(letters(3 * READ_BATCH)), read_takes: Duration::from_millis(8) };
+    let calls = shared_over(None, Arc::new(slow));
+    let started = Instant::now();
+    let text = calls.partial_text("slow", started + Duration::from_millis(10)).await;
+    assert!(started.elapsed() <= Duration::from_millis(10), "read for {:?}", started.elapsed());
+    assert_eq!(text.map(|text| text.chars().count()), Some(READ_BATCH - 1), "the first batch is spoken");
+    assert!(calls.shared.records().get("slow").is_none(), "no mirror begun from a part");
+    // A reader with time reads it whole, and keeps it.
+    let Lookup::Kept(record) = calls.lookup("slow").await else { panic!("found") };
+    assert_eq!(record.text().chars().count(), 3 * READ_BATCH - 1);
+    assert!(calls.shared.records().get("slow").is_some());
+}
+
+/// A mirror whose call was begun again (a second start in its journal)
+/// ends, and is let go as the call's record even while a reader still
+/// holds it: the next lookup follows the new run, not the old one's end.
+#[tokio::test(start_paused = true)]
+async fn a_mirror_ended_short_of_its_call_gives_way_to_a_new_one() {
+    let at = Duration::from_millis(5);
+    let event = |text: &str| super::entry::Entry::Event { event: ModelEvent::TextDelta(text.into()), at }.encode();
+    let entries = Mutex::new(vec![super::entry::Entry::started_now(), event("а")]);
+    let journal = Arc::new(Growing { entries, read_takes: Duration::ZERO });
+    let calls = shared_over(None, journal.clone());
+    let Lookup::Kept(first) = calls.lookup("again").await else { panic!("found") };
+    assert_eq!(first.text(), "а");
+    journal.entries.lock().unwrap().extend([super::entry::Entry::started_now(), event("б")]);
+    tokio::time::sleep(SECOND).await;
+    assert_eq!(first.ending(), record::Ending::Failed(journal::RESTARTED.into()), "its readers are told");
+    let Lookup::Kept(second) = calls.lookup("again").await else { panic!("found") };
+    assert!(!Arc::ptr_eq(&first, &second), "a new mirror, though the old one is still held");
+    assert_eq!((second.text().as_str(), second.has_ended()), ("б", false), "of the new run");
+}
+
+/// The journal of a running call, its entries added by the test, read a
+/// batch at a time, each read taking `read_takes` (one that cannot end by
+/// its deadline times out at it); a read with nothing new waits until its
+/// deadline.
+#[derive(Debug)]
+struct Growing {
+    entries: Mutex<Vec<bytes::Bytes>>,
+    read_takes: Duration,
+}
+
+#[async_trait::async_trait]
+impl megamind_core::store::Journal for Growing {
+    async fn append(
+        &self,
+        _: &megamind_core::store::Lease,
+        _: megamind_core::store::Appending<'_>,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    async fn read(&self, _: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
+        let ready = Instant::now() + self.read_takes;
+        if ready > deadline {
+            tokio::time::sleep_until(deadline).await;
+            return Err(StoreError::Timeout(self.read_takes));
+        }
+        tokio::time::sleep_until(ready).await;
+        let from = usize::try_from(after).unwrap();
+        let read = || {
+            let entries = self.entries.lock().unwrap();
+            entries.get(from..).unwrap_or_default().iter().take(READ_BATCH).cloned().collect::<Vec<_>>()
+        };
+        let mut entries = read();
+        if entries.is_empty() {
+            tokio::time::sleep_until(deadline).await;
+            entries = read();
+        }
+        Ok(Some(Entries { first: after + 1, entries, ended: false, abandoned: false }))
+    }
+
+    fn troubled_since(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// A run's start, then an event of one letter each, `count` entries in all.
+fn letters(count: usize) -> Vec<bytes::Bytes> {
+    let at = Duration::from_millis(5);
+    let mut entries = vec![super::entry::Entry::started_now()];
+    entries.extend(
+        (1..count).map(|_| super::entry::Entry::Event { event: ModelEvent::TextDelta("а".into()), at }.encode()),
+    );
+    entries
+}
+
 /// A journal a store restarted empty lost, written anew by its call's
-/// runner at `back`; the store last failed at `troubled`.
+/// runner at `back`; the store last failed at `troubled`. Unless `ended`,
+/// a read with nothing new waits until its deadline, as a real one does.
 #[derive(Debug)]
 struct Reappearing {
     back: Instant,
     troubled: Option<Instant>,
     entries: Vec<bytes::Bytes>,
+    ended: bool,
 }
 
 #[async_trait::async_trait]
@@ -280,7 +386,10 @@ impl megamind_core::store::Journal for Reappearing {
             return Err(StoreError::Timeout(Duration::ZERO));
         }
         let rest = self.entries.get(usize::try_from(after).unwrap()..).unwrap_or_default();
-        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: true, abandoned: false };
+        if rest.is_empty() && !self.ended {
+            tokio::time::sleep_until(deadline).await;
+        }
+        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: self.ended, abandoned: false };
         Ok((Instant::now() >= self.back).then_some(read))
     }
 
@@ -296,7 +405,7 @@ fn reappearing(back: Duration, troubled: Option<Instant>) -> Calls {
         super::entry::Entry::Event { event: ModelEvent::TextDelta("Сейчас.".into()), at }.encode(),
         super::entry::Entry::Completed { at }.encode(),
     ];
-    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries }))
+    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries, ended: true }))
 }
 
 /// Just after Redis restarted empty, a call's journal is gone until its

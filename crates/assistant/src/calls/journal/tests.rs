@@ -38,9 +38,9 @@ fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
     let first_run = [Entry::started_now(), text("Сей")];
     let mirror = mirror_of(latest_run(&first_run), 1024);
     let second_run = [Entry::started_now(), text("Сейчас."), completed()];
-    assert!(apply(&mirror, &second_run, &mut true), "the new start ends the mirror");
+    assert_eq!(apply(&mirror, &second_run, &mut true), Some(Followed::Short), "the new start ends the mirror");
     let early = mirror_of(&[], 1024);
-    assert!(!apply(&early, &first_run, &mut false), "a mirror made before the start reads it as the start");
+    assert_eq!(apply(&early, &first_run, &mut false), None, "a mirror made before the start reads it as the start");
     assert_eq!(early.text(), "Сей");
     assert_eq!(mirror.view().0.ending, super::super::record::Ending::Failed(RESTARTED.into()));
     let journal: Vec<Bytes> = first_run.iter().chain(&second_run).cloned().collect();
@@ -62,8 +62,10 @@ async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_
             entries(1, vec![head, text("Сей")]),
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
-        mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+        let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         assert_eq!(record.view().0.ending, ends);
+        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+        assert_eq!(followed, to_its_end);
     }
 }
 
@@ -93,9 +95,11 @@ async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
         let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
         let began = Instant::now();
-        mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+        let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
         assert_eq!(record.view().0.ending, ends);
+        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+        assert_eq!(followed, to_its_end);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
         if ends == Ending::Completed {
             assert_eq!(record.text(), "Сейчас.", "read on from where it was");
@@ -189,9 +193,11 @@ async fn a_journal_gone_just_after_its_store_was_troubled_is_waited_for_too() {
         let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), Some(troubled)));
         let began = Instant::now();
-        mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+        let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
         assert_eq!(record.view().0.ending, ends);
+        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+        assert_eq!(followed, to_its_end);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
     }
 }
@@ -216,8 +222,10 @@ async fn a_journal_read_after_a_trouble_is_checked_to_begin_with_the_mirrors_run
             entries(1, vec![head, text("Сей")]),
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None).losing_at_read(1));
-        mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+        let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         assert_eq!(record.view().0.ending, ends);
+        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+        assert_eq!(followed, to_its_end);
     }
 }
 
