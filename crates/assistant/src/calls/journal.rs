@@ -395,17 +395,36 @@ pub(crate) async fn mirror(
                 return Followed::Short;
             }
             Ok(Some(read)) => {
-                (failures, gone_since) = (0, None);
+                gone_since = None;
                 // A store troubled since (a loss its mark shows, a connection
                 // made anew) may hold another run's journal under the key by
                 // now, never found gone by a read of this one: its entries
                 // past this run's would be read as this run's.
                 let last = journal.troubled_since();
                 let anew = std::mem::replace(&mut troubled, last) != last;
-                if (std::mem::take(&mut failed) || anew) && !begins_with(&*journal, &key, head.as_ref()).await {
-                    record.fail(RESTARTED);
-                    return Followed::Short;
+                if failed || anew {
+                    match begins_with(&*journal, &key, head.as_ref()).await {
+                        Begins::Yes => failed = false,
+                        Begins::No => {
+                            record.fail(RESTARTED);
+                            return Followed::Short;
+                        }
+                        // Not told: this read is not taken, and the check is
+                        // made again before the next one is; a store that
+                        // keeps failing it ends the mirror, as failed reads do.
+                        Begins::Unknown => {
+                            (failures, failed) = (failures + 1, true);
+                            record.doubt(true);
+                            if failures >= MAX_READ_FAILURES {
+                                record.fail("the model call is out of reach: its journal's start cannot be read");
+                                return Followed::Short;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
                 }
+                failures = 0;
                 record.doubt(false);
                 if read.first > after.saturating_add(1) && !read.entries.is_empty() {
                     record.fail("the model call's journal lost events");
@@ -455,14 +474,26 @@ pub(crate) fn reappear_until(journal: &dyn Journal) -> Option<Instant> {
     journal.troubled_since().map(|since| since + REAPPEAR_WAIT)
 }
 
-/// Whether the journal of `key` still begins with `head` (as far as can be
-/// told: a journal that cannot be read now, or a run whose start was not
-/// read, is taken to).
-async fn begins_with(journal: &dyn Journal, key: &Key, head: Option<&Bytes>) -> bool {
-    let Some(head) = head else { return true };
+/// What a check of a journal's first entry told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begins {
+    /// With the run followed, or as far as can ever be told: its start was
+    /// not read, or the journal no longer holds its first entries.
+    Yes,
+    /// With another run's start.
+    No,
+    /// Not now: the read failed, timed out or found no journal.
+    Unknown,
+}
+
+/// Whether the journal of `key` still begins with `head`.
+async fn begins_with(journal: &dyn Journal, key: &Key, head: Option<&Bytes>) -> Begins {
+    let Some(head) = head else { return Begins::Yes };
     match journal.read(key, 0, Instant::now() + SHARE_WAIT).await {
-        Ok(Some(all)) if all.first <= 1 => all.entries.first().is_none_or(|first| first == head),
-        _ => true,
+        Ok(Some(all)) if all.first > 1 => Begins::Yes,
+        Ok(Some(all)) if all.entries.first().is_none_or(|first| first == head) => Begins::Yes,
+        Ok(Some(_)) => Begins::No,
+        Ok(None) | Err(_) => Begins::Unknown,
     }
 }
 

@@ -69,6 +69,44 @@ async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_
     }
 }
 
+/// The check of the journal's first entry after a failed read fails too:
+/// the read it was made for is not taken until a check tells, so that
+/// another run's entries past this one's are never read as this run's.
+#[tokio::test(start_paused = true)]
+async fn a_check_that_cannot_tell_holds_the_read_back_until_one_can() {
+    let (ours, theirs) = starts();
+    let key = key("m7");
+    for (head, ends) in [(theirs.clone(), Ending::Failed(RESTARTED.into())), (ours.clone(), Ending::Completed)] {
+        let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+        let script = [
+            Err(StoreError::Unavailable("Redis restarted".into())),
+            entries(3, vec![text("час."), completed()]),
+            // The check, timed out.
+            Err(StoreError::Timeout(Duration::from_millis(50))),
+            // The same read again, and its check, which tells.
+            entries(3, vec![text("час."), completed()]),
+            entries(1, vec![head, text("Сей")]),
+        ];
+        let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
+        let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+        assert_eq!(record.view().0.ending, ends);
+        assert_eq!(record.text(), if ends == Ending::Completed { "Сейчас." } else { "Сей" });
+        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+        assert_eq!(followed, to_its_end);
+    }
+    // A store that never lets the check tell ends the mirror, as failed reads do.
+    let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
+    let script = once(Err(StoreError::Unavailable("Redis restarted".into()))).chain(
+        std::iter::repeat_with(|| [entries(3, vec![text("час.")]), Err(StoreError::Timeout(Duration::ZERO))])
+            .take(MAX_READ_FAILURES as usize)
+            .flatten(),
+    );
+    let journal = Arc::new(Flushed::new(script.map(Some), None));
+    let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
+    assert_eq!(followed, Followed::Short);
+    assert_eq!(record.text(), "Сей", "nothing taken unchecked");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
     type Script = VecDeque<ScriptedRead>;
