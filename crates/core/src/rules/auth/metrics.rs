@@ -100,6 +100,15 @@ impl AuthMetrics {
         // (tests) records into series of its own that are not rendered.
         let _ = registry.register(Box::new(results.clone()));
         let _ = registry.register(Box::new(latency.clone()));
+        // Served whatever the mode: a replica that lets every caller in
+        // (no tvmtool address) is seen to, not only told once in its log.
+        let checked = IntGauge::new(
+            "megamind_auth_checked",
+            "1 when scenario calls need a TVM ticket (a tvmtool address is set), 0 when every caller is let in.",
+        )
+        .expect("valid metric");
+        checked.set(i64::from(with_tvmtool));
+        let _ = registry.register(Box::new(checked));
         let up = with_tvmtool.then(|| {
             let up = IntGauge::new(
                 "megamind_auth_tvmtool_up",
@@ -162,5 +171,11 @@ mod tests {
         let without = Registry::new();
         AuthMetrics::register(&without, false);
         assert!(!without.gather().iter().any(|f| f.name() == "megamind_auth_tvmtool_up"));
+        let checked = |registry: &Registry| {
+            let families = registry.gather();
+            let family = families.iter().find(|f| f.name() == "megamind_auth_checked").expect("served in both modes");
+            family.get_metric()[0].get_gauge().get_value()
+        };
+        assert_eq!((checked(&registry), checked(&without)), (1.0, 0.0));
     }
 }
