@@ -266,8 +266,10 @@ impl Assistant {
     /// The call `args.call_id`: the running or kept one, else a new one;
     /// `true` when this replica began it.
     async fn start(&self, args: &TAssistantContinueArguments) -> Result<(Handle, bool), AtCapacity> {
-        let call = self.model_call(args);
-        self.calls.begin(&args.call_id, !args.spoken.is_empty(), move |record| call.run(record)).await
+        // Made only if this replica begins the call: a join or a replay
+        // copies no state.
+        let call = |record| self.model_call(args).run(record);
+        self.calls.begin(&args.call_id, !args.spoken.is_empty(), call).await
     }
 
     /// The model call `args` ask for, run only if this replica begins it.
