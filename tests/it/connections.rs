@@ -371,6 +371,32 @@ async fn past_max_connections_idle_connections_give_way_to_a_new_one() {
     assert!(counted >= closed as f64, "{counted} counted for {closed} closed");
 }
 
+/// So do HTTP/2 connections with no stream open: a client's pool, whose
+/// pings and window updates are no request on its way, or connections
+/// that sent nothing but their preface.
+#[tokio::test]
+async fn past_max_connections_idle_h2_connections_give_way_to_a_new_one() {
+    let app = spawn(Config { max_connections: 2, idle_timeout_ms: 60_000, ..Config::default() }).await;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(app.addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        let connection = tokio::spawn(connection);
+        let mut client = client.ready().await.expect("the connection is up");
+        let (response, _) = client.send_request(http::Request::get("/healthz").body(()).unwrap(), true).unwrap();
+        assert_eq!(response.await.expect("served").status(), 200);
+        idle.push((client, connection));
+    }
+    let mut third = TcpStream::connect(app.addr).await.unwrap();
+    third.write_all(&get("/healthz")).await.unwrap();
+    let (head, _) = tokio::time::timeout(BOUND, read_answer(&mut third)).await.expect("served").expect("an answer");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    // A connection told to close (GOAWAY) ends once its client sees it.
+    let ended = futures_util::future::select_all(idle.into_iter().map(|(_, connection)| connection));
+    let (joined, _, _) = tokio::time::timeout(BOUND, ended).await.expect("an idle connection gave way");
+    assert!(joined.is_ok(), "its task ended without a panic");
+}
+
 #[tokio::test]
 async fn an_h2_client_that_reads_nothing_is_held_to_its_streams_and_cut_off() {
     let config = Config { h2_max_concurrent_streams: 4, send_timeout_ms: 300, ..Config::default() };

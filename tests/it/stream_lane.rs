@@ -276,6 +276,42 @@ async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartb
     }
 }
 
+/// Streams on the lane are not the open requests whose bound keeps an
+/// HTTP/2 client that reads nothing to a stream a connection: as many
+/// screens following calls as that bound leave every HTTP/2 client its
+/// streams.
+#[tokio::test]
+async fn streams_on_the_lane_leave_h2_clients_their_streams() {
+    let mock = MockLlm::start(Reply::Hang).await;
+    let config = Config { max_open_requests: 2, send_timeout_ms: 60_000, ..Config::default() };
+    let app = spawn_module_in(config, &mock, |config| config.llm.heartbeat_secs = 60).await;
+    run(&client(&app, Transport::Http), "lane-crowd", "привет").await;
+    let mut screens = Vec::new();
+    for _ in 0..2 {
+        let mut socket = TcpStream::connect(app.addr).await.unwrap();
+        socket.write_all(&stream_request("lane-crowd")).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        screens.push(socket);
+    }
+    app.metrics_line("megamind_assistant_streams_open 2").await;
+    let tcp = TcpStream::connect(app.addr).await.unwrap();
+    // A zero window: no answer's body is sent, so each request stays open.
+    let handshake = h2::client::Builder::new().initial_window_size(0).handshake::<_, bytes::Bytes>(tcp);
+    let (client, connection) = handshake.await.unwrap();
+    tokio::spawn(connection);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut client = client.clone().ready().await.expect("the connection is up");
+        let (response, _) = client.send_request(http::Request::get("/healthz").body(()).unwrap(), true).unwrap();
+        let response = tokio::time::timeout(BOUND, response).await.expect("an answer in time");
+        held.push(response.expect("served, not refused"));
+    }
+    assert!(held.iter().all(|response| response.status() == 200));
+    app.metrics_line("megamind_h2_streams_refused_total 0").await;
+}
+
 #[tokio::test]
 async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
     // The call keeps about 1 MiB of text, each control character of which an

@@ -99,6 +99,31 @@ pub enum StoreError {
     /// another kind of store.
     #[error("a lease or waiter from another kind of store")]
     Foreign,
+    /// The store holds the key's answer (its call ran), which could not be
+    /// read now (its body out of reach, or an entry this server cannot
+    /// read): a call that keeps a side effect is not run again.
+    #[error("the store holds the answer, which could not be read: {0}")]
+    Unreadable(Box<StoreError>),
+}
+
+impl StoreError {
+    /// What went wrong at the bottom: the cause of [`StoreError::Unreadable`].
+    pub fn root(&self) -> &StoreError {
+        match self {
+            StoreError::Unreadable(cause) => cause.root(),
+            other => other,
+        }
+    }
+
+    /// `self`, met reading an answer the store holds: unreadable, unless
+    /// the store lost it.
+    pub fn reading_held(self) -> StoreError {
+        match self {
+            lost @ StoreError::Lost(_) => lost,
+            unreadable @ StoreError::Unreadable(_) => unreadable,
+            other => StoreError::Unreadable(Box::new(other)),
+        }
+    }
 }
 
 /// The store's own handle on an entry, opaque to callers: the in-memory

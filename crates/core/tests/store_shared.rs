@@ -326,6 +326,33 @@ async fn an_answer_redis_lost_is_refused_for_a_commit_and_leaves_the_store_up() 
     assert!(matches!(begin(&store, Handler::Commit, "c0").await.0, Ok(Begin::Hit(value)) if value == card));
 }
 
+/// A `/commit` whose entry Redis holds but whose answer cannot be read now
+/// (its body's read fails: here a key of another type; or the entry is
+/// none this server writes) ran: refused, never run again on this
+/// replica's memory under the local fallback.
+#[tokio::test]
+async fn an_answer_held_but_unreadable_is_refused_for_a_commit() {
+    let Some(server) = RedisServer::start("an answer unreadable") else { return };
+    let writer = redis_store(&server.url(), Duration::from_secs(1));
+    let card = Bytes::from(vec![7u8; 2900]);
+    let begun =
+        writer.begin(Key::new("demo", Handler::Commit, "c2"), LEASE, Instant::now() + LEASE, &mut || true).await;
+    let Ok(Begin::Lead(lease)) = begun else { panic!("leads") };
+    writer.complete(lease, card).await.unwrap();
+    let bodies: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:body:*"));
+    let _: () = server.query(redis::cmd("DEL").arg(&bodies[..]));
+    let _: () = server.query(redis::cmd("LPUSH").arg(&bodies[0]).arg("not an answer"));
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:*"));
+    let entry = keys.iter().find(|key| !key.contains(":body:") && key.contains("c2")).expect("the entry");
+    let other = entry.replace("c2", "c3");
+    let _: () = server.query(redis::cmd("SET").arg(&other).arg("?written by another program"));
+    let (store, _registry) = shared(&server.url(), CommitFallback::Local);
+    for id in ["c2", "c3"] {
+        let (commit, _) = begin(&store, Handler::Commit, id).await;
+        assert!(matches!(commit, Err(StoreError::Unreadable(_))), "{id}: refused, not run again: {commit:?}");
+    }
+}
+
 #[tokio::test]
 async fn commits_may_opt_into_this_replicas_memory() {
     // Nothing listens on port 1.

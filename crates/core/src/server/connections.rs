@@ -276,7 +276,12 @@ impl Accepted {
     /// ([`head::Head::Lean`]), everything else by hyper.
     async fn serve_stream(self) {
         let Accepted { stream, opened, peer, routing, slot, mut stage, setup } = self;
-        let activity = Activity::new(setup.open.clone(), opened);
+        // A lean stream is no request the server-wide bound on open ones
+        // counts (that bound holds HTTP/2 clients that read no answer to
+        // a stream a connection): streams are long by design, bounded by
+        // their own cap, and counted there they would leave every HTTP/2
+        // client one stream a connection once as many screens follow.
+        let activity = Activity::new(Arc::default(), opened);
         let mut io = Watched::new(stream, activity.clone());
         let (timeouts, metrics) = (setup.timeouts, &setup.metrics);
         let closing = |stage: &Stage| matches!(stage, Stage::Closing | Stage::Cut);
@@ -397,7 +402,9 @@ impl Accepted {
                 },
                 () = setup.reclaim.look.notified(), if closing.is_none() => {
                     let now = activity.snapshot();
-                    let idle = now.in_flight == 0 && now.sending == 0 && now.head_since.is_none();
+                    // HTTP/2's frames between streams (a ping, a window
+                    // update) are no head on its way.
+                    let idle = now.in_flight == 0 && now.sending == 0 && (now.head_since.is_none() || now.h2);
                     let idle_for = activity.now().saturating_sub(now.idle_since);
                     if idle && idle_for >= RECLAIM_IDLE_MS && setup.reclaim.take() {
                         metrics.closed.with_label_values(&["reclaimed"]).inc();

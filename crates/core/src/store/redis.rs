@@ -303,10 +303,12 @@ impl RedisStore {
         held: Option<Vec<u8>>,
         deadline: Instant,
     ) -> Result<Option<Begin>, StoreError> {
-        Ok(Some(match self.held(held)? {
+        // Past here the key is held: a call that ran, or runs. What cannot
+        // be read of it is no reason to run it again.
+        Ok(Some(match self.held(held).map_err(StoreError::reading_held)? {
             Held::Nothing => return Ok(None),
             Held::Value(value) => Begin::Hit(value),
-            Held::Reference(id) => Begin::Hit(self.resolve(id, deadline).await?),
+            Held::Reference(id) => Begin::Hit(self.resolve(id, deadline).await.map_err(StoreError::reading_held)?),
             Held::Claim(claim) => {
                 Begin::Wait(Waiter { key, token: Arc::new(Claim { key: redis_key, claim, lead: None }) })
             }
