@@ -335,11 +335,16 @@ async fn an_answer_held_but_unreadable_is_refused_for_a_commit() {
     let Some(server) = RedisServer::start("an answer unreadable") else { return };
     let writer = redis_store(&server.url(), Duration::from_secs(1));
     let card = Bytes::from(vec![7u8; 2900]);
-    let begun =
-        writer.begin(Key::new("demo", Handler::Commit, "c2"), LEASE, Instant::now() + LEASE, &mut || true).await;
-    let Ok(Begin::Lead(lease)) = begun else { panic!("leads") };
-    writer.complete(lease, card).await.unwrap();
+    // The same answer twice: kept once, as a body both entries refer to.
+    for id in ["c1", "c2"] {
+        let key = Key::new("demo", Handler::Commit, id);
+        let Ok(Begin::Lead(lease)) = writer.begin(key, LEASE, Instant::now() + LEASE, &mut || true).await else {
+            panic!("leads {id}")
+        };
+        writer.complete(lease, card.clone()).await.unwrap();
+    }
     let bodies: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:body:*"));
+    assert_eq!(bodies.len(), 1, "one body");
     let _: () = server.query(redis::cmd("DEL").arg(&bodies[..]));
     let _: () = server.query(redis::cmd("LPUSH").arg(&bodies[0]).arg("not an answer"));
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("shared:*"));
@@ -485,6 +490,32 @@ async fn a_blocked_read_ends_by_its_deadline() {
     assert!(late <= SLACK, "a read {late:?} past its deadline: {read:?}");
     let read = read.expect("no news is no error");
     assert!(read.is_some_and(|read| read.entries.is_empty()), "no news");
+}
+
+/// A `/commit` answer that Redis could not take for longer than its claim
+/// lasted (frozen: a fork, a slow disk, a failover) is stored once Redis
+/// takes writes again, into the key its claim left empty: a retry after
+/// the outage replays it rather than run the side effect again.
+#[tokio::test]
+async fn a_commit_answer_redis_could_not_take_past_its_claim_is_stored_once_it_can_be() {
+    let Some(server) = RedisServer::start("an outage past the claim") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let claim = Duration::from_millis(300);
+    let key = Key::new("demo", Handler::Commit, "outage");
+    let Ok(Begin::Lead(lease)) = store.begin(key, claim, Instant::now() + claim, &mut || true).await else {
+        panic!("leads")
+    };
+    server.freeze();
+    store.complete(lease, Bytes::from_static(b"ran")).await.unwrap();
+    // The outage itself: Redis runs the claim's expiry by the clock once thawed.
+    tokio::time::sleep(claim * 2).await;
+    server.thaw();
+    let held = || -> Option<Vec<u8>> { server.query(redis::cmd("GET").arg("shared:{demo/commit/outage}")) };
+    let stored = eventually(Duration::from_secs(10), || held().is_some_and(|held| held.first() == Some(&b'v'))).await;
+    assert!(stored, "the answer was never stored: {:?}", held());
+    let (retry, _) = begin(&store, Handler::Commit, "outage").await;
+    assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"ran"), "replayed: {retry:?}");
 }
 
 /// The answer of a call whose claim Redis no longer holds (the claim ran

@@ -151,13 +151,15 @@ impl StoreHealth {
     async fn run<T>(&self, op: Op, command: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
         let started = Instant::now();
         let result = command.await;
-        let outcome = match &result {
+        // An answer held but unread is told by what kept it unread.
+        let told = result.as_ref().map_err(StoreError::root);
+        let outcome = match told {
             Ok(_) | Err(StoreError::Full) => Outcome::Ok,
             Err(StoreError::Timeout(_)) => Outcome::Timeout,
             Err(_) => Outcome::Error,
         };
         self.metrics.observe(op, outcome, started.elapsed());
-        match &result {
+        match told {
             // A write Redis carried out: it is back, whatever the probe
             // has yet to find (a replica's own appends find it first).
             Ok(_) if op.is_write() && self.is_down() && !self.link.is_unfit() => self.back(),
@@ -186,7 +188,7 @@ impl StoreHealth {
             self.failing_since.store(now, Ordering::Relaxed);
         }
         let failing_for = Duration::from_millis(now.saturating_sub(self.failing_since.load(Ordering::Relaxed)));
-        let convinced = !matches!(error, StoreError::Timeout(_)) || failing_for >= SLOW_TO_DOWN;
+        let convinced = !matches!(error.root(), StoreError::Timeout(_)) || failing_for >= SLOW_TO_DOWN;
         if failures >= FAILURES_TO_DOWN && convinced {
             self.went_down(error);
         }
@@ -342,9 +344,18 @@ impl SharedStore {
             // An answer not stored leaves its claim until the lease runs
             // out: every retry meanwhile waits for it (and is answered
             // `timeout`), and a `/commit` retried after that runs the side
-            // effect again. It is tried again, while the lease lasts, once
-            // Redis answers.
-            let mut retry_until = claim_until(&lease.token);
+            // effect again. It is tried again once Redis answers: while the
+            // lease lasts, and one that keeps a side effect for as long as
+            // it would have been kept, since a key found empty (its claim
+            // ran out in an outage longer than the lease) takes it all the
+            // same, and a retry after the outage replays it.
+            let keeps_a_side_effect = value.is_some() && is_reserved(lease.key.handler);
+            let claim_ends_at = claim_until(&lease.token);
+            let kept_for = store.shared.ttl(lease.key.handler);
+            let mut retry_until = match claim_ends_at {
+                Some(until) if keeps_a_side_effect => Some(until.max(Instant::now() + kept_for)),
+                until => until,
+            };
             let (mut pause, mut retrying, mut held) = (FIRST_END_PAUSE, false, false);
             loop {
                 // Tried again only once the store is back, not meanwhile.
@@ -369,15 +380,14 @@ impl SharedStore {
                 let again = Instant::now() + pause;
                 // A Redis that answers but is full keeps refusing the answer
                 // until memory is freed (answers expiring, an operator): the
-                // claim is then held, and the answer tried, for as long as
-                // the answer would have been kept.
-                let lease_ends = retry_until.is_some_and(|until| again >= until);
-                let keeps_a_side_effect = value.is_some() && is_reserved(lease.key.handler);
+                // claim is then held while the answer is tried, so that a
+                // retry waits for it rather than find the key empty.
+                let lease_ends = claim_ends_at.is_some_and(|until| again >= until);
                 if lease_ends && !held && matches!(error, StoreError::Full) && keeps_a_side_effect {
                     held = matches!(store.shared.hold(&lease).await, Ok(true));
                     if held {
                         tracing::debug!(key = %lease.key, "Redis is full: an answer it refused holds its claim while it is tried again");
-                        retry_until = Some(Instant::now() + store.shared.ttl(lease.key.handler));
+                        retry_until = Some(Instant::now() + kept_for);
                     }
                 }
                 if retry_until.is_none_or(|until| again >= until) {
@@ -457,7 +467,9 @@ impl FlightStore for SharedStore {
                 Ok(begin) => return Ok(begin),
                 Err(StoreError::Full) if is_reserved(key.handler) => return Ok(Begin::Full),
                 // Its first call ran: never again, whatever the fallback.
-                Err(error @ StoreError::Lost(_)) if is_reserved(key.handler) => return Err(error),
+                Err(error @ (StoreError::Lost(_) | StoreError::Unreadable(_))) if is_reserved(key.handler) => {
+                    return Err(error);
+                }
                 Err(error) => cause = Some(error),
             }
         }
