@@ -492,6 +492,41 @@ async fn a_blocked_read_ends_by_its_deadline() {
     assert!(read.is_some_and(|read| read.entries.is_empty()), "no news");
 }
 
+/// A claim a journal's appends renew (a model call's, of a few seconds,
+/// renewed every second) runs on past its first lease: its answer, which
+/// Redis could not take at first, is tried again for as long as the claim
+/// holds, not only until the end of its first lease.
+#[tokio::test]
+async fn an_answer_is_tried_again_while_its_renewed_claim_holds() {
+    use megamind_core::store::{Appending, Journal};
+    let Some(mut server) = RedisServer::start("a renewed claim") else { return };
+    let (store, _registry) = shared(&server.url(), CommitFallback::Refuse);
+    store.start();
+    let lease_for = Duration::from_secs(3);
+    let key = Key::new("assistant", Handler::Run, "renewed");
+    let started = Instant::now();
+    let Ok(Begin::Lead(lease)) = store.begin(key, lease_for, Instant::now() + lease_for, &mut || true).await else {
+        panic!("leads")
+    };
+    // Renewed to 5.5 s from the start.
+    let entries = [Bytes::from_static(b"one")];
+    for (from, at) in [(0, 500), (1, 1000), (2, 1500), (3, 2000), (4, 2500)] {
+        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+        let appending =
+            Appending { entries: &entries, from, end: false, max_len: 100, ttl: LEASE, lease: Some(lease_for) };
+        assert!(store.append(&lease, appending).await.unwrap(), "renewed");
+    }
+    // Killed: no answer is taken, late or not; back (empty) past the
+    // first lease's end, within the renewed one's.
+    server.kill();
+    store.complete(lease, Bytes::from_static(b"answer")).await.unwrap();
+    tokio::time::sleep_until(started + Duration::from_millis(3200)).await;
+    server.restart();
+    let held = || -> Option<Vec<u8>> { server.query(redis::cmd("GET").arg("shared:{assistant/run/renewed}")) };
+    let stored = eventually(Duration::from_secs(5), || held().is_some_and(|held| held.first() == Some(&b'v'))).await;
+    assert!(stored, "the answer was given up: {:?}", held());
+}
+
 /// A `/commit` answer that Redis could not take for longer than its claim
 /// lasted (frozen: a fork, a slow disk, a failover) is stored once Redis
 /// takes writes again, into the key its claim left empty: a retry after
@@ -514,6 +549,8 @@ async fn a_commit_answer_redis_could_not_take_past_its_claim_is_stored_once_it_c
     let held = || -> Option<Vec<u8>> { server.query(redis::cmd("GET").arg("shared:{demo/commit/outage}")) };
     let stored = eventually(Duration::from_secs(10), || held().is_some_and(|held| held.first() == Some(&b'v'))).await;
     assert!(stored, "the answer was never stored: {:?}", held());
+    // A store taken for down in the outage refuses a /commit until it is found back.
+    assert!(eventually(Duration::from_secs(5), || !store.is_down()).await, "found back");
     let (retry, _) = begin(&store, Handler::Commit, "outage").await;
     assert!(matches!(retry, Ok(Begin::Hit(ref value)) if &value[..] == b"ran"), "replayed: {retry:?}");
 }

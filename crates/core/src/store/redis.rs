@@ -172,8 +172,9 @@ struct Claim {
 struct Lead {
     /// Counts the lease in flight until the last clone goes.
     _in_flight: InFlight,
-    /// When the claim runs out in Redis unless renewed.
-    until: Instant,
+    /// When the claim runs out in Redis at the earliest: at its lease's end,
+    /// or later once a journal's append renewed it.
+    until: Mutex<Instant>,
     /// A lease on the same key in this replica's memory, held beside the
     /// claim ([`keep_beside`]) until whoever ends the claim takes it.
     beside: Mutex<Option<Lease>>,
@@ -483,7 +484,11 @@ impl FlightStore for RedisStore {
             return Ok(Begin::Refused);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let lead = Some(Lead { _in_flight: InFlight(self.in_flight.clone()), until, beside: Mutex::new(None) });
+        let lead = Some(Lead {
+            _in_flight: InFlight(self.in_flight.clone()),
+            until: Mutex::new(until),
+            beside: Mutex::new(None),
+        });
         Ok(Begin::Lead(Lease { key, token: Arc::new(Claim { key: redis_key, claim, lead }) }))
     }
 
@@ -559,7 +564,16 @@ pub fn is_claim(token: &Token) -> bool {
 /// When the lease holding `token` runs out at the earliest, if it is a
 /// lease's claim of a [`RedisStore`].
 pub fn claim_until(token: &Token) -> Option<Instant> {
-    claim_of(token).ok()?.lead.as_ref().map(|lead| lead.until)
+    claim_of(token).ok()?.lead.as_ref().map(|lead| *lead.until.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Notes that the claim `claim` holds runs on until `until` at the
+/// earliest (a journal's append renewed it).
+fn renewed(claim: &Claim, until: Instant) {
+    if let Some(lead) = &claim.lead {
+        let mut held = lead.until.lock().unwrap_or_else(PoisonError::into_inner);
+        *held = (*held).max(until);
+    }
 }
 
 /// Keeps `local`, a lease on the same key in another store, beside the

@@ -209,7 +209,13 @@ impl Journal for RedisStore {
             invocation.arg(&entry[..]);
         }
         // Safe to send twice: the second finds the entries there.
+        let sent = Instant::now();
         let last: i64 = self.invoke(None, &invocation).await?;
+        // Renewed from when it was sent at the latest: whoever ends the
+        // claim tries for as long as it holds.
+        if let (true, Some(lease)) = (last >= 0, appending.lease) {
+            super::renewed(claim, sent + lease);
+        }
         Ok(last >= 0)
     }
 
