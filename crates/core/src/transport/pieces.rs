@@ -19,6 +19,20 @@ use hyper::body::Body;
 /// body at the default 4 MiB limit, where a client writes kilobytes.
 pub const MAX_PIECES: usize = 65_536;
 
+/// The most a body's buffer takes before its bytes come: what a body says
+/// is still to come (its `Content-Length`) is a claim, and a client that
+/// declares the limit and stalls after two bytes must not have the server
+/// set the limit aside, on each of its connections. A larger body grows
+/// the buffer as it comes.
+const MAX_RESERVED: usize = 64 << 10;
+
+/// The buffer to begin for a body of `len` bytes so far that says `rest`
+/// more are coming, under `limit`.
+fn reserved(len: usize, rest: u64, limit: usize) -> usize {
+    let rest = usize::try_from(rest).unwrap_or(usize::MAX).min(MAX_RESERVED);
+    len.saturating_add(rest).min(limit)
+}
+
 /// A body that came in more than [`MAX_PIECES`] pieces.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the body came in more than {MAX_PIECES} pieces (chunks or frames); send it in larger ones")]
@@ -62,9 +76,8 @@ where
             (Some(buffer), _) => buffer.extend_from_slice(&data),
             (None, None) => first = Some(data),
             (None, Some(earlier)) => {
-                // What the body says is still to come, as far as the limit allows.
-                let rest = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
-                let mut buffer = BytesMut::with_capacity(len.saturating_add(rest).min(limit));
+                // What the body says is still to come, within bounds.
+                let mut buffer = BytesMut::with_capacity(reserved(len, body.size_hint().lower(), limit));
                 buffer.extend_from_slice(&earlier);
                 buffer.extend_from_slice(&data);
                 joined = Some(buffer);
@@ -90,6 +103,15 @@ mod tests {
 
     fn ones(n: usize) -> StreamBody<Frames> {
         body((0..n).map(|_| Bytes::from_static(b"x")).collect())
+    }
+
+    #[test]
+    fn a_declared_length_sets_aside_no_more_than_its_bound_before_the_bytes_come() {
+        let limit = 4 << 20;
+        assert_eq!(reserved(2, 1000, limit), 1002, "a small body's whole length");
+        assert_eq!(reserved(2, (4 << 20) - 2, limit), 2 + MAX_RESERVED, "a large one's bound");
+        assert_eq!(reserved(2, u64::MAX, limit), 2 + MAX_RESERVED);
+        assert_eq!(reserved(2, 1000, 100), 100, "never past the limit");
     }
 
     #[tokio::test]
