@@ -56,6 +56,10 @@ use crate::{
 pub use streams::MAX_OPEN as MAX_PUBLIC_STREAMS;
 use streams::PublicStreams;
 
+/// The longest a health or reflection call's message may take after its
+/// head, however long the header timeout.
+const PUBLIC_MESSAGE_WAIT: Duration = Duration::from_secs(1);
+
 /// The health check's path, answered by what `/readyz` would say.
 const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
@@ -202,11 +206,14 @@ impl GrpcRoutes {
         // and reflection read theirs before answering (`Watch` before it
         // streams, so before its lifetime starts): it must come within the
         // header timeout, as a request's head must, or a message never
-        // finished would hold the connection, and a watch's slot, for ever.
+        // finished would hold the connection, and a watch's slot, for ever;
+        // and within a second, for it comes with its head: meanwhile the
+        // call counts among the requests open server-wide, which anyone may
+        // fill with such calls to refuse HTTP/2 clients their streams.
         let path = request.uri().path();
         let scenario =
             path.strip_prefix('/').and_then(|p| p.strip_prefix(SERVICE_NAME)).is_some_and(|m| m.starts_with('/'));
-        let within = self.app.connection_limits.header_timeout;
+        let within = self.app.connection_limits.header_timeout.min(PUBLIC_MESSAGE_WAIT);
         // axum's router, under the routes, is always ready: no `poll_ready` needed.
         let call = self.routes.call(request);
         let called = if scenario { Ok(call.await) } else { tokio::time::timeout(within, call).await };
