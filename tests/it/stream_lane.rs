@@ -50,6 +50,15 @@ async fn exchange(app: &TestApp, parts: &[&[u8]]) -> String {
     String::from_utf8(answer).expect("UTF-8")
 }
 
+/// Asks for call `id`'s stream on `socket` and reads its answer's status
+/// line, which must be a 200: the stream has begun.
+async fn begin_stream(socket: &mut TcpStream, id: &str) {
+    socket.write_all(&stream_request(id)).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "the stream began");
+}
+
 fn stream_request(id: &str) -> Vec<u8> {
     let path = signed(&format!("/llm/stream/{id}"));
     format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n").into_bytes()
@@ -258,10 +267,7 @@ async fn a_subscriber_that_hangs_up_gives_its_stream_back_before_the_next_heartb
     let pipelined = "GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n".repeat(100);
     for more in [None, Some(pipelined.as_str())] {
         let mut socket = TcpStream::connect(app.addr).await.unwrap();
-        socket.write_all(&stream_request("lane-gone")).await.unwrap();
-        let mut head = [0u8; 12];
-        tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200");
+        begin_stream(&mut socket, "lane-gone").await;
         app.metrics_line("megamind_assistant_streams_open 1").await;
         match more {
             None => drop(socket),
@@ -289,10 +295,7 @@ async fn streams_on_the_lane_leave_h2_clients_their_streams() {
     let mut screens = Vec::new();
     for _ in 0..2 {
         let mut socket = TcpStream::connect(app.addr).await.unwrap();
-        socket.write_all(&stream_request("lane-crowd")).await.unwrap();
-        let mut head = [0u8; 12];
-        tokio::time::timeout(BOUND, socket.read_exact(&mut head)).await.expect("answered in time").unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200");
+        begin_stream(&mut socket, "lane-crowd").await;
         screens.push(socket);
     }
     app.metrics_line("megamind_assistant_streams_open 2").await;
@@ -326,10 +329,7 @@ async fn a_subscriber_that_stops_reading_is_cut_off_at_the_send_timeout() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stuck = socket.connect(app.addr).await.unwrap();
-    stuck.write_all(&stream_request("lane-stuck")).await.unwrap();
-    let mut head = [0u8; 12];
-    tokio::time::timeout(BOUND, stuck.read_exact(&mut head)).await.expect("answered in time").unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200", "the stream began");
+    begin_stream(&mut stuck, "lane-stuck").await;
     app.metrics_line(r#"megamind_connections_closed_total{reason="send_timeout"} 1"#).await;
     app.metrics_line("megamind_assistant_streams_open 0").await;
     // Whatever of it the client still reads (a reset may end the read

@@ -549,8 +549,8 @@ impl Calls {
             read_by = next + LOOKUP_READ;
         };
         let (read, whole) = read;
+        let run = journal::latest_run(&read.entries);
         if !whole {
-            let run = journal::latest_run(&read.entries);
             return Lookup::Kept(Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES)));
         }
         let mut records = shared.records();
@@ -558,7 +558,6 @@ impl Calls {
         if let Some(record) = records.get(id) {
             return Lookup::Kept(record);
         }
-        let run = journal::latest_run(&read.entries);
         let record = Arc::new(journal::mirror_of(run, MAX_ANSWER_BYTES));
         records.hold(id, &record);
         drop(records);

@@ -120,7 +120,6 @@ impl StoreError {
     pub fn reading_held(self) -> StoreError {
         match self {
             lost @ StoreError::Lost(_) => lost,
-            unreadable @ StoreError::Unreadable(_) => unreadable,
             other => StoreError::Unreadable(Box::new(other)),
         }
     }

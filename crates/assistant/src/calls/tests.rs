@@ -261,7 +261,7 @@ async fn a_call_whose_journal_is_out_of_reach_is_unavailable_not_gone() {
 /// as the call's mirror: a reader with time reads the journal whole.
 #[tokio::test(start_paused = true)]
 async fn a_journal_of_a_full_batch_is_read_by_the_hop_s_time() {
-    let journal = Reappearing { back: Instant::now(), troubled: None, entries: letters(READ_BATCH), ended: false };
+    let journal = TestJournal::of(letters(READ_BATCH));
     let calls = shared_over(None, Arc::new(journal));
     let started = Instant::now();
     let text = calls.partial_text("elsewhere", started + Duration::from_millis(10)).await;
@@ -271,7 +271,7 @@ async fn a_journal_of_a_full_batch_is_read_by_the_hop_s_time() {
     assert!(calls.shared.records().get("elsewhere").is_some(), "mirrored");
 
     // Batches that take 8 ms each: the second one is not read by 10 ms.
-    let slow = Growing { entries: Mutex::new(letters(3 * READ_BATCH)), read_takes: Duration::from_millis(8) };
+    let slow = TestJournal { read_takes: Duration::from_millis(8), ..TestJournal::of(letters(3 * READ_BATCH)) };
     let calls = shared_over(None, Arc::new(slow));
     let started = Instant::now();
     let text = calls.partial_text("slow", started + Duration::from_millis(10)).await;
@@ -291,8 +291,7 @@ async fn a_journal_of_a_full_batch_is_read_by_the_hop_s_time() {
 async fn a_mirror_ended_short_of_its_call_gives_way_to_a_new_one() {
     let at = Duration::from_millis(5);
     let event = |text: &str| super::entry::Entry::Event { event: ModelEvent::TextDelta(text.into()), at }.encode();
-    let entries = Mutex::new(vec![super::entry::Entry::started_now(), event("а")]);
-    let journal = Arc::new(Growing { entries, read_takes: Duration::ZERO });
+    let journal = Arc::new(TestJournal::of(vec![super::entry::Entry::started_now(), event("а")]));
     let calls = shared_over(None, journal.clone());
     let Lookup::Kept(first) = calls.lookup("again").await else { panic!("found") };
     assert_eq!(first.text(), "а");
@@ -302,51 +301,6 @@ async fn a_mirror_ended_short_of_its_call_gives_way_to_a_new_one() {
     let Lookup::Kept(second) = calls.lookup("again").await else { panic!("found") };
     assert!(!Arc::ptr_eq(&first, &second), "a new mirror, though the old one is still held");
     assert_eq!((second.text().as_str(), second.has_ended()), ("б", false), "of the new run");
-}
-
-/// The journal of a running call, its entries added by the test, read a
-/// batch at a time, each read taking `read_takes` (one that cannot end by
-/// its deadline times out at it); a read with nothing new waits until its
-/// deadline.
-#[derive(Debug)]
-struct Growing {
-    entries: Mutex<Vec<bytes::Bytes>>,
-    read_takes: Duration,
-}
-
-#[async_trait::async_trait]
-impl megamind_core::store::Journal for Growing {
-    async fn append(
-        &self,
-        _: &megamind_core::store::Lease,
-        _: megamind_core::store::Appending<'_>,
-    ) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
-    async fn read(&self, _: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
-        let ready = Instant::now() + self.read_takes;
-        if ready > deadline {
-            tokio::time::sleep_until(deadline).await;
-            return Err(StoreError::Timeout(self.read_takes));
-        }
-        tokio::time::sleep_until(ready).await;
-        let from = usize::try_from(after).unwrap();
-        let read = || {
-            let entries = self.entries.lock().unwrap();
-            entries.get(from..).unwrap_or_default().iter().take(READ_BATCH).cloned().collect::<Vec<_>>()
-        };
-        let mut entries = read();
-        if entries.is_empty() {
-            tokio::time::sleep_until(deadline).await;
-            entries = read();
-        }
-        Ok(Some(Entries { first: after + 1, entries, ended: false, abandoned: false }))
-    }
-
-    fn troubled_since(&self) -> Option<Instant> {
-        None
-    }
 }
 
 /// A run's start, then an event of one letter each, `count` entries in all.
@@ -359,19 +313,32 @@ fn letters(count: usize) -> Vec<bytes::Bytes> {
     entries
 }
 
-/// A journal a store restarted empty lost, written anew by its call's
-/// runner at `back`; the store last failed at `troubled`. Unless `ended`,
-/// a read with nothing new waits until its deadline, as a real one does.
+/// A call's journal in a shared store, read a batch at a time: its
+/// `entries` (which a test may add to while it is read), each read taking
+/// `read_takes` (one that cannot end by its deadline times out at it, as
+/// Redis's does), and a read with nothing new waiting until its deadline
+/// unless the journal `ended`. Gone until `back` (a store restarted empty,
+/// the journal written anew by its call's runner then), the store last
+/// failed at `troubled`.
 #[derive(Debug)]
-struct Reappearing {
+struct TestJournal {
+    entries: Mutex<Vec<bytes::Bytes>>,
+    read_takes: Duration,
+    ended: bool,
     back: Instant,
     troubled: Option<Instant>,
-    entries: Vec<bytes::Bytes>,
-    ended: bool,
+}
+
+impl TestJournal {
+    /// The running call's journal of `entries`, there now, read at once.
+    fn of(entries: Vec<bytes::Bytes>) -> TestJournal {
+        let entries = Mutex::new(entries);
+        TestJournal { entries, read_takes: Duration::ZERO, ended: false, back: Instant::now(), troubled: None }
+    }
 }
 
 #[async_trait::async_trait]
-impl megamind_core::store::Journal for Reappearing {
+impl megamind_core::store::Journal for TestJournal {
     async fn append(
         &self,
         _: &megamind_core::store::Lease,
@@ -381,15 +348,23 @@ impl megamind_core::store::Journal for Reappearing {
     }
 
     async fn read(&self, _: &Key, after: u64, deadline: Instant) -> Result<Option<Entries>, StoreError> {
-        // As Redis's: a read given no time at all times out.
-        if deadline <= Instant::now() {
-            return Err(StoreError::Timeout(Duration::ZERO));
-        }
-        let rest = self.entries.get(usize::try_from(after).unwrap()..).unwrap_or_default();
-        if rest.is_empty() && !self.ended {
+        let ready = Instant::now() + self.read_takes;
+        if deadline <= Instant::now() || ready > deadline {
             tokio::time::sleep_until(deadline).await;
+            return Err(StoreError::Timeout(self.read_takes));
         }
-        let read = Entries { first: after + 1, entries: rest.to_vec(), ended: self.ended, abandoned: false };
+        tokio::time::sleep_until(ready).await;
+        let from = usize::try_from(after).unwrap();
+        let read = || {
+            let entries = self.entries.lock().unwrap();
+            entries.get(from..).unwrap_or_default().iter().take(READ_BATCH).cloned().collect::<Vec<_>>()
+        };
+        let mut entries = read();
+        if entries.is_empty() && !self.ended {
+            tokio::time::sleep_until(deadline).await;
+            entries = read();
+        }
+        let read = Entries { first: after + 1, entries, ended: self.ended, abandoned: false };
         Ok((Instant::now() >= self.back).then_some(read))
     }
 
@@ -405,7 +380,8 @@ fn reappearing(back: Duration, troubled: Option<Instant>) -> Calls {
         super::entry::Entry::Event { event: ModelEvent::TextDelta("Сейчас.".into()), at }.encode(),
         super::entry::Entry::Completed { at }.encode(),
     ];
-    shared_over(None, Arc::new(Reappearing { back: Instant::now() + back, troubled, entries, ended: true }))
+    let journal = TestJournal { ended: true, back: Instant::now() + back, troubled, ..TestJournal::of(entries) };
+    shared_over(None, Arc::new(journal))
 }
 
 /// Just after Redis restarted empty, a call's journal is gone until its

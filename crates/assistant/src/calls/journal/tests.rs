@@ -33,6 +33,14 @@ fn key(id: &str) -> Key {
     Key::new("assistant", megamind_core::scenario::Handler::Run, id)
 }
 
+/// That `record`'s mirror ended as `ends` says, and said it followed its
+/// call to its end only if the call completed.
+fn assert_ended(record: &CallRecord, followed: Followed, ends: &Ending) {
+    assert_eq!(&record.view().0.ending, ends);
+    let to_its_end = if *ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
+    assert_eq!(followed, to_its_end);
+}
+
 #[test]
 fn a_run_begun_again_ends_its_mirrors_and_new_readers_read_it_alone() {
     let first_run = [Entry::started_now(), text("Сей")];
@@ -63,9 +71,7 @@ async fn after_a_failed_read_a_mirror_reads_on_only_if_the_journal_still_begins_
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
         let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
-        assert_eq!(record.view().0.ending, ends);
-        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
-        assert_eq!(followed, to_its_end);
+        assert_ended(&record, followed, &ends);
     }
 }
 
@@ -89,10 +95,8 @@ async fn a_check_that_cannot_tell_holds_the_read_back_until_one_can() {
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None));
         let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
-        assert_eq!(record.view().0.ending, ends);
+        assert_ended(&record, followed, &ends);
         assert_eq!(record.text(), if ends == Ending::Completed { "Сейчас." } else { "Сей" });
-        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
-        assert_eq!(followed, to_its_end);
     }
     // A store that never lets the check tell ends the mirror, as failed reads do.
     let record = Arc::new(mirror_of(&[ours.clone(), text("Сей")], 1024));
@@ -135,9 +139,7 @@ async fn a_journal_gone_just_after_a_failed_read_is_waited_for_a_while() {
         let began = Instant::now();
         let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
-        assert_eq!(record.view().0.ending, ends);
-        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
-        assert_eq!(followed, to_its_end);
+        assert_ended(&record, followed, &ends);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
         if ends == Ending::Completed {
             assert_eq!(record.text(), "Сейчас.", "read on from where it was");
@@ -233,9 +235,7 @@ async fn a_journal_gone_just_after_its_store_was_troubled_is_waited_for_too() {
         let began = Instant::now();
         let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
         let took = began.elapsed();
-        assert_eq!(record.view().0.ending, ends);
-        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
-        assert_eq!(followed, to_its_end);
+        assert_ended(&record, followed, &ends);
         assert!(least <= took && took < most, "{ends:?} after {took:?}");
     }
 }
@@ -261,9 +261,7 @@ async fn a_journal_read_after_a_trouble_is_checked_to_begin_with_the_mirrors_run
         ];
         let journal = Arc::new(Flushed::new(script.into_iter().map(Some), None).losing_at_read(1));
         let followed = mirror(journal, key.clone(), record.clone(), 2, Some(ours.clone())).await;
-        assert_eq!(record.view().0.ending, ends);
-        let to_its_end = if ends == Ending::Completed { Followed::ToItsEnd } else { Followed::Short };
-        assert_eq!(followed, to_its_end);
+        assert_ended(&record, followed, &ends);
     }
 }
 
