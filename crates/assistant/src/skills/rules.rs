@@ -94,11 +94,14 @@ const DEFAULT_DENY: &[&str] = &[
 const DEFAULT_ASK: &[&str] = &[
     r"^(rm|rmdir|unlink|shred|truncate)( |$) # удалит файлы",
     r"^(del|erase|rd|remove-item)( |$) # удалит файлы",
-    r"^git( \S+)* push( \S+)* (-\S*f\S*|--force\S*|\+\S+)( |$) # перепишет историю удалённого репозитория",
-    r"^git( \S+)* reset( \S+)* --hard( |$) # отбросит несохранённые изменения",
-    r"^git( \S+)* clean( \S+)* (-\S*f\S*|--force)( |$) # удалит файлы, которых нет в git",
+    r"^git( \S+)* push( \S+)* (-\S*f\S*|--for\S*|\+\S+)( |$) # перепишет историю удалённого репозитория",
+    r"^git( \S+)* reset( \S+)* --h(a(rd?)?)?( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* clean( \S+)* (-\S*f\S*|--f\S*)( |$) # удалит файлы, которых нет в git",
     r"^git( \S+)* branch( \S+)* (-d|-\S*D\S*|--delete)( |$) # удалит ветку",
     r"^git( \S+)* (checkout|restore)( \S+)* (--|\.)( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* restore( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* (checkout|switch)( \S+)* (-[a-z]*f[a-z]*|--for\S*|--di\S*)( |$) # отбросит несохранённые изменения",
+    r"^git( \S+)* rm( |$) # удалит файлы",
     r"^git( \S+)* stash (drop|clear)( |$) # удалит отложенные изменения",
     r"\b(drop|truncate) (table|database|schema)\b # удалит данные из базы",
     r"\bdelete from\b # удалит строки из базы",
@@ -237,8 +240,28 @@ impl CommandRules {
         if let Some(rule) = found {
             return Some(rule.reason.clone());
         }
+        // A program that runs the command after it may take arguments of
+        // its own that `effective` does not know to skip (`taskset 1 rm …`,
+        // `flock /tmp/l rm …`, `setsid -f rm …`, `coproc rm …`): a rule
+        // saying what the command is (`^rm`) is tried on each tail of its words.
+        let anchored: Vec<&Rule> = rules.iter().filter(|rule| rule.pattern.as_str().starts_with('^')).collect();
+        for words in commands.iter().filter(|words| runs_what_follows(words)) {
+            for at in 1..words.len() {
+                // A word with a blank in it (quoted) names no program.
+                if words[at].contains(char::is_whitespace) {
+                    continue;
+                }
+                let mut tail = words[at..].join(" ");
+                if tail.contains("${") {
+                    tail = BRACED.replace_all(&tail, "$$$1").into_owned();
+                }
+                if let Some(rule) = anchored.iter().find(|rule| rule.pattern.is_match(&tail)) {
+                    return Some(rule.reason.clone());
+                }
+            }
+        }
         let inner =
-            commands.iter().filter_map(|words| shell::inner_command(words)).chain(line.quoted_inner.iter().cloned());
+            commands.iter().flat_map(|words| shell::inner_commands(words)).chain(line.quoted_inner.iter().cloned());
         for inner in inner {
             if depth + 1 >= MAX_DEPTH {
                 return Some("вкладывает команды друг в друга слишком глубоко, чтобы их проверить".into());
@@ -249,6 +272,15 @@ impl CommandRules {
         }
         None
     }
+}
+
+/// Whether the program of `words` runs a command its later words name: a
+/// wrapper, a privilege, something that evaluates or defines commands
+/// (`coproc`, `function`).
+fn runs_what_follows(words: &[String]) -> bool {
+    use programs::Kind;
+    let kind = words.first().and_then(|program| programs::kind(&programs::normalize(program)));
+    matches!(kind, Some(Kind::Wrapper | Kind::Privilege | Kind::Evaluates | Kind::ShellState))
 }
 
 /// A variable named in braces with nothing else in them: `${HOME}`.

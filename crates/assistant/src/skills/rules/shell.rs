@@ -221,18 +221,21 @@ pub(super) fn effective(words: &[Word]) -> Vec<String> {
     words
 }
 
-/// The command a shell or `eval` is told to run: `sh -c "…"`, `bash -lc
-/// "…"`, `su root -c "…"`, `eval …`.
-pub(super) fn inner_command(words: &[String]) -> Option<String> {
-    let program = words.first()?.as_str();
+/// The commands a shell or `eval` may be told to run: `sh -c "…"`, `bash
+/// -lc "…"`, `su root -c "…"`, `eval …`. After `-c`, every word: options
+/// may stand between the flag and its command (`sh -c -- "…"`, `bash -c
+/// -x "…"`, `bash -c -o errexit "…"`), and the words after the command
+/// (`$0`, `$1`, …) are checked too rather than tell them apart.
+pub(super) fn inner_commands(words: &[String]) -> Vec<String> {
+    let Some(program) = words.first().map(String::as_str) else { return Vec::new() };
     if program == "eval" {
-        return Some(words.get(1..)?.join(" "));
+        return vec![words[1..].join(" ")];
     }
     if !matches!(program, "sh" | "bash" | "zsh" | "dash" | "ksh" | "ash" | "fish" | "su") {
-        return None;
+        return Vec::new();
     }
-    let flag = words.iter().position(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'))?;
-    words.get(flag + 1).cloned()
+    let flag = words.iter().position(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'));
+    flag.map_or_else(Vec::new, |flag| words[flag + 1..].to_vec())
 }
 
 /// `NAME=value`, unquoted before the `=`: a variable assignment.
@@ -311,6 +314,11 @@ y"#,
     fn wrappers_are_stripped_to_the_command_run() {
         let line = split("sudo -u root env A=1 nohup timeout 5 /bin/rm -rf x");
         assert_eq!(effective(&line.commands[0].words), ["rm", "-rf", "x"]);
-        assert_eq!(inner_command(&["bash".into(), "-lc".into(), "id".into()]).as_deref(), Some("id"));
+        let words = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(inner_commands(&words("bash -lc id")), ["id"]);
+        assert_eq!(inner_commands(&words("sh -c -- id")), ["--", "id"]);
+        assert_eq!(inner_commands(&words("bash -c -o errexit id x")), ["-o", "errexit", "id", "x"]);
+        assert_eq!(inner_commands(&words("eval rm x")), ["rm x"]);
+        assert!(inner_commands(&words("bash script.sh")).is_empty() && inner_commands(&words("ls -c x")).is_empty());
     }
 }

@@ -96,6 +96,71 @@ fn the_question_says_what_each_attack_would_do() {
 }
 
 #[test]
+fn a_deny_rule_finds_its_command_behind_any_wrapper_or_shell_option() {
+    let policy = CommandRules::default();
+    let git = tools(&["Bash(git:*)"]);
+    for command in [
+        "setsid rm -rf ~",
+        "setsid -f rm -rf /",
+        "ionice -c3 rm -rf /",
+        "taskset 0x1 rm -rf ~",
+        "chrt 10 rm -rf ~",
+        "flock /tmp/l rm -rf ~",
+        "watch -n 1 rm -rf ~",
+        "strace -f -o /dev/null rm -rf ~",
+        "sudo setsid rm -rf ~",
+        "coproc rm -rf ~",
+        "function f { rm -rf ~; }; f",
+        "sh -c -- 'rm -rf ~'",
+        "bash -c -x 'rm -rf /'",
+        "bash -c -o errexit 'rm -rf /'",
+        "bash -x -c 'echo' 'rm -rf /'",
+        "setsid mkfs.ext4 /dev/sdb1",
+    ] {
+        for tools in [None, Some(&git[..])] {
+            assert!(
+                matches!(policy.check(command, tools), Verdict::Deny(_)),
+                "{command:?}: {:?}",
+                policy.check(command, tools)
+            );
+        }
+    }
+    // An ask rule too: the question says what the wrapped command does.
+    let Verdict::Ask(reason) = policy.check("setsid rm -rf build", None) else { panic!("asks") };
+    assert!(reason.contains("удалит файлы"), "{reason}");
+    // A wrapper's tails are its words, not the insides of a quoted one.
+    assert!(matches!(policy.check("nohup git commit -m 'rm -rf ~ was bad'", Some(&git)), Verdict::Ask(_)));
+    assert!(matches!(policy.check("setsid echo 'rm -rf ~'", Some(&git)), Verdict::Ask(_)));
+}
+
+#[test]
+fn every_spelling_git_takes_of_discarding_work_asks_under_bash_git() {
+    let policy = CommandRules::default();
+    let git = tools(&["Bash(git:*)"]);
+    for (command, says) in [
+        ("git reset --hard", "отбросит"),
+        ("git reset --har HEAD", "отбросит"),
+        ("git reset --ha", "отбросит"),
+        ("git restore :/", "отбросит"),
+        ("git restore './'", "отбросит"),
+        ("git restore src/main.rs", "отбросит"),
+        ("git checkout -f HEAD", "отбросит"),
+        ("git checkout --force main", "отбросит"),
+        ("git switch --discard-changes main", "отбросит"),
+        ("git switch -f main", "отбросит"),
+        ("git rm -f x", "удалит файлы"),
+        ("git clean --fo -d", "удалит файлы"),
+        ("git push --forc origin main", "перепишет историю"),
+    ] {
+        let verdict = policy.check(command, Some(&git));
+        assert!(matches!(&verdict, Verdict::Ask(reason) if reason.contains(says)), "{command:?}: {verdict:?}");
+    }
+    for command in ["git checkout main", "git switch -c feature", "git status --porcelain"] {
+        assert_eq!(policy.check(command, Some(&git)), Verdict::Allow, "{command:?}");
+    }
+}
+
+#[test]
 fn the_policy_table_without_allowed_tools() {
     use Expect::*;
     let cases = [
