@@ -394,6 +394,31 @@ async fn a_line_typed_as_the_result_of_a_command_no_longer_awaited_is_said_inste
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_run_here_never_sees_the_ticket_or_the_servers_variables() {
+    let command =
+        "[CMD] echo \"ticket=$MEGAMIND_SERVICE_TICKET key=$MEGAMIND_LLM_API_KEY token=$QLOUD_TVM_TOKEN home=$HOME\"";
+    let (mock, server, _skills) = skill_server("skills-env", &[command]).await;
+    let address = server.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut dialog = crate::helpers::binary();
+        dialog
+            .args(["dialog", "--server", &address])
+            .env("MEGAMIND_SERVICE_TICKET", "3:serv:t0k3n-never-shown")
+            .env("MEGAMIND_LLM_API_KEY", "sk-never-shown")
+            .env("QLOUD_TVM_TOKEN", "qloud-never-shown");
+        crate::helpers::run_command(&mut dialog, "запусти навык git-quick-commit\n/run\n/quit\n".as_bytes())
+    })
+    .await
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("  | ticket= key= token= home=/"), "ran without them, the rest kept: {stdout}");
+    let sent = format!("{:?}", mock.received().iter().map(|r| r.body.to_string()).collect::<Vec<_>>());
+    assert!(sent.contains("ticket= key= token= home=/"), "{sent}");
+    assert!(!sent.contains("never-shown") && !stdout.contains("never-shown"), "{sent}\n{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_with_control_characters_is_shown_escaped_and_not_run() {
     // On a terminal, `\r` and "erase the line" leave `git status` in view of
     // a command that pipes the network into a shell.

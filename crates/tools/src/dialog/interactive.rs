@@ -330,12 +330,27 @@ fn skip_line(input: &mut impl BufRead) -> std::io::Result<()> {
     }
 }
 
+/// Variables a command run here never sees: the service ticket this tool
+/// is given, and any other of the server's or tvmtool's, which may hold
+/// secrets when the tool runs from the shell the server was started in. A
+/// command's output goes to the server and on to the model, so `echo
+/// $MEGAMIND_SERVICE_TICKET` would hand the ticket over.
+fn hidden_from_commands(name: &str) -> bool {
+    name.starts_with("MEGAMIND_") || matches!(name, "TVMTOOL_LOCAL_AUTHTOKEN" | "QLOUD_TVM_TOKEN")
+}
+
 /// Runs `command` with `sh -c` in the current folder, in a process group of
-/// its own: its output (stdout, then stderr, capped) and exit code; 124 when
-/// it ran out of `timeout` (every process of the group is killed then, not
-/// only `sh`), 127 when it could not start.
+/// its own, without the variables [`hidden_from_commands`] names: its
+/// output (stdout, then stderr, capped) and exit code; 124 when it ran out
+/// of `timeout` (every process of the group is killed then, not only `sh`),
+/// 127 when it could not start.
 async fn run_here(command: &str, timeout: Duration) -> (String, i32) {
     let mut sh = tokio::process::Command::new("sh");
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(hidden_from_commands) {
+            sh.env_remove(name);
+        }
+    }
     sh.arg("-c")
         .arg(command)
         .stdin(std::process::Stdio::null())
