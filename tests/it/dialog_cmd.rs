@@ -254,27 +254,33 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     // The server writes its log in batches: wait for the three calls' summary
     // lines, then replay a copy (the replay's own calls go to the log too).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let logged = loop {
-        let logged = std::fs::read_to_string(&log).unwrap();
-        if logged.matches("scenario=assistant handler=run").count() >= 3 {
-            break logged;
-        }
-        assert!(Instant::now() < deadline, "the calls never reached the log: {logged}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let logged = with_summaries(&log, 3);
     let copy = temp("debug-copy.log");
     std::fs::write(&copy, &logged).unwrap();
 
-    let out = dialog(&["--server", &server.url, "--replay", copy.to_str().unwrap(), "--ignore", "State"], "");
+    // A new build is replayed against from the start of its cache: the
+    // server that wrote the log would answer its RequestIds from its own.
+    let fresh_log = temp("fresh.log");
+    let fresh = serve("debug", &fresh_log);
+    let out = dialog(&["--server", &fresh.url, "--replay", copy.to_str().unwrap(), "--ignore", "State"], "");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("= /assistant/run"), "{stdout}");
     assert!(stdout.contains("3 calls replayed: 3 the same, 0 differ"), "{stdout}");
 
+    // `--fresh-ids` against the server that wrote the log: answered by the
+    // scenario, not from the idempotency cache, which still holds the
+    // logged calls' answers under their RequestIds.
+    let args = ["--server", &server.url, "--replay", copy.to_str().unwrap(), "--ignore", "State", "--fresh-ids"];
+    let out = dialog(&args, "");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("3 calls replayed"), "{stdout}{}", text(&out.stderr));
+    let replayed = with_summaries(&log, 6);
+    assert!(replayed.contains("-replay-") && !replayed.contains("outcome=replay"), "{replayed}");
+
     let changed = temp("changed.log");
     std::fs::write(&changed, logged.replace("Закрываю калькулятор.", "Закрываю Калькулятор.")).unwrap();
-    let out = dialog(&["--server", &server.url, "--replay", changed.to_str().unwrap(), "--ignore", "State"], "");
+    let out = dialog(&["--server", &fresh.url, "--replay", changed.to_str().unwrap(), "--ignore", "State"], "");
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("≠ /assistant/run"), "{stdout}");
@@ -282,25 +288,97 @@ fn a_debug_log_replays_and_a_changed_answer_is_reported() {
     assert!(stdout.contains("1 differ"), "{stdout}");
 }
 
-#[test]
-fn a_server_that_answers_garbage_exits_2_naming_what_was_wrong() {
+/// The log at `log` once it holds `count` summary lines of the assistant's
+/// `/run` (the server writes its log in batches).
+fn with_summaries(log: &Path, count: usize) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logged = std::fs::read_to_string(log).unwrap();
+        if logged.matches("scenario=assistant handler=run").count() >= count {
+            return logged;
+        }
+        assert!(Instant::now() < deadline, "the calls never reached the log: {logged}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server at the URL returned that answers its first request with
+/// `answer` (its status line, head and body), then closes.
+fn answers_once(answer: Vec<u8>) -> (String, std::thread::JoinHandle<()>) {
     use std::io::Read;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    // Answers every request 200 with bytes that are no protocol message.
-    let garbage = std::thread::spawn(move || {
+    let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
         let mut request = [0u8; 4096];
         let _ = stream.read(&mut request);
-        let _ = stream.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: 4\r\n\r\n\xff\xff\xff\xff",
-        );
+        let _ = stream.write_all(&answer);
     });
+    (url, server)
+}
+
+/// An answer of status 200 with `body`.
+fn ok_with(body: &[u8]) -> Vec<u8> {
+    let head =
+        format!("HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\ncontent-length: {}\r\n\r\n", body.len());
+    [head.as_bytes(), body].concat()
+}
+
+#[test]
+fn a_server_that_answers_garbage_exits_2_naming_what_was_wrong() {
+    // Bytes that are no protocol message.
+    let (url, server) = answers_once(ok_with(b"\xff\xff\xff\xff"));
     let out = dialog(&["--server", &url], "привет\n");
-    garbage.join().unwrap();
+    server.join().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("does not decode"), "{stderr}");
+
+    // A message of 70,000 empty directives: 140 KB that would take some
+    // 8 MB decoded (and 64 MiB of them gigabytes), refused uncounted.
+    let layout = [&[0x1a_u8, 0x00][..]].repeat(70_000).concat();
+    let varint = |mut n: usize| {
+        let mut bytes = Vec::new();
+        while n >= 0x80 {
+            bytes.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        bytes.push(n as u8);
+        bytes
+    };
+    let body = [&[0x0a][..], &varint(layout.len()), &layout].concat();
+    let answer = [&[0x1a][..], &varint(body.len()), &body].concat();
+    let (url, server) = answers_once(ok_with(&answer));
+    let out = dialog(&["--server", &url], "привет\n");
+    server.join().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("does not decode") && stderr.contains("holds more than the limit of 65536 values"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_redirect_is_not_followed_and_the_ticket_goes_nowhere_else() {
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let location = format!("http://{}/run", elsewhere.local_addr().unwrap());
+    let redirect = format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n");
+    let (url, server) = answers_once(redirect.into_bytes());
+    let mut command = crate::helpers::binary();
+    command.args(["dialog", "--server", &url]).env("MEGAMIND_SERVICE_TICKET", "3:serv:ticket");
+    let out = crate::helpers::run_command(&mut command, "привет\n".as_bytes());
+    server.join().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("307"), "{stderr}");
+    // Had it followed, its connection would wait to be accepted.
+    elsewhere.set_nonblocking(true).unwrap();
+    let accepted = elsewhere.accept();
+    assert!(
+        accepted.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the redirect was followed: {accepted:?}"
+    );
 }
 
 /// Copies the repository's `skills/` into a folder of the test's own.

@@ -116,8 +116,12 @@ impl Client {
             }
             bases.push(base.trim_end_matches('/').to_owned());
         }
+        // No redirect is followed: Megamind follows none, and the tickets
+        // are headers of our own, which reqwest would send on to the
+        // host a redirect names.
         let http = megamind_core::http_client::client_builder()
             .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ClientError::Setting { name: "HTTP client", reason: e.to_string() })?;
         let next = Arc::new(AtomicUsize::new(first % bases.len()));

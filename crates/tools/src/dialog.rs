@@ -61,6 +61,11 @@ pub struct DialogArgs {
     /// A field replay ignores besides the volatile ones (`Version`, `ServerTimeMs`, ...). Repeatable (with --replay).
     #[arg(long = "ignore", value_name = "FIELD", requires = "replay")]
     pub ignore: Vec<String>,
+    /// Send each logged call with a RequestId of the replay's own (the same for a /run and its /continue), so that
+    /// a server that saw the logged ones within its cache's TTL runs the calls rather than answer from its cache
+    /// (with --replay).
+    #[arg(long, requires = "replay")]
+    pub fresh_ids: bool,
     /// A TVM service ticket sent with every call (`X-Ya-Service-Ticket`), for a server that checks who calls; the
     /// variable keeps it out of the process list.
     #[arg(long, value_name = "TICKET", env = "MEGAMIND_SERVICE_TICKET", hide_env_values = true)]
@@ -85,6 +90,7 @@ impl DialogArgs {
             record: None,
             replay: None,
             ignore: Vec::new(),
+            fresh_ids: false,
             service_ticket: None,
             budget_ms: 300,
             verbose: false,

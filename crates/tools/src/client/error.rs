@@ -71,8 +71,10 @@ pub enum ClientError {
     Decode {
         /// The handler called.
         handler: Handler,
-        /// What prost reported.
-        source: prost::DecodeError,
+        /// What the decoder reported: a malformed message, or one holding
+        /// more values than a request may (each costs far more decoded
+        /// than its bytes, and 64 MiB of them would take gigabytes).
+        source: megamind_core::codec::CodecError,
     },
     /// The server answered the protocol `Error` (`Type` and `Message`).
     #[error("/{handler} answered the protocol Error {kind:?}: {message}")]

@@ -12,12 +12,8 @@ use std::{
 };
 
 use megamind_core::{
-    proto::{
-        megamind_scenario::v1::scenario_client::ScenarioClient,
-        n_alice::n_scenarios::{
-            TScenarioApplyResponse, TScenarioCommitResponse, TScenarioContinueResponse, TScenarioRunResponse,
-        },
-    },
+    codec::{self, Format},
+    proto::{megamind_scenario::v1::scenario_client::ScenarioClient, n_alice::n_scenarios::TScenarioRunResponse},
     scenario::{
         Handler,
         meta::{SCENARIO_KEY, SERVICE_TICKET, USER_TICKET},
@@ -136,11 +132,13 @@ async fn http_call(
     }
     let took = started.elapsed();
     let decode = |source| ClientError::Decode { handler, source };
+    // Counted before it is decoded, as the server counts a request.
+    let binary = Format::Binary;
     let response = match handler {
-        Handler::Run => Response::Run(TScenarioRunResponse::decode(&bytes[..]).map_err(decode)?),
-        Handler::Continue => Response::Continue(TScenarioContinueResponse::decode(&bytes[..]).map_err(decode)?),
-        Handler::Commit => Response::Commit(TScenarioCommitResponse::decode(&bytes[..]).map_err(decode)?),
-        Handler::Apply => Response::Apply(TScenarioApplyResponse::decode(&bytes[..]).map_err(decode)?),
+        Handler::Run => Response::Run(codec::decode::<TScenarioRunResponse>(&bytes, binary).map_err(decode)?),
+        Handler::Continue => Response::Continue(codec::decode(&bytes, binary).map_err(decode)?),
+        Handler::Commit => Response::Commit(codec::decode(&bytes, binary).map_err(decode)?),
+        Handler::Apply => Response::Apply(codec::decode(&bytes, binary).map_err(decode)?),
     };
     Ok((took, response))
 }

@@ -19,7 +19,8 @@ use std::{
 
 use megamind_core::{
     codec::{self, Format, redact::redacted_text},
-    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioRunRequest},
+    dispatch::MAX_REQUEST_ID,
+    proto::n_alice::n_scenarios::{TScenarioApplyRequest, TScenarioBaseRequest, TScenarioRunRequest},
     rules::logging::ACCESS_TARGET,
     scenario::Handler,
 };
@@ -47,7 +48,8 @@ pub struct Logged {
     pub handler: Handler,
     /// Its `RequestId`.
     pub request_id: String,
-    /// The request, in text format.
+    /// The request, in text format; empty when the server could not print
+    /// it (`request not printable: …`), and then it is not replayed.
     pub request: String,
     /// The answer, in text format, when it was logged.
     pub answer: Option<String>,
@@ -59,7 +61,11 @@ pub struct Logged {
 /// The calls of a debug log, in the order they ended.
 pub fn parse_log(log: &str) -> Vec<Logged> {
     let mut requests: HashMap<String, VecDeque<(String, bool)>> = HashMap::new();
-    let mut answers: HashMap<String, VecDeque<(String, bool)>> = HashMap::new();
+    // `None`: an answer the server could not print.
+    let mut answers: HashMap<String, VecDeque<(Option<String>, bool)>> = HashMap::new();
+    // Requests the server could not print: their RequestIds are unknown,
+    // and the next summaries that find no request are theirs.
+    let mut unprintable = 0_usize;
     // An answer whose head names no call (an older server's log).
     let mut answer: Option<(String, bool)> = None;
     let mut calls = Vec::new();
@@ -75,9 +81,14 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
                 requests.entry(request_id).or_default().push_back((body, cut));
             }
             "answer" => answer = Some((body, cut)),
+            request if request.starts_with("request not printable:") => unprintable += 1,
             named if named.starts_with("answer ") => {
+                let (named, printed) = match named.split_once(" not printable:") {
+                    Some((named, _)) => (named, None),
+                    None => (named, Some(body)),
+                };
                 let request_id = summary_fields(&named["answer ".len()..]).remove("request_id").unwrap_or_default();
-                answers.entry(request_id).or_default().push_back((body, cut));
+                answers.entry(request_id).or_default().push_back((printed, cut));
             }
             summary if summary.starts_with("transport=") => {
                 let fields = summary_fields(summary);
@@ -89,13 +100,19 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
                     _ => continue,
                 };
                 let request_id = fields.get("request_id").cloned().unwrap_or_default();
-                let Some((request, request_cut)) = requests.get_mut(&request_id).and_then(VecDeque::pop_front) else {
-                    continue;
+                let (request, request_cut) = match requests.get_mut(&request_id).and_then(VecDeque::pop_front) {
+                    Some(request) => request,
+                    // A call refused before its request was read has no RequestId.
+                    None if unprintable > 0 && !request_id.is_empty() => {
+                        unprintable -= 1;
+                        (String::new(), false)
+                    }
+                    None => continue,
                 };
                 let scenario = fields.get("scenario").cloned().unwrap_or_default();
                 let named = answers.get_mut(&request_id).and_then(VecDeque::pop_front);
                 let (answer, answer_cut) =
-                    named.or_else(|| answer.take()).map_or((None, false), |(answer, cut)| (Some(answer), cut));
+                    named.or_else(|| answer.take().map(|(answer, cut)| (Some(answer), cut))).unwrap_or((None, false));
                 let cut = request_cut || answer_cut;
                 calls.push(Logged { scenario, handler, request_id, request, answer, cut });
             }
@@ -118,12 +135,18 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
     let ignored: Vec<&str> = VOLATILE.iter().copied().chain(args.ignore.iter().map(String::as_str)).collect();
     // One client (and its connections) per scenario, for the whole run.
     let mut clients = HashMap::new();
+    let mut fresh = args.fresh_ids.then(FreshIds::new);
     let (mut same, mut differ, mut skipped) = (0, 0, 0);
     for call in &calls {
         let label = format!("/{}/{} {}", call.scenario, call.handler.as_str(), call.request_id);
         if call.cut {
             let most = MAX_ENTRY_BYTES >> 20;
             crate::outln!("? {label}: its request or answer is over {most} MiB in the log, not replayed");
+            skipped += 1;
+            continue;
+        }
+        if call.request.is_empty() {
+            crate::outln!("? {label}: its request was not logged (the server could not print it), not replayed");
             skipped += 1;
             continue;
         }
@@ -137,9 +160,16 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
             std::collections::hash_map::Entry::Occupied(client) => client.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => slot.insert(super::client(args, &call.scenario)?),
         };
-        let request = request_of(call)?;
+        let id = fresh.as_mut().map(|fresh| fresh.of(&call.request_id)).unwrap_or_default();
+        let request = request_of(call, &id)?;
         let hop = client.call(request).await.map_err(|e| Unplayable(e.to_string()))?;
-        let now = answer_text(&hop.response);
+        // The answer as it would name the logged call (the assistant's call
+        // id is its RequestId).
+        let now = if id.is_empty() {
+            answer_text(&hop.response)
+        } else {
+            answer_text(&hop.response).replace(&id, &call.request_id)
+        };
         let (old, new) = (normalized(logged, &ignored), normalized(&now, &ignored));
         if old == new {
             same += 1;
@@ -159,14 +189,63 @@ pub async fn run(args: &DialogArgs, path: &Path) -> Result<bool, Unplayable> {
     Ok(differ == 0)
 }
 
-fn request_of(call: &Logged) -> Result<Request, Unplayable> {
+/// A RequestId of its own for each logged one, the same for each of its
+/// calls (a `/run` and its `/continue`), with `--fresh-ids`: a server that
+/// saw the logged one within its cache's TTL (the one that wrote the log,
+/// or a new build sharing its Redis) would answer from its cache, the
+/// logged answer byte for byte, whatever the build answers now. Not by
+/// default: a scenario may answer with values made from the RequestId (the
+/// assistant's session ids), which then differ.
+struct FreshIds {
+    /// Tells this run's ids from another's.
+    run: String,
+    ids: HashMap<String, String>,
+}
+
+impl FreshIds {
+    fn new() -> FreshIds {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let run = format!("{:08x}", (now.as_nanos() as u32) ^ std::process::id().rotate_left(16));
+        FreshIds { run, ids: HashMap::new() }
+    }
+
+    /// The id the call logged as `logged` is sent with: empty for none
+    /// logged, else the logged id and a mark of this run, within the
+    /// server's bound (a long one is named by its place instead).
+    fn of(&mut self, logged: &str) -> String {
+        if logged.is_empty() {
+            return String::new();
+        }
+        let (run, count) = (&self.run, self.ids.len());
+        let id = self.ids.entry(logged.to_owned()).or_insert_with(|| {
+            let marked = format!("{logged}-replay-{run}");
+            if marked.len() <= MAX_REQUEST_ID { marked } else { format!("replay-{run}-{count}") }
+        });
+        id.clone()
+    }
+}
+
+/// The logged request of `call`, sent with the RequestId `id` (empty: the logged one).
+fn request_of(call: &Logged, id: &str) -> Result<Request, Unplayable> {
     let bad = |e: codec::CodecError| {
         Unplayable(format!("{} {}: the logged request: {e}", call.request_id, call.handler.as_str()))
     };
-    let apply = || codec::decode::<TScenarioApplyRequest>(call.request.as_bytes(), Format::Text).map_err(bad);
+    let body = call.request.as_bytes();
+    let with_id = |base: &mut Option<TScenarioBaseRequest>| {
+        if let Some(base) = base.as_mut().filter(|_| !id.is_empty()) {
+            base.request_id = id.to_owned();
+        }
+    };
+    let apply = || {
+        let mut request = codec::decode::<TScenarioApplyRequest>(body, Format::Text).map_err(bad)?;
+        with_id(&mut request.base_request);
+        Ok(request)
+    };
     Ok(match call.handler {
         Handler::Run => {
-            Request::Run(codec::decode::<TScenarioRunRequest>(call.request.as_bytes(), Format::Text).map_err(bad)?)
+            let mut request = codec::decode::<TScenarioRunRequest>(body, Format::Text).map_err(bad)?;
+            with_id(&mut request.base_request);
+            Request::Run(request)
         }
         Handler::Continue => Request::Continue(apply()?),
         Handler::Commit => Request::Commit(apply()?),
@@ -349,6 +428,24 @@ ResponseBody {
     }
 
     #[test]
+    fn each_logged_request_id_is_sent_as_one_of_the_run_s_own() {
+        let mut fresh = FreshIds::new();
+        let id = fresh.of("r-1");
+        assert!(id.starts_with("r-1-replay-"), "{id}");
+        assert_eq!(fresh.of("r-1"), id, "a /run and its /continue keep one id");
+        assert_ne!(fresh.of("r-2"), id);
+        assert_ne!(FreshIds { run: "other".into(), ids: HashMap::new() }.of("r-1"), id, "another run's differ");
+        assert_eq!(fresh.of(""), "", "none logged, none made");
+        assert!(fresh.of(&"x".repeat(MAX_REQUEST_ID)).len() <= MAX_REQUEST_ID);
+
+        let call = &parse_log(LOG)[0];
+        let Request::Run(request) = request_of(call, &id).unwrap() else { panic!("a /run") };
+        assert_eq!(request.base_request.unwrap().request_id, id);
+        let Request::Run(request) = request_of(call, "").unwrap() else { panic!("a /run") };
+        assert_eq!(request.base_request.unwrap().request_id, "r-1", "an id left as logged");
+    }
+
+    #[test]
     fn a_log_past_256_mib_is_refused_unread() {
         // The bound as docs/dialog.md states it, written out: a constant
         // raised by mistake fails here.
@@ -466,6 +563,26 @@ ResponseBody {
         // A string that says as much, quoted, is whole.
         let quoted = LOG.replacen("кафе", "кафе…(+6000 bytes)", 1);
         assert!(!parse_log(&quoted)[0].cut, "{quoted}");
+    }
+
+    #[test]
+    fn calls_the_server_could_not_print_are_counted_and_not_replayed() {
+        let answer = LOG.replacen(
+            "answer\nVersion: \"1\"\nResponseBody {\n  Layout {\n    OutputSpeech: \"Вот.\"\n  }\n}\n",
+            "answer request_id=r-1 not printable: NAlice.TScenarioRunResponse holds more than 16384 values\n",
+            1,
+        );
+        let calls = parse_log(&answer);
+        assert_eq!(calls.len(), 1, "{answer}");
+        assert_eq!(calls[0].answer, None, "no answer logged, not an empty one");
+        let request = LOG.replacen(
+            "request\nBaseRequest {\n  RequestId: \"r-1\"\n}\nInput {\n  Text {\n    Utterance: \"кафе\"\n  }\n}\n",
+            "request not printable: NAlice.TScenarioRunRequest holds more than 16384 values\n",
+            1,
+        );
+        let calls = parse_log(&request);
+        assert_eq!(calls.len(), 1, "the call is still counted: {request}");
+        assert_eq!((calls[0].request.as_str(), calls[0].request_id.as_str()), ("", "r-1"));
     }
 
     #[test]
