@@ -11,39 +11,17 @@
 
 #![no_main]
 
-use std::{path::Path, sync::LazyLock};
+use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use megamind_assistant::AssistantModule;
 use megamind_core::{
     config::{
         Config, Origins, Problem,
         sources::{merge, with_aliases},
     },
-    scenario::{ScenarioModule, module},
+    scenario::module,
 };
-
-/// The scenarios `serve` would check the file's tables against.
-static MODULES: LazyLock<Vec<Box<dyn ScenarioModule>>> =
-    LazyLock::new(|| vec![Box::new(AssistantModule::default()) as Box<dyn ScenarioModule>]);
-
-/// The core's defaults and the scenarios', as `serve` reads a file over them.
-static DEFAULTS: LazyLock<toml::Table> = LazyLock::new(|| {
-    let mut defaults = Config::defaults_table();
-    defaults.extend(module::defaults_of(&MODULES));
-    defaults
-});
-
-/// The scenarios' moved keys, as whole dotted paths.
-static ALIASES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
-    MODULES
-        .iter()
-        .flat_map(|module| {
-            let name = module.name();
-            module.aliases().iter().map(move |(old, new)| (format!("{name}.{old}"), format!("{name}.{new}")))
-        })
-        .collect()
-});
+use megamind_scenario_fuzz::config::{ALIASES, DEFAULTS, MODULES};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -1,6 +1,6 @@
 //! What the fuzz targets check, shared: decoding requests in every format,
-//! comparing two messages the way text format can preserve them, and
-//! cutting a stream into pieces.
+//! comparing two messages the way text format can preserve them, cutting a
+//! stream into pieces, and the configuration `serve` reads over.
 
 use megamind_core::{
     codec::{self, Format},
@@ -165,4 +165,38 @@ pub fn cut(stream: &[u8], seed: u8) -> Vec<&[u8]> {
         rest = tail;
     }
     chunks
+}
+
+/// What `serve` reads a configuration over: the scenarios whose tables it
+/// checks, their defaults and the core's, and the scenarios' moved keys.
+pub mod config {
+    use std::sync::LazyLock;
+
+    use megamind_assistant::AssistantModule;
+    use megamind_core::{
+        config::Config,
+        scenario::{ScenarioModule, module},
+    };
+
+    /// The scenarios `serve` would check the tables against.
+    pub static MODULES: LazyLock<Vec<Box<dyn ScenarioModule>>> =
+        LazyLock::new(|| vec![Box::new(AssistantModule::default()) as Box<dyn ScenarioModule>]);
+
+    /// The core's defaults and the scenarios', as `serve` reads over them.
+    pub static DEFAULTS: LazyLock<toml::Table> = LazyLock::new(|| {
+        let mut defaults = Config::defaults_table();
+        defaults.extend(module::defaults_of(&MODULES));
+        defaults
+    });
+
+    /// The scenarios' moved keys, as whole dotted paths.
+    pub static ALIASES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
+        MODULES
+            .iter()
+            .flat_map(|module| {
+                let name = module.name();
+                module.aliases().iter().map(move |(old, new)| (format!("{name}.{old}"), format!("{name}.{new}")))
+            })
+            .collect()
+    });
 }

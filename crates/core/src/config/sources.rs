@@ -64,15 +64,30 @@ impl Sources {
     /// replaces); where each key was set; and the overrides whose values are
     /// refused. A file that cannot be read or parsed is the only problem.
     pub fn table(&self, defaults: &toml::Table) -> Result<(toml::Table, Origins, Vec<Refused>), ConfigError> {
-        let (file, mut origins) = match &self.file {
-            None => (toml::Table::new(), Origins::default()),
-            Some(path) => {
-                let text = read_bounded(path, MAX_FILE_BYTES)
-                    .map_err(|why| ConfigError(vec![format!("{}: {why}", path.display())]))?;
-                let table = toml::from_str(&text)
-                    .map_err(|e| ConfigError(vec![syntax_error(&path.display().to_string(), &text, &e)]))?;
-                (table, Origins::of_file(path, &text))
+        let text = match &self.file {
+            None => None,
+            Some(path) => Some(
+                read_bounded(path, MAX_FILE_BYTES)
+                    .map_err(|why| ConfigError(vec![format!("{}: {why}", path.display())]))?,
+            ),
+        };
+        self.table_of(text.as_deref(), defaults)
+    }
+
+    /// As [`Sources::table`], the file (named by [`Sources::file`]) read
+    /// already as `text`.
+    fn table_of(
+        &self,
+        text: Option<&str>,
+        defaults: &toml::Table,
+    ) -> Result<(toml::Table, Origins, Vec<Refused>), ConfigError> {
+        let (file, mut origins) = match (&self.file, text) {
+            (Some(path), Some(text)) => {
+                let table = toml::from_str(text)
+                    .map_err(|e| ConfigError(vec![syntax_error(&path.display().to_string(), text, &e)]))?;
+                (table, Origins::of_file(path, text))
             }
+            _ => (toml::Table::new(), Origins::default()),
         };
         let aliases: Vec<(&str, &str)> = self.aliases.iter().map(|(old, new)| (old.as_str(), new.as_str())).collect();
         // Every default applies, not only those the core's own types repeat:
@@ -131,7 +146,29 @@ impl Sources {
         defaults: &toml::Table,
         scenarios: &dyn Fn(&Config) -> Vec<Problem>,
     ) -> Result<Config, ConfigError> {
-        let (table, origins, refused) = self.table(defaults)?;
+        let checked = self.table(defaults)?;
+        self.checked(checked, scenarios)
+    }
+
+    /// As [`Sources::load_with`], the file (named by [`Sources::file`])
+    /// read already as `text`: what a fuzz target loads in memory.
+    #[cfg(feature = "fuzzing")]
+    pub fn load_text(
+        &self,
+        text: &str,
+        defaults: &toml::Table,
+        scenarios: &dyn Fn(&Config) -> Vec<Problem>,
+    ) -> Result<Config, ConfigError> {
+        let checked = self.table_of(Some(text), defaults)?;
+        self.checked(checked, scenarios)
+    }
+
+    /// The configuration `table` sets, its problems reported where `origins` says.
+    fn checked(
+        &self,
+        (table, origins, refused): (toml::Table, Origins, Vec<Refused>),
+        scenarios: &dyn Fn(&Config) -> Vec<Problem>,
+    ) -> Result<Config, ConfigError> {
         let (config, mut problems) = Config::read(table);
         problems.extend(config.problems().into_iter().map(Problem::from_message));
         problems.extend(scenarios(&config));
