@@ -86,3 +86,17 @@ fn a_script_run_whose_reader_goes_away_still_writes_its_report_and_exit_code() {
     assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
     assert!(xml.contains(r#"failures="1""#), "{xml}");
 }
+
+/// A recorded terminal session played with nobody reading its output
+/// (`dialog --record s.yaml | head -1`) still writes its recording.
+#[test]
+fn a_recorded_session_whose_reader_goes_away_still_writes_its_recording() {
+    let server = serve("info", &temp("closed-record.log"));
+    let record = temp("closed-record.yaml");
+    let _ = std::fs::remove_file(&record);
+    let args = ["dialog", "--server", &server.url, "--scenario", "demo", "--record", record.to_str().unwrap()];
+    let out = with_stdout_closed(&args, "кафе пушкин\nмузыка\n".as_bytes());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let recorded = std::fs::read_to_string(&record).expect("the recording written");
+    assert!(recorded.contains("кафе пушкин") && recorded.contains("музыка"), "{recorded}");
+}

@@ -176,6 +176,23 @@ fn bad_scripts_and_a_server_that_is_down_exit_2_saying_why() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("cannot be reached"), "{stderr}");
+
+    // The report's name is a script's (the two swapped): refused, the script kept.
+    let script = std::fs::read_to_string(&fine).unwrap();
+    let out = dialog(&["--server", down, "--script", fine.to_str().unwrap(), "--junit", fine.to_str().unwrap()], "");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is the script") && !stderr.contains("cannot be reached"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&fine).unwrap(), script);
+
+    // Stopped at its first turn, a run has nothing to record: an earlier
+    // recording (which loads as a script) is kept.
+    let record = temp("kept-recording.yaml");
+    std::fs::write(&record, &script).unwrap();
+    let out = dialog(&["--server", down, "--script", fine.to_str().unwrap(), "--record", record.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("nothing was played"), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), script);
 }
 
 #[test]
@@ -496,6 +513,46 @@ async fn a_command_run_here_never_sees_the_ticket_or_the_servers_variables() {
     assert!(!sent.contains("never-shown") && !stdout.contains("never-shown"), "{sent}\n{stdout}");
 }
 
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_a_command_runs_stops_it_and_ends_the_session_with_its_recording() {
+    use std::process::Stdio;
+    let pid_file = temp("interrupted.pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let command = format!("[CMD] sleep 1000 & echo $! > {}; wait", pid_file.display());
+    let (_mock, server, _skills) = skill_server("skills-interrupted", &[&command]).await;
+    let record = temp("interrupted.yaml");
+    let mut dialog = crate::helpers::binary()
+        .args(["dialog", "--server", &server.url, "--record", record.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Typed, and the terminal left open: the session waits on.
+    let mut stdin = dialog.stdin.take().unwrap();
+    stdin.write_all("запусти навык git-quick-commit\nда\n/run\n".as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<u32>().ok()) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let status = Command::new("kill").args(["-INT", &dialog.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || dialog.wait_with_output()).await.unwrap().unwrap();
+    drop(stdin);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').map_or("", |(_, rest)| rest.trim_start());
+    assert!(state.is_empty() || state.starts_with(['Z', 'X']), "the command runs on: {stat}");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(recorded.contains("запусти навык git-quick-commit") && recorded.contains("да"), "{recorded}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_with_control_characters_is_shown_escaped_and_not_run() {
     // On a terminal, `\r` and "erase the line" leave `git status` in view of
@@ -638,5 +695,8 @@ fn a_run_stopped_by_the_server_still_writes_its_report_and_recording() {
     assert!(xml.contains(r#"tests="2" failures="0" errors="1""#), "{xml}");
     assert_eq!(xml.matches("<error message=\"turn 1 (say &quot;два&quot;): could not be played:").count(), 1, "{xml}");
     let yaml = std::fs::read_to_string(&recording).expect("the recording is written");
-    assert!(yaml.contains("раз") && yaml.contains("second") && !yaml.contains("три"), "{yaml}");
+    // The dialog stopped at its first turn has no turn to record: a script
+    // holding it would not load.
+    assert!(yaml.contains("раз") && !yaml.contains("second") && !yaml.contains("три"), "{yaml}");
+    megamind_tools::dialog::script::load(&recording).expect("the recording loads as a script");
 }

@@ -21,7 +21,7 @@ pub mod script;
 
 use std::{
     io::{IsTerminal, Write},
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -119,12 +119,18 @@ pub fn main(args: &DialogArgs) -> u8 {
         if !args.script.is_empty() {
             return run_scripts(args).await;
         }
+        // A session recorded is played to its end with nobody reading
+        // (`dialog --record s.yaml | head -1`): the recording is still due.
+        if args.record.is_some() {
+            crate::stdout::keep_going_when_closed();
+        }
         let stdin = std::io::stdin();
         // The hint and prompts are for a person typing; lines piped in
         // come from a program, which has no use for them.
         let mut prompt: Box<dyn Write> =
             if stdin.is_terminal() { Box::new(std::io::stderr()) } else { Box::new(std::io::sink()) };
-        interactive::run(args, stdin.lock(), &mut crate::stdout::Stdout, &mut prompt).await
+        let input = std::io::BufReader::new(stdin);
+        interactive::run(args, input, &mut crate::stdout::Stdout, &mut prompt).await
     });
     match outcome {
         Ok(true) => 0,
@@ -212,6 +218,16 @@ impl DialogResult {
 
 /// Runs every script; `true` when every expectation held.
 async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
+    // A report written over a script (the two names swapped) would lose it.
+    if let Some(report) = &args.junit
+        && let Some(script) = args.script.iter().find(|script| same_file(script, report))
+    {
+        return Err(Unplayable(format!(
+            "--junit {} is the script {}: name another file for the report",
+            report.display(),
+            script.display()
+        )));
+    }
     // A report of an earlier run must not stand for this one, should it
     // stop before writing its own (a script that does not load).
     if let Some(path) = &args.junit
@@ -260,7 +276,11 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
                 result.failures.extend(expectation.check(&answer, &took).into_iter().map(|f| (turn.clone(), f)));
                 turns.push(interactive::recorded_turn(spec, &answer));
             }
-            recorded.dialogs.push(script::Dialog { turns, ..dialog.clone() });
+            // A dialog stopped at its first turn has nothing to record (a
+            // script's dialog holds a turn at least).
+            if !turns.is_empty() {
+                recorded.dialogs.push(script::Dialog { turns, ..dialog.clone() });
+            }
             result.took = started.elapsed();
             print_result(&result);
             results.push(result);
@@ -281,11 +301,23 @@ async fn run_scripts(args: &DialogArgs) -> Result<bool, Unplayable> {
             .map_err(|e| Unplayable(format!("cannot write {}: {e}", path.display())))?;
     }
     if let Some(path) = &args.record {
-        interactive::write_script(path, &recorded)?;
+        if recorded.dialogs.is_empty() {
+            crate::outln!("nothing was played: {} not written", path.display());
+        } else {
+            interactive::write_script(path, &recorded)?;
+        }
     }
     match stopped {
         Some(why) => Err(why),
         None => Ok(failed == 0),
+    }
+}
+
+/// Whether `a` and `b` name one file that exists.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 

@@ -23,7 +23,8 @@
 //! Everything read is bounded: a line to `MAX_LINE_BYTES` (the rest of a
 //! longer one is read past, and the user told), a command's output to
 //! `MAX_OUTPUT_BYTES` as it is read, its run to `COMMAND_TIMEOUT`, at
-//! which its whole process group is killed.
+//! which its whole process group is killed (and at Ctrl-C, which ends the
+//! session).
 
 use std::{
     io::{BufRead, Read, Write},
@@ -67,24 +68,47 @@ const HELP: &str = "  /help        this list
   /skip        skip it
   other text   what the command printed (\\n for a new line)";
 
-/// Plays each line of `input` until its end (or `/quit`), the hint and the
-/// prompts on `prompt`; `true` unless the server answered a protocol `Error`.
+/// Plays each line of `input` until its end (or `/quit`, or Ctrl-C), the
+/// hint and the prompts on `prompt`; `true` unless the server answered a
+/// protocol `Error`.
 pub async fn run(
     args: &DialogArgs,
-    mut input: impl BufRead,
+    input: impl BufRead + Send + 'static,
     out: &mut impl Write,
     prompt: &mut impl Write,
+) -> Result<bool, Unplayable> {
+    run_until(args, input, out, prompt, interrupted()).await
+}
+
+/// Resolves at Ctrl-C (SIGINT); never, where it cannot be listened for.
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// As [`run`], the session ending early when `stop` resolves (Ctrl-C): a
+/// command running then is stopped with its whole process group, and the
+/// recording is written with the turns played until then.
+async fn run_until(
+    args: &DialogArgs,
+    input: impl BufRead + Send + 'static,
+    out: &mut impl Write,
+    prompt: &mut impl Write,
+    stop: impl Future<Output = ()>,
 ) -> Result<bool, Unplayable> {
     let mut session = Session { client: super::client(args, &args.scenario)?, args, recorded: Vec::new(), clean: true };
     // Nobody may be reading the prompts: they cannot fail the session.
     let _ = writeln!(prompt, "{HINT}");
+    // Read on a thread of its own, so that Ctrl-C is heard while it waits.
+    let mut lines = lines_of(input);
     // Played in a block of its own: the recording is written however it ends
-    // (the server gone, a line that is not UTF-8), with the turns played until then.
-    let played: Result<(), Unplayable> = async {
+    // (the server gone, a line that is not UTF-8, Ctrl-C), with the turns played until then.
+    let played = async {
         loop {
             let _ = write!(prompt, "> ").and_then(|()| prompt.flush());
-            let read = read_line(&mut input, MAX_LINE_BYTES)
-                .map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
+            let read = lines.recv().await.unwrap_or(Ok(None));
+            let read = read.map_err(|e| Unplayable(format!("cannot read the terminal: {e}")))?;
             let Some((line, cut)) = read else {
                 let _ = writeln!(prompt);
                 break;
@@ -143,10 +167,23 @@ pub async fn run(
                     .map_err(|e| Unplayable(format!("cannot write: {e}")))?;
             }
         }
-        Ok(())
+        Ok::<(), Unplayable>(())
+    };
+    let (played, stopped) = tokio::select! {
+        played = played => (played, false),
+        () = stop => (Ok(()), true),
+    };
+    if stopped {
+        let _ = writeln!(prompt, "\n(interrupted: the session ends)");
     }
-    .await;
     if let Some(path) = &args.record {
+        // A script holds a turn at least: an empty one would not load, and
+        // would replace a recording that does.
+        if session.recorded.is_empty() {
+            // Said whether or not a person reads the prompts.
+            let _ = writeln!(std::io::stderr(), "dialog: nothing was played: {} not written", path.display());
+            return played.map(|()| session.clean);
+        }
         let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: session.recorded };
         let recorded = write_script(path, &Script { dialogs: vec![dialog] });
         // The reason the session stopped comes first; then a recording not written.
@@ -276,6 +313,25 @@ async fn command_result(
     }
 }
 
+/// The lines of `input` ([`read_line`]), read on a thread of its own one
+/// at a time, as they are asked for; its end or a read that fails ends them.
+fn lines_of(
+    mut input: impl BufRead + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<std::io::Result<Option<(String, bool)>>> {
+    let (send, lines) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        loop {
+            let read = read_line(&mut input, MAX_LINE_BYTES);
+            let last = !matches!(read, Ok(Some(_)));
+            // The session ended: nobody asks for more.
+            if send.blocking_send(read).is_err() || last {
+                return;
+            }
+        }
+    });
+    lines
+}
+
 /// One line of `input` without its line ending, `None` at the end of the
 /// input. Of a line longer than `max` bytes, the first `max` (to a
 /// character's end) are kept, with `true`, and the rest is read past in
@@ -365,6 +421,8 @@ async fn run_here(command: &str, timeout: Duration) -> (String, i32) {
     };
     // The group's id is `sh`'s pid, known only until `sh` is reaped.
     let group = child.id();
+    // A run given up (the session ending on Ctrl-C) leaves no process behind.
+    let mut running = Running(group);
     let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
     let (mut printed, mut complained) = (Vec::new(), Vec::new());
     let finished = tokio::time::timeout(timeout, async {
@@ -374,8 +432,12 @@ async fn run_here(command: &str, timeout: Duration) -> (String, i32) {
     })
     .await;
     let (exit_code, timed_out) = match finished {
-        Ok(status) => (status.ok().and_then(|status| status.code()).unwrap_or(-1), false),
+        Ok(status) => {
+            running.0 = None;
+            (status.ok().and_then(|status| status.code()).unwrap_or(-1), false)
+        }
         Err(_) => {
+            running.0 = None;
             kill_group(group).await;
             let _ = child.start_kill();
             // The pipes end once every process holding them is gone: what
@@ -416,23 +478,41 @@ async fn keep(pipe: Option<&mut (impl tokio::io::AsyncRead + Unpin)>, kept: &mut
     }
 }
 
+/// A command's process group while it runs: killed whole if the run is
+/// dropped meanwhile (`kill_on_drop` kills `sh` alone).
+struct Running(Option<u32>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Waited for here: it takes a millisecond, and the process may be
+        // exiting (the session ends on Ctrl-C).
+        if let Some(mut kill) = self.0.and_then(kill_command) {
+            let _ = kill.status();
+        }
+    }
+}
+
 /// Kills every process of the group `group` (`None`: `sh` had no pid to name it).
 async fn kill_group(group: Option<u32>) {
-    #[cfg(unix)]
-    if let Some(group) = group {
-        // std has no signals without `unsafe`: the shell's `kill` sends it
-        // (`-s KILL --`, the spelling dash, bash and procps all read).
-        let _ = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("kill -s KILL -- -{group}"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .await;
+    if let Some(kill) = group.and_then(kill_command) {
+        let _ = tokio::process::Command::from(kill).status().await;
     }
-    #[cfg(not(unix))]
-    let _ = group;
+}
+
+/// The command that kills every process of the group `group`.
+fn kill_command(group: u32) -> Option<std::process::Command> {
+    if cfg!(not(unix)) {
+        return None;
+    }
+    // std has no signals without `unsafe`: the shell's `kill` sends it
+    // (`-s KILL --`, the spelling dash, bash and procps all read).
+    let mut kill = std::process::Command::new("sh");
+    kill.arg("-c")
+        .arg(format!("kill -s KILL -- -{group}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    Some(kill)
 }
 
 /// The directive's kind from its text format: `OpenAppDirective { ... }`.
@@ -551,7 +631,7 @@ mod tests {
         // A `/word` naming no command is echoed back: the whole of it, once.
         let line = format!("/{}\n/quit\n", "a".repeat(10 << 20));
         let mut out = Vec::new();
-        assert!(run(&args, line.as_bytes(), &mut out, &mut std::io::sink()).await.unwrap());
+        assert!(run(&args, std::io::Cursor::new(line), &mut out, &mut std::io::sink()).await.unwrap());
         let out = String::from_utf8(out).unwrap();
         assert!(out.starts_with(&format!("  (the line was cut to its first {MAX_LINE_BYTES} bytes)\n")), "{out:.200}");
         assert!(out.contains(": not a command of the session") && out.len() < 3 * MAX_LINE_BYTES, "{}", out.len());
@@ -579,6 +659,14 @@ mod tests {
         let (output, exit_code) = run_here("sleep 1000 & echo $!", Duration::from_secs(1)).await;
         assert_eq!(exit_code, 124, "{output}");
         let pid: u32 = output.lines().next().and_then(|line| line.parse().ok()).expect("the child's pid");
+        // Its pipes ended before run_here returned, so it is exiting: the
+        // kernel marks it a zombie right after.
+        assert_gone(pid);
+    }
+
+    /// Waits until `pid` runs no more (10 s at most).
+    #[cfg(target_os = "linux")]
+    fn assert_gone(pid: u32) {
         // Its state is the letter after the name's `)`; a zombie waits for
         // a parent to reap it, a reaper PID 1 in a container may never be.
         let alive = || {
@@ -589,12 +677,58 @@ mod tests {
                 })
                 .unwrap_or(false)
         };
-        // Its pipes ended before run_here returned, so it is exiting: the
-        // kernel marks it a zombie right after.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while alive() {
             assert!(std::time::Instant::now() < deadline, "{pid} still runs");
             std::thread::yield_now();
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_command_given_up_leaves_no_process_of_its_group_behind() {
+        let file = std::env::temp_dir().join(format!("given-up-{}", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let command = format!("sleep 1000 & echo $! > {}; wait", file.display());
+        let run = tokio::spawn(async move { run_here(&command, COMMAND_TIMEOUT).await });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let pid: u32 = loop {
+            if let Some(pid) = std::fs::read_to_string(&file).ok().and_then(|text| text.trim().parse().ok()) {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "the command never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // As the session drops it on Ctrl-C.
+        run.abort();
+        assert!(run.await.unwrap_err().is_cancelled());
+        assert_gone(pid);
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    /// Input a person has not typed yet.
+    struct NeverTyped;
+
+    impl Read for NeverTyped {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn ctrl_c_at_the_prompt_ends_the_session_and_keeps_an_earlier_recording() {
+        let path = std::env::temp_dir().join(format!("interrupted-{}.yaml", std::process::id()));
+        std::fs::write(&path, "an earlier recording").unwrap();
+        let mut args = DialogArgs::to("http://127.0.0.1:9");
+        args.record = Some(path.clone());
+        let (mut out, mut prompt) = (Vec::new(), Vec::new());
+        let input = std::io::BufReader::new(NeverTyped);
+        let stop = tokio::time::sleep(Duration::from_millis(50));
+        let ended = run_until(&args, input, &mut out, &mut prompt, stop).await;
+        let prompt = String::from_utf8(prompt).unwrap();
+        assert!(ended.unwrap() && prompt.contains("(interrupted: the session ends)"), "{prompt}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "an earlier recording");
+        std::fs::remove_file(&path).unwrap();
     }
 }
