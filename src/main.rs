@@ -8,13 +8,16 @@
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+use std::io::Write;
+
 fn main() -> std::process::ExitCode {
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
     megamind_scenario::allocator::tune();
     match megamind_scenario::cli::main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("megamind-scenario: {}", megamind_scenario::cli::report(&error));
+            // Not `eprintln!`, which panics (exit 101) on a closed stderr.
+            let _ = writeln!(std::io::stderr(), "megamind-scenario: {}", megamind_scenario::cli::report(&error));
             std::process::ExitCode::FAILURE
         }
     }

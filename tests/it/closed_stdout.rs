@@ -1,6 +1,8 @@
 //! Every command whose reader goes away early (`dialog --replay LOG | head -1`)
-//! ends quietly with exit 0, but for `dialog --script`, which plays on: the
-//! real binary, its standard output a pipe closed before it writes a line.
+//! ends quietly with exit 0, but for `dialog --script` (and a recorded
+//! session), which plays on: the real binary, its standard output a pipe
+//! closed before it writes a line. A closed standard error changes no exit
+//! code.
 
 use std::{
     io::Write,
@@ -99,4 +101,33 @@ fn a_recorded_session_whose_reader_goes_away_still_writes_its_recording() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let recorded = std::fs::read_to_string(&record).expect("the recording written");
     assert!(recorded.contains("кафе пушкин") && recorded.contains("музыка"), "{recorded}");
+}
+
+/// A command that fails with its standard error closed (its reader gone)
+/// still exits with its own code, not a panic's 101.
+#[test]
+fn a_failure_told_to_a_closed_stderr_keeps_its_exit_code() {
+    let with_stderr_closed = |args: &[&str]| {
+        let mut child = binary().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stderr.take());
+        child.wait_with_output().unwrap()
+    };
+    let missing = temp("no-such-transcript.sse");
+    let out = with_stderr_closed(&["validate-jsonseq", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "validate-jsonseq");
+    let out = with_stderr_closed(&["dialog", "--server", "http://127.0.0.1:9", "--script", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "dialog");
+    let out = with_stderr_closed(&["serve", "--config", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "serve");
+}
+
+/// A transcript's event name holding escapes is printed escaped.
+#[test]
+fn validate_jsonseq_shows_a_transcript_s_control_characters_escaped() {
+    let transcript = temp("escapes.sse");
+    std::fs::write(&transcript, "event: \u{1b}]0;pwned\u{7}\ndata: {}\n\n").unwrap();
+    let out = binary().args(["validate-jsonseq", transcript.to_str().unwrap()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(!stdout.contains('\u{1b}') && stdout.contains("\\u{1b}]0;pwned"), "{stdout}");
 }

@@ -108,7 +108,7 @@ pub fn main(args: &DialogArgs) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("dialog: cannot start: {error}");
+            crate::stdout::errln(&format!("dialog: cannot start: {error}"));
             return 2;
         }
     };
@@ -136,7 +136,7 @@ pub fn main(args: &DialogArgs) -> u8 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(Unplayable(message)) => {
-            eprintln!("dialog: {message}");
+            crate::stdout::errln(&format!("dialog: {message}"));
             2
         }
     }

@@ -11,6 +11,14 @@ use std::{
     sync::atomic::{AtomicBool, Ordering},
 };
 
+/// Writes `line` to standard error, and nothing when it is closed (its
+/// reader gone): `eprintln!` would panic, exiting 101 instead of the
+/// command's own exit code.
+pub fn errln(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Set by [`keep_going_when_closed`].
 static KEEP_GOING: AtomicBool = AtomicBool::new(false);
 

@@ -47,8 +47,10 @@ pub fn main(args: &ValidateArgs) -> u8 {
             message: message.into(),
         });
     }
+    // What the transcript holds (an event's name, its data) is shown with
+    // its control characters escaped: it may be anyone's stream.
     for violation in &violations {
-        crate::outln!("{violation}");
+        crate::outln!("{}", crate::stdout::shown(&violation.to_string()));
     }
     if violations.is_empty() {
         crate::outln!("valid: {} events", events.len());
@@ -68,7 +70,7 @@ fn is_url(source: &str) -> bool {
 /// (`sig=`), whether in the source or in the HTTP client's message.
 fn complain(source: &str, message: &str) {
     let line = format!("validate-jsonseq: {}: {message}", shown_source(source));
-    eprintln!("{}", megamind_core::text::hide_signatures(&line).unwrap_or(line));
+    crate::stdout::errln(&megamind_core::text::hide_signatures(&line).unwrap_or(line));
 }
 
 /// `source` as messages show it: a URL without its password; a file's

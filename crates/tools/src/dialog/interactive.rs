@@ -181,7 +181,7 @@ async fn run_until(
         // would replace a recording that does.
         if session.recorded.is_empty() {
             // Said whether or not a person reads the prompts.
-            let _ = writeln!(std::io::stderr(), "dialog: nothing was played: {} not written", path.display());
+            crate::stdout::errln(&format!("dialog: nothing was played: {} not written", path.display()));
             return played.map(|()| session.clean);
         }
         let dialog = Dialog { name: "recorded".into(), scenario: Some(args.scenario.clone()), turns: session.recorded };
