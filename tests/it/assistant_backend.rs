@@ -77,6 +77,18 @@ async fn a_stream_dropped_after_a_token_is_not_retried() {
     assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="connect"} 1"#), "{text}");
 }
 
+/// A stream broken off after its `finish_reason` gave its whole answer:
+/// spoken, not the apology, and not asked for again.
+#[tokio::test]
+async fn a_stream_broken_off_after_its_finish_gives_its_answer() {
+    let first = Reply::dropped_after_finish("Готово, всё сделано.");
+    let (mock, h, turn) = asked_streaming(Reply::content("не должно понадобиться"), first).await;
+    assert_eq!(turn.speech(), "Готово, всё сделано.");
+    assert_eq!(mock.calls(), 1);
+    let text = metrics_text(&h.metrics);
+    assert!(text.contains(r#"megamind_assistant_model_calls_total{backend="openai",outcome="ok"} 1"#), "{text}");
+}
+
 /// A stream whose connection closes mid-answer, without a length to say
 /// so, ends cleanly to its reader: without a `finish_reason` or `[DONE]`
 /// it is a broken connection, not an answer whose last word was cut.
@@ -241,6 +253,22 @@ async fn a_local_model_server_is_warmed_up_with_the_system_prompt_before_any_tur
     let h = spawn(&quiet, |c| c.backend.warmup = Warmup::Off).await;
     ask(&mut client(&h.app, Transport::Http), "привет").await;
     assert_eq!(quiet.calls(), 1, "no warm-up when it is off");
+}
+
+#[tokio::test]
+async fn the_warm_up_leaves_out_the_stream_options_a_streamed_call_is_sent_with() {
+    use megamind_assistant::config::Warmup;
+    let mock = MockLlm::start(Reply::content("Ок.")).await;
+    let h = spawn(&mock, |c| {
+        c.backend.warmup = Warmup::Auto;
+        c.backend.extra_body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+    })
+    .await;
+    mock.wait_for_calls(1).await;
+    let warmup = &mock.received()[0].body;
+    assert!(warmup.get("stream_options").is_none() && warmup["stream"] == false, "{warmup}");
+    ask(&mut client(&h.app, Transport::Http), "привет").await;
+    assert_eq!(mock.received()[1].body["stream_options"]["include_usage"], true, "the turn's call keeps it");
 }
 
 #[tokio::test]

@@ -158,6 +158,17 @@ impl Reply {
         Reply::Garbage { delay: Duration::ZERO, bytes: [head.as_bytes(), &frame].concat() }
     }
 
+    /// A stream that delivers `text` as one token with its `finish_reason`,
+    /// then the connection closes before the stream ends (no `[DONE]`, no
+    /// last chunk of its body).
+    pub fn dropped_after_finish(text: &str) -> Reply {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        let choice = serde_json::json!({"index": 0, "delta": {"content": text}, "finish_reason": "stop"});
+        let event = sse_event(&serde_json::json!({"choices": [choice]}));
+        let frame = [format!("{:x}\r\n", event.len()).as_bytes(), &event, b"\r\n"].concat();
+        Reply::Garbage { delay: Duration::ZERO, bytes: [head.as_bytes(), &frame].concat() }
+    }
+
     /// A stream of `text` whose bytes are written in writes of `size` bytes,
     /// cutting events, lines and characters wherever they fall.
     pub fn stream_cut(text: &str, size: usize, gap: Duration) -> Reply {

@@ -35,8 +35,8 @@ pub struct BackendConfig {
     pub stream: bool,
     /// Connecting to the model server, in ms.
     pub connect_timeout_ms: u64,
-    /// From the request to the first token (or the whole answer when not
-    /// streaming), in ms.
+    /// From the request to the first token of a streamed answer, in ms; an
+    /// answer not streamed is bounded by the call's timeout alone.
     pub first_token_timeout_ms: u64,
     /// Retries after the first attempt (connection errors, 429, 5xx).
     pub max_retries: u32,

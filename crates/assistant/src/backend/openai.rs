@@ -46,6 +46,9 @@ use crate::{
 const MAX_BODY: usize = MAX_ANSWER_BYTES;
 /// How much of an error body goes into the error message.
 const MAX_ERROR_BODY: usize = 300;
+/// The shortest start of the API key hidden at the end of a text cut
+/// through it: shorter, it is a few letters any text may end with.
+const MIN_KEY_START: usize = 4;
 /// How long a stream is read after its `finish_reason`, for the usage and
 /// `[DONE]` that may follow: a server that sends neither and keeps the
 /// stream open has given its whole answer all the same.
@@ -239,18 +242,28 @@ impl OpenAi {
     }
 
     /// The start of an error body, for the log, the API key hidden where
-    /// the server quotes it back.
+    /// the server quotes it back (cut first: a key the cut goes through is
+    /// hidden as what is left of it).
     fn error_text(&self, body: &[u8]) -> String {
-        let text = self.without_key(String::from_utf8_lossy(body).into_owned());
-        clip(&text, MAX_ERROR_BODY).trim().to_owned()
+        let text = String::from_utf8_lossy(body);
+        self.without_key(clip(&text, MAX_ERROR_BODY).to_owned()).trim().to_owned()
     }
 
-    /// `text` with the API key hidden wherever it is quoted.
+    /// `text` with the API key hidden wherever it is quoted, and where a
+    /// cut went through it: a text ending with the key's first
+    /// [`MIN_KEY_START`] bytes or more ends with `<hidden>` instead.
     fn without_key(&self, text: String) -> String {
-        if self.api_key.is_empty() || !text.contains(self.api_key.expose()) {
+        let key = self.api_key.expose();
+        if key.is_empty() {
             return text;
         }
-        text.replace(self.api_key.expose(), "<hidden>")
+        let mut text = if text.contains(key) { text.replace(key, "<hidden>") } else { text };
+        let start = (MIN_KEY_START..key.len()).rev().find(|&n| key.is_char_boundary(n) && text.ends_with(&key[..n]));
+        if let Some(start) = start {
+            text.truncate(text.len() - start);
+            text.push_str("<hidden>");
+        }
+        text
     }
 
     /// `error` with the API key hidden in its text.
@@ -289,6 +302,9 @@ impl ModelBackend for OpenAi {
         body.insert("messages".into(), json!(messages));
         body.insert("max_tokens".into(), json!(1));
         body.insert("stream".into(), json!(false));
+        // Refused beside `stream: false` (vLLM, SGLang, OpenAI answer 400),
+        // and `extra_body` may set it for the calls that stream.
+        body.shift_remove("stream_options");
         let mut call = self.client.post(&self.url).json(&body);
         if !self.api_key.is_empty() {
             call = call.bearer_auth(self.api_key.expose());
@@ -393,15 +409,25 @@ async fn read_stream(
         let (until, which) =
             if reading.completion.first_token.is_none() { (first_deadline, first_timeout) } else { (deadline, "call") };
         let until = reading.finish_seen.map_or(until, |at| until.min(at + AFTER_FINISH));
+        // Past its `finish_reason`, the answer is whole: a stream then
+        // kept open, broken off or ending in bytes that do not read is
+        // the server's trouble, not the answer's.
+        let finished = reading.finish_seen.is_some();
         let chunk = match timeout_at(until, response.chunk()).await {
-            Err(_) if reading.finish_seen.is_some() => break,
+            Err(_) if finished => break,
             Err(_) => return Err(fail(BackendError::Timeout(which), reading.streamed)),
+            Ok(Err(_)) if finished => break,
             Ok(Err(error)) => return Err(fail(broken(&error), reading.streamed)),
             Ok(Ok(chunk)) => chunk,
         };
         match reading.feed(chunk.as_deref(), sink) {
             Ok(false) => {}
             Ok(true) => break,
+            // An answer over its bound after the finish is still over it.
+            Err(error) if finished && reading.completion.text.len() <= MAX_BODY => {
+                tracing::debug!(%error, "assistant: the model server's stream went on unreadably after its finish");
+                break;
+            }
             Err(error) => return Err(fail(error, reading.streamed)),
         }
     }
@@ -440,5 +466,27 @@ mod tests {
         assert!(!text.contains("sk-secret-111") && text.contains("Bearer <hidden>"), "{text}");
         let error = BackendError::Status { status: 401, message: text };
         assert_eq!(error.for_screens(), "the model answered HTTP 401", "screens get no body at all");
+    }
+
+    #[test]
+    fn a_key_the_error_s_bound_cuts_through_is_hidden_as_what_is_left_of_it() {
+        let key = format!("sk-proj-{}", "Ab9".repeat(52));
+        let mut config = AssistantConfig::with_base_url("http://llm/v1");
+        config.backend.api_key = key.as_str().into();
+        let backend = OpenAi::new(&config.backend, IntCounter::new("r", "r").unwrap()).unwrap();
+        let leaks = |text: &str| (0..key.len() - 12).find(|&at| text.contains(&key[at..at + 12]));
+        // The key starting anywhere before the bound, and the body going on past it.
+        for filler in [0, 100, 150, 250, MAX_ERROR_BODY - 5] {
+            let body = format!("{}Incorrect API key: {key} (see the docs)", "x".repeat(filler));
+            let text = backend.error_text(body.as_bytes());
+            assert!(leaks(&text).is_none(), "{filler}: {text}");
+            assert!(text.len() <= MAX_ERROR_BODY + "<hidden>".len(), "{filler}: {}", text.len());
+        }
+        // A stream's error, cut to its own bound before it reaches the backend.
+        let quoted = megamind_core::text::clip(&format!("{{\"error\":\"{}{key}\"}}", "y".repeat(150)), 200).to_owned();
+        let error = backend.key_hidden(BackendError::Status { status: 401, message: quoted });
+        assert!(leaks(&error.to_string()).is_none(), "{error}");
+        // A text that merely ends as keys begin keeps its words.
+        assert_eq!(backend.without_key("see sk-".into()), "see sk-");
     }
 }

@@ -46,7 +46,9 @@ pub(crate) struct WholeAnswer {
 /// Reads a whole chat completion.
 pub(crate) fn parse_completion(body: &[u8]) -> Result<WholeAnswer, BackendError> {
     let completion: ChatCompletion = serde_json::from_slice(body).map_err(|e| {
-        let start = clip(&String::from_utf8_lossy(body), 80).to_owned();
+        // Its start tells an HTML page or a proxy's text from a completion;
+        // its quoted strings (the model's words, the user's) are shortened.
+        let start = megamind_core::codec::quote::sanitize(clip(&String::from_utf8_lossy(body), 80));
         BackendError::BadResponse(format!("not a chat completion ({}): {start:?}", sse::json_problem(&e)))
     })?;
     let usage = sse::usage(completion.usage.as_ref());
