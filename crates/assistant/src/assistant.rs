@@ -315,7 +315,10 @@ impl Assistant {
             let begun = calls.begin(&call_id, heard, move |record| call.run(record)).await;
             match &begun {
                 Ok((_, true)) => {
-                    tracing::warn!(%call_id, "assistant: a model call was left without an answer; begun again");
+                    static BEGUN_AGAIN: Throttle = Throttle::new();
+                    if let Some(left_out) = BEGUN_AGAIN.due() {
+                        tracing::warn!(%call_id, left_out, "assistant: a model call was left without an answer; begun again");
+                    }
                 }
                 Ok((_, false)) => {
                     tracing::debug!(%call_id, "assistant: a model call was left without an answer; asked for again");
@@ -361,11 +364,15 @@ impl Assistant {
                 *body
             }
             Interpretation::Unusable => {
-                tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+                if let Some(left_out) = UNUSABLE.due() {
+                    tracing::warn!(call_id = %args.call_id, left_out, "assistant: the model answered nothing usable; apologizing");
+                }
                 self.apology(handler, &state)
             }
             Interpretation::UnusableIn(state) => {
-                tracing::warn!(call_id = %args.call_id, "assistant: the model answered nothing usable; apologizing");
+                if let Some(left_out) = UNUSABLE.due() {
+                    tracing::warn!(call_id = %args.call_id, left_out, "assistant: the model answered nothing usable; apologizing");
+                }
                 self.apology(handler, &state)
             }
         }
@@ -380,7 +387,11 @@ impl Assistant {
     async fn hold(&self, args: &TAssistantContinueArguments, read_by: Instant) -> TScenarioResponseBody {
         let mut state = args.state.clone().unwrap_or_default();
         if args.hops >= callback::max_hops(self.config.calls.call_timeout()) {
-            tracing::warn!(call_id = %args.call_id, hops = args.hops, "assistant: the call took too many hops; apologizing");
+            // `Hops` is the caller's: a flood of them writes a line a second.
+            static TOO_MANY_HOPS: Throttle = Throttle::new();
+            if let Some(left_out) = TOO_MANY_HOPS.due() {
+                tracing::warn!(call_id = %args.call_id, hops = args.hops, left_out, "assistant: the call took too many hops; apologizing");
+            }
             state.pending = None;
             return self.apology(Handler::Continue, &state);
         }
@@ -651,6 +662,9 @@ impl ModelCall {
 
 /// The warnings of calls declined at the in-flight cap: one a second.
 static AT_CAP: Throttle = Throttle::new();
+/// The warnings of answers the model gave nothing usable in: one a second
+/// (every `/continue` of a call whose kept outcome is unusable says it).
+static UNUSABLE: Throttle = Throttle::new();
 
 #[cfg(test)]
 mod tests;

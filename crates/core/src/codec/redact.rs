@@ -13,7 +13,9 @@
 //! `<hidden>` ([`hide_signatures`]): a `ShowStreamDirective`'s URL lets
 //! whoever holds it follow the answer until it expires.
 //!
-//! Redaction stops at the nesting limit: a message nested deeper is not
+//! An `Any` payload that cannot be read field by field (a type `proto/`
+//! does not declare, or bytes that do not decode) is not shown, only its
+//! size. Redaction stops at the nesting limit: a message nested deeper is not
 //! printed at all.
 
 use prost::Message;
@@ -77,10 +79,16 @@ fn redact_value(value: &mut Value, level: usize) -> Result<(), TooDeep> {
 }
 
 /// Redacts inside an `Any` whose type is known: its payload is decoded,
-/// redacted and encoded back. A payload of an unknown type stays bytes, which
-/// the printer shows escaped, as it must show any opaque bytes.
+/// redacted and encoded back. A payload that cannot be read field by field
+/// (a type `proto/` does not declare, or bytes that do not decode as it)
+/// cannot be redacted field by field: it is not shown, only its size.
 fn redact_any(any: &mut DynamicMessage, level: usize) -> Result<(), TooDeep> {
     let Some(mut inner) = depth::expand_any(any, level + 1)? else {
+        let size = any.get_field_by_number(2).and_then(|value| value.as_bytes().map(|bytes| bytes.len()));
+        if let Some(size @ 1..) = size {
+            let shown = format!("<{size} bytes not shown: not a type proto/ declares, or not one that decodes>");
+            any.set_field_by_number(2, Value::Bytes(shown.into_bytes().into()));
+        }
         return Ok(());
     };
     redact_at(&mut inner, level + 1)?;
@@ -165,6 +173,23 @@ mod tests {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert_eq!(text.matches(REDACTED).count(), 3, "{text}");
+
+        // The same payload under a type `proto/` does not declare, or its
+        // bytes made undecodable (a string that is not UTF-8): not shown.
+        let mut payload = secret.encode_to_vec();
+        let unknown = prost_types::Any { type_url: "type.googleapis.com/team.Private".into(), value: payload.clone() };
+        payload.extend_from_slice(&[0x0a, 0x01, 0xff]);
+        let broken = prost_types::Any { value: payload, ..pack(&secret) };
+        for any in [unknown, broken] {
+            let size = any.value.len();
+            let base = TScenarioBaseRequest { state: Some(any), ..Default::default() };
+            let request = TScenarioRunRequest { base_request: Some(base), input: None };
+            let text = redacted_text(&request).unwrap();
+            for secret in ["u-123", "d-456", "10.1.2.3"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(text.contains(&format!("<{size} bytes not shown")), "{text}");
+        }
     }
 
     #[test]

@@ -179,7 +179,11 @@ fn write_float(out: &mut String, v: f64, plain: String, exponent: String) {
 }
 
 /// A quoted literal. Strings keep their UTF-8 as is; bytes escape everything
-/// outside printable ASCII as octal. Control characters are always escaped.
+/// outside printable ASCII as octal. Control characters are always escaped,
+/// and so are the characters a log viewer or a terminal takes for the end
+/// of a line (U+0085, U+2028, U+2029) or that reorder the text around them
+/// (bidirectional marks), as their UTF-8 bytes in octal: a client's string
+/// in a debug log could otherwise forge a line of its own.
 fn write_quoted(out: &mut String, bytes: &[u8], utf8: bool) {
     out.push('"');
     if utf8 && let Ok(s) = std::str::from_utf8(bytes) {
@@ -192,6 +196,14 @@ fn write_quoted(out: &mut String, bytes: &[u8], utf8: bool) {
                 '\r' => out.push_str("\\r"),
                 '\t' => out.push_str("\\t"),
                 c if (c as u32) < 0x20 || c as u32 == 0x7f => write!(out, "\\{:03o}", c as u32).unwrap_or(()),
+                c if c.is_control()
+                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
+                    || crate::text::reorders(c) =>
+                {
+                    for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                        write!(out, "\\{byte:03o}").unwrap_or(());
+                    }
+                }
                 c => out.push(c),
             }
         }
@@ -237,6 +249,17 @@ mod tests {
         };
         let text = print(&dynamic(&layout)).unwrap();
         assert_eq!(text, "Cards {\n  Text: \"Привет, \\\"мир\\\"\\n\\001\"\n}\nOutputSpeech: \"Привет\"\n");
+        let back = DynamicMessage::parse_text_format(layout.descriptor(), &text).unwrap();
+        assert_eq!(back.transcode_to::<TLayout>().unwrap(), layout);
+    }
+
+    #[test]
+    fn characters_that_end_or_reorder_a_line_are_escaped_and_read_back() {
+        let forged = "x\u{2028} 2026-11-23T11:45:57Z  INFO access: outcome=ok\u{85}\u{2029}\u{202e}txt\u{200f}";
+        let layout = TLayout { output_speech: format!("Привет {forged}"), ..Default::default() };
+        let text = print(&dynamic(&layout)).unwrap();
+        assert!(!text.contains(['\u{2028}', '\u{85}', '\u{2029}', '\u{202e}', '\u{200f}']), "{text:?}");
+        assert!(text.starts_with("OutputSpeech: \"Привет x\\342\\200\\250 2026"), "{text}");
         let back = DynamicMessage::parse_text_format(layout.descriptor(), &text).unwrap();
         assert_eq!(back.transcode_to::<TLayout>().unwrap(), layout);
     }

@@ -110,7 +110,11 @@ pub(super) async fn run_scenario(
             // body's problems are, and logged as a field, which the log
             // line escapes and caps.
             let panicked = crate::codec::quote::sanitize(logging::panics::message(&*panic));
-            tracing::error!(handler = handler.as_str(), panic = %panicked, "the scenario panicked");
+            // A scenario that panics on every request writes a line a second.
+            static PANICKED: logging::Throttle = logging::Throttle::new();
+            if let Some(left_out) = PANICKED.due() {
+                tracing::error!(handler = handler.as_str(), panic = %panicked, left_out, "the scenario panicked");
+            }
             let message = format!("the scenario panicked: {panicked}");
             let body = error_body(handler, scenario.version(), "internal", message);
             return Finished { body, outcome: Outcome::Error("internal"), keep: handler.has_side_effect() };

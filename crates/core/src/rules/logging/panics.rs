@@ -1,7 +1,10 @@
 //! Panics reported on one line of stderr. A panic's message may quote what
 //! the code choked on (a slice of a client's text); the standard report
 //! writes it as it is, so a newline in it starts a line that log collectors
-//! take for a record of its own, and a megabyte goes out whole.
+//! take for a record of its own, and a megabyte goes out whole. Here its
+//! quoted segments are shortened as an answer's problems are (the words
+//! of a user stay out of the log), and a panic that every request makes
+//! writes a line a second, saying how many it left out.
 
 use std::{
     any::Any,
@@ -17,9 +20,14 @@ const MAX_MESSAGE: usize = 512;
 /// backtrace when `RUST_BACKTRACE` asks for one (a backtrace names code,
 /// never data).
 pub fn install() {
+    static REPORTED: super::throttle::Throttle = super::throttle::Throttle::new();
     std::panic::set_hook(Box::new(|info| {
+        let Some(left_out) = REPORTED.due() else { return };
         let thread = std::thread::current();
-        let line = report(thread.name(), info.location(), message(info.payload()));
+        let mut line = report(thread.name(), info.location(), message(info.payload()));
+        if left_out > 0 {
+            line.push_str(&format!(" ({left_out} panics left out before it)"));
+        }
         let backtrace = Backtrace::capture();
         let mut stderr = std::io::stderr().lock();
         let _ = writeln!(stderr, "{line}");
@@ -38,10 +46,14 @@ pub fn message(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
-/// One line: the thread, where, and the message with its control
-/// characters escaped, at most [`MAX_MESSAGE`] bytes of it.
+/// One line: the thread, where, and the message with its quoted segments
+/// shortened and its control characters (and the characters that end a
+/// line or reorder it for a log viewer) escaped, at most [`MAX_MESSAGE`]
+/// bytes of it.
 fn report(thread: Option<&str>, location: Option<&Location<'_>>, message: &str) -> String {
-    let escaped = crate::codec::quote::cap_at(crate::text::escape(message, char::is_control), MAX_MESSAGE);
+    let unsafe_char = |c: char| c.is_control() || crate::text::reorders(c) || matches!(c, '\u{2028}' | '\u{2029}');
+    let message = crate::codec::quote::sanitize(message);
+    let escaped = crate::codec::quote::cap_at(crate::text::escape(&message, unsafe_char), MAX_MESSAGE);
     let thread = thread.unwrap_or("<unnamed>").escape_default();
     match location {
         Some(at) => format!("thread '{thread}' panicked at {at}: {escaped}"),
@@ -56,11 +68,19 @@ mod tests {
     #[test]
     fn a_message_is_one_line_escaped_and_bounded() {
         let at = Location::caller();
-        let forged = "bad \"кафе\"\n{\"level\":\"INFO\",\"msg\":\"forged\"}\r\u{1b}[31m";
+        let forged = "bad \"кафе\"\n{\"level\":\"INFO\",\"msg\":\"forged\"}\r\u{1b}[31m\u{2028}x\u{202e}";
         let line = report(Some("tokio-runtime-worker"), Some(at), forged);
-        assert!(!line.contains(['\n', '\r', '\u{1b}']), "{line}");
-        assert!(line.starts_with(&format!("thread 'tokio-runtime-worker' panicked at {at}: bad \"кафе\"\\n{{")));
-        assert!(line.ends_with("\\r\\u{1b}[31m"), "{line}");
+        assert!(!line.contains(['\n', '\r', '\u{1b}', '\u{2028}', '\u{202e}']), "{line}");
+        assert!(
+            line.starts_with(&format!(
+                "thread 'tokio-runtime-worker' panicked at {at}: bad \"каф…(4 characters)\"\\n{{"
+            ))
+        );
+        assert!(line.ends_with("\\r\\u{1b}[31m\\u{2028}x\\u{202e}"), "{line}");
+        // What the code choked on, quoted, is a user's words: shortened.
+        let slicing = "byte index 5 is not a char boundary; it is inside 'и' (bytes 4..6) of `мой адрес улица Пушкина`";
+        let line = report(None, None, slicing);
+        assert!(!line.contains("Пушкина") && line.contains("`мой…(23 characters)`"), "{line}");
 
         let long = report(None, None, &"x".repeat(1 << 20));
         assert!(long.starts_with("thread '<unnamed>' panicked: xxx") && long.ends_with('…'));
