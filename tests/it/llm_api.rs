@@ -300,16 +300,22 @@ async fn a_calls_stream_and_answer_open_only_by_the_signed_address_it_was_given(
         assert!(body["error"]["message"].as_str().unwrap().contains(why), "{path}: {body}");
     }
     assert_eq!(status("/llm/schema".into()).await, StatusCode::OK, "the schema is public");
-    // An id longer than any RequestId is looked up nowhere, signed or not:
-    // it is measured before its signature is checked.
-    let long = "l".repeat(257);
+    // A skill step's id (a RequestId of 256 bytes and the step's mark) is
+    // looked up; a longer id than any call has is looked up nowhere, signed
+    // or not: it is measured before its signature is checked.
+    let step = format!("{}#skill-step-2", "s".repeat(256));
+    let signed = key.sign(&step, megamind_core::rules::auth::signed::unix_now() + 60);
+    let path = format!("/llm/answers/{}?{signed}", step.replace('#', "%23"));
+    let response = app.http.get(app.url(&path)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND, "looked up, and not there");
+    let long = "l".repeat(513);
     let signed = key.sign(&long, megamind_core::rules::auth::signed::unix_now() + 60);
     for route in ["stream", "answers"] {
         for query in [signed.as_str(), query, ""] {
             let response = app.http.get(app.url(&format!("/llm/{route}/{long}?{query}"))).send().await.unwrap();
             assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{route}");
             let body: Value = response.json().await.unwrap();
-            assert_eq!(body["error"]["message"], "a request id is at most 256 bytes", "{route}");
+            assert_eq!(body["error"]["message"], "a call id is at most 512 bytes", "{route}");
         }
     }
 }

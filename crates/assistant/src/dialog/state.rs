@@ -146,7 +146,7 @@ pub(crate) fn new_session_id(server_time_ms: u64, request_id: &str) -> String {
 }
 
 /// Longest call id: a `RequestId`, and what a skill's next step adds to it.
-const MAX_CALL_ID: usize = 2 * MAX_REQUEST_ID;
+pub(crate) const MAX_CALL_ID: usize = 2 * MAX_REQUEST_ID;
 
 /// Longest session id: the ones made here ([`new_session_id`]) have 24 to
 /// 30 bytes. The model is told it, in its prompt, on every call.

@@ -58,8 +58,9 @@ use crate::{
     skills::dialog::SkillPolicy,
 };
 
-/// Longest call id looked up, in bytes: a `RequestId` is at most 256.
-const MAX_ID_BYTES: usize = 256;
+/// Longest call id looked up, in bytes: a call's id is its `RequestId` (at
+/// most 256) and, for a skill's later step, the step's mark after it.
+const MAX_ID_BYTES: usize = crate::dialog::state::MAX_CALL_ID;
 
 /// How long a later part of a running call's answer waits for this
 /// replica's copy of the call to hold the events its snapshot was made of
@@ -289,7 +290,7 @@ impl Api {
     /// checking the signature hashes the whole id.
     fn admitted(&self, id: &str, uri: &Uri) -> Result<(), (StatusCode, &'static str, String)> {
         if id.len() > MAX_ID_BYTES {
-            let message = format!("a request id is at most {MAX_ID_BYTES} bytes");
+            let message = format!("a call id is at most {MAX_ID_BYTES} bytes");
             return Err((StatusCode::BAD_REQUEST, "bad_request", message));
         }
         self.signed(id, uri).map_err(|why| (StatusCode::FORBIDDEN, "forbidden", why))
