@@ -176,9 +176,10 @@ impl Dispatcher {
             Ok(request) => request,
             Err(failed) => return failed,
         };
-        // A client's deadline may be gone already (a `grpc-timeout` shorter
-        // than the reserve, or spent on the body): nothing may run for it.
-        if deadline.client.is_some() && Instant::now() >= deadline.at {
+        // The deadline may be gone already (a `grpc-timeout` shorter than
+        // the reserve, or the budget spent on the body or its decoding):
+        // nothing may run for it, least of all a side effect.
+        if Instant::now() >= deadline.at {
             let message = format!("{} left no time to run the call", deadline.limit());
             return failure(registered, call.handler, "timeout", message);
         }

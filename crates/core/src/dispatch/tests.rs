@@ -239,6 +239,35 @@ async fn a_side_effect_that_panicked_is_not_run_again_by_a_repeat_a_run_is() {
     assert_eq!(scenario.runs.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+#[tokio::test]
+async fn a_side_effect_running_as_the_server_stops_is_ended_as_one_not_to_run_again() {
+    let scenario = Arc::new(Faulty { hang: true, ..Faulty::default() });
+    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_secs(30));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    let call = Call { client_timeout: Some(std::time::Duration::from_millis(100)), ..commit_call("pay-stop") };
+    assert_eq!(commit_error(&dispatcher.dispatch(faulty, call).await).0, "timeout");
+    // The server stops, its drain leaving the work 200 ms (its detach limit is 30 s).
+    let left = dispatcher.cache().background().settle(std::time::Duration::from_millis(200)).await;
+    assert_eq!(left, 0, "the work was stopped and its entry ended in time");
+    let (kind, message) = commit_error(&dispatcher.dispatch(faulty, commit_call("pay-stop")).await);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("may have run in part, and is not run again"), "{message}");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 1, "the payment was entered once");
+}
+
+#[tokio::test]
+async fn a_side_effect_whose_budget_was_spent_on_its_body_is_answered_timeout_and_not_run() {
+    let scenario = Arc::new(Faulty::default());
+    let dispatcher = faulty_dispatcher(scenario.clone(), std::time::Duration::from_secs(30));
+    let faulty = dispatcher.scenario(Some("faulty")).unwrap();
+    // No client deadline (HTTP): the body came as the budget ran out.
+    let late = Call { started: Instant::now() - std::time::Duration::from_millis(400), ..commit_call("pay-late") };
+    let (kind, message) = commit_error(&dispatcher.dispatch(faulty, late).await);
+    assert_eq!(kind, "timeout");
+    assert!(message.contains("the 300 ms budget of /commit left no time to run the call"), "{message}");
+    assert_eq!(scenario.commits.load(std::sync::atomic::Ordering::SeqCst), 0, "the payment never ran");
+}
+
 /// A `/commit` of `scenario` (which hangs) with a client's deadline of 100
 /// ms, answered `timeout` while the work goes on 100 ms more, then a repeat
 /// that waits for the work, stopped before the repeat's budget ends: the

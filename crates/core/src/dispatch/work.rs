@@ -28,8 +28,9 @@ use crate::{
 /// hanging up must not cut midway. At `until` the work is dropped: its
 /// lease is abandoned, for a repeat to run it again, or ended with
 /// `unfinished` when one must not (a side effect that may have run in
-/// part). Once the entry is ended, what the work ended with goes to
-/// `done`, if anyone still waits there.
+/// part); so is it when the server stopping can wait no longer. Once the
+/// entry is ended, what the work ended with goes to `done`, if anyone
+/// still waits there.
 pub(super) fn detach(
     work: impl Future<Output = Finished> + Send + 'static,
     cache: IdempotencyCache,
@@ -38,16 +39,23 @@ pub(super) fn detach(
     (until, unfinished): (Instant, Option<Bytes>),
     done: Option<oneshot::Sender<Finished>>,
 ) {
+    let stopping = cache.background().stopping();
     cache.background().clone().spawn(async move {
         let _permit = permit;
-        // The work is dropped at `until` inside this block, so that a panic
-        // as it drops (a scenario's own `Drop`; its handler's panics are
-        // caught in `run_scenario`) is caught too: the lease is ended all
-        // the same, never left for a repeat to run a side effect again.
-        let bounded = async move { tokio::time::timeout_at(until, work).await };
+        // The work is dropped at `until` (or as the server stops) inside
+        // this block, so that a panic as it drops (a scenario's own `Drop`;
+        // its handler's panics are caught in `run_scenario`) is caught too:
+        // the lease is ended all the same, never left for a repeat to run a
+        // side effect again.
+        let bounded = async move {
+            tokio::select! {
+                finished = tokio::time::timeout_at(until, work) => finished.ok(),
+                () = stopping => None,
+            }
+        };
         let (answer, finished) = match AssertUnwindSafe(bounded).catch_unwind().await {
-            Ok(Ok(finished)) => (finished.keep.then(|| finished.body.clone()), Some(finished)),
-            Ok(Err(_)) | Err(_) => (unfinished, None),
+            Ok(Some(finished)) => (finished.keep.then(|| finished.body.clone()), Some(finished)),
+            Ok(None) | Err(_) => (unfinished, None),
         };
         if let Err(error) = cache.end(lease, answer).await {
             tracing::warn!(%error, "the lease of work in a task of its own was not ended; it runs out by its TTL");
