@@ -631,7 +631,9 @@ mod tests {
         // A `/word` naming no command is echoed back: the whole of it, once.
         let line = format!("/{}\n/quit\n", "a".repeat(10 << 20));
         let mut out = Vec::new();
-        assert!(run(&args, std::io::Cursor::new(line), &mut out, &mut std::io::sink()).await.unwrap());
+        // Not `run`: its Ctrl-C handler would stay the test process's.
+        let never = std::future::pending();
+        assert!(run_until(&args, std::io::Cursor::new(line), &mut out, &mut std::io::sink(), never).await.unwrap());
         let out = String::from_utf8(out).unwrap();
         assert!(out.starts_with(&format!("  (the line was cut to its first {MAX_LINE_BYTES} bytes)\n")), "{out:.200}");
         assert!(out.contains(": not a command of the session") && out.len() < 3 * MAX_LINE_BYTES, "{}", out.len());

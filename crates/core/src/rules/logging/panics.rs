@@ -4,7 +4,9 @@
 //! take for a record of its own, and a megabyte goes out whole. Here its
 //! quoted segments are shortened as an answer's problems are (the words
 //! of a user stay out of the log), and a panic that every request makes
-//! writes a line a second, saying how many it left out.
+//! writes a line a second, saying how many it left out; a panic elsewhere
+//! than the last one reported is always written (it may be the one that
+//! ends the process).
 
 use std::{
     any::Any,
@@ -21,8 +23,18 @@ const MAX_MESSAGE: usize = 512;
 /// never data).
 pub fn install() {
     static REPORTED: super::throttle::Throttle = super::throttle::Throttle::new();
+    static LAST_PLACE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
     std::panic::set_hook(Box::new(|info| {
-        let Some(left_out) = REPORTED.due() else { return };
+        let place = info.location().map(ToString::to_string).unwrap_or_default();
+        let mut last = LAST_PLACE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repeated = *last == place;
+        *last = place;
+        drop(last);
+        let left_out = match REPORTED.due() {
+            Some(left_out) => left_out,
+            None if repeated => return,
+            None => 0,
+        };
         let thread = std::thread::current();
         let mut line = report(thread.name(), info.location(), message(info.payload()));
         if left_out > 0 {
