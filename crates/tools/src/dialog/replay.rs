@@ -331,27 +331,89 @@ fn starts_with_timestamp(line: &str) -> bool {
     bytes.len() > 19 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-' && bytes[10] == b'T'
 }
 
-/// The first `Name: "value"` of a text-format body.
+/// The first `Name: "value"` of a text-format body, its escapes read
+/// (`\"`, `\\`, `\n`, octal bytes), as the server's printer writes them.
 fn field_of(body: &str, name: &str) -> Option<String> {
     body.lines().find_map(|line| {
         let value = line.trim().strip_prefix(name)?.strip_prefix(':')?.trim();
-        Some(value.trim_matches('"').to_owned())
+        let quoted = value.strip_prefix('"').and_then(|value| value.strip_suffix('"'));
+        Some(quoted.map_or_else(|| value.to_owned(), text_format_unescaped))
     })
 }
 
-/// `key=value key="quoted value"` of a summary line.
+/// A text-format string's content, its escapes read.
+fn text_format_unescaped(text: &str) -> String {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&byte, after)) = rest.split_first() {
+        rest = after;
+        if byte != b'\\' {
+            bytes.push(byte);
+            continue;
+        }
+        let Some((&escaped, after)) = rest.split_first() else { break };
+        rest = after;
+        match escaped {
+            b'n' => bytes.push(b'\n'),
+            b'r' => bytes.push(b'\r'),
+            b't' => bytes.push(b'\t'),
+            b'0'..=b'7' => {
+                // Up to three octal digits: one byte.
+                let digits = 1 + rest.iter().take(2).take_while(|d| (b'0'..=b'7').contains(d)).count();
+                let octal = std::iter::once(&escaped).chain(&rest[..digits - 1]);
+                bytes.push(octal.fold(0_u8, |value, digit| value.wrapping_mul(8).wrapping_add(digit - b'0')));
+                rest = &rest[digits - 1..];
+            }
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `key=value key="quoted value"` of a summary line, a quoted value's
+/// escapes read as the log writes them (Rust's: `\"`, `\\`, `\u{…}`).
 fn summary_fields(line: &str) -> HashMap<String, String> {
     let mut fields = HashMap::new();
     let mut rest = line.trim();
     while let Some((key, after)) = rest.split_once('=') {
         let (value, next) = match after.strip_prefix('"') {
-            Some(quoted) => quoted.split_once('"').unwrap_or((quoted, "")),
-            None => after.split_once(' ').unwrap_or((after, "")),
+            Some(quoted) => debug_unquoted(quoted),
+            None => {
+                let (value, next) = after.split_once(' ').unwrap_or((after, ""));
+                (value.to_owned(), next)
+            }
         };
-        fields.insert(key.trim().to_owned(), value.to_owned());
+        fields.insert(key.trim().to_owned(), value);
         rest = next.trim_start();
     }
     fields
+}
+
+/// The value of a quoted field whose opening quote is gone (Rust's escapes
+/// read), and what follows its closing quote.
+fn debug_unquoted(quoted: &str) -> (String, &str) {
+    let mut value = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return (value, &quoted[at + 1..]),
+            '\\' => match chars.next().map(|(_, escaped)| escaped) {
+                Some('n') => value.push('\n'),
+                Some('r') => value.push('\r'),
+                Some('t') => value.push('\t'),
+                Some('0') => value.push('\0'),
+                Some('u') => {
+                    // `\u{1f600}`
+                    let hex: String = chars.by_ref().map(|(_, c)| c).skip(1).take_while(|&c| c != '}').collect();
+                    value.extend(u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32));
+                }
+                Some(other) => value.push(other),
+                None => break,
+            },
+            c => value.push(c),
+        }
+    }
+    (value, "")
 }
 
 /// The lines of a text-format message without the fields named in
@@ -590,5 +652,21 @@ ResponseBody {
         let fields = summary_fields("transport=http scenario=demo handler=run request_id=\"\" outcome=ok");
         assert_eq!(fields["request_id"], "");
         assert_eq!(fields["outcome"], "ok");
+    }
+
+    #[test]
+    fn a_request_id_written_with_escapes_pairs_its_request_with_its_summary() {
+        let id = "r \"1\" \\ x\u{2028}я";
+        // As the server's printer and its log line write it.
+        let printed = megamind_core::codec::redact::redacted_text(&TScenarioRunRequest {
+            base_request: Some(TScenarioBaseRequest { request_id: id.into(), ..Default::default() }),
+            ..Default::default()
+        })
+        .unwrap();
+        let field = megamind_core::rules::logging::field("request_id", id);
+        let summary = format!("transport=http scenario=demo handler=run{field} outcome=ok");
+        assert_eq!(field_of(&printed, "RequestId").as_deref(), Some(id), "{printed}");
+        let fields = summary_fields(&summary);
+        assert_eq!((fields["request_id"].as_str(), fields["outcome"].as_str()), (id, "ok"), "{summary}");
     }
 }
