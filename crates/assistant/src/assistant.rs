@@ -350,6 +350,12 @@ impl Assistant {
         let Ok(completion) = outcome else {
             return self.apology(handler, &state);
         };
+        let unusable = |state: &TAssistantState| {
+            if let Some(left_out) = UNUSABLE.due() {
+                tracing::warn!(call_id = %args.call_id, left_out, "assistant: the model answered nothing usable; apologizing");
+            }
+            self.apology(handler, state)
+        };
         match self.policy.interpret(&args.call_id, &args.utterance, completion, &state, &args.spoken) {
             Interpretation::Answer(body) => {
                 self.metrics.answer(handler.as_str(), "model");
@@ -363,18 +369,8 @@ impl Assistant {
                 }
                 *body
             }
-            Interpretation::Unusable => {
-                if let Some(left_out) = UNUSABLE.due() {
-                    tracing::warn!(call_id = %args.call_id, left_out, "assistant: the model answered nothing usable; apologizing");
-                }
-                self.apology(handler, &state)
-            }
-            Interpretation::UnusableIn(state) => {
-                if let Some(left_out) = UNUSABLE.due() {
-                    tracing::warn!(call_id = %args.call_id, left_out, "assistant: the model answered nothing usable; apologizing");
-                }
-                self.apology(handler, &state)
-            }
+            Interpretation::Unusable => unusable(&state),
+            Interpretation::UnusableIn(state) => unusable(&state),
         }
     }
 

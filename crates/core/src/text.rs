@@ -47,6 +47,14 @@ pub fn reorders(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Whether `c`, written as it is, makes a log viewer or a terminal show
+/// other text than there is: a control character, a line or paragraph
+/// separator (U+2028, U+2029), a directional mark (U+200E, U+200F), or a
+/// character that [`reorders`] the text after it.
+pub fn misleads_a_line(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}') || reorders(c)
+}
+
 /// `text` with each character `escaped` picks written as its escape
 /// (`\r`, `\u{1b}`), every other one as it is (Cyrillic stays readable):
 /// text shown on a terminal or in a log line that must stay one line and

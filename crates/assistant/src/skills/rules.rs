@@ -230,12 +230,7 @@ impl CommandRules {
         }
         texts.push(whole.split_whitespace().collect::<Vec<_>>().join(" "));
         texts.push(command.split_whitespace().collect::<Vec<_>>().join(" "));
-        // `${HOME}` is `$HOME`, as the rules spell it.
-        for text in &mut texts {
-            if text.contains("${") {
-                *text = BRACED.replace_all(text, "$$$1").into_owned();
-            }
-        }
+        let texts: Vec<String> = texts.into_iter().map(unbraced).collect();
         let found = rules.iter().find(|rule| texts.iter().any(|text| rule.pattern.is_match(text)));
         if let Some(rule) = found {
             return Some(rule.reason.clone());
@@ -251,10 +246,7 @@ impl CommandRules {
                 if words[at].contains(char::is_whitespace) {
                     continue;
                 }
-                let mut tail = words[at..].join(" ");
-                if tail.contains("${") {
-                    tail = BRACED.replace_all(&tail, "$$$1").into_owned();
-                }
+                let tail = unbraced(words[at..].join(" "));
                 if let Some(rule) = anchored.iter().find(|rule| rule.pattern.is_match(&tail)) {
                     return Some(rule.reason.clone());
                 }
@@ -281,6 +273,12 @@ fn runs_what_follows(words: &[String]) -> bool {
     use programs::Kind;
     let kind = words.first().and_then(|program| programs::kind(&programs::normalize(program)));
     matches!(kind, Some(Kind::Wrapper | Kind::Privilege | Kind::Evaluates | Kind::ShellState))
+}
+
+/// `text` with its variables named in braces named without them: `${HOME}`
+/// is `$HOME`, as the rules spell it.
+fn unbraced(text: String) -> String {
+    if text.contains("${") { BRACED.replace_all(&text, "$$$1").into_owned() } else { text }
 }
 
 /// A variable named in braces with nothing else in them: `${HOME}`.

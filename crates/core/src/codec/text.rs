@@ -196,10 +196,7 @@ fn write_quoted(out: &mut String, bytes: &[u8], utf8: bool) {
                 '\r' => out.push_str("\\r"),
                 '\t' => out.push_str("\\t"),
                 c if (c as u32) < 0x20 || c as u32 == 0x7f => write!(out, "\\{:03o}", c as u32).unwrap_or(()),
-                c if c.is_control()
-                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
-                    || crate::text::reorders(c) =>
-                {
+                c if crate::text::misleads_a_line(c) => {
                     for byte in c.encode_utf8(&mut [0; 4]).bytes() {
                         write!(out, "\\{byte:03o}").unwrap_or(());
                     }

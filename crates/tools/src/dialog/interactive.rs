@@ -431,13 +431,11 @@ async fn run_here(command: &str, timeout: Duration) -> (String, i32) {
         status
     })
     .await;
+    // Not given up: what is left of the group is killed below, or is none.
+    running.0 = None;
     let (exit_code, timed_out) = match finished {
-        Ok(status) => {
-            running.0 = None;
-            (status.ok().and_then(|status| status.code()).unwrap_or(-1), false)
-        }
+        Ok(status) => (status.ok().and_then(|status| status.code()).unwrap_or(-1), false),
         Err(_) => {
-            running.0 = None;
             kill_group(group).await;
             let _ = child.start_kill();
             // The pipes end once every process holding them is gone: what

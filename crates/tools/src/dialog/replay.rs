@@ -77,7 +77,7 @@ pub fn parse_log(log: &str) -> Vec<Logged> {
         let Some(what) = head.split_once(&format!("{ACCESS_TARGET}: ")).map(|(_, what)| what.trim()) else { continue };
         match what {
             "request" => {
-                let request_id = field_of(&body, "RequestId").unwrap_or_default();
+                let request_id = request_id_of(&body).unwrap_or_default();
                 requests.entry(request_id).or_default().push_back((body, cut));
             }
             "answer" => answer = Some((body, cut)),
@@ -331,43 +331,15 @@ fn starts_with_timestamp(line: &str) -> bool {
     bytes.len() > 19 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-' && bytes[10] == b'T'
 }
 
-/// The first `Name: "value"` of a text-format body, its escapes read
-/// (`\"`, `\\`, `\n`, octal bytes), as the server's printer writes them.
-fn field_of(body: &str, name: &str) -> Option<String> {
+/// The `RequestId` of a text-format request, read by the protocol's own
+/// text parser (its escapes and octal bytes, as the server's printer
+/// writes them).
+fn request_id_of(body: &str) -> Option<String> {
     body.lines().find_map(|line| {
-        let value = line.trim().strip_prefix(name)?.strip_prefix(':')?.trim();
-        let quoted = value.strip_prefix('"').and_then(|value| value.strip_suffix('"'));
-        Some(quoted.map_or_else(|| value.to_owned(), text_format_unescaped))
+        let field = line.trim();
+        field.strip_prefix("RequestId")?.trim_start().strip_prefix(':')?;
+        Some(codec::decode::<TScenarioBaseRequest>(field.as_bytes(), Format::Text).ok()?.request_id)
     })
-}
-
-/// A text-format string's content, its escapes read.
-fn text_format_unescaped(text: &str) -> String {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&byte, after)) = rest.split_first() {
-        rest = after;
-        if byte != b'\\' {
-            bytes.push(byte);
-            continue;
-        }
-        let Some((&escaped, after)) = rest.split_first() else { break };
-        rest = after;
-        match escaped {
-            b'n' => bytes.push(b'\n'),
-            b'r' => bytes.push(b'\r'),
-            b't' => bytes.push(b'\t'),
-            b'0'..=b'7' => {
-                // Up to three octal digits: one byte.
-                let digits = 1 + rest.iter().take(2).take_while(|d| (b'0'..=b'7').contains(d)).count();
-                let octal = std::iter::once(&escaped).chain(&rest[..digits - 1]);
-                bytes.push(octal.fold(0_u8, |value, digit| value.wrapping_mul(8).wrapping_add(digit - b'0')));
-                rest = &rest[digits - 1..];
-            }
-            other => bytes.push(other),
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// `key=value key="quoted value"` of a summary line, a quoted value's
@@ -665,7 +637,7 @@ ResponseBody {
         .unwrap();
         let field = megamind_core::rules::logging::field("request_id", id);
         let summary = format!("transport=http scenario=demo handler=run{field} outcome=ok");
-        assert_eq!(field_of(&printed, "RequestId").as_deref(), Some(id), "{printed}");
+        assert_eq!(request_id_of(&printed).as_deref(), Some(id), "{printed}");
         let fields = summary_fields(&summary);
         assert_eq!((fields["request_id"].as_str(), fields["outcome"].as_str()), (id, "ok"), "{summary}");
     }

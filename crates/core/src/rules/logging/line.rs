@@ -101,10 +101,7 @@ pub(super) fn write_field(writer: &mut impl Write, name: &str, value: &str) -> f
 /// log viewer (U+2028, U+2029 and other white space), reorders the text
 /// around it (bidirectional marks) or reads as the line's own syntax.
 fn plain_char(c: char) -> bool {
-    !c.is_control()
-        && !c.is_whitespace()
-        && !crate::text::reorders(c)
-        && !matches!(c, '"' | '=' | '\\' | '\u{200e}' | '\u{200f}')
+    !crate::text::misleads_a_line(c) && !c.is_whitespace() && !matches!(c, '"' | '=' | '\\')
 }
 
 /// Text that keeps its first `limit` bytes (at a character boundary) and

@@ -63,9 +63,8 @@ pub fn message(payload: &(dyn Any + Send)) -> &str {
 /// line or reorder it for a log viewer) escaped, at most [`MAX_MESSAGE`]
 /// bytes of it.
 fn report(thread: Option<&str>, location: Option<&Location<'_>>, message: &str) -> String {
-    let unsafe_char = |c: char| c.is_control() || crate::text::reorders(c) || matches!(c, '\u{2028}' | '\u{2029}');
     let message = crate::codec::quote::sanitize(message);
-    let escaped = crate::codec::quote::cap_at(crate::text::escape(&message, unsafe_char), MAX_MESSAGE);
+    let escaped = crate::codec::quote::cap_at(crate::text::escape(&message, crate::text::misleads_a_line), MAX_MESSAGE);
     let thread = thread.unwrap_or("<unnamed>").escape_default();
     match location {
         Some(at) => format!("thread '{thread}' panicked at {at}: {escaped}"),
